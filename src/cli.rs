@@ -1,0 +1,156 @@
+//! The command line (a contract: install scripts and owners type it). Parsing only.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "pilotd",
+    version,
+    about = "Puts idle computers to work for an HTCondor pool without getting in the owner's way",
+    long_about = "pilotd runs HTCondor workers on a donated machine only when its owner's policy allows \
+                  (volunteer mode), or provisions worker pods for idle jobs (kubernetes mode).\n\n\
+                  Exit codes: 0 ok, 1 runtime failure, 2 bad usage or invalid configuration."
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct Global {
+    /// pilotd.toml (optional for check, plan, snapshot and schedule: built-in defaults apply)
+    #[arg(short = 'c', long = "config", global = true, env = "PILOTD_CONFIG",
+          default_value = "/etc/pilotd/pilotd.toml")]
+    pub config: PathBuf,
+    /// The owner's policy file (overrides `policy` in pilotd.toml)
+    #[arg(long, global = true, env = "PILOTD_POLICY")]
+    pub policy: Option<PathBuf>,
+    /// Log format on stderr
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum Format {
+    #[default]
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the daemon (foreground by default, for systemd)
+    Run(RunArgs),
+    /// Validate pilotd.toml and the policy; print every error as FILE:LINE:COL (exit 0 or 2)
+    Check,
+    /// Observe (or read a snapshot), decide, and print the decision and next actions; acts on nothing
+    Plan(PlanArgs),
+    /// Print the current observation as JSON (the format `plan --snapshot` reads)
+    Snapshot,
+    /// Workers now, the last decision and back-off
+    Status(StatusArgs),
+    /// The owner's week at a glance: when the machine computes and how much
+    Schedule(ScheduleArgs),
+    /// Write a commented policy.toml by asking the owner a few questions
+    Init(InitArgs),
+    /// One garbage-collection pass
+    Gc(GcArgs),
+    /// Convert an NRP provisioner osg_provisioner.conf to a pilotd.toml in kubernetes mode
+    ImportIni(ImportIniArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Detach from the terminal (for hosts without systemd)
+    #[arg(long)]
+    pub daemon: bool,
+    /// PID file, locked while the daemon runs
+    #[arg(long)]
+    pub pidfile: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// Decide for this instant (RFC 3339) instead of now; defaults to the snapshot's time
+    /// when --snapshot is given
+    #[arg(long)]
+    pub now: Option<String>,
+    /// Replay a saved observation (from `pilotd snapshot`) instead of observing this host
+    #[arg(long)]
+    pub snapshot: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+}
+
+#[derive(Debug, Args)]
+pub struct ScheduleArgs {
+    /// How many days to draw, starting today
+    #[arg(long, default_value_t = 7, value_parser = clap::value_parser!(u32).range(1..=28))]
+    pub days: u32,
+    /// Draw from this instant (RFC 3339) instead of now
+    #[arg(long)]
+    pub now: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// Where to write the policy (default: the policy path of pilotd.toml)
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+    /// Do not ask; take the flags (and defaults for what they do not set)
+    #[arg(long)]
+    pub yes: bool,
+    /// Overwrite an existing policy file
+    #[arg(long)]
+    pub force: bool,
+    /// When the machine may compute: "nights-and-weekends", "always", "nights", or windows
+    /// like "mon-fri 19:00-07:30, sat-sun 00:00-24:00"
+    #[arg(long)]
+    pub when: Option<String>,
+    /// What counts as the owner being here: any, active or ignore
+    #[arg(long)]
+    pub sessions: Option<String>,
+    /// Share of CPUs ("50%" or a count)
+    #[arg(long)]
+    pub cpus: Option<String>,
+    /// Share of memory ("50%" or a size like "8GiB")
+    #[arg(long)]
+    pub memory: Option<String>,
+    /// The longest job accepted, e.g. "8h"
+    #[arg(long)]
+    pub longest_job: Option<String>,
+    /// What happens to workers when the owner comes back: pause, graceful or fast
+    #[arg(long)]
+    pub on_return: Option<String>,
+    /// IANA time zone (default: the system's)
+    #[arg(long)]
+    pub timezone: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct GcArgs {
+    /// Print what would be removed, remove nothing
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ImportIniArgs {
+    /// The provisioner's INI file (osg_provisioner.conf)
+    pub file: PathBuf,
+}

@@ -1,0 +1,101 @@
+//! One file per subcommand (youki style). Each returns what it prints, or a `CmdError` that
+//! `main` maps to an exit code; nothing here calls `process::exit`.
+
+pub mod check;
+pub mod kubernetes;
+pub mod plan;
+pub mod schedule;
+pub mod snapshot;
+
+use crate::cli::Global;
+use crate::config::{self, Config, ConfigError, Machine, SiteFile};
+use crate::observe::HostSnapshot;
+use crate::observe::host::{Carry, HostProbe, ProbeConfig, ProbeError};
+use chrono::{DateTime, Utc};
+
+#[derive(Debug, thiserror::Error)]
+pub enum CmdError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// Bad arguments or bad input files: exit 2.
+    #[error("{0}")]
+    Usage(String),
+    #[error(transparent)]
+    Probe(#[from] ProbeError),
+    /// Something failed at run time: exit 1.
+    #[error("{0}")]
+    Runtime(String),
+}
+
+impl CmdError {
+    /// 0 ok, 1 runtime failure, 2 bad usage or invalid configuration.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CmdError::Config(_) | CmdError::Usage(_) => 2,
+            CmdError::Probe(_) | CmdError::Runtime(_) => 1,
+        }
+    }
+}
+
+/// Loads the configuration for a command that may run without pilotd.toml.
+pub fn load_config(g: &Global, site: SiteFile, machine: Option<Machine>) -> Result<Config, CmdError> {
+    Ok(config::load(&g.config, site, g.policy.as_deref(), machine)?)
+}
+
+/// The machine's CPU count and memory, for checking shares; cheap (no CPU sampling).
+pub fn this_machine() -> Option<Machine> {
+    let mut sys = sysinfo::System::new_with_specifics(
+        sysinfo::RefreshKind::nothing().with_memory(sysinfo::MemoryRefreshKind::nothing().with_ram()),
+    )
+    .ok()?;
+    sys.refresh_memory();
+    let cpus = std::thread::available_parallelism().ok()?.get() as u32;
+    Some(Machine {
+        cpus,
+        memory_kib: sys.total_memory() / 1024,
+    })
+}
+
+pub fn probe_config(cfg: &Config) -> ProbeConfig {
+    ProbeConfig {
+        utmp: cfg.site.host.utmp.clone(),
+        dev: cfg.site.host.dev.clone(),
+        power_supply: cfg.site.host.power_supply.clone(),
+        scratch: cfg.site.scratch(),
+        proc: "/proc".into(),
+        exclusive_processes: cfg.policy.exclusive_processes.clone(),
+    }
+}
+
+/// One observation of this host for a one-shot command: samples CPU over a short interval.
+pub fn observe_once(cfg: &Config, carry: Carry) -> Result<HostSnapshot, CmdError> {
+    let mut probe = HostProbe::new(probe_config(cfg))?;
+    std::thread::sleep(probe.prime());
+    Ok(probe.observe(Utc::now(), carry)?)
+}
+
+/// Parses `--now`: RFC 3339, or unix seconds.
+pub fn parse_now(s: Option<&str>) -> Result<Option<DateTime<Utc>>, CmdError> {
+    let Some(s) = s else { return Ok(None) };
+    if let Ok(secs) = s.parse::<i64>() {
+        return DateTime::from_timestamp(secs, 0)
+            .map(Some)
+            .ok_or_else(|| CmdError::Usage(format!("--now {s}: out of range")));
+    }
+    DateTime::parse_from_rfc3339(s)
+        .map(|t| Some(t.with_timezone(&Utc)))
+        .map_err(|e| {
+            CmdError::Usage(format!(
+                "--now {s}: {e}\n  hint: write an RFC 3339 instant like 2026-12-01T21:30:00Z or 2026-12-01T22:30:00+01:00"
+            ))
+        })
+}
+
+/// Where the configuration came from, for output.
+pub fn describe_sources(cfg: &Config) -> String {
+    let site = match &cfg.site_path {
+        Some(p) => p.display().to_string(),
+        None => "built-in defaults (no pilotd.toml)".into(),
+    };
+    format!("config: {site}; policy: {}", cfg.policy_path.display())
+}

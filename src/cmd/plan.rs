@@ -1,0 +1,166 @@
+//! `pilotd plan`: observe (or replay a snapshot), decide, and print the decision and the
+//! actions the next cycle would take. Acts on nothing.
+
+use super::{CmdError, describe_sources, load_config, observe_once, parse_now};
+use crate::cli::{Format, Global, PlanArgs};
+use crate::config::{Config, Machine, Mode, SiteFile};
+use crate::observe::HostSnapshot;
+use crate::observe::host::Carry;
+use crate::policy::{Limits, Supply, decide};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use std::path::Path;
+
+/// The JSON printed by `plan --format json` in volunteer mode (a contract, see DESIGN.md).
+#[derive(Debug, Serialize)]
+pub struct VolunteerPlan {
+    pub mode: &'static str,
+    pub now: DateTime<Utc>,
+    #[serde(flatten)]
+    pub supply: Supply,
+    pub actions: Vec<serde_json::Value>,
+    pub config: String,
+}
+
+pub fn run(g: &Global, a: &PlanArgs) -> Result<String, CmdError> {
+    let now = parse_now(a.now.as_deref())?;
+    let snap = match &a.snapshot {
+        Some(path) => Some(read_snapshot(path)?),
+        None => None,
+    };
+    // Check the policy's shares against the machine that was observed.
+    let machine = snap.as_ref().map(|s| match s {
+        Snapshot::Host(h) => Machine { cpus: h.cpus, memory_kib: h.memory_total_kib },
+        Snapshot::Cluster(_) => Machine { cpus: u32::MAX, memory_kib: u64::MAX / 1024 },
+    });
+    let cfg = load_config(g, SiteFile::Optional, machine.or_else(super::this_machine))?;
+    match (cfg.site.mode, snap) {
+        (Mode::Kubernetes, snap) => {
+            if matches!(snap, Some(Snapshot::Host(_))) {
+                return Err(CmdError::Usage(
+                    "the snapshot is a volunteer-mode snapshot but pilotd.toml is in kubernetes mode".into(),
+                ));
+            }
+            let now = now.unwrap_or_else(Utc::now);
+            super::kubernetes::plan(&cfg, a.snapshot.as_deref(), now, a.format == Format::Json)
+                .map_err(|e| CmdError::Runtime(e.to_string()))
+        }
+        (Mode::Volunteer, Some(Snapshot::Cluster(_))) => Err(CmdError::Usage(format!(
+            "{} is a kubernetes-mode snapshot, but the configuration is in volunteer mode\n  hint: pass -c with a kubernetes-mode pilotd.toml",
+            a.snapshot.as_deref().map(Path::display).map(|d| d.to_string()).unwrap_or_default()
+        ))),
+        (Mode::Volunteer, snap) => {
+            let host = match snap {
+                Some(Snapshot::Host(h)) => h,
+                _ => observe_once(&cfg, Carry::default())?,
+            };
+            let now = now.unwrap_or(host.taken_at);
+            let plan = volunteer_plan(&cfg, &host, now);
+            Ok(match a.format {
+                Format::Json => serde_json::to_string_pretty(&plan)
+                    .map_err(|e| CmdError::Runtime(e.to_string()))?
+                    + "\n",
+                Format::Text => render_text(&cfg, &plan),
+            })
+        }
+    }
+}
+
+pub fn volunteer_plan(cfg: &Config, host: &HostSnapshot, now: DateTime<Utc>) -> VolunteerPlan {
+    let limits = Limits { max_lifetime: cfg.site.max_lifetime() };
+    let supply = decide(&cfg.policy, host, limits, now);
+    VolunteerPlan {
+        mode: "volunteer",
+        now,
+        supply,
+        actions: vec![],
+        config: describe_sources(cfg),
+    }
+}
+
+/// A snapshot file: the mode field says which kind.
+pub enum Snapshot {
+    Host(HostSnapshot),
+    Cluster(serde_json::Value),
+}
+
+/// Reads a snapshot file; errors name the file, line and column.
+pub fn read_snapshot(path: &Path) -> Result<Snapshot, CmdError> {
+    let src = std::fs::read_to_string(path).map_err(|e| {
+        CmdError::Usage(format!(
+            "cannot read {}: {e}\n  hint: write one with `pilotd snapshot > FILE`",
+            path.display()
+        ))
+    })?;
+    let located = |e: serde_json::Error| {
+        CmdError::Usage(format!(
+            "{}:{}:{}: {}\n  hint: the format is what `pilotd snapshot` prints (see DESIGN.md, \"Snapshot files\")",
+            path.display(),
+            e.line(),
+            e.column(),
+            e
+        ))
+    };
+    let value: serde_json::Value = serde_json::from_str(&src).map_err(located)?;
+    match value.get("mode").and_then(|m| m.as_str()) {
+        Some("volunteer") => serde_json::from_str::<HostSnapshot>(&src)
+            .map(Snapshot::Host)
+            .map_err(located),
+        Some("kubernetes") => Ok(Snapshot::Cluster(value)),
+        other => Err(CmdError::Usage(format!(
+            "{}: `mode` is {}, expected \"volunteer\" or \"kubernetes\"",
+            path.display(),
+            other.map(|m| format!("\"{m}\"")).unwrap_or_else(|| "missing".into())
+        ))),
+    }
+}
+
+fn render_text(cfg: &Config, p: &VolunteerPlan) -> String {
+    use std::fmt::Write;
+    let tz = cfg.policy.timezone;
+    let local = |t: DateTime<Utc>| t.with_timezone(&tz).format("%a %Y-%m-%d %H:%M %Z").to_string();
+    let s = &p.supply;
+    let mut out = String::new();
+    let _ = writeln!(out, "{}", p.config);
+    let _ = writeln!(out, "now: {}", local(p.now));
+    let verdict = if s.allowed {
+        format!(
+            "COMPUTE: {} worker(s), each {} CPU, {} MiB memory, {} GiB disk, {} GPU",
+            s.workers,
+            s.per_worker.cpus,
+            s.per_worker.memory_mib,
+            s.per_worker.disk_kib / (1 << 20),
+            s.per_worker.gpus
+        )
+    } else {
+        "DO NOT START workers".to_string()
+    };
+    let _ = writeln!(out, "decision: {verdict}");
+    let _ = writeln!(out, "running workers: {}", match s.evict {
+        crate::config::Evict::None => "keep".to_string(),
+        e => format!("evict ({})", e.as_str()),
+    });
+    if let Some(a) = s.accept_until {
+        let _ = writeln!(out, "accept jobs until: {}", local(a));
+    }
+    if let Some(d) = s.die_at {
+        let _ = writeln!(out, "workers gone by: {}", local(d));
+    }
+    let _ = writeln!(out, "why:");
+    for r in &s.reasons {
+        let _ = writeln!(out, "  - {r}");
+    }
+    let _ = writeln!(
+        out,
+        "next change: {}",
+        s.next_change.map(local).unwrap_or_else(|| "none expected (only events can change this)".into())
+    );
+    let _ = writeln!(out, "actions:");
+    if p.actions.is_empty() {
+        let _ = writeln!(out, "  (none)");
+    }
+    for a in &p.actions {
+        let _ = writeln!(out, "  - {a}");
+    }
+    out
+}

@@ -1,0 +1,152 @@
+//! `pilotd schedule`: the owner's week as a grid (days × hours), because owners would rather
+//! look than read: when the machine computes, the guard band before each period ends, and how
+//! much of the machine it uses.
+
+use super::{CmdError, load_config, parse_now, this_machine};
+use crate::cli::{Global, ScheduleArgs};
+use crate::config::units::{format_duration, format_size, Share};
+use crate::config::{Policy, SiteFile};
+use crate::policy::calendar::{self, Period};
+use chrono::{DateTime, Duration, Utc};
+use std::fmt::Write;
+
+/// What one half-hour cell shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cell {
+    Compute,
+    /// Open, but within `evict_before_end` of the period's end: workers are leaving.
+    Guard,
+    Off,
+}
+
+impl Cell {
+    fn glyph(self) -> char {
+        match self {
+            Cell::Compute => '█',
+            Cell::Guard => '▒',
+            Cell::Off => '·',
+        }
+    }
+}
+
+pub fn run(g: &Global, a: &ScheduleArgs) -> Result<String, CmdError> {
+    let cfg = load_config(g, SiteFile::Optional, this_machine())?;
+    let now = parse_now(a.now.as_deref())?.unwrap_or_else(Utc::now);
+    Ok(render(&cfg.policy, now, a.days, &cfg.policy_path.display().to_string()))
+}
+
+/// The state of the half hour that starts at `t`, sampled in its middle.
+pub fn cell_at(p: &Policy, t: DateTime<Utc>) -> Cell {
+    let mid = t + Duration::minutes(15);
+    match calendar::period_at(&p.windows, p.timezone, mid) {
+        Period::Closed { .. } => Cell::Off,
+        Period::Open { ends: Some(end) } if mid >= end - Duration::from_std(p.evict_before_end).unwrap_or(Duration::zero()) => Cell::Guard,
+        Period::Open { .. } => Cell::Compute,
+    }
+}
+
+pub fn render(p: &Policy, now: DateTime<Utc>, days: u32, source: &str) -> String {
+    let tz = p.timezone;
+    let mut out = String::new();
+    let _ = writeln!(out, "Schedule of {source} ({tz}), {days} day(s) from today\n");
+    let _ = writeln!(out, "            00    03    06    09    12    15    18    21    24");
+    let today = now.with_timezone(&tz).date_naive();
+    let mut compute_halfhours = 0u32;
+    for d in 0..days {
+        let Some(date) = today.checked_add_signed(Duration::days(i64::from(d))) else { break };
+        let mut row = String::new();
+        for half in 0..48u32 {
+            let naive = date.and_hms_opt(half / 2, (half % 2) * 30, 0);
+            // A half hour that does not exist (DST gap) is drawn as a space.
+            let cell = naive
+                .and_then(|n| calendar::to_utc(tz, n).first().copied())
+                .filter(|t| t.with_timezone(&tz).date_naive() == date)
+                .map(|t| cell_at(p, t));
+            if cell == Some(Cell::Compute) {
+                compute_halfhours += 1;
+            }
+            row.push(cell.map_or(' ', Cell::glyph));
+        }
+        let _ = writeln!(out, "{}  {row}", date.format("%a %d %b"));
+    }
+    let _ = writeln!(out, "\n█ computes   ▒ guard band (workers leave {} before the end)   · off", format_duration(p.evict_before_end));
+    let hours = f64::from(compute_halfhours) / 2.0;
+    let _ = writeln!(out, "computing {hours:.1} h in these {days} day(s) ({:.0}% of the time)", hours * 100.0 / (24.0 * f64::from(days)));
+    let share = |s: Share, bytes: bool| match (s, bytes) {
+        (Share::Percent(x), _) => format!("{x}%"),
+        (Share::Amount(n), true) => format_size(n),
+        (Share::Amount(n), false) => n.to_string(),
+    };
+    let _ = writeln!(
+        out,
+        "share while computing: {} CPUs, {} memory, {} disk, {} GPUs, in {} worker(s); jobs up to {}",
+        share(p.share.cpus, false),
+        share(p.share.memory, true),
+        share(p.share.disk, true),
+        p.share.gpus,
+        p.share.workers,
+        format_duration(p.longest_job)
+    );
+    let who = match p.sessions {
+        crate::config::policy::SessionRule::Any => "anyone logs in".to_string(),
+        crate::config::policy::SessionRule::Active => format!("someone uses a session (idle under {})", format_duration(p.session_idle)),
+        crate::config::policy::SessionRule::Ignore => "never for logins".to_string(),
+    };
+    let _ = writeln!(
+        out,
+        "stops when: {who}, or owner CPU stays above {:.0}% for {}; on return: {}; starts after {} free",
+        p.max_owner_cpu * 100.0,
+        format_duration(p.busy_for),
+        p.on_return.as_str(),
+        format_duration(p.free_for)
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::policy::Window;
+    use crate::config::units::{parse_days, parse_time_of_day};
+
+    fn utc(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    #[test]
+    fn grid_marks_compute_guard_and_off() {
+        let mut p = Policy::defaults(chrono_tz::Europe::Rome);
+        p.windows = vec![Window {
+            days: parse_days("mon-fri").unwrap(),
+            from: parse_time_of_day("19:00").unwrap(),
+            to: parse_time_of_day("07:30").unwrap(),
+        }];
+        p.evict_before_end = std::time::Duration::from_secs(1800);
+        let out = render(&p, utc("2026-01-12T10:00:00Z"), 1, "x");
+        let row = out.lines().find(|l| l.starts_with("Mon 12 Jan")).unwrap();
+        let cells: Vec<char> = row.chars().skip(12).collect();
+        assert_eq!(cells.len(), 48);
+        // Monday morning belongs to Sunday's (absent) window: off.
+        assert!(cells[..38].iter().all(|c| *c == '·'), "{row}");
+        assert!(cells[38..].iter().all(|c| *c == '█'), "{row}");
+        let tue = render(&p, utc("2026-01-13T10:00:00Z"), 1, "x");
+        let row = tue.lines().find(|l| l.starts_with("Tue 13 Jan")).unwrap();
+        let cells: Vec<char> = row.chars().skip(12).collect();
+        // 00:00-07:00 compute, 07:00-07:30 guard, then off until 19:00.
+        assert!(cells[..14].iter().all(|c| *c == '█'), "{row}");
+        assert_eq!(cells[14], '▒', "{row}");
+        assert!(cells[15..38].iter().all(|c| *c == '·'), "{row}");
+        assert!(out.contains("computing 5.0 h"), "{out}");
+    }
+
+    #[test]
+    fn dst_gap_is_blank() {
+        let p = Policy::defaults(chrono_tz::Europe::Rome);
+        let out = render(&p, utc("2026-03-29T10:00:00Z"), 1, "x");
+        let row = out.lines().find(|l| l.starts_with("Sun 29 Mar")).unwrap();
+        let cells: Vec<char> = row.chars().skip(12).collect();
+        assert_eq!(cells[4], ' ');
+        assert_eq!(cells[5], ' ');
+        assert_eq!(cells[6], '█');
+    }
+}

@@ -1,0 +1,250 @@
+//! Configuration: the site's `pilotd.toml` and the owner's `policy.toml`. Loading reads the
+//! files; parsing and validation are pure and report every problem as `FILE:LINE:COL`.
+
+pub mod diag;
+pub mod ini;
+pub mod kubernetes;
+pub mod policy;
+pub mod site;
+pub mod units;
+
+pub use diag::{Diagnostic, Diagnostics};
+pub use policy::{Evict, Policy};
+pub use site::{Mode, SiteConfig};
+
+use chrono_tz::Tz;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {}: {source}\n  hint: {hint}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+        hint: String,
+    },
+    #[error("{}", diag::render(.0).trim_end())]
+    Invalid(Vec<Diagnostic>),
+    #[error("refusing to use {}: {reason}\n  hint: {hint}", path.display())]
+    Insecure {
+        path: PathBuf,
+        reason: String,
+        hint: String,
+    },
+}
+
+/// Everything a command needs: both files, validated, and where they came from.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub site: SiteConfig,
+    /// None when the built-in defaults are in use (no pilotd.toml).
+    pub site_path: Option<PathBuf>,
+    pub policy: Policy,
+    pub policy_path: PathBuf,
+}
+
+/// The machine a policy's shares are checked against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Machine {
+    pub cpus: u32,
+    pub memory_kib: u64,
+}
+
+/// How `load` treats a missing pilotd.toml.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SiteFile {
+    /// `run`: the file must exist.
+    Required,
+    /// `check`, `plan`, ...: fall back to built-in defaults when the file is absent.
+    Optional,
+}
+
+/// Loads pilotd.toml (or the defaults), then the policy it names (or `policy_override`).
+/// In kubernetes mode the owner policy is not used and not read.
+pub fn load(
+    site_path: &Path,
+    site_file: SiteFile,
+    policy_override: Option<&Path>,
+    machine: Option<Machine>,
+) -> Result<Config, ConfigError> {
+    let (site, site_path) = match std::fs::read_to_string(site_path) {
+        Ok(src) => (parse_site(site_path, &src)?, Some(site_path.to_path_buf())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && site_file == SiteFile::Optional => {
+            (SiteConfig::defaults(), None)
+        }
+        Err(e) => {
+            return Err(ConfigError::Read {
+                path: site_path.to_path_buf(),
+                source: e,
+                hint: "create it (see examples/ in the source, or /usr/share/pilotd), or pass -c FILE".into(),
+            });
+        }
+    };
+    let policy_path = policy_override
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| site.policy.clone());
+    let policy = if site.mode == Mode::Kubernetes && policy_override.is_none() {
+        Policy::defaults(chrono_tz::UTC)
+    } else {
+        load_policy(&policy_path, &site, machine)?
+    };
+    Ok(Config {
+        site,
+        site_path,
+        policy,
+        policy_path,
+    })
+}
+
+pub fn parse_site(path: &Path, src: &str) -> Result<SiteConfig, ConfigError> {
+    let mut d = Diagnostics::new(path, src);
+    match toml::from_str::<SiteConfig>(src) {
+        Ok(site) => {
+            site.validate(&mut d);
+            if d.is_empty() {
+                Ok(site)
+            } else {
+                Err(ConfigError::Invalid(d.into_vec()))
+            }
+        }
+        Err(e) => {
+            d.toml_error(&e, "see the commented examples/pilotd.toml for every key");
+            Err(ConfigError::Invalid(d.into_vec()))
+        }
+    }
+}
+
+/// Reads and validates the owner's policy, refusing an insecure file when running as root.
+pub fn load_policy(
+    path: &Path,
+    site: &SiteConfig,
+    machine: Option<Machine>,
+) -> Result<Policy, ConfigError> {
+    let src = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+        path: path.to_path_buf(),
+        source: e,
+        hint: "write one with `pilotd init`, or pass --policy FILE (examples are in policies/)".into(),
+    })?;
+    if nix::unistd::geteuid().is_root() {
+        check_ownership(path)?;
+    }
+    parse_policy(path, &src, site, machine, local_timezone())
+}
+
+/// Parses a policy, checks it on its own, against pilotd.toml, and against the machine.
+pub fn parse_policy(
+    path: &Path,
+    src: &str,
+    site: &SiteConfig,
+    machine: Option<Machine>,
+    local_tz: Tz,
+) -> Result<Policy, ConfigError> {
+    let mut d = Diagnostics::new(path, src);
+    let raw = match toml::from_str::<policy::RawPolicy>(src) {
+        Ok(r) => r,
+        Err(e) => {
+            d.toml_error(&e, "see the commented policies/default.toml for every key");
+            return Err(ConfigError::Invalid(d.into_vec()));
+        }
+    };
+    let p = policy::validate(raw, local_tz, &mut d);
+    if p.longest_job > site.max_lifetime() {
+        d.error(
+            p.spans.longest_job.clone(),
+            format!(
+                "longest_job {} is longer than the workers' max_lifetime {} in pilotd.toml",
+                units::format_duration(p.longest_job),
+                units::format_duration(site.max_lifetime())
+            ),
+            "shorten longest_job, or raise [worker] max_lifetime in pilotd.toml",
+        );
+    }
+    if let Some(m) = machine {
+        check_against_machine(&p, m, &mut d);
+    }
+    if d.is_empty() {
+        Ok(p)
+    } else {
+        Err(ConfigError::Invalid(d.into_vec()))
+    }
+}
+
+/// A share larger than the machine is an error the owner should see, not a silent clamp.
+pub fn check_against_machine(p: &Policy, m: Machine, d: &mut Diagnostics) {
+    let cpus = p.share.cpus.of(u64::from(m.cpus));
+    if cpus > u64::from(m.cpus) {
+        d.error(
+            p.spans.cpus.clone(),
+            format!("cpus share {cpus} is more than this machine's {} CPUs", m.cpus),
+            "share at most the machine's CPUs, or write a percentage like \"50%\"",
+        );
+    }
+    let mem = p.share.memory.of(m.memory_kib * 1024);
+    if mem > m.memory_kib * 1024 {
+        d.error(
+            p.spans.memory.clone(),
+            format!(
+                "memory share {} is more than this machine's {}",
+                units::format_size(mem),
+                units::format_size(m.memory_kib * 1024)
+            ),
+            "share less memory, or write a percentage like \"50%\"",
+        );
+    }
+}
+
+/// sshd-style StrictModes: a root daemon must not take orders from a file others can edit.
+fn check_ownership(path: &Path) -> Result<(), ConfigError> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).map_err(|e| ConfigError::Read {
+        path: path.to_path_buf(),
+        source: e,
+        hint: "check the path".into(),
+    })?;
+    let reason = if meta.uid() != 0 {
+        Some(format!("it is owned by uid {}, not root", meta.uid()))
+    } else if meta.mode() & 0o022 != 0 {
+        Some(format!(
+            "it is writable by {} (mode {:o})",
+            if meta.mode() & 0o002 != 0 { "everyone" } else { "its group" },
+            meta.mode() & 0o7777
+        ))
+    } else {
+        None
+    };
+    match reason {
+        Some(reason) => Err(ConfigError::Insecure {
+            path: path.to_path_buf(),
+            reason,
+            hint: format!(
+                "only root may be able to change the owner's policy: run `chown root:root {0} && chmod 644 {0}`",
+                path.display()
+            ),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// The system's local time zone: `TZ`, then /etc/timezone, then the /etc/localtime link;
+/// UTC when none names a known zone.
+pub fn local_timezone() -> Tz {
+    let from_env = std::env::var("TZ")
+        .ok()
+        .map(|s| s.trim_start_matches(':').to_string());
+    let from_file = || {
+        std::fs::read_to_string("/etc/timezone")
+            .ok()
+            .map(|s| s.trim().to_string())
+    };
+    let from_link = || {
+        std::fs::read_link("/etc/localtime").ok().and_then(|p| {
+            let s = p.to_string_lossy().to_string();
+            s.split_once("zoneinfo/").map(|(_, z)| z.to_string())
+        })
+    };
+    [from_env, from_file(), from_link()]
+        .into_iter()
+        .flatten()
+        .find_map(|name| name.parse::<Tz>().ok())
+        .unwrap_or(chrono_tz::UTC)
+}

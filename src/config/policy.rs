@@ -1,0 +1,531 @@
+//! The owner's `policy.toml`: when the machine may compute, what counts as "the owner is
+//! here", how much of the machine to share and the longest job the owner accepts.
+//!
+//! Parsed in two passes: serde (with `deny_unknown_fields`) catches syntax errors, unknown
+//! keys and wrong types; then `validate` checks every value and collects all problems with
+//! their positions. The keys are a contract: owners and install scripts write them.
+
+use super::diag::Diagnostics;
+use super::units::{
+    DaySet, Minute, Share, ShareUnit, StrOrInt, parse_days, parse_duration,
+    parse_share, parse_time_of_day,
+};
+use chrono_tz::Tz;
+use serde::{Deserialize, Serialize};
+use std::ops::Range;
+use std::time::Duration;
+use toml::Spanned;
+
+// ---------------------------------------------------------------------------------------
+// Raw file shape. Values that need checking are `Spanned` strings so that validation can
+// report all of them with positions.
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RawPolicy {
+    timezone: Option<Spanned<String>>,
+    #[serde(default)]
+    schedule: RawSchedule,
+    #[serde(default)]
+    owner: RawOwner,
+    #[serde(default)]
+    share: RawShare,
+    #[serde(default)]
+    jobs: RawJobs,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawSchedule {
+    windows: Option<Spanned<Vec<RawWindow>>>,
+    evict_before_end: Option<Spanned<StrOrInt>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWindow {
+    days: Spanned<String>,
+    from: Spanned<String>,
+    to: Spanned<String>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawOwner {
+    sessions: Option<Spanned<String>>,
+    session_idle: Option<Spanned<StrOrInt>>,
+    ignore_users: Option<Vec<String>>,
+    system_uid_below: Option<u32>,
+    max_owner_cpu: Option<Spanned<StrOrInt>>,
+    busy_for: Option<Spanned<StrOrInt>>,
+    free_for: Option<Spanned<StrOrInt>>,
+    exclusive_processes: Option<Vec<String>>,
+    on_battery: Option<Spanned<String>>,
+    on_return: Option<Spanned<String>>,
+    grace: Option<Spanned<StrOrInt>>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawShare {
+    cpus: Option<Spanned<StrOrInt>>,
+    memory: Option<Spanned<StrOrInt>>,
+    disk: Option<Spanned<StrOrInt>>,
+    gpus: Option<Spanned<i64>>,
+    workers: Option<Spanned<i64>>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawJobs {
+    longest_job: Option<Spanned<StrOrInt>>,
+}
+
+// ---------------------------------------------------------------------------------------
+// Validated policy.
+
+/// How logged-in users count toward "the owner is here".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SessionRule {
+    /// Any login of a counted user means present.
+    Any,
+    /// Only sessions used within `session_idle` mean present.
+    Active,
+    /// Logins do not matter (a dedicated server).
+    Ignore,
+}
+
+/// What happens to running workers when the owner needs the machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Evict {
+    None,
+    /// `docker pause`: frozen, resumed when the owner leaves.
+    Pause,
+    /// SIGTERM, condor finishes or vacates, killed after `grace`.
+    Graceful,
+    /// Killed at once.
+    Fast,
+}
+
+impl Evict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Evict::None => "none",
+            Evict::Pause => "pause",
+            Evict::Graceful => "graceful",
+            Evict::Fast => "fast",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BatteryRule {
+    Stop,
+    Ignore,
+}
+
+/// One weekly window, in the policy's local time. `to <= from` wraps past midnight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    pub days: DaySet,
+    pub from: Minute,
+    pub to: Minute,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Policy {
+    pub timezone: Tz,
+    pub windows: Vec<Window>,
+    pub evict_before_end: Duration,
+    pub sessions: SessionRule,
+    pub session_idle: Duration,
+    pub ignore_users: Vec<String>,
+    pub system_uid_below: u32,
+    /// Fraction of the whole machine (0..=1).
+    pub max_owner_cpu: f64,
+    pub busy_for: Duration,
+    pub free_for: Duration,
+    pub exclusive_processes: Vec<String>,
+    pub on_battery: BatteryRule,
+    pub on_return: Evict,
+    pub grace: Duration,
+    pub share: ShareSpec,
+    pub longest_job: Duration,
+    /// Positions of values that can only be checked against a machine or another file.
+    pub spans: PolicySpans,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShareSpec {
+    pub cpus: Share,
+    pub memory: Share,
+    pub disk: Share,
+    pub gpus: u32,
+    pub workers: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PolicySpans {
+    pub cpus: Range<usize>,
+    pub memory: Range<usize>,
+    pub gpus: Range<usize>,
+    pub longest_job: Range<usize>,
+}
+
+impl Policy {
+    /// The built-in defaults (the values DESIGN.md documents), with a window that is always
+    /// open; the shipped policies narrow it.
+    pub fn defaults(timezone: Tz) -> Policy {
+        Policy {
+            timezone,
+            windows: vec![Window {
+                days: DaySet::ALL,
+                from: 0,
+                to: 1440,
+            }],
+            evict_before_end: Duration::from_secs(600),
+            sessions: SessionRule::Any,
+            session_idle: Duration::from_secs(900),
+            ignore_users: vec!["root".into(), "condor".into()],
+            system_uid_below: 1000,
+            max_owner_cpu: 0.25,
+            busy_for: Duration::from_secs(120),
+            free_for: Duration::from_secs(900),
+            exclusive_processes: vec![],
+            on_battery: BatteryRule::Stop,
+            on_return: Evict::Graceful,
+            grace: Duration::from_secs(600),
+            share: ShareSpec {
+                cpus: Share::Percent(50.0),
+                memory: Share::Percent(50.0),
+                disk: Share::Amount(20 << 30),
+                gpus: 0,
+                workers: 1,
+            },
+            longest_job: Duration::from_secs(8 * 3600),
+            spans: PolicySpans::default(),
+        }
+    }
+}
+
+/// Second pass: every value checked, every problem recorded.
+pub fn validate(raw: RawPolicy, local_tz: Tz, d: &mut Diagnostics) -> Policy {
+    let mut p = Policy::defaults(local_tz);
+
+    if let Some(tz) = &raw.timezone {
+        match tz.get_ref().parse::<Tz>() {
+            Ok(z) => p.timezone = z,
+            Err(_) => d.error(
+                tz.span(),
+                format!("unknown time zone `{}`", tz.get_ref()),
+                "use an IANA name such as \"Europe/Rome\" or \"America/Chicago\" (see `timedatectl list-timezones`), or remove the key to use the system's zone",
+            ),
+        }
+    }
+
+    if let Some(ws) = raw.schedule.windows {
+        let span = ws.span();
+        let ws = ws.into_inner();
+        if ws.is_empty() {
+            d.error(
+                span,
+                "`windows` is empty, so the machine would never compute",
+                "add a window such as { days = \"daily\", from = \"00:00\", to = \"24:00\" }",
+            );
+        }
+        p.windows = ws.iter().filter_map(|w| window(w, d)).collect();
+    }
+    dur(&raw.schedule.evict_before_end, &mut p.evict_before_end, d);
+
+    let o = raw.owner;
+    if let Some(s) = &o.sessions {
+        match s.get_ref().as_str() {
+            "any" => p.sessions = SessionRule::Any,
+            "active" => p.sessions = SessionRule::Active,
+            "ignore" => p.sessions = SessionRule::Ignore,
+            other => d.error(
+                s.span(),
+                format!("unknown sessions rule `{other}`"),
+                "use \"any\" (any login means the owner is here), \"active\" (only sessions used within session_idle) or \"ignore\"",
+            ),
+        }
+    }
+    dur(&o.session_idle, &mut p.session_idle, d);
+    if let Some(u) = o.ignore_users {
+        p.ignore_users = u;
+    }
+    if let Some(u) = o.system_uid_below {
+        p.system_uid_below = u;
+    }
+    if let Some(c) = &o.max_owner_cpu {
+        match parse_share(c.get_ref(), ShareUnit::Count) {
+            Ok(Share::Percent(pc)) => p.max_owner_cpu = pc / 100.0,
+            Ok(Share::Amount(_)) => d.error(
+                c.span(),
+                format!("max_owner_cpu {} must be a percentage", c.get_ref()),
+                "write it like \"25%\" (of the whole machine)",
+            ),
+            Err(e) => d.error(c.span(), e, "write it like \"25%\" (of the whole machine)"),
+        }
+    }
+    dur(&o.busy_for, &mut p.busy_for, d);
+    dur(&o.free_for, &mut p.free_for, d);
+    if let Some(x) = o.exclusive_processes {
+        p.exclusive_processes = x;
+    }
+    if let Some(b) = &o.on_battery {
+        match b.get_ref().as_str() {
+            "stop" => p.on_battery = BatteryRule::Stop,
+            "ignore" => p.on_battery = BatteryRule::Ignore,
+            other => d.error(
+                b.span(),
+                format!("unknown on_battery rule `{other}`"),
+                "use \"stop\" or \"ignore\"",
+            ),
+        }
+    }
+    if let Some(r) = &o.on_return {
+        match r.get_ref().as_str() {
+            "pause" => p.on_return = Evict::Pause,
+            "graceful" => p.on_return = Evict::Graceful,
+            "fast" => p.on_return = Evict::Fast,
+            other => d.error(
+                r.span(),
+                format!("unknown on_return rule `{other}`"),
+                "use \"pause\", \"graceful\" or \"fast\"",
+            ),
+        }
+    }
+    dur(&o.grace, &mut p.grace, d);
+
+    let s = raw.share;
+    share(&s.cpus, ShareUnit::Count, &mut p.share.cpus, &mut p.spans.cpus, d);
+    share(&s.memory, ShareUnit::Bytes, &mut p.share.memory, &mut p.spans.memory, d);
+    let mut disk_span = 0..0;
+    share(&s.disk, ShareUnit::Bytes, &mut p.share.disk, &mut disk_span, d);
+    if let Some(g) = &s.gpus {
+        p.spans.gpus = g.span();
+        match u32::try_from(*g.get_ref()) {
+            Ok(n) => p.share.gpus = n,
+            Err(_) => d.error(g.span(), "gpus must be 0 or more", "write a whole number, e.g. 0"),
+        }
+    }
+    if let Some(w) = &s.workers {
+        match u32::try_from(*w.get_ref()) {
+            Ok(n) if (1..=256).contains(&n) => p.share.workers = n,
+            _ => d.error(
+                w.span(),
+                format!("workers = {} is out of range", w.get_ref()),
+                "use a whole number from 1 to 256; the share is split evenly between the workers",
+            ),
+        }
+    }
+    if let Some(c) = &s.cpus
+        && p.share.cpus == Share::Amount(0)
+    {
+        d.error(c.span(), "cpus = 0 shares nothing", "share at least 1 CPU, or \"50%\"");
+    }
+    if let Some(l) = &raw.jobs.longest_job {
+        p.spans.longest_job = l.span();
+        let mut v = p.longest_job;
+        dur(&raw.jobs.longest_job, &mut v, d);
+        if v.is_zero() {
+            d.error(l.span(), "longest_job cannot be 0", "write the longest job you accept, e.g. \"8h\"");
+        }
+        p.longest_job = v;
+    }
+    p
+}
+
+fn dur(v: &Option<Spanned<StrOrInt>>, out: &mut Duration, d: &mut Diagnostics) {
+    let Some(v) = v else { return };
+    let parsed = match v.get_ref() {
+        StrOrInt::Int(n) if *n >= 0 => Ok(Duration::from_secs(*n as u64)),
+        StrOrInt::Int(n) => Err(format!("a duration cannot be negative ({n})")),
+        StrOrInt::Str(s) => parse_duration(s),
+    };
+    match parsed {
+        Ok(x) => *out = x,
+        Err(e) => d.error(v.span(), e, "durations look like \"90s\", \"15m\", \"8h\" or \"1h 30m\""),
+    }
+}
+
+fn share(
+    v: &Option<Spanned<StrOrInt>>,
+    unit: ShareUnit,
+    out: &mut Share,
+    span: &mut Range<usize>,
+    d: &mut Diagnostics,
+) {
+    let Some(v) = v else { return };
+    *span = v.span();
+    match parse_share(v.get_ref(), unit) {
+        Ok(s) => *out = s,
+        Err(e) => d.error(
+            v.span(),
+            e,
+            match unit {
+                ShareUnit::Count => "write a count like 4 or a percentage like \"50%\"",
+                ShareUnit::Bytes => "write a size like \"8GiB\" or a percentage like \"50%\"",
+            },
+        ),
+    }
+}
+
+fn window(w: &RawWindow, d: &mut Diagnostics) -> Option<Window> {
+    let days = parse_days(w.days.get_ref())
+        .map_err(|e| d.error(w.days.span(), e, "e.g. days = \"mon-fri\""))
+        .ok();
+    let from = parse_time_of_day(w.from.get_ref())
+        .map_err(|e| d.error(w.from.span(), e, "e.g. from = \"19:00\""))
+        .ok();
+    let to = parse_time_of_day(w.to.get_ref())
+        .map_err(|e| d.error(w.to.span(), e, "e.g. to = \"07:30\" (earlier than from wraps past midnight)"))
+        .ok();
+    let (days, from, to) = (days?, from?, to?);
+    if from == 1440 {
+        d.error(w.from.span(), "a window cannot start at 24:00", "start at \"00:00\" instead");
+        return None;
+    }
+    if from == to {
+        d.error(
+            w.to.span(),
+            format!("window from {} to {} is empty", w.from.get_ref(), w.to.get_ref()),
+            "for a whole day write from = \"00:00\", to = \"24:00\"; an earlier `to` wraps past midnight",
+        );
+        return None;
+    }
+    Some(Window { days, from, to })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    pub(crate) fn parse(src: &str) -> Result<Policy, Vec<String>> {
+        let mut d = Diagnostics::new(Path::new("policy.toml"), src);
+        let raw: RawPolicy = match toml::from_str(src) {
+            Ok(r) => r,
+            Err(e) => {
+                d.toml_error(&e, "");
+                return Err(d.into_vec().iter().map(|x| x.to_string()).collect());
+            }
+        };
+        let p = validate(raw, chrono_tz::UTC, &mut d);
+        if d.is_empty() {
+            Ok(p)
+        } else {
+            Err(d.into_vec().iter().map(|x| x.to_string()).collect())
+        }
+    }
+
+    #[test]
+    fn empty_file_is_the_defaults() {
+        assert_eq!(parse("").unwrap(), Policy::defaults(chrono_tz::UTC));
+    }
+
+    #[test]
+    fn reads_every_documented_key() {
+        let p = parse(
+            r#"
+timezone = "Europe/Rome"
+[schedule]
+windows = [
+  { days = "mon-fri", from = "19:00", to = "07:30" },
+  { days = "sat,sun", from = "00:00", to = "24:00" },
+]
+evict_before_end = "10m"
+[owner]
+sessions = "active"
+session_idle = "15m"
+ignore_users = ["root"]
+system_uid_below = 500
+max_owner_cpu = "30%"
+busy_for = "2m"
+free_for = "15m"
+exclusive_processes = ["matlab"]
+on_battery = "ignore"
+on_return = "pause"
+grace = "5m"
+[share]
+cpus = "50%"
+memory = "8GiB"
+disk = "20GiB"
+gpus = 1
+workers = 2
+[jobs]
+longest_job = "4h"
+"#,
+        )
+        .unwrap();
+        assert_eq!(p.timezone, chrono_tz::Europe::Rome);
+        assert_eq!(p.windows.len(), 2);
+        assert_eq!(p.windows[0], Window { days: DaySet(0b11111), from: 1140, to: 450 });
+        assert_eq!(p.sessions, SessionRule::Active);
+        assert_eq!(p.system_uid_below, 500);
+        assert!((p.max_owner_cpu - 0.30).abs() < 1e-9);
+        assert_eq!(p.on_battery, BatteryRule::Ignore);
+        assert_eq!(p.on_return, Evict::Pause);
+        assert_eq!(p.grace, Duration::from_secs(300));
+        assert_eq!(p.share.memory, Share::Amount(8 << 30));
+        assert_eq!(p.share.workers, 2);
+        assert_eq!(p.longest_job, Duration::from_secs(4 * 3600));
+    }
+
+    #[test]
+    fn collects_every_semantic_error_with_positions() {
+        let errs = parse(
+            r#"timezone = "Europe/Rom"
+[schedule]
+windows = [
+  { days = "mon-fri", from = "19:00", to = "19:00" },
+  { days = "funday", from = "25:00", to = "07:00" },
+]
+[owner]
+on_return = "explode"
+max_owner_cpu = "120%"
+[share]
+cpus = "150%"
+workers = 0
+"#,
+        )
+        .unwrap_err();
+        let all = errs.join("\n");
+        assert!(all.contains("policy.toml:1:12: unknown time zone `Europe/Rom`"), "{all}");
+        assert!(all.contains("policy.toml:4:44: window from 19:00 to 19:00 is empty"), "{all}");
+        assert!(all.contains("policy.toml:5:12: unknown day `funday`"), "{all}");
+        assert!(all.contains("policy.toml:5:29: `25:00` is not a time of day"), "{all}");
+        assert!(all.contains("policy.toml:8:13: unknown on_return rule"), "{all}");
+        assert!(all.contains("policy.toml:9:17:"), "{all}");
+        assert!(all.contains("policy.toml:11:8:"), "{all}");
+        assert!(all.contains("policy.toml:12:11: workers = 0 is out of range"), "{all}");
+        assert_eq!(errs.len(), 8, "{all}");
+        assert!(errs.iter().all(|e| e.contains("\n  hint: ")), "{all}");
+    }
+
+    #[test]
+    fn wrapping_and_overlapping_windows_are_legal() {
+        let p = parse(
+            r#"[schedule]
+windows = [
+  { days = "daily", from = "22:00", to = "06:00" },
+  { days = "daily", from = "05:00", to = "08:00" },
+  { days = "sat", from = "00:00", to = "24:00" },
+]"#,
+        )
+        .unwrap();
+        assert_eq!(p.windows.len(), 3);
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_syntax_have_positions() {
+        let e = parse("[owner]\nsesions = \"any\"\n").unwrap_err();
+        assert!(e[0].starts_with("policy.toml:2:1: unknown field `sesions`"), "{e:?}");
+        let e = parse("[share\ncpus = 1").unwrap_err();
+        assert!(e[0].starts_with("policy.toml:1:"), "{e:?}");
+    }
+}

@@ -1,0 +1,291 @@
+//! `pilotd.toml`: the daemon's and the site's settings (mode, paths, worker image and
+//! container settings). Keys are a contract: install scripts and tests write them.
+
+use super::diag::Diagnostics;
+use super::kubernetes::KubernetesConfig;
+use super::units::HumanDuration;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+use toml::Spanned;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    #[default]
+    Volunteer,
+    Kubernetes,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Volunteer => "volunteer",
+            Mode::Kubernetes => "kubernetes",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SiteConfig {
+    #[serde(default)]
+    pub mode: Mode,
+    #[serde(default = "default_policy")]
+    pub policy: PathBuf,
+    #[serde(default = "default_state_dir")]
+    pub state_dir: PathBuf,
+    #[serde(default = "default_interval")]
+    pub interval: HumanDuration,
+    #[serde(default)]
+    pub host: HostConfig,
+    #[serde(default)]
+    pub docker: DockerConfig,
+    #[serde(default)]
+    pub worker: WorkerConfig,
+    pub kubernetes: Option<KubernetesConfig>,
+    #[serde(default)]
+    pub log: LogConfig,
+}
+
+fn default_policy() -> PathBuf {
+    "/etc/pilotd/policy.toml".into()
+}
+fn default_state_dir() -> PathBuf {
+    "/var/lib/pilotd".into()
+}
+fn default_interval() -> HumanDuration {
+    HumanDuration(Duration::from_secs(30))
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostConfig {
+    /// utmp file read for logged-in users.
+    #[serde(default = "default_utmp")]
+    pub utmp: PathBuf,
+    /// Where workers' scratch dirs live; its filesystem's free space is the disk budget.
+    /// Default: `<state_dir>/scratch`.
+    pub scratch: Option<PathBuf>,
+    /// sysfs power-supply class, for the battery probe.
+    #[serde(default = "default_power_supply")]
+    pub power_supply: PathBuf,
+    /// /dev, where tty atimes give session idle times.
+    #[serde(default = "default_dev")]
+    pub dev: PathBuf,
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        HostConfig {
+            utmp: default_utmp(),
+            scratch: None,
+            power_supply: default_power_supply(),
+            dev: default_dev(),
+        }
+    }
+}
+
+fn default_utmp() -> PathBuf {
+    "/var/run/utmp".into()
+}
+fn default_power_supply() -> PathBuf {
+    "/sys/class/power_supply".into()
+}
+fn default_dev() -> PathBuf {
+    "/dev".into()
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DockerConfig {
+    #[serde(default = "default_socket")]
+    pub socket: String,
+}
+
+impl Default for DockerConfig {
+    fn default() -> Self {
+        DockerConfig {
+            socket: default_socket(),
+        }
+    }
+}
+
+fn default_socket() -> String {
+    "unix:///var/run/docker.sock".into()
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerConfig {
+    /// Fully qualified image reference (registry/repository:tag or @digest).
+    #[serde(default = "default_image")]
+    pub image: Spanned<String>,
+    #[serde(default = "default_allowed")]
+    pub allowed_images: Vec<String>,
+    #[serde(default = "default_refresh")]
+    pub refresh: HumanDuration,
+    #[serde(default = "default_max_image_age")]
+    pub max_image_age: HumanDuration,
+    #[serde(default = "default_max_lifetime")]
+    pub max_lifetime: Spanned<HumanDuration>,
+    #[serde(default = "default_idle_timeout")]
+    pub idle_timeout: HumanDuration,
+    /// Pool token, bind-mounted read-only into workers; never put in env or logs.
+    pub token_file: Option<PathBuf>,
+    /// Environment of the worker, templated from the decision (`{cpus}`, `{memory_mib}`, ...).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            image: default_image(),
+            allowed_images: default_allowed(),
+            refresh: default_refresh(),
+            max_image_age: default_max_image_age(),
+            max_lifetime: default_max_lifetime(),
+            idle_timeout: default_idle_timeout(),
+            token_file: None,
+            env: BTreeMap::new(),
+        }
+    }
+}
+
+fn default_image() -> Spanned<String> {
+    Spanned::new(0..0, "hub.opensciencegrid.org/osg-htc/ospool-ep:25-release".into())
+}
+fn default_allowed() -> Vec<String> {
+    vec!["hub.opensciencegrid.org/osg-htc/*".into()]
+}
+fn default_refresh() -> HumanDuration {
+    HumanDuration(Duration::from_secs(6 * 3600))
+}
+fn default_max_image_age() -> HumanDuration {
+    HumanDuration(Duration::from_secs(72 * 3600))
+}
+fn default_max_lifetime() -> Spanned<HumanDuration> {
+    Spanned::new(0..0, HumanDuration(Duration::from_secs(24 * 3600)))
+}
+fn default_idle_timeout() -> HumanDuration {
+    HumanDuration(Duration::from_secs(20 * 60))
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct LogConfig {
+    /// tracing filter, e.g. "info" or "pilotd=debug"; `RUST_LOG` wins when set.
+    pub level: Option<String>,
+}
+
+impl SiteConfig {
+    /// Built-in defaults, used by `check`, `plan`, `snapshot` and `schedule` when there is
+    /// no pilotd.toml.
+    pub fn defaults() -> SiteConfig {
+        toml::from_str("").expect("an empty pilotd.toml is valid")
+    }
+
+    pub fn scratch(&self) -> PathBuf {
+        self.host
+            .scratch
+            .clone()
+            .unwrap_or_else(|| self.state_dir.join("scratch"))
+    }
+
+    pub fn max_lifetime(&self) -> Duration {
+        self.worker.max_lifetime.get_ref().0
+    }
+
+    /// Semantic checks of pilotd.toml on its own.
+    pub fn validate(&self, d: &mut Diagnostics) {
+        if self.interval.0 < Duration::from_secs(1) {
+            d.error(0..0, "interval must be at least 1s", "e.g. interval = \"30s\"");
+        }
+        let img = self.worker.image.get_ref();
+        if !is_fully_qualified(img) {
+            d.error(
+                self.worker.image.span(),
+                format!("worker image `{img}` is not fully qualified"),
+                "name the registry, repository and tag, e.g. \"hub.opensciencegrid.org/osg-htc/ospool-ep:25-release\"",
+            );
+        } else if !image_allowed(img, &self.worker.allowed_images) {
+            d.error(
+                self.worker.image.span(),
+                format!("worker image `{img}` is not in allowed_images"),
+                "add a matching pattern to [worker] allowed_images, e.g. \"registry.example.org/pool/*\"",
+            );
+        }
+        if self.max_lifetime().is_zero() {
+            d.error(
+                self.worker.max_lifetime.span(),
+                "max_lifetime cannot be 0",
+                "e.g. max_lifetime = \"24h\"",
+            );
+        }
+        if let Some(k) = &self.kubernetes {
+            k.validate(d);
+        } else if self.mode == Mode::Kubernetes {
+            d.error(
+                0..0,
+                "mode = \"kubernetes\" needs a [kubernetes] table",
+                "convert the provisioner's INI with `pilotd import-ini FILE`, or add [kubernetes] namespace = \"...\"",
+            );
+        }
+    }
+}
+
+/// A reference names its registry host (has a dot, a port or is localhost before the first
+/// slash) and a tag or digest. Podman and reproducible pulls need this.
+pub fn is_fully_qualified(image: &str) -> bool {
+    let Some((host, rest)) = image.split_once('/') else {
+        return false;
+    };
+    let host_ok = host.contains('.') || host.contains(':') || host == "localhost";
+    let last = rest.rsplit('/').next().unwrap_or(rest);
+    let tagged = last.contains(':') || rest.contains("@sha256:");
+    host_ok && tagged && !rest.is_empty()
+}
+
+/// `allowed_images` patterns: exact references, or a prefix ending in `*`.
+pub fn image_allowed(image: &str, patterns: &[String]) -> bool {
+    patterns.iter().any(|p| match p.strip_suffix('*') {
+        Some(prefix) => image.starts_with(prefix),
+        None => image == p,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn qualification() {
+        assert!(is_fully_qualified("hub.opensciencegrid.org/osg-htc/ospool-ep:25-release"));
+        assert!(is_fully_qualified("127.0.0.1:5000/pilotd-test/worker:1"));
+        assert!(is_fully_qualified("localhost/worker:1"));
+        assert!(is_fully_qualified("r.example.org/a/b@sha256:abc"));
+        assert!(!is_fully_qualified("ospool-ep:25-release"));
+        assert!(!is_fully_qualified("osg-htc/ospool-ep:25"));
+        assert!(!is_fully_qualified("hub.opensciencegrid.org/osg-htc/ospool-ep"));
+        assert!(!is_fully_qualified("127.0.0.1:5000/worker"));
+    }
+
+    #[test]
+    fn allow_list() {
+        let pats = vec!["hub.opensciencegrid.org/osg-htc/*".to_string()];
+        assert!(image_allowed("hub.opensciencegrid.org/osg-htc/ospool-ep:25", &pats));
+        assert!(!image_allowed("hub.opensciencegrid.org/evil/x:1", &pats));
+        assert!(!image_allowed("hub.opensciencegrid.org/osg-htcx/x:1", &pats));
+    }
+
+    #[test]
+    fn defaults_are_the_documented_ones() {
+        let c = SiteConfig::defaults();
+        assert_eq!(c.mode, Mode::Volunteer);
+        assert_eq!(c.interval.0, Duration::from_secs(30));
+        assert_eq!(c.max_lifetime(), Duration::from_secs(86400));
+        assert_eq!(c.host.utmp, PathBuf::from("/var/run/utmp"));
+    }
+}

@@ -1,0 +1,392 @@
+//! Typed leaves of the configuration files: durations, sizes, shares, days and times of day.
+//! Each has a pure `parse` that returns a message fit for a diagnostic, so the validation
+//! pass can report every bad value at its position instead of stopping at the first.
+
+use chrono::Weekday;
+use serde::{Deserialize, Deserializer, Serialize};
+use std::fmt;
+use std::time::Duration;
+
+/// Parses "90s", "15m", "1h 30m", "2days" or a bare number of seconds ("300").
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    if let Ok(secs) = t.parse::<u64>() {
+        return Ok(Duration::from_secs(secs));
+    }
+    humantime::parse_duration(t)
+        .map_err(|e| format!("`{s}` is not a duration ({e}); write it like \"90s\", \"15m\" or \"8h\""))
+}
+
+/// Formats a duration the way owners write it ("8h", "1h 30m").
+pub fn format_duration(d: Duration) -> String {
+    humantime::format_duration(Duration::from_secs(d.as_secs())).to_string()
+}
+
+/// A duration in a config file: a humantime string ("15m") or a number of seconds.
+/// Deserializing it gives serde errors with the value's position for free.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct HumanDuration(pub Duration);
+
+impl<'de> Deserialize<'de> for HumanDuration {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = StrOrInt::deserialize(d)?;
+        match v {
+            StrOrInt::Int(n) if n >= 0 => Ok(HumanDuration(Duration::from_secs(n as u64))),
+            StrOrInt::Int(n) => Err(serde::de::Error::custom(format!(
+                "a duration cannot be negative ({n})"
+            ))),
+            StrOrInt::Str(s) => parse_duration(&s)
+                .map(HumanDuration)
+                .map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+impl Serialize for HumanDuration {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format_duration(self.0))
+    }
+}
+
+/// A string or an integer, as owners write both `cpus = 4` and `cpus = "50%"`.
+/// Implemented by hand (not `#[serde(untagged)]`, which loses error positions).
+#[derive(Debug, Clone, PartialEq)]
+pub enum StrOrInt {
+    Str(String),
+    Int(i64),
+}
+
+impl fmt::Display for StrOrInt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StrOrInt::Str(s) => write!(f, "\"{s}\""),
+            StrOrInt::Int(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for StrOrInt {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = StrOrInt;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string or an integer")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<StrOrInt, E> {
+                Ok(StrOrInt::Str(v.to_string()))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<StrOrInt, E> {
+                Ok(StrOrInt::Int(v))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<StrOrInt, E> {
+                i64::try_from(v)
+                    .map(StrOrInt::Int)
+                    .map_err(|_| E::custom("number too large"))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Parses a size: "2GiB", "512MiB", "8GB", "1.5GiB", "100k", or a bare number of bytes.
+/// Binary (KiB, MiB, GiB, TiB) and decimal (kB, MB, GB, TB) units are both accepted.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let num: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size; write it like \"8GiB\" or \"512MiB\""))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" | "ki" => 1 << 10,
+        "m" | "mib" | "mi" => 1 << 20,
+        "g" | "gib" | "gi" => 1 << 30,
+        "t" | "tib" | "ti" => 1 << 40,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        other => {
+            return Err(format!(
+                "unknown size unit `{other}` in `{s}`; use KiB, MiB, GiB, TiB (or kB, MB, GB, TB)"
+            ));
+        }
+    };
+    let bytes = num * mult as f64;
+    if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
+        return Err(format!("size `{s}` is out of range"));
+    }
+    Ok(bytes as u64)
+}
+
+/// Formats bytes with a binary unit, e.g. "7.8GiB".
+pub fn format_size(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i < UNITS.len() - 1 {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 || (v.fract() == 0.0) {
+        format!("{}{}", v as u64, UNITS[i])
+    } else {
+        format!("{v:.1}{}", UNITS[i])
+    }
+}
+
+/// A share of one resource: a percentage of the machine or an absolute amount (a count of
+/// CPUs or GPUs, or bytes of memory or disk).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Share {
+    /// 0 < p ≤ 100.
+    Percent(f64),
+    Amount(u64),
+}
+
+impl Share {
+    /// The amount this share stands for on a machine that has `total` of the resource.
+    pub fn of(self, total: u64) -> u64 {
+        match self {
+            Share::Percent(p) => ((total as f64) * p / 100.0).floor() as u64,
+            Share::Amount(a) => a,
+        }
+    }
+}
+
+/// What kind of amount a share counts, for parsing and messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShareUnit {
+    Count,
+    Bytes,
+}
+
+/// Parses a share: "50%", or a count (`4`, "4") for `Count`, or a size ("8GiB") for `Bytes`.
+pub fn parse_share(v: &StrOrInt, unit: ShareUnit) -> Result<Share, String> {
+    match v {
+        StrOrInt::Int(n) if *n < 0 => Err(format!("a share cannot be negative ({n})")),
+        StrOrInt::Int(n) => match unit {
+            ShareUnit::Count => Ok(Share::Amount(*n as u64)),
+            ShareUnit::Bytes => Err(format!(
+                "`{n}` has no unit; write a size like \"8GiB\" or a percentage like \"50%\""
+            )),
+        },
+        StrOrInt::Str(s) => {
+            let t = s.trim();
+            if let Some(p) = t.strip_suffix('%') {
+                let p: f64 = p
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("`{s}` is not a percentage; write it like \"50%\""))?;
+                if !(p > 0.0 && p <= 100.0) {
+                    return Err(format!("percentage `{s}` must be above 0% and at most 100%"));
+                }
+                return Ok(Share::Percent(p));
+            }
+            match unit {
+                ShareUnit::Count => t.parse::<u64>().map(Share::Amount).map_err(|_| {
+                    format!("`{s}` is neither a count nor a percentage; write 4 or \"50%\"")
+                }),
+                ShareUnit::Bytes => parse_size(t).map(Share::Amount),
+            }
+        }
+    }
+}
+
+/// A set of weekdays, bit 0 = Monday.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DaySet(pub u8);
+
+impl DaySet {
+    pub const ALL: DaySet = DaySet(0x7f);
+
+    pub fn contains(self, day: Weekday) -> bool {
+        self.0 & (1 << day.num_days_from_monday()) != 0
+    }
+
+    pub fn insert(&mut self, day: Weekday) {
+        self.0 |= 1 << day.num_days_from_monday();
+    }
+}
+
+impl fmt::Display for DaySet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if *self == DaySet::ALL {
+            return f.write_str("daily");
+        }
+        let names: Vec<&str> = WEEK
+            .iter()
+            .filter(|d| self.contains(**d))
+            .map(|d| day_name(*d))
+            .collect();
+        f.write_str(&names.join(","))
+    }
+}
+
+pub const WEEK: [Weekday; 7] = [
+    Weekday::Mon,
+    Weekday::Tue,
+    Weekday::Wed,
+    Weekday::Thu,
+    Weekday::Fri,
+    Weekday::Sat,
+    Weekday::Sun,
+];
+
+pub fn day_name(d: Weekday) -> &'static str {
+    ["mon", "tue", "wed", "thu", "fri", "sat", "sun"][d.num_days_from_monday() as usize]
+}
+
+fn parse_day(s: &str) -> Result<Weekday, String> {
+    let l = s.trim().to_ascii_lowercase();
+    for d in WEEK {
+        let full = match d {
+            Weekday::Mon => "monday",
+            Weekday::Tue => "tuesday",
+            Weekday::Wed => "wednesday",
+            Weekday::Thu => "thursday",
+            Weekday::Fri => "friday",
+            Weekday::Sat => "saturday",
+            Weekday::Sun => "sunday",
+        };
+        if l == day_name(d) || l == full {
+            return Ok(d);
+        }
+    }
+    Err(format!(
+        "unknown day `{}`; use mon, tue, wed, thu, fri, sat, sun, a range like mon-fri, a list like sat,sun, or daily",
+        s.trim()
+    ))
+}
+
+/// Parses "mon-fri", "sat,sun", "mon,wed-fri", "daily". Ranges may wrap ("fri-mon").
+pub fn parse_days(s: &str) -> Result<DaySet, String> {
+    let t = s.trim().to_ascii_lowercase();
+    if t == "daily" || t == "all" || t == "every day" {
+        return Ok(DaySet::ALL);
+    }
+    if t.is_empty() {
+        return Err("no days given; use e.g. \"mon-fri\", \"sat,sun\" or \"daily\"".into());
+    }
+    let mut set = DaySet::default();
+    let mut errors = Vec::new();
+    for part in t.split(',') {
+        match part.split_once('-') {
+            Some((a, b)) => match (parse_day(a), parse_day(b)) {
+                (Ok(a), Ok(b)) => {
+                    let mut d = a;
+                    loop {
+                        set.insert(d);
+                        if d == b {
+                            break;
+                        }
+                        d = d.succ();
+                    }
+                }
+                (a, b) => errors.extend([a.err(), b.err()].into_iter().flatten()),
+            },
+            None => match parse_day(part) {
+                Ok(d) => set.insert(d),
+                Err(e) => errors.push(e),
+            },
+        }
+    }
+    if errors.is_empty() {
+        Ok(set)
+    } else {
+        Err(errors.join("; "))
+    }
+}
+
+/// Minutes since local midnight, 0..=1440 (1440 is "24:00", allowed as an end).
+pub type Minute = u16;
+
+/// Parses "HH:MM" (00:00–24:00).
+pub fn parse_time_of_day(s: &str) -> Result<Minute, String> {
+    let bad = || {
+        format!("`{s}` is not a time of day; write HH:MM between 00:00 and 24:00, e.g. \"07:30\"")
+    };
+    let (h, m) = s.trim().split_once(':').ok_or_else(bad)?;
+    if h.is_empty() || h.len() > 2 || m.len() != 2 {
+        return Err(bad());
+    }
+    let h: u16 = h.parse().map_err(|_| bad())?;
+    let m: u16 = m.parse().map_err(|_| bad())?;
+    if m >= 60 || h > 24 || (h == 24 && m != 0) {
+        return Err(bad());
+    }
+    Ok(h * 60 + m)
+}
+
+pub fn format_minute(m: Minute) -> String {
+    format!("{:02}:{:02}", m / 60, m % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("300").unwrap(), Duration::from_secs(300));
+        assert_eq!(parse_duration("15m").unwrap(), Duration::from_secs(900));
+        assert_eq!(parse_duration("1h 30m").unwrap(), Duration::from_secs(5400));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("-5m").is_err());
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("2GiB").unwrap(), 2 << 30);
+        assert_eq!(parse_size("512 MiB").unwrap(), 512 << 20);
+        assert_eq!(parse_size("1.5GiB").unwrap(), 3 << 29);
+        assert_eq!(parse_size("8GB").unwrap(), 8_000_000_000);
+        assert_eq!(parse_size("100").unwrap(), 100);
+        assert!(parse_size("2 parsecs").is_err());
+        assert!(parse_size("GiB").is_err());
+        assert_eq!(format_size(2 << 30), "2GiB");
+        assert_eq!(format_size(1536 << 20), "1.5GiB");
+    }
+
+    #[test]
+    fn shares() {
+        let s = |x: &str| StrOrInt::Str(x.into());
+        assert_eq!(parse_share(&s("50%"), ShareUnit::Count).unwrap(), Share::Percent(50.0));
+        assert_eq!(parse_share(&StrOrInt::Int(3), ShareUnit::Count).unwrap(), Share::Amount(3));
+        assert_eq!(parse_share(&s("3"), ShareUnit::Count).unwrap(), Share::Amount(3));
+        assert_eq!(parse_share(&s("8GiB"), ShareUnit::Bytes).unwrap(), Share::Amount(8 << 30));
+        assert!(parse_share(&s("101%"), ShareUnit::Count).is_err());
+        assert!(parse_share(&s("0%"), ShareUnit::Count).is_err());
+        assert!(parse_share(&StrOrInt::Int(8), ShareUnit::Bytes).is_err());
+        assert!(parse_share(&StrOrInt::Int(-1), ShareUnit::Count).is_err());
+        assert_eq!(Share::Percent(50.0).of(7), 3);
+    }
+
+    #[test]
+    fn days() {
+        assert_eq!(parse_days("daily").unwrap(), DaySet::ALL);
+        assert_eq!(parse_days("mon-fri").unwrap(), DaySet(0b0011111));
+        assert_eq!(parse_days("sat,sun").unwrap(), DaySet(0b1100000));
+        assert_eq!(parse_days("fri-mon").unwrap(), DaySet(0b1110001));
+        assert_eq!(parse_days("Monday, wed").unwrap(), DaySet(0b0000101));
+        let e = parse_days("mon,funday,tue-blursday").unwrap_err();
+        assert!(e.contains("funday") && e.contains("blursday"), "{e}");
+        assert_eq!(parse_days("mon-fri").unwrap().to_string(), "mon,tue,wed,thu,fri");
+    }
+
+    #[test]
+    fn times() {
+        assert_eq!(parse_time_of_day("00:00").unwrap(), 0);
+        assert_eq!(parse_time_of_day("07:30").unwrap(), 450);
+        assert_eq!(parse_time_of_day("7:30").unwrap(), 450);
+        assert_eq!(parse_time_of_day("24:00").unwrap(), 1440);
+        for bad in ["24:01", "25:00", "12:60", "noon", "12", "12:5", "-1:00"] {
+            assert!(parse_time_of_day(bad).is_err(), "{bad}");
+        }
+    }
+}

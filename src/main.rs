@@ -1,0 +1,35 @@
+//! The `pilotd` binary: parse arguments, call into the library, map errors to exit codes.
+//! No `#[tokio::main]`: `run --daemon` must fork before any runtime exists.
+
+use clap::Parser;
+use pilotd::cli::{Cli, Command};
+use pilotd::cmd::{self, CmdError};
+use std::io::Write;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let g = &cli.global;
+    let result: Result<String, CmdError> = match &cli.command {
+        Command::Check => cmd::check::run(g),
+        Command::Plan(a) => cmd::plan::run(g, a),
+        Command::Snapshot => cmd::snapshot::run(g),
+        Command::Schedule(a) => cmd::schedule::run(g, a),
+        Command::ImportIni(a) => cmd::kubernetes::import_ini(&a.file)
+            .map_err(|e| CmdError::Usage(e.to_string())),
+        Command::Run(_) | Command::Status(_) | Command::Init(_) | Command::Gc(_) => {
+            Err(CmdError::Runtime("this command is not available in this build yet".into()))
+        }
+    };
+    match result {
+        Ok(out) => {
+            // A closed pipe (`pilotd plan | head`) is not an error worth a panic.
+            let _ = std::io::stdout().write_all(out.as_bytes());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("pilotd: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}

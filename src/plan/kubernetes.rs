@@ -1,0 +1,1 @@
+//! Placeholder until Kubernetes planning lands.
