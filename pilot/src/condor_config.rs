@@ -1,0 +1,239 @@
+//! The pilot's own condor configuration file, written last in the config dir so it wins over
+//! the fetched pool configuration.
+//!
+//! Rendering is pure (settings and `now` in, text out). What the file does and why:
+//! - one partitionable slot holding the resources pilotd granted (unset → condor detects);
+//! - `STARTD_NOCLAIM_SHUTDOWN` from the idle timeout: the startd exits when no slot has had a
+//!   claim for that long, which covers both "no job ever came" and "idle after the last job";
+//! - `START` is the pool's START (`$(START:True)`) AND `time() < PILOT_ACCEPT_UNTIL` AND the
+//!   job's declared `AllowedExecuteDuration` (if any) fits before die_at AND the extra clause;
+//! - `PILOT_ACCEPT_UNTIL`, `PILOT_DIE_AT`, `PILOT_LONGEST_JOB` (seconds) and
+//!   `PILOT_IDLE_TIMEOUT` are published in the slot ad (`STARTD_ATTRS`), so jobs and the
+//!   negotiator can match only work that fits (`TARGET.PILOT_DIE_AT - time() > …`);
+//! - `MASTER.DAEMON_SHUTDOWN` ends the master once the startd is gone (the canonical pilot
+//!   expression from HTCondor's 50ec2.config) or die_at has passed;
+//! - no `DEFAULT_MASTER_SHUTDOWN_SCRIPT`: its equivalent is the pilot itself. condor_master
+//!   runs as the pilot's child, and when it exits the pilot exits, so the container ends.
+//!   A shutdown script would replace the master's exit status with the script's and hide a
+//!   condor failure, which the pilot must report (exit 30).
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::settings::Settings;
+
+/// The generated file's name: sorts after everything the image and the fetch put there.
+pub const PILOT_CONFIG_FILE: &str = "99-pilot.conf";
+
+/// Where the pilot put the pool token, so condor finds it.
+pub struct TokenPlacement<'a> {
+    pub dir: &'a Path,
+}
+
+/// Condor's own graceful deadline: shorter than the pilot's, so condor finishes its graceful
+/// shutdown before the pilot escalates to a fast one.
+fn condor_graceful_timeout(pilot_graceful: Duration) -> u64 {
+    let secs = pilot_graceful.as_secs();
+    secs.saturating_sub((secs / 10).max(5)).max(1)
+}
+
+/// Renders the pilot's configuration file.
+pub fn render(settings: &Settings, token: &TokenPlacement<'_>, now: DateTime<Utc>) -> String {
+    let mut out = String::new();
+    // Writing to a String cannot fail; `let _` keeps clippy quiet without unwraps.
+    let _ = writeln!(
+        out,
+        "# Written by pilot at {} from its PILOT_* environment. Do not edit: it is rewritten\n\
+         # at every start. It sorts last so it overrides the fetched pool configuration.\n",
+        now.to_rfc3339()
+    );
+
+    let r = &settings.resources;
+    out.push_str("# Slot resources granted by pilotd (unset values are detected by condor).\n");
+    if let Some(cpus) = r.cpus {
+        let _ = writeln!(out, "NUM_CPUS = {cpus}");
+    }
+    if let Some(mib) = r.memory_mib {
+        let _ = writeln!(out, "MEMORY = {mib}");
+    }
+    if let Some(kib) = r.disk_kib {
+        let _ = writeln!(out, "DISK = {kib}");
+    }
+    let mut slot_type = String::from("cpus=100%, memory=100%, disk=100%");
+    match r.gpus {
+        Some(0) => {}
+        Some(n) => {
+            out.push_str("use feature : GPUs\n");
+            let _ = write!(slot_type, ", gpus={n}");
+        }
+        None => {}
+    }
+    let _ = writeln!(
+        out,
+        "NUM_SLOTS = 1\nNUM_SLOTS_TYPE_1 = 1\nSLOT_TYPE_1 = {slot_type}\nSLOT_TYPE_1_PARTITIONABLE = True\n"
+    );
+
+    out.push_str("# Where jobs run and how the startd authenticates to the pool.\n");
+    let _ = writeln!(out, "EXECUTE = {}", settings.scratch.display());
+    let _ = writeln!(out, "SEC_TOKEN_DIRECTORY = {}\n", token.dir.display());
+
+    let idle = settings.idle_timeout.as_secs().max(1);
+    out.push_str("# Give up when no slot has had a claim for the idle timeout.\n");
+    let _ = writeln!(out, "STARTD_NOCLAIM_SHUTDOWN = {idle}\n");
+
+    out.push_str(
+        "# Owner-derived limits, advertised in the slot ad so only jobs that fit are matched.\n",
+    );
+    let _ = writeln!(out, "PILOT_IDLE_TIMEOUT = {idle}");
+    let mut attrs = vec!["PILOT_IDLE_TIMEOUT"];
+    if let Some(accept) = settings.accept_until {
+        let _ = writeln!(out, "PILOT_ACCEPT_UNTIL = {}", accept.timestamp());
+        attrs.push("PILOT_ACCEPT_UNTIL");
+    }
+    if let Some(die) = settings.die_at {
+        let _ = writeln!(out, "PILOT_DIE_AT = {}", die.timestamp());
+        attrs.push("PILOT_DIE_AT");
+    }
+    if let Some(longest) = settings.longest_job() {
+        let _ = writeln!(out, "PILOT_LONGEST_JOB = {}", longest.as_secs());
+        attrs.push("PILOT_LONGEST_JOB");
+    }
+    let _ = writeln!(out, "STARTD_ATTRS = $(STARTD_ATTRS) {}\n", attrs.join(" "));
+
+    out.push_str(
+        "# Accept jobs only while the owner allows and only jobs that can finish in time.\n",
+    );
+    let mut start = vec!["($(START:True))".to_owned()];
+    if settings.accept_until.is_some() {
+        start.push("(time() < $(PILOT_ACCEPT_UNTIL))".to_owned());
+    }
+    if settings.die_at.is_some() {
+        start.push(
+            "(TARGET.AllowedExecuteDuration =?= undefined || \
+             TARGET.AllowedExecuteDuration <= $(PILOT_DIE_AT) - time())"
+                .to_owned(),
+        );
+    }
+    if let Some(extra) = &settings.start_extra {
+        start.push(format!("({extra})"));
+    }
+    let _ = writeln!(out, "START = {}\n", start.join(" && "));
+
+    out.push_str(
+        "# End condor when the startd is gone (idle timeout) or the owner's deadline passed.\n",
+    );
+    let mut shutdown =
+        vec!["(STARTD_StartTime =?= 0 && (time() - DaemonStartTime) > 60)".to_owned()];
+    if settings.die_at.is_some() {
+        shutdown.push("(time() > $(PILOT_DIE_AT))".to_owned());
+    }
+    let _ = writeln!(out, "MASTER.DAEMON_SHUTDOWN = {}", shutdown.join(" || "));
+    let _ = writeln!(
+        out,
+        "SHUTDOWN_GRACEFUL_TIMEOUT = {}",
+        condor_graceful_timeout(settings.graceful_timeout)
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::settings::SlotResources;
+    use std::collections::BTreeMap;
+    use std::path::PathBuf;
+
+    fn settings(extra: &[(&str, &str)]) -> Settings {
+        let mut env: BTreeMap<String, String> = [
+            ("PILOT_CONFIG_URLS", "https://c.example.org/pool.conf"),
+            ("PILOT_TOKEN_FILE", "/etc/pilotd/pool.token"),
+            ("PILOT_IDLE_TIMEOUT", "5m"),
+        ]
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+        for (k, v) in extra {
+            env.insert((*k).to_owned(), (*v).to_owned());
+        }
+        Settings::from_env(&env).unwrap()
+    }
+
+    fn now() -> DateTime<Utc> {
+        DateTime::from_timestamp(1_796_150_000, 0).unwrap()
+    }
+
+    fn render_with(s: &Settings) -> String {
+        let dir = PathBuf::from("/etc/condor/tokens.d");
+        render(s, &TokenPlacement { dir: &dir }, now())
+    }
+
+    #[test]
+    fn full_settings_render_every_knob() {
+        let s = settings(&[
+            ("PILOT_CPUS", "4"),
+            ("PILOT_MEMORY_MIB", "8192"),
+            ("PILOT_DISK_KIB", "20971520"),
+            ("PILOT_GPUS", "1"),
+            ("PILOT_ACCEPT_UNTIL", "1796160600"),
+            ("PILOT_DIE_AT", "1796189400"),
+            ("PILOT_START_EXTRA", "TARGET.Owner == \"alice\""),
+        ]);
+        let text = render_with(&s);
+        for line in [
+            "NUM_CPUS = 4",
+            "MEMORY = 8192",
+            "DISK = 20971520",
+            "use feature : GPUs",
+            "SLOT_TYPE_1 = cpus=100%, memory=100%, disk=100%, gpus=1",
+            "SLOT_TYPE_1_PARTITIONABLE = True",
+            "STARTD_NOCLAIM_SHUTDOWN = 300",
+            "PILOT_ACCEPT_UNTIL = 1796160600",
+            "PILOT_DIE_AT = 1796189400",
+            "PILOT_LONGEST_JOB = 28800",
+            "STARTD_ATTRS = $(STARTD_ATTRS) PILOT_IDLE_TIMEOUT PILOT_ACCEPT_UNTIL PILOT_DIE_AT PILOT_LONGEST_JOB",
+            "SEC_TOKEN_DIRECTORY = /etc/condor/tokens.d",
+            "EXECUTE = /var/lib/condor/execute",
+            "MASTER.DAEMON_SHUTDOWN = (STARTD_StartTime =?= 0 && (time() - DaemonStartTime) > 60) || (time() > $(PILOT_DIE_AT))",
+            "SHUTDOWN_GRACEFUL_TIMEOUT = 270",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        let start = text.lines().find(|l| l.starts_with("START =")).unwrap();
+        assert!(start.starts_with("START = ($(START:True)) && (time() < $(PILOT_ACCEPT_UNTIL))"));
+        assert!(start.contains("AllowedExecuteDuration <= $(PILOT_DIE_AT) - time()"));
+        assert!(start.ends_with("&& (TARGET.Owner == \"alice\")"));
+        assert!(!text.contains("DEFAULT_MASTER_SHUTDOWN_SCRIPT ="));
+    }
+
+    #[test]
+    fn unset_resources_and_deadlines_leave_condor_defaults() {
+        let s = settings(&[]);
+        assert_eq!(s.resources, SlotResources::default());
+        let text = render_with(&s);
+        assert!(!text.contains("NUM_CPUS"));
+        assert!(!text.contains("MEMORY ="));
+        assert!(!text.contains("PILOT_DIE_AT"));
+        assert!(text.contains("START = ($(START:True))\n"));
+        assert!(text.contains(
+            "MASTER.DAEMON_SHUTDOWN = (STARTD_StartTime =?= 0 && (time() - DaemonStartTime) > 60)\n"
+        ));
+    }
+
+    #[test]
+    fn zero_gpus_does_not_enable_gpu_discovery() {
+        let text = render_with(&settings(&[("PILOT_GPUS", "0")]));
+        assert!(!text.contains("GPUs"));
+    }
+
+    #[test]
+    fn rendering_is_deterministic() {
+        let s = settings(&[("PILOT_CPUS", "2")]);
+        assert_eq!(render_with(&s), render_with(&s));
+    }
+}

@@ -1,0 +1,144 @@
+//! The `pilot` binary: arguments, logging, the runtime, and the mapping of everything that
+//! can happen to one exit code.
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use chrono::Utc;
+use pilot::help::HELP;
+use pilot::lifecycle::{Limits, PilotExit};
+use pilot::settings::Settings;
+use pilot::startlog::StartLogWatch;
+use pilot::startup;
+use pilot::supervise::{PilotSignals, supervise};
+
+/// How long SIGKILL may take before the pilot stops waiting for condor.
+const KILL_TIMEOUT: Duration = Duration::from_secs(5);
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("PILOT_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn after(t: chrono::DateTime<Utc>, d: Duration) -> chrono::DateTime<Utc> {
+    t + chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
+}
+
+async fn run() -> PilotExit {
+    // Orphans of condor's daemons are re-parented to the pilot, which reaps them (see
+    // supervise). As PID 1 this is implicit; elsewhere it needs the subreaper flag.
+    if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
+        tracing::warn!(error = %e, "could not become a child subreaper; orphans go to init");
+    }
+    let mut signals = match PilotSignals::install() {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot install signal handlers");
+            return PilotExit::CondorFailed;
+        }
+    };
+    // Env values that are not UTF-8 cannot be meant for the pilot; keep them lossy so the
+    // error names them instead of dropping them silently.
+    let env: BTreeMap<String, String> = std::env::vars_os()
+        .map(|(k, v)| {
+            (
+                k.to_string_lossy().into_owned(),
+                v.to_string_lossy().into_owned(),
+            )
+        })
+        .collect();
+    let settings = match Settings::from_env(&env) {
+        Ok(s) => s,
+        Err(errors) => {
+            for e in &errors.0 {
+                tracing::error!("{e}");
+            }
+            tracing::error!("the pilot cannot use this configuration; see `pilot --help`");
+            return PilotExit::Config;
+        }
+    };
+
+    let started = Utc::now();
+    let prepared = tokio::select! {
+        prepared = startup::prepare(&settings, std::env::var_os("PATH"), started) => prepared,
+        sig = signals.recv() => {
+            tracing::info!(signal = ?sig, "stopped before condor started");
+            return PilotExit::Signal(sig.number());
+        }
+    };
+    let prepared = match prepared {
+        Ok(p) => p,
+        Err(e) => {
+            let exit = e.exit();
+            tracing::error!(exit_code = exit.code(), "{e}");
+            return exit;
+        }
+    };
+
+    let now = Utc::now();
+    let limits = Limits {
+        graceful_timeout: settings.graceful_timeout,
+        fast_timeout: settings.fast_timeout,
+        kill_timeout: KILL_TIMEOUT,
+        idle_backstop: Some(after(now, settings.idle_timeout + settings.idle_grace)),
+        die_backstop: settings.die_at.map(|t| after(t, settings.die_grace)),
+    };
+    // The watch starts before the master so only this run's lines count.
+    let watch = StartLogWatch::new(prepared.start_log);
+    supervise(
+        &prepared.programs.master,
+        limits,
+        watch,
+        &mut signals,
+        Utc::now,
+    )
+    .await
+}
+
+fn main() -> ExitCode {
+    let mut args = std::env::args().skip(1);
+    match args.next().as_deref() {
+        None => {}
+        Some("-h" | "--help") => {
+            print!("{HELP}");
+            return ExitCode::SUCCESS;
+        }
+        Some("-V" | "--version") => {
+            println!("pilot {}", env!("CARGO_PKG_VERSION"));
+            return ExitCode::SUCCESS;
+        }
+        Some(other) => {
+            eprintln!(
+                "pilot: unexpected argument {other:?}; it is configured by environment, see `pilot --help`"
+            );
+            return ExitCode::from(PilotExit::Config.code());
+        }
+    }
+    init_logging();
+    // reqwest is built without a default crypto provider (no aws-lc-rs): install ring, once,
+    // before any TLS client exists.
+    if rustls::crypto::ring::default_provider()
+        .install_default()
+        .is_err()
+    {
+        tracing::debug!("a rustls crypto provider was already installed");
+    }
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start the async runtime");
+            return ExitCode::from(PilotExit::CondorFailed.code());
+        }
+    };
+    let exit = runtime.block_on(run());
+    tracing::info!(exit_code = exit.code(), outcome = ?exit, "pilot exiting");
+    ExitCode::from(exit.code())
+}

@@ -1,0 +1,263 @@
+//! How the pilot knows that condor ran a job: it reads the startd's own log.
+//!
+//! The path is what condor itself reports: `condor_config_val STARTD_LOG` (by default
+//! `$(LOG)/StartLog`), asked after the pilot's configuration is written. The startd writes,
+//! for every job it activates on a slot (condor_startd.V6 `activate_claim`):
+//!
+//! ```text
+//! 03/05/19 22:37:54 slot1_1: State change: claim-activation protocol successful
+//! 03/05/19 22:37:54 slot1_1: Changing activity: Idle -> Busy
+//! ```
+//!
+//! Either line means a job started. HTCondor's own test suite counts busy slots the same way
+//! (`"Changing activity: Idle -> Busy" in line`). The startd's start-up banner
+//! (`** condor_startd (CONDOR_STARTD) STARTING UP`) tells that the startd ran at all, so a
+//! condor that exits "cleanly" without ever starting a startd is reported as a failure, not
+//! as an idle pool.
+//!
+//! Why the log and not a query: the log needs no running daemon, no network and no
+//! authorization, it survives the startd's exit (the pilot reads it after condor is gone),
+//! and it is written by the daemon that actually activated the job. Only bytes written after
+//! the pilot started count, so a log kept from an earlier run cannot fake a job. The log is
+//! read incrementally; when condor rotates it (StartLog → StartLog.old, `MAX_STARTD_LOG`), the
+//! unread tail of the old file is read first.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use crate::lifecycle::Event;
+
+const JOB_START_MARKERS: [&str; 2] = [
+    "State change: claim-activation protocol successful",
+    "Changing activity: Idle -> Busy",
+];
+const STARTD_BANNER: &str = "condor_startd (CONDOR_STARTD) STARTING UP";
+
+/// What one StartLog line says about the pilot's life, if anything.
+pub fn classify_line(line: &str) -> Option<Event> {
+    if JOB_START_MARKERS.iter().any(|m| line.contains(m)) {
+        Some(Event::JobStarted)
+    } else if line.contains(STARTD_BANNER) {
+        Some(Event::StartdStarted)
+    } else {
+        None
+    }
+}
+
+/// Follows the StartLog from where it ended when the pilot started.
+#[derive(Debug)]
+pub struct StartLogWatch {
+    path: PathBuf,
+    /// (inode, offset) of what has been read.
+    position: Option<(u64, u64)>,
+    /// An incomplete last line, kept until its newline arrives.
+    partial: String,
+    seen_startd: bool,
+    seen_job: bool,
+}
+
+fn rotated(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".old");
+    PathBuf::from(name)
+}
+
+/// Appends what follows `offset` in `path` to `into`; returns the number of bytes read.
+fn read_from(path: &Path, offset: u64, into: &mut String) -> u64 {
+    let Ok(mut file) = File::open(path) else {
+        return 0;
+    };
+    if file.seek(SeekFrom::Start(offset)).is_err() {
+        return 0;
+    }
+    let mut bytes = Vec::new();
+    if file.read_to_end(&mut bytes).is_err() {
+        return 0;
+    }
+    // Condor logs are ASCII in practice; a stray byte must not lose the whole chunk.
+    into.push_str(&String::from_utf8_lossy(&bytes));
+    bytes.len() as u64
+}
+
+impl StartLogWatch {
+    /// Starts watching `path`, ignoring everything already in it.
+    pub fn new(path: PathBuf) -> Self {
+        let position = std::fs::metadata(&path).ok().map(|m| (m.ino(), m.len()));
+        StartLogWatch {
+            path,
+            position,
+            partial: String::new(),
+            seen_startd: false,
+            seen_job: false,
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Reads what was appended since the last call and returns the new events (each kind at
+    /// most once over the watch's life). Errors reading the log are not fatal: the log may
+    /// not exist yet.
+    pub fn poll(&mut self) -> Vec<Event> {
+        if self.seen_job {
+            return Vec::new();
+        }
+        let mut text = String::new();
+        let meta = std::fs::metadata(&self.path).ok();
+        match (self.position, &meta) {
+            (Some((ino, offset)), Some(m)) if m.ino() == ino && m.len() >= offset => {
+                let read = read_from(&self.path, offset, &mut text);
+                self.position = Some((ino, offset + read));
+            }
+            (Some((ino, offset)), _) => {
+                // Rotated or truncated: finish the old file if it is the one we were reading.
+                let old = rotated(&self.path);
+                if std::fs::metadata(&old).is_ok_and(|m| m.ino() == ino) {
+                    read_from(&old, offset, &mut text);
+                }
+                if !text.is_empty() && !text.ends_with('\n') {
+                    text.push('\n');
+                }
+                self.position = None;
+                if let Some(m) = meta {
+                    let read = read_from(&self.path, 0, &mut text);
+                    self.position = Some((m.ino(), read));
+                }
+            }
+            (None, Some(m)) => {
+                let read = read_from(&self.path, 0, &mut text);
+                self.position = Some((m.ino(), read));
+            }
+            (None, None) => {}
+        }
+        self.scan(&text)
+    }
+
+    fn scan(&mut self, text: &str) -> Vec<Event> {
+        let mut events = Vec::new();
+        let combined = std::mem::take(&mut self.partial) + text;
+        let (complete, rest) = match combined.rfind('\n') {
+            Some(i) => combined.split_at(i + 1),
+            None => ("", combined.as_str()),
+        };
+        self.partial = rest.to_owned();
+        for line in complete.lines() {
+            match classify_line(line) {
+                Some(Event::StartdStarted) if !self.seen_startd => {
+                    self.seen_startd = true;
+                    events.push(Event::StartdStarted);
+                }
+                Some(Event::JobStarted) if !self.seen_job => {
+                    self.seen_job = true;
+                    events.push(Event::JobStarted);
+                }
+                _ => {}
+            }
+        }
+        events
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn append(path: &Path, text: &str) {
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .unwrap();
+        f.write_all(text.as_bytes()).unwrap();
+    }
+
+    #[test]
+    fn real_startd_lines_are_recognised() {
+        assert_eq!(
+            classify_line(
+                "03/05/19 22:37:54 slot1_1: State change: claim-activation protocol successful"
+            ),
+            Some(Event::JobStarted)
+        );
+        assert_eq!(
+            classify_line("03/05/19 22:37:54 slot1_1: Changing activity: Idle -> Busy"),
+            Some(Event::JobStarted)
+        );
+        assert_eq!(
+            classify_line("11/30/26 05:16:00 ** condor_startd (CONDOR_STARTD) STARTING UP"),
+            Some(Event::StartdStarted)
+        );
+        assert_eq!(
+            classify_line("03/05/19 22:38:09 slot1_1: Changing activity: Busy -> Idle"),
+            None
+        );
+        assert_eq!(
+            classify_line("slot1: Changing state: Unclaimed -> Matched"),
+            None
+        );
+    }
+
+    #[test]
+    fn old_content_is_ignored_and_new_lines_are_seen_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("StartLog");
+        append(
+            &log,
+            "01/01/26 00:00:00 slot1_1: Changing activity: Idle -> Busy\n",
+        );
+        let mut watch = StartLogWatch::new(log.clone());
+        assert!(
+            watch.poll().is_empty(),
+            "a previous run's job does not count"
+        );
+
+        append(
+            &log,
+            "01/01/26 00:01:00 ** condor_startd (CONDOR_STARTD) STARTING UP\n",
+        );
+        append(&log, "01/01/26 00:02:00 slot1_1: Changing activity: Idle");
+        assert_eq!(watch.poll(), vec![Event::StartdStarted]);
+        append(&log, " -> Busy\n");
+        assert_eq!(
+            watch.poll(),
+            vec![Event::JobStarted],
+            "a line split across writes"
+        );
+        append(
+            &log,
+            "01/01/26 00:03:00 slot1_2: Changing activity: Idle -> Busy\n",
+        );
+        assert!(watch.poll().is_empty());
+    }
+
+    #[test]
+    fn a_missing_log_appears_later() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("log/StartLog");
+        let mut watch = StartLogWatch::new(log.clone());
+        assert!(watch.poll().is_empty());
+        std::fs::create_dir_all(log.parent().unwrap()).unwrap();
+        append(
+            &log,
+            "x ** condor_startd (CONDOR_STARTD) STARTING UP\nx slot1_1: State change: claim-activation protocol successful\n",
+        );
+        assert_eq!(watch.poll(), vec![Event::StartdStarted, Event::JobStarted]);
+    }
+
+    #[test]
+    fn rotation_reads_the_unread_tail_of_the_old_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("StartLog");
+        append(&log, "x ** condor_startd (CONDOR_STARTD) STARTING UP\n");
+        let mut watch = StartLogWatch::new(log.clone());
+        append(&log, "x slot1_1: Changing activity: Idle -> Busy\n");
+        // Condor rotates before the pilot polls.
+        std::fs::rename(&log, dir.path().join("StartLog.old")).unwrap();
+        append(&log, "x slot1: new file\n");
+        assert_eq!(watch.poll(), vec![Event::JobStarted]);
+    }
+}
