@@ -1,0 +1,527 @@
+//! The `[kubernetes]` table of pilotd.toml: every setting of the NRP provisioner
+//! (`osg_provisioner.conf` + `pod.conf`), with the provisioner's defaults, as typed leaves so
+//! that serde reports a wrong value at its line and column. Settings the provisioner did not
+//! have (client source, back-off, cleanup, condor tool paths) are pilotd's fixes of its
+//! defects and carry conservative defaults.
+
+use crate::config::Diagnostics;
+use crate::config::units::HumanDuration;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+use toml::Spanned;
+
+/// Where the Kubernetes client finds the API server. Explicit because `kube::Config::infer`
+/// prefers a kubeconfig over the in-cluster account, which silently picks up an operator's
+/// `~/.kube/config` on the wrong cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClientSource {
+    /// The pod's service account (`KUBERNETES_SERVICE_HOST` + the mounted token).
+    #[default]
+    InCluster,
+    /// A kubeconfig file (`kubeconfig`, else `$KUBECONFIG`, else `~/.kube/config`).
+    Kubeconfig,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+pub enum PullPolicy {
+    #[default]
+    Always,
+    IfNotPresent,
+    Never,
+}
+
+impl PullPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PullPolicy::Always => "Always",
+            PullPolicy::IfNotPresent => "IfNotPresent",
+            PullPolicy::Never => "Never",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum AffinityOperator {
+    In,
+    NotIn,
+}
+
+impl AffinityOperator {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AffinityOperator::In => "In",
+            AffinityOperator::NotIn => "NotIn",
+        }
+    }
+}
+
+/// One required node-affinity expression (the INI's `node_affinity_dict` entry; `^key` there
+/// is `operator = "NotIn"` here, `a|b` is `values = ["a", "b"]`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AffinityRule {
+    pub key: String,
+    pub operator: AffinityOperator,
+    pub values: Vec<String>,
+}
+
+/// A PersistentVolumeClaim mounted into every worker (`pvc_volumes_dict`; `!` prefix =
+/// `read_only`, `#` prefix = `host_to_container` mount propagation).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PvcVolume {
+    pub claim: String,
+    pub path: String,
+    #[serde(default)]
+    pub read_only: bool,
+    #[serde(default)]
+    pub host_to_container: bool,
+}
+
+/// One file of a ConfigMap mounted with `subPath` (`config_volumes_dict`): the item key is
+/// the file's basename, as the provisioner did.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigVolume {
+    pub config_map: String,
+    pub path: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KubernetesConfig {
+    /// Namespace of the Jobs and pods, and of the `RequestK8SNamespace` match.
+    pub namespace: Spanned<String>,
+    #[serde(default = "default_client")]
+    pub client: Spanned<ClientSource>,
+    pub kubeconfig: Option<Spanned<PathBuf>>,
+    pub context: Option<Spanned<String>>,
+    #[serde(default = "default_condor_host")]
+    pub condor_host: String,
+    #[serde(default = "default_app_name")]
+    pub app_name: Spanned<String>,
+    #[serde(default = "default_k8s_domain")]
+    pub k8s_domain: String,
+    #[serde(default = "default_image")]
+    pub image: Spanned<String>,
+    #[serde(default)]
+    pub image_pull_policy: PullPolicy,
+    pub priority_class: Option<String>,
+    pub priority_class_cpu: Option<String>,
+    pub priority_class_gpu: Option<String>,
+    pub service_account_name: Option<String>,
+    /// Taint keys tolerated with `operator: Exists, effect: NoSchedule`.
+    #[serde(default)]
+    pub tolerations: Vec<String>,
+    #[serde(default)]
+    pub node_selectors: BTreeMap<String, String>,
+    #[serde(default)]
+    pub node_affinity: Vec<AffinityRule>,
+    #[serde(default = "default_labels")]
+    pub labels: Spanned<BTreeMap<String, String>>,
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub pvc_volumes: Vec<PvcVolume>,
+    #[serde(default)]
+    pub config_volumes: Vec<ConfigVolume>,
+    /// Extra resources, request = limit (`resources_dict`).
+    #[serde(default)]
+    pub resources: BTreeMap<String, String>,
+    /// `ttlSecondsAfterFinished` of every Job (`k8s_job_ttl`).
+    #[serde(default = "default_job_ttl")]
+    pub job_ttl: HumanDuration,
+    #[serde(default = "default_true")]
+    pub force_namespace_matching: bool,
+    #[serde(default)]
+    pub additional_requirements: String,
+    #[serde(default = "default_true")]
+    pub request_fuse: bool,
+    /// Minimum ephemeral storage of a worker in MiB (`storage_mbs`); 0 disables it. It raises
+    /// the pod's storage only, never the `DISK` the worker advertises.
+    #[serde(default = "default_storage_mib")]
+    pub min_ephemeral_storage_mib: u64,
+    /// Over-commit: request 75 % CPU / 80 % memory, limit CPUs+0.25 / memory+1000 Mi.
+    #[serde(default = "default_true")]
+    pub use_large_limit: bool,
+    /// Schedd `Name` must match this regex entirely.
+    #[serde(default = "default_match_all")]
+    pub schedd_whitelist: Spanned<String>,
+    /// Schedd `AuthenticatedIdentity` must match this regex entirely.
+    #[serde(default = "default_match_all")]
+    pub schedd_identity_whitelist: Spanned<String>,
+    #[serde(default = "default_max_pods")]
+    pub max_pods_per_cluster: Spanned<u64>,
+    #[serde(default = "default_max_submit")]
+    pub max_submit_pods_per_cluster: Spanned<u64>,
+    /// Time between reconcile cycles (`sleep_time`).
+    #[serde(default = "default_cycle")]
+    pub cycle: Spanned<HumanDuration>,
+    #[serde(default = "default_token_secret")]
+    pub token_secret: String,
+    #[serde(default = "default_token_key")]
+    pub token_key: String,
+    #[serde(default = "default_condor_status")]
+    pub condor_status: PathBuf,
+    #[serde(default = "default_condor_q")]
+    pub condor_q: PathBuf,
+    /// Collector to query (`-pool`); the tools' own configuration when absent.
+    pub pool: Option<String>,
+    /// Longest a condor tool may run before the query counts as failed.
+    #[serde(default = "default_condor_timeout")]
+    pub condor_timeout: HumanDuration,
+    /// A pod in an odd phase counts as waiting this long after its start, then as unknown
+    /// (the provisioner's `max_wait_onerror`).
+    #[serde(default = "default_unknown_after")]
+    pub unknown_after: HumanDuration,
+    /// Consecutive failed or unclaimed exits of a shape's pods before it goes on trial.
+    #[serde(default = "default_backoff_after")]
+    pub backoff_after: Spanned<u32>,
+    #[serde(default = "default_backoff_initial")]
+    pub backoff_initial: HumanDuration,
+    #[serde(default = "default_backoff_max")]
+    pub backoff_max: HumanDuration,
+    /// Finished Jobs are deleted by pilotd this long after they finished (kept meanwhile so
+    /// `status` can show failures), in addition to `job_ttl`.
+    #[serde(default = "default_cleanup_after")]
+    pub cleanup_after: HumanDuration,
+    #[serde(default = "default_cleanup_max")]
+    pub cleanup_max_per_cycle: u64,
+    /// Page size (`limit`) of pod and Job lists.
+    #[serde(default = "default_page_size")]
+    pub list_page_size: Spanned<u32>,
+    /// Where the run loop keeps the back-off state between restarts (default:
+    /// `<state_dir>/kubernetes-backoff.json`).
+    pub state_file: Option<PathBuf>,
+}
+
+fn default_client() -> Spanned<ClientSource> {
+    Spanned::new(0..0, ClientSource::InCluster)
+}
+fn default_labels() -> Spanned<BTreeMap<String, String>> {
+    Spanned::new(0..0, BTreeMap::new())
+}
+fn default_condor_host() -> String {
+    "prp-cm-htcondor.htcondor-portal.svc.cluster.local".into()
+}
+fn default_app_name() -> Spanned<String> {
+    Spanned::new(0..0, "prp-wn".into())
+}
+fn default_k8s_domain() -> String {
+    "optiputer.net".into()
+}
+fn default_image() -> Spanned<String> {
+    Spanned::new(0..0, "sfiligoi/prp-portal-wn".into())
+}
+fn default_job_ttl() -> HumanDuration {
+    HumanDuration(Duration::from_secs(86400))
+}
+fn default_true() -> bool {
+    true
+}
+fn default_storage_mib() -> u64 {
+    20000
+}
+fn default_match_all() -> Spanned<String> {
+    Spanned::new(0..0, ".*".into())
+}
+fn default_max_pods() -> Spanned<u64> {
+    Spanned::new(0..0, 20)
+}
+fn default_max_submit() -> Spanned<u64> {
+    Spanned::new(0..0, 1000)
+}
+fn default_cycle() -> Spanned<HumanDuration> {
+    Spanned::new(0..0, HumanDuration(Duration::from_secs(120)))
+}
+fn default_token_secret() -> String {
+    "prp-htcondor-wn-secret".into()
+}
+fn default_token_key() -> String {
+    "prp-wn.token".into()
+}
+fn default_condor_status() -> PathBuf {
+    "condor_status".into()
+}
+fn default_condor_q() -> PathBuf {
+    "condor_q".into()
+}
+fn default_condor_timeout() -> HumanDuration {
+    HumanDuration(Duration::from_secs(60))
+}
+fn default_unknown_after() -> HumanDuration {
+    HumanDuration(Duration::from_secs(1000))
+}
+fn default_backoff_after() -> Spanned<u32> {
+    Spanned::new(0..0, 2)
+}
+fn default_backoff_initial() -> HumanDuration {
+    HumanDuration(Duration::from_secs(300))
+}
+fn default_backoff_max() -> HumanDuration {
+    HumanDuration(Duration::from_secs(3600))
+}
+fn default_cleanup_after() -> HumanDuration {
+    HumanDuration(Duration::from_secs(600))
+}
+fn default_cleanup_max() -> u64 {
+    100
+}
+fn default_page_size() -> Spanned<u32> {
+    Spanned::new(0..0, 500)
+}
+
+/// The longest app name that keeps Job names (`<app>-<hex time>-<6 hex>`) within the 63
+/// characters of the `job-name` label the Job controller puts on pods.
+pub const MAX_APP_NAME: usize = 40;
+
+/// Compiles a whitelist the way Python's `re.fullmatch` applies it: the whole name must match.
+pub fn full_match_regex(pattern: &str) -> Result<regex::Regex, regex::Error> {
+    regex::Regex::new(&format!("^(?:{pattern})$"))
+}
+
+/// RFC 1123 label: what Kubernetes requires of namespaces and (as a prefix) of Job names.
+pub fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+impl KubernetesConfig {
+    /// Parses a `[kubernetes]` table on its own (tests and tools that have no full file).
+    pub fn from_table_text(src: &str) -> Result<KubernetesConfig, toml::de::Error> {
+        toml::from_str(src)
+    }
+
+    pub fn cycle(&self) -> Duration {
+        self.cycle.get_ref().0
+    }
+
+    /// The label selector of every pod and Job this provisioner owns (the provisioner's own,
+    /// so a switch from the Python provisioner adopts its pods).
+    pub fn selector(&self) -> String {
+        format!("prp-htcondor-portal=wn,k8s-app={}", self.app_name.get_ref())
+    }
+
+    /// Semantic checks serde cannot make; each error points at the offending value.
+    pub fn validate(&self, d: &mut Diagnostics) {
+        let ns = self.namespace.get_ref();
+        if !is_dns_label(ns) {
+            d.error(
+                self.namespace.span(),
+                format!("[kubernetes] namespace `{ns}` is not a valid Kubernetes namespace"),
+                "use lowercase letters, digits and '-', at most 63 characters, e.g. \"osg-opportunistic\"",
+            );
+        }
+        let app = self.app_name.get_ref();
+        if !is_dns_label(app) || app.len() > MAX_APP_NAME {
+            d.error(
+                self.app_name.span(),
+                format!("[kubernetes] app_name `{app}` cannot prefix Job names"),
+                format!(
+                    "use lowercase letters, digits and '-', at most {MAX_APP_NAME} characters, e.g. \"osg-direct\""
+                ),
+            );
+        }
+        if self.image.get_ref().trim().is_empty() {
+            d.error(
+                self.image.span(),
+                "[kubernetes] image is empty",
+                "name the worker image, e.g. \"hub.opensciencegrid.org/osg-htc/nrp-ospool-ep:25-release\"",
+            );
+        }
+        for (field, pattern) in [
+            ("schedd_whitelist", &self.schedd_whitelist),
+            ("schedd_identity_whitelist", &self.schedd_identity_whitelist),
+        ] {
+            if let Err(e) = full_match_regex(pattern.get_ref()) {
+                d.error(
+                    pattern.span(),
+                    format!("[kubernetes] {field} is not a valid regular expression: {e}"),
+                    "write a Rust/Python-style regex that matches the whole name, e.g. \"ap.*\\\\.osg-htc\\\\.org\"",
+                );
+            }
+        }
+        if *self.max_pods_per_cluster.get_ref() == 0 {
+            d.error(
+                self.max_pods_per_cluster.span(),
+                "[kubernetes] max_pods_per_cluster is 0, so no worker would ever start",
+                "the provisioner's default is 20",
+            );
+        }
+        if *self.max_submit_pods_per_cluster.get_ref() == 0 {
+            d.error(
+                self.max_submit_pods_per_cluster.span(),
+                "[kubernetes] max_submit_pods_per_cluster is 0, so no worker would ever start",
+                "the provisioner's default is 1000",
+            );
+        }
+        if self.cycle() < Duration::from_secs(1) {
+            d.error(
+                self.cycle.span(),
+                "[kubernetes] cycle must be at least 1s",
+                "the provisioner's default is \"120s\"",
+            );
+        }
+        if *self.backoff_after.get_ref() == 0 {
+            d.error(
+                self.backoff_after.span(),
+                "[kubernetes] backoff_after must be at least 1",
+                "e.g. backoff_after = 2: two failed pods in a row put the shape on trial",
+            );
+        }
+        if *self.list_page_size.get_ref() == 0 {
+            d.error(
+                self.list_page_size.span(),
+                "[kubernetes] list_page_size must be at least 1",
+                "e.g. list_page_size = 500",
+            );
+        }
+        for (k, v) in self.labels.get_ref() {
+            if !is_label_key(k) || !is_label_value(v) {
+                d.error(
+                    self.labels.span(),
+                    format!("[kubernetes] labels: `{k}` = `{v}` is not a valid Kubernetes label"),
+                    "keys are [prefix/]name, values at most 63 characters of [A-Za-z0-9._-] starting and ending alphanumeric",
+                );
+            }
+        }
+        match (self.client.get_ref(), &self.kubeconfig, &self.context) {
+            (ClientSource::InCluster, Some(path), _) => d.error(
+                path.span(),
+                "[kubernetes] kubeconfig is set but client = \"in-cluster\" ignores it",
+                "set client = \"kubeconfig\", or remove kubeconfig",
+            ),
+            (ClientSource::InCluster, None, Some(ctx)) => d.error(
+                ctx.span(),
+                "[kubernetes] context is set but client = \"in-cluster\" ignores it",
+                "set client = \"kubeconfig\", or remove context",
+            ),
+            _ => {}
+        }
+    }
+}
+
+/// A label key: optional DNS prefix + '/' + a name of at most 63 characters.
+pub fn is_label_key(k: &str) -> bool {
+    let (prefix, name) = match k.rsplit_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, k),
+    };
+    let prefix_ok = prefix.is_none_or(|p| {
+        !p.is_empty()
+            && p.len() <= 253
+            && p.split('.').all(|part| {
+                !part.is_empty()
+                    && part
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            })
+    });
+    prefix_ok && !name.is_empty() && is_label_value(name)
+}
+
+/// A label value: empty, or at most 63 characters of `[A-Za-z0-9._-]`, alphanumeric at both
+/// ends.
+pub fn is_label_value(v: &str) -> bool {
+    if v.is_empty() {
+        return true;
+    }
+    let bytes = v.as_bytes();
+    v.len() <= 63
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        && bytes[0].is_ascii_alphanumeric()
+        && bytes[bytes.len() - 1].is_ascii_alphanumeric()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn diags(src: &str) -> Vec<String> {
+        let cfg = KubernetesConfig::from_table_text(src).expect("parses");
+        let mut d = Diagnostics::new(Path::new("pilotd.toml"), src);
+        cfg.validate(&mut d);
+        d.into_vec().into_iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn defaults_are_the_provisioners() {
+        let c = KubernetesConfig::from_table_text("namespace = \"osg\"\n").unwrap();
+        assert_eq!(c.app_name.get_ref(), "prp-wn");
+        assert_eq!(c.k8s_domain, "optiputer.net");
+        assert_eq!(c.image.get_ref(), "sfiligoi/prp-portal-wn");
+        assert_eq!(c.image_pull_policy, PullPolicy::Always);
+        assert_eq!(*c.max_pods_per_cluster.get_ref(), 20);
+        assert_eq!(*c.max_submit_pods_per_cluster.get_ref(), 1000);
+        assert_eq!(c.cycle(), Duration::from_secs(120));
+        assert_eq!(c.job_ttl.0, Duration::from_secs(86400));
+        assert_eq!(c.min_ephemeral_storage_mib, 20000);
+        assert!(c.force_namespace_matching && c.request_fuse && c.use_large_limit);
+        assert_eq!(*c.client.get_ref(), ClientSource::InCluster);
+        assert_eq!(c.selector(), "prp-htcondor-portal=wn,k8s-app=prp-wn");
+        assert!(diags("namespace = \"osg\"\n").is_empty());
+    }
+
+    #[test]
+    fn unknown_key_and_bad_type_are_reported_at_their_line() {
+        let e =
+            KubernetesConfig::from_table_text("namespace = \"osg\"\nmax_pods = 3\n").unwrap_err();
+        assert!(e.message().contains("unknown field `max_pods`"), "{e}");
+        assert_eq!(e.span().unwrap().start, 18);
+        let e = KubernetesConfig::from_table_text("namespace = \"osg\"\ncycle = \"soon\"\n")
+            .unwrap_err();
+        assert!(e.message().contains("not a duration"), "{e}");
+    }
+
+    #[test]
+    fn semantic_errors_point_at_the_value() {
+        let out = diags("namespace = \"OSG_bad\"\nschedd_whitelist = \"(ap\"\n");
+        assert_eq!(out.len(), 2, "{out:?}");
+        assert!(
+            out[0].starts_with("pilotd.toml:1:13: [kubernetes] namespace"),
+            "{out:?}"
+        );
+        assert!(
+            out[1].starts_with("pilotd.toml:2:20: [kubernetes] schedd_whitelist"),
+            "{out:?}"
+        );
+        let out = diags("namespace = \"osg\"\nkubeconfig = \"/k\"\n");
+        assert!(out[0].contains("client = \\\"in-cluster\\\"") || out[0].contains("in-cluster"));
+    }
+
+    #[test]
+    fn whitelist_is_a_full_match() {
+        let r = full_match_regex("ap.*\\.osg-htc\\.org").unwrap();
+        assert!(r.is_match("ap20.uc.osg-htc.org"));
+        assert!(!r.is_match("evil-ap20.uc.osg-htc.org.example.com"));
+        let r = full_match_regex("a|b").unwrap();
+        assert!(
+            !r.is_match("ab"),
+            "alternation must be grouped before anchoring"
+        );
+    }
+
+    #[test]
+    fn label_rules() {
+        assert!(is_label_value("NVIDIA-A100") && is_label_value(""));
+        assert!(
+            !is_label_value("A100,V100")
+                && !is_label_value("-x")
+                && !is_label_value(&"a".repeat(64))
+        );
+        assert!(is_label_key("nvidia.com/gpu.product") && is_label_key("PodCPUs"));
+        assert!(!is_label_key("bad key") && !is_label_key("/x"));
+    }
+}
