@@ -1,0 +1,380 @@
+//! The pilot binary end to end on the host, with the fake condor_master from
+//! tests/fake-condor: every exit code of the contract is provoked here, and no process may
+//! outlive the pilot.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{
+    CondorHome, ConfigServer, Reply, eventually, process_gone, stderr_of, wait_with_deadline,
+};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+const POOL_CONF: &str = "# pool configuration served to the pilot\nCONDOR_HOST = cm.example.org\n";
+const LONG: Duration = Duration::from_secs(30);
+
+fn pool_server() -> ConfigServer {
+    ConfigServer::start(vec![(
+        "/pool.conf",
+        vec![Reply::Status(200, POOL_CONF.into())],
+    )])
+}
+
+/// Runs the pilot to completion and returns its exit code and stderr.
+fn run(
+    home: &CondorHome,
+    server: &ConfigServer,
+    mode: &str,
+    extra: &[(&str, &str)],
+) -> (i32, String) {
+    let mut cmd = home.pilot(&server.url("/pool.conf"), mode);
+    for (k, v) in extra {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let status = wait_with_deadline(&mut child, LONG);
+    let stderr = stderr_of(&mut child);
+    (status.code().expect("pilot ended by a signal"), stderr)
+}
+
+/// Starts the pilot and waits until the fake condor is up.
+fn start_until_condor_runs(
+    home: &CondorHome,
+    server: &ConfigServer,
+    mode: &str,
+    extra: &[(&str, &str)],
+) -> std::process::Child {
+    let mut cmd = home.pilot(&server.url("/pool.conf"), mode);
+    cmd.env("PILOT_IDLE_TIMEOUT", "60");
+    for (k, v) in extra {
+        cmd.env(k, v);
+    }
+    let child = cmd.spawn().unwrap();
+    eventually("condor to start", LONG, || {
+        home.master_log().contains("STARTING UP")
+    });
+    child
+}
+
+fn signal(child: &std::process::Child, sig: Signal) {
+    kill(Pid::from_raw(child.id() as i32), sig).unwrap();
+}
+
+#[test]
+fn exit_0_after_a_job_ran() {
+    let home = CondorHome::new();
+    let server = pool_server();
+    let (code, err) = run(&home, &server, "job", &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("a job started"), "{err}");
+    // The fetched and the generated configuration are in place.
+    let fetched =
+        std::fs::read_to_string(home.root().join("config.d/50-pilot-fetched-00-pool.conf"))
+            .unwrap();
+    assert_eq!(fetched, POOL_CONF);
+    let own = std::fs::read_to_string(home.root().join("config.d/99-pilot.conf")).unwrap();
+    assert!(own.contains("STARTD_NOCLAIM_SHUTDOWN = 2"), "{own}");
+    // The token reached condor's token dir, private, and never the log.
+    let token = home.root().join("tokens.d/pilot-pool.token");
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&token).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600);
+    assert!(
+        !err.contains("secret"),
+        "the token leaked into the log: {err}"
+    );
+}
+
+#[test]
+fn exit_10_when_no_job_came() {
+    let home = CondorHome::new();
+    let server = pool_server();
+    let (code, err) = run(&home, &server, "idle", &[]);
+    assert_eq!(code, 10, "{err}");
+    assert!(home.master_log().contains("EXITING WITH STATUS 0"));
+}
+
+#[test]
+fn exit_10_from_the_idle_backstop_when_condor_does_not_stop_itself() {
+    // `hang` ignores its idle timeout and SIGTERM: the pilot stops it (graceful, then fast).
+    let home = CondorHome::new();
+    let server = pool_server();
+    let start = Instant::now();
+    let (code, err) = run(
+        &home,
+        &server,
+        "hang",
+        &[
+            ("PILOT_IDLE_TIMEOUT", "1"),
+            ("PILOT_IDLE_GRACE", "1"),
+            ("PILOT_GRACEFUL_TIMEOUT", "1"),
+        ],
+    );
+    assert_eq!(code, 10, "{err}");
+    assert!(home.master_log().contains("Performing fast shutdown"));
+    assert!(start.elapsed() < Duration::from_secs(15));
+}
+
+#[test]
+fn exit_20_on_unusable_environment() {
+    let home = CondorHome::new();
+    let server = pool_server();
+    let (code, err) = run(
+        &home,
+        &server,
+        "idle",
+        &[("PILOT_IDLE_TIMEOUT", "soon"), ("PILOT_CPUS", "-1")],
+    );
+    assert_eq!(code, 20, "{err}");
+    assert!(
+        err.contains("PILOT_IDLE_TIMEOUT") && err.contains("PILOT_CPUS"),
+        "{err}"
+    );
+    assert!(home.master_log().is_empty(), "condor must not start");
+}
+
+#[test]
+fn exit_20_when_the_config_url_is_404() {
+    let home = CondorHome::new();
+    let server = ConfigServer::start(vec![]);
+    let (code, err) = run(&home, &server, "idle", &[]);
+    assert_eq!(code, 20, "{err}");
+    assert_eq!(server.hits("/pool.conf"), 1, "a 404 is not retried");
+    assert!(err.contains("404"), "{err}");
+}
+
+#[test]
+fn exit_20_when_condor_rejects_the_fetched_config() {
+    let home = CondorHome::new();
+    let server = ConfigServer::start(vec![(
+        "/pool.conf",
+        vec![Reply::Status(200, "this is not condor config\n".into())],
+    )]);
+    let (code, err) = run(&home, &server, "idle", &[]);
+    assert_eq!(code, 20, "{err}");
+    assert!(err.contains("condor rejected the configuration"), "{err}");
+}
+
+#[test]
+fn exit_20_when_the_token_is_missing() {
+    let home = CondorHome::new();
+    let server = pool_server();
+    let (code, err) = run(
+        &home,
+        &server,
+        "idle",
+        &[("PILOT_TOKEN_FILE", "/nonexistent/pool.token")],
+    );
+    assert_eq!(code, 20, "{err}");
+    assert!(err.contains("/nonexistent/pool.token"), "{err}");
+}
+
+#[test]
+fn exit_21_when_scratch_is_not_writable() {
+    let home = CondorHome::new();
+    let server = pool_server();
+    let file = home.root().join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let (code, err) = run(
+        &home,
+        &server,
+        "idle",
+        &[("PILOT_SCRATCH", file.to_str().unwrap())],
+    );
+    assert_eq!(code, 21, "{err}");
+    assert!(err.contains("scratch directory"), "{err}");
+}
+
+#[test]
+fn exit_21_when_condor_is_not_installed() {
+    let home = CondorHome::new();
+    let server = pool_server();
+    let (code, err) = run(&home, &server, "idle", &[("PATH", "/usr/bin:/bin")]);
+    assert_eq!(code, 21, "{err}");
+    assert!(err.contains("condor_master not found"), "{err}");
+}
+
+#[test]
+fn exit_21_when_the_site_command_fails() {
+    let home = CondorHome::new();
+    let server = pool_server();
+    let (code, err) = run(
+        &home,
+        &server,
+        "idle",
+        &[("PILOT_SELFTEST_CMD", "echo no cvmfs >&2; exit 3")],
+    );
+    assert_eq!(code, 21, "{err}");
+    assert!(err.contains("no cvmfs"), "{err}");
+}
+
+#[test]
+fn exit_30_when_condor_crashes() {
+    let home = CondorHome::new();
+    let server = pool_server();
+    let (code, err) = run(&home, &server, "crash", &[]);
+    assert_eq!(code, 30, "{err}");
+}
+
+#[test]
+fn exit_30_when_condor_crashes_even_after_a_job() {
+    let home = CondorHome::new();
+    let server = pool_server();
+    let (code, err) = run(&home, &server, "job-then-crash", &[]);
+    assert_eq!(code, 30, "a job must not hide the crash: {err}");
+}
+
+#[test]
+fn exit_30_when_condor_exits_without_a_startd() {
+    let home = CondorHome::new();
+    let server = pool_server();
+    let (code, err) = run(&home, &server, "no-startd", &[]);
+    assert_eq!(code, 30, "{err}");
+}
+
+#[test]
+fn exit_143_on_sigterm_with_a_graceful_condor_shutdown() {
+    let home = CondorHome::new();
+    let server = pool_server();
+    let mut child = start_until_condor_runs(&home, &server, "idle", &[]);
+    signal(&child, Signal::SIGTERM);
+    let status = wait_with_deadline(&mut child, LONG);
+    assert_eq!(status.code(), Some(143), "{}", stderr_of(&mut child));
+    let log = home.master_log();
+    assert!(log.contains("Performing graceful shutdown"), "{log}");
+    assert!(!log.contains("fast shutdown"), "{log}");
+}
+
+#[test]
+fn exit_131_on_sigquit_with_a_fast_condor_shutdown() {
+    let home = CondorHome::new();
+    let server = pool_server();
+    let mut child = start_until_condor_runs(&home, &server, "idle", &[]);
+    signal(&child, Signal::SIGQUIT);
+    let status = wait_with_deadline(&mut child, LONG);
+    assert_eq!(status.code(), Some(131), "{}", stderr_of(&mut child));
+    assert!(home.master_log().contains("Performing fast shutdown"));
+}
+
+#[test]
+fn sigterm_escalates_to_fast_when_condor_hangs() {
+    let home = CondorHome::new();
+    let server = pool_server();
+    let mut child =
+        start_until_condor_runs(&home, &server, "hang", &[("PILOT_GRACEFUL_TIMEOUT", "2")]);
+    let start = Instant::now();
+    signal(&child, Signal::SIGTERM);
+    let status = wait_with_deadline(&mut child, LONG);
+    assert_eq!(status.code(), Some(143), "{}", stderr_of(&mut child));
+    assert!(start.elapsed() >= Duration::from_secs(2));
+    let log = home.master_log();
+    assert!(
+        log.contains("graceful shutdown. (fake: ignoring it)")
+            && log.contains("Performing fast shutdown."),
+        "{log}"
+    );
+}
+
+#[test]
+fn exit_30_when_condor_must_be_killed_and_nothing_is_left() {
+    let home = CondorHome::new();
+    let server = pool_server();
+    let mut child = start_until_condor_runs(
+        &home,
+        &server,
+        "hang-hard",
+        &[("PILOT_GRACEFUL_TIMEOUT", "1"), ("PILOT_FAST_TIMEOUT", "1")],
+    );
+    let master = home.master_pid().expect("master pid in MasterLog");
+    signal(&child, Signal::SIGTERM);
+    let status = wait_with_deadline(&mut child, LONG);
+    assert_eq!(status.code(), Some(30), "{}", stderr_of(&mut child));
+    eventually(
+        "the killed master to be gone",
+        Duration::from_secs(2),
+        || process_gone(master),
+    );
+}
+
+#[test]
+fn exit_143_on_sigterm_before_condor_starts() {
+    let home = CondorHome::new();
+    let server = ConfigServer::start(vec![(
+        "/pool.conf",
+        vec![Reply::Hang(Duration::from_secs(20))],
+    )]);
+    let mut cmd = home.pilot(&server.url("/pool.conf"), "idle");
+    cmd.env("PILOT_FETCH_TIMEOUT", "30s");
+    let mut child = cmd.spawn().unwrap();
+    eventually("the fetch to start", LONG, || server.hits("/pool.conf") > 0);
+    signal(&child, Signal::SIGTERM);
+    let status = wait_with_deadline(&mut child, Duration::from_secs(5));
+    assert_eq!(status.code(), Some(143), "{}", stderr_of(&mut child));
+}
+
+#[test]
+fn a_grandchild_left_behind_by_condor_is_killed_and_reaped() {
+    let home = CondorHome::new();
+    let server = pool_server();
+    let pidfile = home.root().join("grandchild.pid");
+    let (code, err) = run(
+        &home,
+        &server,
+        "grandchild",
+        &[("FAKE_CONDOR_GRANDCHILD_PIDFILE", pidfile.to_str().unwrap())],
+    );
+    assert_eq!(code, 10, "{err}");
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        process_gone(pid),
+        "grandchild {pid} survived the pilot: {err}"
+    );
+    assert!(
+        err.contains("terminating processes condor left behind"),
+        "{err}"
+    );
+}
+
+#[test]
+fn help_documents_the_environment_and_exit_codes() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pilot"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    for needle in [
+        "PILOT_CONFIG_URLS",
+        "PILOT_CONFIG_SHA256",
+        "PILOT_TOKEN_FILE",
+        "PILOT_IDLE_TIMEOUT",
+        "PILOT_ACCEPT_UNTIL",
+        "PILOT_DIE_AT",
+        "PILOT_CPUS",
+        "PILOT_MEMORY_MIB",
+        "PILOT_DISK_KIB",
+        "PILOT_GPUS",
+        "PILOT_START_EXTRA",
+        "PILOT_CONDOR_CONFIG_DIR",
+        "PILOT_SCRATCH",
+        "PILOT_SELFTEST_CMD",
+        "PILOT_ALLOW_HTTP",
+        "PILOT_FETCH_TIMEOUT",
+        "128+n",
+        " 30 ",
+        " 21 ",
+    ] {
+        assert!(text.contains(needle), "--help lacks {needle}");
+    }
+    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_pilot"))
+        .arg("--bogus")
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(20));
+}
