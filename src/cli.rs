@@ -22,8 +22,13 @@ pub struct Cli {
 #[derive(Debug, Clone, Args)]
 pub struct Global {
     /// pilotd.toml (optional for check, plan, snapshot and schedule: built-in defaults apply)
-    #[arg(short = 'c', long = "config", global = true, env = "PILOTD_CONFIG",
-          default_value = "/etc/pilotd/pilotd.toml")]
+    #[arg(
+        short = 'c',
+        long = "config",
+        global = true,
+        env = "PILOTD_CONFIG",
+        default_value = "/etc/pilotd/pilotd.toml"
+    )]
     pub config: PathBuf,
     /// The owner's policy file (overrides `policy` in pilotd.toml)
     #[arg(long, global = true, env = "PILOTD_POLICY")]

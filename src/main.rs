@@ -15,11 +15,12 @@ fn main() -> ExitCode {
         Command::Plan(a) => cmd::plan::run(g, a),
         Command::Snapshot => cmd::snapshot::run(g),
         Command::Schedule(a) => cmd::schedule::run(g, a),
-        Command::ImportIni(a) => cmd::kubernetes::import_ini(&a.file)
-            .map_err(|e| CmdError::Usage(e.to_string())),
-        Command::Run(_) | Command::Status(_) | Command::Init(_) | Command::Gc(_) => {
-            Err(CmdError::Runtime("this command is not available in this build yet".into()))
+        Command::ImportIni(a) => {
+            cmd::kubernetes::import_ini(&a.file).map_err(|e| CmdError::Usage(e.to_string()))
         }
+        Command::Run(_) | Command::Status(_) | Command::Init(_) | Command::Gc(_) => Err(
+            CmdError::Runtime("this command is not available in this build yet".into()),
+        ),
     };
     match result {
         Ok(out) => {

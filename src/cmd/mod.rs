@@ -38,14 +38,19 @@ impl CmdError {
 }
 
 /// Loads the configuration for a command that may run without pilotd.toml.
-pub fn load_config(g: &Global, site: SiteFile, machine: Option<Machine>) -> Result<Config, CmdError> {
+pub fn load_config(
+    g: &Global,
+    site: SiteFile,
+    machine: Option<Machine>,
+) -> Result<Config, CmdError> {
     Ok(config::load(&g.config, site, g.policy.as_deref(), machine)?)
 }
 
 /// The machine's CPU count and memory, for checking shares; cheap (no CPU sampling).
 pub fn this_machine() -> Option<Machine> {
     let mut sys = sysinfo::System::new_with_specifics(
-        sysinfo::RefreshKind::nothing().with_memory(sysinfo::MemoryRefreshKind::nothing().with_ram()),
+        sysinfo::RefreshKind::nothing()
+            .with_memory(sysinfo::MemoryRefreshKind::nothing().with_ram()),
     )
     .ok()?;
     sys.refresh_memory();

@@ -30,8 +30,14 @@ pub fn run(g: &Global, a: &PlanArgs) -> Result<String, CmdError> {
     };
     // Check the policy's shares against the machine that was observed.
     let machine = snap.as_ref().map(|s| match s {
-        Snapshot::Host(h) => Machine { cpus: h.cpus, memory_kib: h.memory_total_kib },
-        Snapshot::Cluster(_) => Machine { cpus: u32::MAX, memory_kib: u64::MAX / 1024 },
+        Snapshot::Host(h) => Machine {
+            cpus: h.cpus,
+            memory_kib: h.memory_total_kib,
+        },
+        Snapshot::Cluster(_) => Machine {
+            cpus: u32::MAX,
+            memory_kib: u64::MAX / 1024,
+        },
     });
     let cfg = load_config(g, SiteFile::Optional, machine.or_else(super::this_machine))?;
     match (cfg.site.mode, snap) {
@@ -47,7 +53,11 @@ pub fn run(g: &Global, a: &PlanArgs) -> Result<String, CmdError> {
         }
         (Mode::Volunteer, Some(Snapshot::Cluster(_))) => Err(CmdError::Usage(format!(
             "{} is a kubernetes-mode snapshot, but the configuration is in volunteer mode\n  hint: pass -c with a kubernetes-mode pilotd.toml",
-            a.snapshot.as_deref().map(Path::display).map(|d| d.to_string()).unwrap_or_default()
+            a.snapshot
+                .as_deref()
+                .map(Path::display)
+                .map(|d| d.to_string())
+                .unwrap_or_default()
         ))),
         (Mode::Volunteer, snap) => {
             let host = match snap {
@@ -57,9 +67,11 @@ pub fn run(g: &Global, a: &PlanArgs) -> Result<String, CmdError> {
             let now = now.unwrap_or(host.taken_at);
             let plan = volunteer_plan(&cfg, &host, now);
             Ok(match a.format {
-                Format::Json => serde_json::to_string_pretty(&plan)
-                    .map_err(|e| CmdError::Runtime(e.to_string()))?
-                    + "\n",
+                Format::Json => {
+                    serde_json::to_string_pretty(&plan)
+                        .map_err(|e| CmdError::Runtime(e.to_string()))?
+                        + "\n"
+                }
                 Format::Text => render_text(&cfg, &plan),
             })
         }
@@ -67,7 +79,9 @@ pub fn run(g: &Global, a: &PlanArgs) -> Result<String, CmdError> {
 }
 
 pub fn volunteer_plan(cfg: &Config, host: &HostSnapshot, now: DateTime<Utc>) -> VolunteerPlan {
-    let limits = Limits { max_lifetime: cfg.site.max_lifetime() };
+    let limits = Limits {
+        max_lifetime: cfg.site.max_lifetime(),
+    };
     let supply = decide(&cfg.policy, host, limits, now);
     VolunteerPlan {
         mode: "volunteer",
@@ -110,7 +124,9 @@ pub fn read_snapshot(path: &Path) -> Result<Snapshot, CmdError> {
         other => Err(CmdError::Usage(format!(
             "{}: `mode` is {}, expected \"volunteer\" or \"kubernetes\"",
             path.display(),
-            other.map(|m| format!("\"{m}\"")).unwrap_or_else(|| "missing".into())
+            other
+                .map(|m| format!("\"{m}\""))
+                .unwrap_or_else(|| "missing".into())
         ))),
     }
 }
@@ -118,7 +134,11 @@ pub fn read_snapshot(path: &Path) -> Result<Snapshot, CmdError> {
 fn render_text(cfg: &Config, p: &VolunteerPlan) -> String {
     use std::fmt::Write;
     let tz = cfg.policy.timezone;
-    let local = |t: DateTime<Utc>| t.with_timezone(&tz).format("%a %Y-%m-%d %H:%M %Z").to_string();
+    let local = |t: DateTime<Utc>| {
+        t.with_timezone(&tz)
+            .format("%a %Y-%m-%d %H:%M %Z")
+            .to_string()
+    };
     let s = &p.supply;
     let mut out = String::new();
     let _ = writeln!(out, "{}", p.config);
@@ -136,10 +156,14 @@ fn render_text(cfg: &Config, p: &VolunteerPlan) -> String {
         "DO NOT START workers".to_string()
     };
     let _ = writeln!(out, "decision: {verdict}");
-    let _ = writeln!(out, "running workers: {}", match s.evict {
-        crate::config::Evict::None => "keep".to_string(),
-        e => format!("evict ({})", e.as_str()),
-    });
+    let _ = writeln!(
+        out,
+        "running workers: {}",
+        match s.evict {
+            crate::config::Evict::None => "keep".to_string(),
+            e => format!("evict ({})", e.as_str()),
+        }
+    );
     if let Some(a) = s.accept_until {
         let _ = writeln!(out, "accept jobs until: {}", local(a));
     }
@@ -153,7 +177,9 @@ fn render_text(cfg: &Config, p: &VolunteerPlan) -> String {
     let _ = writeln!(
         out,
         "next change: {}",
-        s.next_change.map(local).unwrap_or_else(|| "none expected (only events can change this)".into())
+        s.next_change
+            .map(local)
+            .unwrap_or_else(|| "none expected (only events can change this)".into())
     );
     let _ = writeln!(out, "actions:");
     if p.actions.is_empty() {

@@ -4,10 +4,10 @@
 
 use super::{CmdError, load_config, parse_now, this_machine};
 use crate::cli::{Global, ScheduleArgs};
-use crate::config::units::{format_duration, format_size, Share};
+use crate::config::units::{Share, format_duration, format_size};
 use crate::config::{Policy, SiteFile};
 use crate::policy::calendar::{self, Period};
-use chrono::{DateTime, Duration, Utc};
+use chrono::{DateTime, Duration, TimeZone, Utc};
 use std::fmt::Write;
 
 /// What one half-hour cell shows.
@@ -32,15 +32,23 @@ impl Cell {
 pub fn run(g: &Global, a: &ScheduleArgs) -> Result<String, CmdError> {
     let cfg = load_config(g, SiteFile::Optional, this_machine())?;
     let now = parse_now(a.now.as_deref())?.unwrap_or_else(Utc::now);
-    Ok(render(&cfg.policy, now, a.days, &cfg.policy_path.display().to_string()))
+    Ok(render(
+        &cfg.policy,
+        now,
+        a.days,
+        &cfg.policy_path.display().to_string(),
+    ))
 }
 
-/// The state of the half hour that starts at `t`, sampled in its middle.
+/// The state of the half hour that starts at `t`: open or not in its middle, and a guard
+/// band when any part of it falls within `evict_before_end` of the period's end (a 10-minute
+/// band must still be visible in a 30-minute cell).
 pub fn cell_at(p: &Policy, t: DateTime<Utc>) -> Cell {
     let mid = t + Duration::minutes(15);
+    let guard = Duration::from_std(p.evict_before_end).unwrap_or(Duration::zero());
     match calendar::period_at(&p.windows, p.timezone, mid) {
         Period::Closed { .. } => Cell::Off,
-        Period::Open { ends: Some(end) } if mid >= end - Duration::from_std(p.evict_before_end).unwrap_or(Duration::zero()) => Cell::Guard,
+        Period::Open { ends: Some(end) } if end - guard < t + Duration::minutes(30) => Cell::Guard,
         Period::Open { .. } => Cell::Compute,
     }
 }
@@ -48,19 +56,27 @@ pub fn cell_at(p: &Policy, t: DateTime<Utc>) -> Cell {
 pub fn render(p: &Policy, now: DateTime<Utc>, days: u32, source: &str) -> String {
     let tz = p.timezone;
     let mut out = String::new();
-    let _ = writeln!(out, "Schedule of {source} ({tz}), {days} day(s) from today\n");
-    let _ = writeln!(out, "            00    03    06    09    12    15    18    21    24");
+    let _ = writeln!(
+        out,
+        "Schedule of {source} ({tz}), {days} day(s) from today\n"
+    );
+    let _ = writeln!(
+        out,
+        "            00    03    06    09    12    15    18    21    24"
+    );
     let today = now.with_timezone(&tz).date_naive();
     let mut compute_halfhours = 0u32;
     for d in 0..days {
-        let Some(date) = today.checked_add_signed(Duration::days(i64::from(d))) else { break };
+        let Some(date) = today.checked_add_signed(Duration::days(i64::from(d))) else {
+            break;
+        };
         let mut row = String::new();
         for half in 0..48u32 {
             let naive = date.and_hms_opt(half / 2, (half % 2) * 30, 0);
             // A half hour that does not exist (DST gap) is drawn as a space.
             let cell = naive
-                .and_then(|n| calendar::to_utc(tz, n).first().copied())
-                .filter(|t| t.with_timezone(&tz).date_naive() == date)
+                .and_then(|n| tz.from_local_datetime(&n).earliest())
+                .map(|t| t.with_timezone(&Utc))
                 .map(|t| cell_at(p, t));
             if cell == Some(Cell::Compute) {
                 compute_halfhours += 1;
@@ -69,9 +85,17 @@ pub fn render(p: &Policy, now: DateTime<Utc>, days: u32, source: &str) -> String
         }
         let _ = writeln!(out, "{}  {row}", date.format("%a %d %b"));
     }
-    let _ = writeln!(out, "\n█ computes   ▒ guard band (workers leave {} before the end)   · off", format_duration(p.evict_before_end));
+    let _ = writeln!(
+        out,
+        "\n█ computes   ▒ guard band (workers leave {} before the end)   · off",
+        format_duration(p.evict_before_end)
+    );
     let hours = f64::from(compute_halfhours) / 2.0;
-    let _ = writeln!(out, "computing {hours:.1} h in these {days} day(s) ({:.0}% of the time)", hours * 100.0 / (24.0 * f64::from(days)));
+    let _ = writeln!(
+        out,
+        "computing {hours:.1} h in these {days} day(s) ({:.0}% of the time)",
+        hours * 100.0 / (24.0 * f64::from(days))
+    );
     let share = |s: Share, bytes: bool| match (s, bytes) {
         (Share::Percent(x), _) => format!("{x}%"),
         (Share::Amount(n), true) => format_size(n),
@@ -89,7 +113,10 @@ pub fn render(p: &Policy, now: DateTime<Utc>, days: u32, source: &str) -> String
     );
     let who = match p.sessions {
         crate::config::policy::SessionRule::Any => "anyone logs in".to_string(),
-        crate::config::policy::SessionRule::Active => format!("someone uses a session (idle under {})", format_duration(p.session_idle)),
+        crate::config::policy::SessionRule::Active => format!(
+            "someone uses a session (idle under {})",
+            format_duration(p.session_idle)
+        ),
         crate::config::policy::SessionRule::Ignore => "never for logins".to_string(),
     };
     let _ = writeln!(

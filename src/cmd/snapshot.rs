@@ -2,11 +2,25 @@
 
 use super::{CmdError, load_config, observe_once};
 use crate::cli::Global;
-use crate::config::{Mode, SiteFile};
+use crate::config::{self, Config, ConfigError, Mode, Policy, SiteFile};
 use crate::observe::host::Carry;
 
 pub fn run(g: &Global) -> Result<String, CmdError> {
-    let cfg = load_config(g, SiteFile::Optional, None)?;
+    // The policy only names exclusive processes here; a host without one can still be observed.
+    let cfg = match load_config(g, SiteFile::Optional, None) {
+        Err(CmdError::Config(ConfigError::Read { path, .. }))
+            if g.policy.as_ref().is_none_or(|p| *p != path) && path != g.config =>
+        {
+            let (site, site_path) = config::load_site(&g.config, SiteFile::Optional)?;
+            Config {
+                policy: Policy::defaults(config::local_timezone()),
+                policy_path: site.policy.clone(),
+                site,
+                site_path,
+            }
+        }
+        other => other?,
+    };
     if cfg.site.mode == Mode::Kubernetes {
         return super::kubernetes::snapshot(&cfg).map_err(|e| CmdError::Runtime(e.to_string()));
     }

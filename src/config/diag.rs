@@ -54,7 +54,12 @@ impl Diagnostics {
     }
 
     /// Records an error at `span` (a byte range into the source).
-    pub fn error(&mut self, span: Range<usize>, message: impl Into<String>, hint: impl Into<String>) {
+    pub fn error(
+        &mut self,
+        span: Range<usize>,
+        message: impl Into<String>,
+        hint: impl Into<String>,
+    ) {
         let (line, col) = line_col(&self.src, span.start);
         let hint = hint.into();
         self.items.push(Diagnostic {
@@ -81,7 +86,12 @@ impl Diagnostics {
         let span = err.span().unwrap_or(0..0);
         // toml's message already names the key and the expected type; keep only its first line
         // (the rest is a snippet we do not need twice).
-        let message = err.message().lines().next().unwrap_or("invalid TOML").to_string();
+        let message = err
+            .message()
+            .lines()
+            .next()
+            .unwrap_or("invalid TOML")
+            .to_string();
         self.error(span, message, hint);
     }
 }

@@ -67,19 +67,7 @@ pub fn load(
     policy_override: Option<&Path>,
     machine: Option<Machine>,
 ) -> Result<Config, ConfigError> {
-    let (site, site_path) = match std::fs::read_to_string(site_path) {
-        Ok(src) => (parse_site(site_path, &src)?, Some(site_path.to_path_buf())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && site_file == SiteFile::Optional => {
-            (SiteConfig::defaults(), None)
-        }
-        Err(e) => {
-            return Err(ConfigError::Read {
-                path: site_path.to_path_buf(),
-                source: e,
-                hint: "create it (see examples/ in the source, or /usr/share/pilotd), or pass -c FILE".into(),
-            });
-        }
-    };
+    let (site, site_path) = load_site(site_path, site_file)?;
     let policy_path = policy_override
         .map(Path::to_path_buf)
         .unwrap_or_else(|| site.policy.clone());
@@ -94,6 +82,26 @@ pub fn load(
         policy,
         policy_path,
     })
+}
+
+/// Reads pilotd.toml, or the built-in defaults when it is optional and absent.
+pub fn load_site(
+    site_path: &Path,
+    site_file: SiteFile,
+) -> Result<(SiteConfig, Option<PathBuf>), ConfigError> {
+    match std::fs::read_to_string(site_path) {
+        Ok(src) => Ok((parse_site(site_path, &src)?, Some(site_path.to_path_buf()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && site_file == SiteFile::Optional => {
+            Ok((SiteConfig::defaults(), None))
+        }
+        Err(e) => Err(ConfigError::Read {
+                path: site_path.to_path_buf(),
+                source: e,
+                hint:
+                    "create it (see examples/ in the source, or /usr/share/pilotd), or pass -c FILE"
+                        .into(),
+        }),
+    }
 }
 
 pub fn parse_site(path: &Path, src: &str) -> Result<SiteConfig, ConfigError> {
@@ -123,7 +131,8 @@ pub fn load_policy(
     let src = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
         path: path.to_path_buf(),
         source: e,
-        hint: "write one with `pilotd init`, or pass --policy FILE (examples are in policies/)".into(),
+        hint: "write one with `pilotd init`, or pass --policy FILE (examples are in policies/)"
+            .into(),
     })?;
     if nix::unistd::geteuid().is_root() {
         check_ownership(path)?;
@@ -175,7 +184,10 @@ pub fn check_against_machine(p: &Policy, m: Machine, d: &mut Diagnostics) {
     if cpus > u64::from(m.cpus) {
         d.error(
             p.spans.cpus.clone(),
-            format!("cpus share {cpus} is more than this machine's {} CPUs", m.cpus),
+            format!(
+                "cpus share {cpus} is more than this machine's {} CPUs",
+                m.cpus
+            ),
             "share at most the machine's CPUs, or write a percentage like \"50%\"",
         );
     }
@@ -206,7 +218,11 @@ fn check_ownership(path: &Path) -> Result<(), ConfigError> {
     } else if meta.mode() & 0o022 != 0 {
         Some(format!(
             "it is writable by {} (mode {:o})",
-            if meta.mode() & 0o002 != 0 { "everyone" } else { "its group" },
+            if meta.mode() & 0o002 != 0 {
+                "everyone"
+            } else {
+                "its group"
+            },
             meta.mode() & 0o7777
         ))
     } else {

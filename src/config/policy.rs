@@ -7,8 +7,8 @@
 
 use super::diag::Diagnostics;
 use super::units::{
-    DaySet, Minute, Share, ShareUnit, StrOrInt, parse_days, parse_duration,
-    parse_share, parse_time_of_day,
+    DaySet, Minute, Share, ShareUnit, StrOrInt, parse_days, parse_duration, parse_share,
+    parse_time_of_day,
 };
 use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};
@@ -302,15 +302,37 @@ pub fn validate(raw: RawPolicy, local_tz: Tz, d: &mut Diagnostics) -> Policy {
     dur(&o.grace, &mut p.grace, d);
 
     let s = raw.share;
-    share(&s.cpus, ShareUnit::Count, &mut p.share.cpus, &mut p.spans.cpus, d);
-    share(&s.memory, ShareUnit::Bytes, &mut p.share.memory, &mut p.spans.memory, d);
+    share(
+        &s.cpus,
+        ShareUnit::Count,
+        &mut p.share.cpus,
+        &mut p.spans.cpus,
+        d,
+    );
+    share(
+        &s.memory,
+        ShareUnit::Bytes,
+        &mut p.share.memory,
+        &mut p.spans.memory,
+        d,
+    );
     let mut disk_span = 0..0;
-    share(&s.disk, ShareUnit::Bytes, &mut p.share.disk, &mut disk_span, d);
+    share(
+        &s.disk,
+        ShareUnit::Bytes,
+        &mut p.share.disk,
+        &mut disk_span,
+        d,
+    );
     if let Some(g) = &s.gpus {
         p.spans.gpus = g.span();
         match u32::try_from(*g.get_ref()) {
             Ok(n) => p.share.gpus = n,
-            Err(_) => d.error(g.span(), "gpus must be 0 or more", "write a whole number, e.g. 0"),
+            Err(_) => d.error(
+                g.span(),
+                "gpus must be 0 or more",
+                "write a whole number, e.g. 0",
+            ),
         }
     }
     if let Some(w) = &s.workers {
@@ -326,14 +348,22 @@ pub fn validate(raw: RawPolicy, local_tz: Tz, d: &mut Diagnostics) -> Policy {
     if let Some(c) = &s.cpus
         && p.share.cpus == Share::Amount(0)
     {
-        d.error(c.span(), "cpus = 0 shares nothing", "share at least 1 CPU, or \"50%\"");
+        d.error(
+            c.span(),
+            "cpus = 0 shares nothing",
+            "share at least 1 CPU, or \"50%\"",
+        );
     }
     if let Some(l) = &raw.jobs.longest_job {
         p.spans.longest_job = l.span();
         let mut v = p.longest_job;
         dur(&raw.jobs.longest_job, &mut v, d);
         if v.is_zero() {
-            d.error(l.span(), "longest_job cannot be 0", "write the longest job you accept, e.g. \"8h\"");
+            d.error(
+                l.span(),
+                "longest_job cannot be 0",
+                "write the longest job you accept, e.g. \"8h\"",
+            );
         }
         p.longest_job = v;
     }
@@ -349,7 +379,11 @@ fn dur(v: &Option<Spanned<StrOrInt>>, out: &mut Duration, d: &mut Diagnostics) {
     };
     match parsed {
         Ok(x) => *out = x,
-        Err(e) => d.error(v.span(), e, "durations look like \"90s\", \"15m\", \"8h\" or \"1h 30m\""),
+        Err(e) => d.error(
+            v.span(),
+            e,
+            "durations look like \"90s\", \"15m\", \"8h\" or \"1h 30m\"",
+        ),
     }
 }
 
@@ -383,11 +417,21 @@ fn window(w: &RawWindow, d: &mut Diagnostics) -> Option<Window> {
         .map_err(|e| d.error(w.from.span(), e, "e.g. from = \"19:00\""))
         .ok();
     let to = parse_time_of_day(w.to.get_ref())
-        .map_err(|e| d.error(w.to.span(), e, "e.g. to = \"07:30\" (earlier than from wraps past midnight)"))
+        .map_err(|e| {
+            d.error(
+                w.to.span(),
+                e,
+                "e.g. to = \"07:30\" (earlier than from wraps past midnight)",
+            )
+        })
         .ok();
     let (days, from, to) = (days?, from?, to?);
     if from == 1440 {
-        d.error(w.from.span(), "a window cannot start at 24:00", "start at \"00:00\" instead");
+        d.error(
+            w.from.span(),
+            "a window cannot start at 24:00",
+            "start at \"00:00\" instead",
+        );
         return None;
     }
     if from == to {
@@ -464,7 +508,14 @@ longest_job = "4h"
         .unwrap();
         assert_eq!(p.timezone, chrono_tz::Europe::Rome);
         assert_eq!(p.windows.len(), 2);
-        assert_eq!(p.windows[0], Window { days: DaySet(0b11111), from: 1140, to: 450 });
+        assert_eq!(
+            p.windows[0],
+            Window {
+                days: DaySet(0b11111),
+                from: 1140,
+                to: 450
+            }
+        );
         assert_eq!(p.sessions, SessionRule::Active);
         assert_eq!(p.system_uid_below, 500);
         assert!((p.max_owner_cpu - 0.30).abs() < 1e-9);
@@ -495,14 +546,32 @@ workers = 0
         )
         .unwrap_err();
         let all = errs.join("\n");
-        assert!(all.contains("policy.toml:1:12: unknown time zone `Europe/Rom`"), "{all}");
-        assert!(all.contains("policy.toml:4:44: window from 19:00 to 19:00 is empty"), "{all}");
-        assert!(all.contains("policy.toml:5:12: unknown day `funday`"), "{all}");
-        assert!(all.contains("policy.toml:5:29: `25:00` is not a time of day"), "{all}");
-        assert!(all.contains("policy.toml:8:13: unknown on_return rule"), "{all}");
+        assert!(
+            all.contains("policy.toml:1:12: unknown time zone `Europe/Rom`"),
+            "{all}"
+        );
+        assert!(
+            all.contains("policy.toml:4:44: window from 19:00 to 19:00 is empty"),
+            "{all}"
+        );
+        assert!(
+            all.contains("policy.toml:5:12: unknown day `funday`"),
+            "{all}"
+        );
+        assert!(
+            all.contains("policy.toml:5:29: `25:00` is not a time of day"),
+            "{all}"
+        );
+        assert!(
+            all.contains("policy.toml:8:13: unknown on_return rule"),
+            "{all}"
+        );
         assert!(all.contains("policy.toml:9:17:"), "{all}");
         assert!(all.contains("policy.toml:11:8:"), "{all}");
-        assert!(all.contains("policy.toml:12:11: workers = 0 is out of range"), "{all}");
+        assert!(
+            all.contains("policy.toml:12:11: workers = 0 is out of range"),
+            "{all}"
+        );
         assert_eq!(errs.len(), 8, "{all}");
         assert!(errs.iter().all(|e| e.contains("\n  hint: ")), "{all}");
     }
@@ -524,7 +593,10 @@ windows = [
     #[test]
     fn unknown_keys_and_bad_syntax_have_positions() {
         let e = parse("[owner]\nsesions = \"any\"\n").unwrap_err();
-        assert!(e[0].starts_with("policy.toml:2:1: unknown field `sesions`"), "{e:?}");
+        assert!(
+            e[0].starts_with("policy.toml:2:1: unknown field `sesions`"),
+            "{e:?}"
+        );
         let e = parse("[share\ncpus = 1").unwrap_err();
         assert!(e[0].starts_with("policy.toml:1:"), "{e:?}");
     }

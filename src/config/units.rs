@@ -13,8 +13,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     if let Ok(secs) = t.parse::<u64>() {
         return Ok(Duration::from_secs(secs));
     }
-    humantime::parse_duration(t)
-        .map_err(|e| format!("`{s}` is not a duration ({e}); write it like \"90s\", \"15m\" or \"8h\""))
+    humantime::parse_duration(t).map_err(|e| {
+        format!("`{s}` is not a duration ({e}); write it like \"90s\", \"15m\" or \"8h\"")
+    })
 }
 
 /// Formats a duration the way owners write it ("8h", "1h 30m").
@@ -184,7 +185,9 @@ pub fn parse_share(v: &StrOrInt, unit: ShareUnit) -> Result<Share, String> {
                     .parse()
                     .map_err(|_| format!("`{s}` is not a percentage; write it like \"50%\""))?;
                 if !(p > 0.0 && p <= 100.0) {
-                    return Err(format!("percentage `{s}` must be above 0% and at most 100%"));
+                    return Err(format!(
+                        "percentage `{s}` must be above 0% and at most 100%"
+                    ));
                 }
                 return Ok(Share::Percent(p));
             }
@@ -356,10 +359,22 @@ mod tests {
     #[test]
     fn shares() {
         let s = |x: &str| StrOrInt::Str(x.into());
-        assert_eq!(parse_share(&s("50%"), ShareUnit::Count).unwrap(), Share::Percent(50.0));
-        assert_eq!(parse_share(&StrOrInt::Int(3), ShareUnit::Count).unwrap(), Share::Amount(3));
-        assert_eq!(parse_share(&s("3"), ShareUnit::Count).unwrap(), Share::Amount(3));
-        assert_eq!(parse_share(&s("8GiB"), ShareUnit::Bytes).unwrap(), Share::Amount(8 << 30));
+        assert_eq!(
+            parse_share(&s("50%"), ShareUnit::Count).unwrap(),
+            Share::Percent(50.0)
+        );
+        assert_eq!(
+            parse_share(&StrOrInt::Int(3), ShareUnit::Count).unwrap(),
+            Share::Amount(3)
+        );
+        assert_eq!(
+            parse_share(&s("3"), ShareUnit::Count).unwrap(),
+            Share::Amount(3)
+        );
+        assert_eq!(
+            parse_share(&s("8GiB"), ShareUnit::Bytes).unwrap(),
+            Share::Amount(8 << 30)
+        );
         assert!(parse_share(&s("101%"), ShareUnit::Count).is_err());
         assert!(parse_share(&s("0%"), ShareUnit::Count).is_err());
         assert!(parse_share(&StrOrInt::Int(8), ShareUnit::Bytes).is_err());
@@ -376,7 +391,10 @@ mod tests {
         assert_eq!(parse_days("Monday, wed").unwrap(), DaySet(0b0000101));
         let e = parse_days("mon,funday,tue-blursday").unwrap_err();
         assert!(e.contains("funday") && e.contains("blursday"), "{e}");
-        assert_eq!(parse_days("mon-fri").unwrap().to_string(), "mon,tue,wed,thu,fri");
+        assert_eq!(
+            parse_days("mon-fri").unwrap().to_string(),
+            "mon,tue,wed,thu,fri"
+        );
     }
 
     #[test]

@@ -67,7 +67,11 @@ impl HostProbe {
         sysinfo::MINIMUM_CPU_UPDATE_INTERVAL.max(Duration::from_millis(250))
     }
 
-    pub fn observe(&mut self, now: DateTime<Utc>, carry: Carry) -> Result<HostSnapshot, ProbeError> {
+    pub fn observe(
+        &mut self,
+        now: DateTime<Utc>,
+        carry: Carry,
+    ) -> Result<HostSnapshot, ProbeError> {
         self.system.refresh_cpu_usage();
         self.system.refresh_memory();
         let cpus = self.system.cpus().len().max(1) as u32;
@@ -97,7 +101,10 @@ impl HostProbe {
 /// Free space for unprivileged use on the filesystem holding `path` (or its nearest existing
 /// ancestor: the scratch dir may not exist before the first worker).
 pub fn scratch_free_kib(path: &Path) -> Result<u64, ProbeError> {
-    let existing = path.ancestors().find(|p| p.exists()).unwrap_or(Path::new("/"));
+    let existing = path
+        .ancestors()
+        .find(|p| p.exists())
+        .unwrap_or(Path::new("/"));
     let st = nix::sys::statvfs::statvfs(existing).map_err(|source| ProbeError::Scratch {
         path: path.to_path_buf(),
         source,
@@ -138,7 +145,12 @@ pub fn running_processes(proc: &Path, names: &[String]) -> Vec<String> {
         .into_iter()
         .flatten()
         .flatten()
-        .filter(|e| e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()))
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
         .filter_map(|e| std::fs::read_to_string(e.path().join("comm")).ok())
         .map(|c| c.trim().to_string())
         .filter(|c| names.iter().any(|n| n == c))
@@ -173,7 +185,10 @@ mod tests {
 
     #[test]
     fn finds_this_test_process_by_name() {
-        let me = std::fs::read_to_string("/proc/self/comm").unwrap().trim().to_string();
+        let me = std::fs::read_to_string("/proc/self/comm")
+            .unwrap()
+            .trim()
+            .to_string();
         let found = running_processes(Path::new("/proc"), &[me.clone(), "no-such-proc-xyz".into()]);
         assert_eq!(found, vec![me]);
         assert!(running_processes(Path::new("/proc"), &[]).is_empty());

@@ -34,7 +34,8 @@ pub fn is_open(windows: &[Window], tz: Tz, t: DateTime<Utc>) -> bool {
         } else {
             // Wraps past midnight: the evening belongs to the start day, the morning to the
             // day after it.
-            (w.days.contains(day) && minute >= w.from) || (w.days.contains(day.pred()) && minute < w.to)
+            (w.days.contains(day) && minute >= w.from)
+                || (w.days.contains(day.pred()) && minute < w.to)
         }
     })
 }
@@ -64,7 +65,11 @@ fn boundaries(windows: &[Window], tz: Tz, now: DateTime<Utc>) -> Vec<DateTime<Ut
             if !w.days.contains(date.weekday()) {
                 continue;
             }
-            let end_date = if w.to <= w.from { date.succ_opt() } else { Some(date) };
+            let end_date = if w.to <= w.from {
+                date.succ_opt()
+            } else {
+                Some(date)
+            };
             let mut push = |d: Option<NaiveDate>, minute: u16| {
                 if let Some(naive) = d.and_then(|d| at_minute(d, minute)) {
                     out.extend(to_utc(tz, naive).into_iter().filter(|t| *t > now));
@@ -81,7 +86,11 @@ fn boundaries(windows: &[Window], tz: Tz, now: DateTime<Utc>) -> Vec<DateTime<Ut
 
 fn at_minute(date: NaiveDate, minute: u16) -> Option<NaiveDateTime> {
     // 24:00 is the next day's midnight.
-    let (date, minute) = if minute >= 1440 { (date.succ_opt()?, minute - 1440) } else { (date, minute) };
+    let (date, minute) = if minute >= 1440 {
+        (date.succ_opt()?, minute - 1440)
+    } else {
+        (date, minute)
+    };
     date.and_hms_opt(u32::from(minute / 60), u32::from(minute % 60), 0)
 }
 
@@ -134,29 +143,53 @@ mod tests {
 
     #[test]
     fn union_of_touching_windows_is_one_period() {
-        let ws = [w("mon-fri", "19:00", "07:30"), w("sat,sun", "00:00", "24:00")];
+        let ws = [
+            w("mon-fri", "19:00", "07:30"),
+            w("sat,sun", "00:00", "24:00"),
+        ];
         // Friday 20:00 Rome (CET): the period runs through the weekend to Monday 00:00. The
         // weekday window's morning part belongs to the day it started, and Sunday is not in
         // mon-fri, so Monday 00:00-07:30 is closed (the shipped policy adds it explicitly).
         let p = period_at(&ws, Rome, utc("2026-01-09T19:00:00Z"));
-        assert_eq!(p, Period::Open { ends: Some(utc("2026-01-11T23:00:00Z")) });
+        assert_eq!(
+            p,
+            Period::Open {
+                ends: Some(utc("2026-01-11T23:00:00Z"))
+            }
+        );
         let ws = [ws[0], ws[1], w("mon", "00:00", "07:30")];
         let p = period_at(&ws, Rome, utc("2026-01-09T19:00:00Z"));
-        assert_eq!(p, Period::Open { ends: Some(utc("2026-01-12T06:30:00Z")) });
+        assert_eq!(
+            p,
+            Period::Open {
+                ends: Some(utc("2026-01-12T06:30:00Z"))
+            }
+        );
         // Monday 12:00: closed until 19:00.
         let p = period_at(&ws[..2], Rome, utc("2026-01-12T11:00:00Z"));
-        assert_eq!(p, Period::Closed { opens: Some(utc("2026-01-12T18:00:00Z")) });
+        assert_eq!(
+            p,
+            Period::Closed {
+                opens: Some(utc("2026-01-12T18:00:00Z"))
+            }
+        );
     }
 
     #[test]
     fn always_open_never_ends() {
         let ws = [w("daily", "00:00", "24:00")];
-        assert_eq!(period_at(&ws, Rome, utc("2026-03-29T01:30:00Z")), Period::Open { ends: None });
+        assert_eq!(
+            period_at(&ws, Rome, utc("2026-03-29T01:30:00Z")),
+            Period::Open { ends: None }
+        );
     }
 
     #[test]
     fn never_open_never_opens() {
-        assert_eq!(period_at(&[], Rome, utc("2026-03-29T01:30:00Z")), Period::Closed { opens: None });
+        assert_eq!(
+            period_at(&[], Rome, utc("2026-03-29T01:30:00Z")),
+            Period::Closed { opens: None }
+        );
     }
 
     #[test]
@@ -165,18 +198,38 @@ mod tests {
         let ws = [w("sun", "01:00", "02:30")];
         // The window ends inside the gap, so the period ends at the jump.
         let p = period_at(&ws, Rome, utc("2026-03-29T00:30:00Z"));
-        assert_eq!(p, Period::Open { ends: Some(utc("2026-03-29T01:00:00Z")) });
+        assert_eq!(
+            p,
+            Period::Open {
+                ends: Some(utc("2026-03-29T01:00:00Z"))
+            }
+        );
         // A window that starts inside the gap opens at the jump.
         let ws = [w("sun", "02:30", "04:00")];
         let p = period_at(&ws, Rome, utc("2026-03-28T23:00:00Z"));
-        assert_eq!(p, Period::Closed { opens: Some(utc("2026-03-29T01:00:00Z")) });
+        assert_eq!(
+            p,
+            Period::Closed {
+                opens: Some(utc("2026-03-29T01:00:00Z"))
+            }
+        );
         // ...and closes at 04:00 CEST = 02:00 UTC.
         let p = period_at(&ws, Rome, utc("2026-03-29T01:30:00Z"));
-        assert_eq!(p, Period::Open { ends: Some(utc("2026-03-29T02:00:00Z")) });
+        assert_eq!(
+            p,
+            Period::Open {
+                ends: Some(utc("2026-03-29T02:00:00Z"))
+            }
+        );
         // A night window across the change is 1h shorter in real time.
         let ws = [w("sat", "22:00", "06:00")];
         let p = period_at(&ws, Rome, utc("2026-03-28T21:00:00Z"));
-        assert_eq!(p, Period::Open { ends: Some(utc("2026-03-29T04:00:00Z")) });
+        assert_eq!(
+            p,
+            Period::Open {
+                ends: Some(utc("2026-03-29T04:00:00Z"))
+            }
+        );
     }
 
     #[test]
@@ -185,20 +238,39 @@ mod tests {
         let ws = [w("sat", "22:00", "06:00")];
         // 22:00 CEST Saturday = 20:00 UTC; ends 06:00 CET = 05:00 UTC: 9 real hours.
         let p = period_at(&ws, Rome, utc("2026-10-24T20:00:00Z"));
-        assert_eq!(p, Period::Open { ends: Some(utc("2026-10-25T05:00:00Z")) });
+        assert_eq!(
+            p,
+            Period::Open {
+                ends: Some(utc("2026-10-25T05:00:00Z"))
+            }
+        );
         // A window ending at 02:30 ends at the first 02:30 (CEST, 00:30 UTC).
         let ws = [w("sun", "01:00", "02:30")];
         let p = period_at(&ws, Rome, utc("2026-10-24T23:30:00Z"));
-        assert_eq!(p, Period::Open { ends: Some(utc("2026-10-25T00:30:00Z")) });
+        assert_eq!(
+            p,
+            Period::Open {
+                ends: Some(utc("2026-10-25T00:30:00Z"))
+            }
+        );
         // During the repeated hour the wall clock is inside the window again.
         assert!(is_open(&ws, Rome, utc("2026-10-25T01:15:00Z")));
     }
 
     #[test]
     fn gap_mapping_never_panics() {
-        let naive = NaiveDate::from_ymd_opt(2026, 3, 29).unwrap().and_hms_opt(2, 30, 0).unwrap();
+        let naive = NaiveDate::from_ymd_opt(2026, 3, 29)
+            .unwrap()
+            .and_hms_opt(2, 30, 0)
+            .unwrap();
         assert_eq!(to_utc(Rome, naive), vec![utc("2026-03-29T01:00:00Z")]);
-        let naive = NaiveDate::from_ymd_opt(2026, 10, 25).unwrap().and_hms_opt(2, 30, 0).unwrap();
-        assert_eq!(to_utc(Rome, naive), vec![utc("2026-10-25T00:30:00Z"), utc("2026-10-25T01:30:00Z")]);
+        let naive = NaiveDate::from_ymd_opt(2026, 10, 25)
+            .unwrap()
+            .and_hms_opt(2, 30, 0)
+            .unwrap();
+        assert_eq!(
+            to_utc(Rome, naive),
+            vec![utc("2026-10-25T00:30:00Z"), utc("2026-10-25T01:30:00Z")]
+        );
     }
 }

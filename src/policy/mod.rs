@@ -63,7 +63,9 @@ fn dur(d: Duration) -> ChronoDuration {
 }
 
 fn hm(t: DateTime<Utc>, p: &Policy) -> String {
-    t.with_timezone(&p.timezone).format("%a %H:%M %Z").to_string()
+    t.with_timezone(&p.timezone)
+        .format("%a %H:%M %Z")
+        .to_string()
 }
 
 /// Decides what the machine may do at `now`.
@@ -175,7 +177,9 @@ pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) 
                 "owner CPU {:.0}% above {:.0}% for {}",
                 owner_cpu * 100.0,
                 p.max_owner_cpu * 100.0,
-                format_duration(Duration::from_secs((now - since).num_seconds().max(0) as u64))
+                format_duration(Duration::from_secs(
+                    (now - since).num_seconds().max(0) as u64
+                ))
             ));
         } else {
             next.push(evict_at);
@@ -211,7 +215,8 @@ pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) 
                 hm(a, p)
             ));
         } else if share.0 == 0 {
-            reasons.push("the share leaves no room for a worker (too little memory or disk)".into());
+            reasons
+                .push("the share leaves no room for a worker (too little memory or disk)".into());
         } else {
             allowed = true;
             next.extend(accept_until);
@@ -220,7 +225,9 @@ pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) 
                 "host free: {workers} worker(s) of {} CPU, {} MiB, until {}",
                 r.cpus,
                 r.memory_mib,
-                die_at.map(|d| hm(d, p)).unwrap_or_else(|| "further notice".into())
+                die_at
+                    .map(|d| hm(d, p))
+                    .unwrap_or_else(|| "further notice".into())
             ));
         }
     }

@@ -1,8 +1,8 @@
 //! Table-driven tests over fixed instants, plus properties over random instants and zones.
 
 use super::*;
-use crate::config::units::{Share, parse_days, parse_time_of_day};
 use crate::config::policy::Window;
+use crate::config::units::{Share, parse_days, parse_time_of_day};
 use chrono_tz::Europe::Rome;
 use proptest::prelude::*;
 
@@ -21,7 +21,10 @@ fn w(days: &str, from: &str, to: &str) -> Window {
 /// The DESIGN.md example policy: nights and weekends in Rome.
 fn nights_and_weekends() -> Policy {
     let mut p = Policy::defaults(Rome);
-    p.windows = vec![w("mon-fri", "19:00", "07:30"), w("sat,sun", "00:00", "24:00")];
+    p.windows = vec![
+        w("mon-fri", "19:00", "07:30"),
+        w("sat,sun", "00:00", "24:00"),
+    ];
     p
 }
 
@@ -45,7 +48,15 @@ fn weekday_evening_computes_until_the_guard_band() {
     assert_eq!(s.evict, Evict::None);
     assert_eq!(s.die_at, Some(utc("2026-01-14T06:20:00Z")));
     assert_eq!(s.accept_until, Some(utc("2026-01-13T22:20:00Z")));
-    assert_eq!(s.per_worker, Resources { cpus: 4, memory_mib: 8192, disk_kib: 20 << 20, gpus: 0 });
+    assert_eq!(
+        s.per_worker,
+        Resources {
+            cpus: 4,
+            memory_mib: 8192,
+            disk_kib: 20 << 20,
+            gpus: 0
+        }
+    );
     assert_eq!(s.next_change, Some(utc("2026-01-13T22:20:00Z")));
 }
 
@@ -54,9 +65,19 @@ fn table_of_instants() {
     let p = nights_and_weekends();
     // (now, allowed, evict, first reason contains)
     let cases = [
-        ("2026-01-13T10:00:00Z", false, Evict::Graceful, "outside the schedule"),
+        (
+            "2026-01-13T10:00:00Z",
+            false,
+            Evict::Graceful,
+            "outside the schedule",
+        ),
         ("2026-01-14T06:25:00Z", false, Evict::Graceful, "within 10m"),
-        ("2026-01-14T06:19:00Z", false, Evict::None, "too little time left"),
+        (
+            "2026-01-14T06:19:00Z",
+            false,
+            Evict::None,
+            "too little time left",
+        ),
         ("2026-01-17T12:00:00Z", true, Evict::None, "host free"),
         ("2026-01-16T18:00:00Z", true, Evict::None, "host free"),
         ("2026-01-16T17:59:00Z", false, Evict::Graceful, "outside"),
@@ -90,7 +111,11 @@ fn owner_login_evicts_immediately_with_on_return() {
         assert!(!s.allowed);
         assert_eq!(s.workers, 0);
         assert_eq!(s.evict, mode);
-        assert!(s.reasons.iter().any(|r| r.contains("alice logged in")), "{:?}", s.reasons);
+        assert!(
+            s.reasons.iter().any(|r| r.contains("alice logged in")),
+            "{:?}",
+            s.reasons
+        );
         assert_eq!(s.host_free_since, None, "the free latch resets");
     }
 }
@@ -99,10 +124,18 @@ fn owner_login_evicts_immediately_with_on_return() {
 fn ignored_users_system_uids_and_idle_sessions() {
     let now = utc("2026-01-17T12:00:00Z");
     let mut p = nights_and_weekends();
-    let h = free_host(now).with_session("root", 0, None).with_session("condor", 1001, None);
-    assert!(decide(&p, &h, LIMITS, now).allowed, "ignored users do not count");
+    let h = free_host(now)
+        .with_session("root", 0, None)
+        .with_session("condor", 1001, None);
+    assert!(
+        decide(&p, &h, LIMITS, now).allowed,
+        "ignored users do not count"
+    );
     let h = free_host(now).with_session("gdm", 120, None);
-    assert!(decide(&p, &h, LIMITS, now).allowed, "system uids do not count");
+    assert!(
+        decide(&p, &h, LIMITS, now).allowed,
+        "system uids do not count"
+    );
 
     p.sessions = SessionRule::Active;
     let idle = free_host(now).with_session("alice", 1000, Some(3600));
@@ -110,7 +143,10 @@ fn ignored_users_system_uids_and_idle_sessions() {
     let active = free_host(now).with_session("alice", 1000, Some(60));
     assert!(!decide(&p, &active, LIMITS, now).allowed);
     let unknown_idle = free_host(now).with_session("alice", 1000, None);
-    assert!(!decide(&p, &unknown_idle, LIMITS, now).allowed, "unknown idle counts as active");
+    assert!(
+        !decide(&p, &unknown_idle, LIMITS, now).allowed,
+        "unknown idle counts as active"
+    );
 
     p.sessions = SessionRule::Ignore;
     assert!(decide(&p, &active, LIMITS, now).allowed);
@@ -124,7 +160,11 @@ fn unknown_sessions_fail_safe() {
     let s = decide(&p, &h, LIMITS, now);
     assert!(!s.allowed);
     assert_eq!(s.evict, p.on_return);
-    assert!(s.reasons[0].contains("cannot tell who is logged in"), "{:?}", s.reasons);
+    assert!(
+        s.reasons[0].contains("cannot tell who is logged in"),
+        "{:?}",
+        s.reasons
+    );
 }
 
 #[test]
@@ -146,7 +186,9 @@ fn owner_cpu_latch() {
 
     // 2 minutes later, still busy: evict.
     let t1 = t0 + ChronoDuration::minutes(2);
-    let h = HostSnapshot::test(t1).with_cpu(0.40, 0.0).with_busy_since(Some(t0));
+    let h = HostSnapshot::test(t1)
+        .with_cpu(0.40, 0.0)
+        .with_busy_since(Some(t0));
     let s = decide(&p, &h, LIMITS, t1);
     assert_eq!(s.evict, p.on_return);
 
@@ -191,7 +233,15 @@ fn shares_split_over_workers() {
     p.share.gpus = 2;
     let s = decide(&p, &free_host(now), LIMITS, now);
     assert_eq!(s.workers, 3);
-    assert_eq!(s.per_worker, Resources { cpus: 2, memory_mib: 3072, disk_kib: (20 << 20) / 3, gpus: 0 });
+    assert_eq!(
+        s.per_worker,
+        Resources {
+            cpus: 2,
+            memory_mib: 3072,
+            disk_kib: (20 << 20) / 3,
+            gpus: 0
+        }
+    );
 
     // More workers than shared CPUs: fewer workers, each with a whole CPU.
     p.share.cpus = Share::Amount(2);
@@ -230,7 +280,11 @@ fn any_tz() -> impl Strategy<Value = chrono_tz::Tz> {
 
 fn any_window() -> impl Strategy<Value = Window> {
     (1u8..128, 0u16..1440, 1u16..=1440).prop_filter_map("empty", |(d, f, t)| {
-        (f != t).then_some(Window { days: crate::config::units::DaySet(d), from: f, to: t })
+        (f != t).then_some(Window {
+            days: crate::config::units::DaySet(d),
+            from: f,
+            to: t,
+        })
     })
 }
 

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The one test command (README and .ci/run call it). Installs and starts what the tests need,
+# idempotently, so a fresh Debian 12 machine passes: Debian packages, the Docker engine, a
+# loopback registry, locally built test images. Then lint and the whole test suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TERM_COLOR=never
+log() { printf '\n=== %s\n' "$*"; }
+
+# Debian packages the tests use: utmpdump/who (real utmp files), busybox-static (test images),
+# docker-registry (a real registry on 127.0.0.1), systemd (systemd-analyze verify).
+need=()
+command -v utmpdump >/dev/null || need+=(util-linux)
+command -v who >/dev/null || need+=(coreutils)
+dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
+command -v docker-registry >/dev/null || need+=(docker-registry)
+command -v systemd-analyze >/dev/null || need+=(systemd)
+command -v docker >/dev/null || need+=(docker.io)
+command -v python3 >/dev/null || need+=(python3)
+if [ ${#need[@]} -gt 0 ]; then
+  log "installing ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+log "docker engine, registry and test images"
+if [ -f tests/setup-docker.sh ]; then bash tests/setup-docker.sh; fi
+if [ -f tests/images/build-pilot-image.sh ]; then bash tests/images/build-pilot-image.sh; fi
+export PILOTD_DOCKER_TESTS=1
+
+log "format and lints"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+
+log "systemd unit"
+# verify checks the binaries the unit names exist; point them at the freshly built one.
+cargo build --quiet --bin pilotd
+unit_dir=$(mktemp -d)
+sed "s|/usr/bin/pilotd|$PWD/target/debug/pilotd|g" systemd/pilotd.service > "$unit_dir/pilotd.service"
+systemd-analyze verify "$unit_dir/pilotd.service"
+rm -rf "$unit_dir"
+
+log "tests"
+cargo test --workspace --quiet 2>&1 | tee "${TMPDIR:-/tmp}/pilotd-test.log"
