@@ -25,26 +25,26 @@ pub enum FetchError {
     #[error("could not build the HTTP client: {0}")]
     Client(#[source] reqwest::Error),
     #[error("{url} answered {status}; not retried (a client error will not fix itself)")]
-    Refused { url: Url, status: StatusCode },
+    Refused { url: String, status: StatusCode },
     #[error(
         "{url} could not be fetched within {timeout:?} after {attempts} attempt(s); last error: {last}"
     )]
     GaveUp {
-        url: Url,
+        url: String,
         timeout: Duration,
         attempts: u32,
         last: String,
     },
     #[error("{url} is larger than the limit of {limit} bytes (PILOT_FETCH_MAX_BYTES)")]
-    TooLarge { url: Url, limit: u64 },
+    TooLarge { url: String, limit: u64 },
     #[error("{url} has sha256 {actual}, but PILOT_CONFIG_SHA256 pins {expected}")]
     Checksum {
-        url: Url,
+        url: String,
         expected: String,
         actual: String,
     },
     #[error("{url} is not a text configuration file (not UTF-8, or contains NUL bytes)")]
-    NotText { url: Url },
+    NotText { url: String },
     #[error("could not write {path}: {source}")]
     Write {
         path: PathBuf,
@@ -129,13 +129,13 @@ async fn attempt(
     }
     if !status.is_success() {
         return Err(Attempt::Final(FetchError::Refused {
-            url: url.clone(),
+            url: url.to_string(),
             status,
         }));
     }
     let too_large = || {
         Attempt::Final(FetchError::TooLarge {
-            url: url.clone(),
+            url: url.to_string(),
             limit: policy.max_bytes,
         })
     };
@@ -182,18 +182,18 @@ fn check_body(source: &ConfigSource, body: Vec<u8>) -> Result<String, FetchError
         let actual = format!("{:x}", Sha256::digest(&body));
         if &actual != expected {
             return Err(FetchError::Checksum {
-                url: source.url.clone(),
+                url: source.url.to_string(),
                 expected: expected.clone(),
                 actual,
             });
         }
     }
     let text = String::from_utf8(body).map_err(|_| FetchError::NotText {
-        url: source.url.clone(),
+        url: source.url.to_string(),
     })?;
     if text.contains('\0') {
         return Err(FetchError::NotText {
-            url: source.url.clone(),
+            url: source.url.to_string(),
         });
     }
     Ok(text)
@@ -224,7 +224,7 @@ pub async fn fetch_one(
         let now = Instant::now();
         if now + backoff >= deadline {
             return Err(FetchError::GaveUp {
-                url: source.url.clone(),
+                url: source.url.to_string(),
                 timeout: policy.timeout,
                 attempts,
                 last,

@@ -170,9 +170,9 @@ impl<'a> Reader<'a> {
         }
     }
 
-    fn count<T: std::str::FromStr>(&mut self, var: &'static str, min: T) -> Option<T>
+    fn count<T>(&mut self, var: &'static str, min: T) -> Option<T>
     where
-        T: PartialOrd + fmt::Display + Copy,
+        T: std::str::FromStr + PartialOrd + fmt::Display + Copy,
     {
         let raw = self.get(var)?;
         match raw.parse::<T>() {

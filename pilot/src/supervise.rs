@@ -81,10 +81,12 @@ fn proc_entries() -> Vec<(i32, i32, char)> {
 fn reap_orphans(keep: Option<i32>) {
     let me = std::process::id() as i32;
     for (pid, ppid, state) in proc_entries() {
-        if ppid == me && state == 'Z' && Some(pid) != keep {
-            if let Ok(status) = waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG)) {
-                tracing::debug!(pid, ?status, "reaped an orphaned condor process");
-            }
+        if ppid == me
+            && state == 'Z'
+            && Some(pid) != keep
+            && let Ok(status) = waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG))
+        {
+            tracing::debug!(pid, ?status, "reaped an orphaned condor process");
         }
     }
 }
