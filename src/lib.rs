@@ -4,9 +4,11 @@
 //! `plan`) → act (`backend`). The decision is a pure function of an observation, the
 //! configuration and the clock, so it can be printed, replayed and unit-tested.
 
+pub mod backend;
 pub mod cli;
 pub mod cmd;
 pub mod config;
+pub mod daemon;
 pub mod demand;
 pub mod observe;
 pub mod plan;

@@ -102,14 +102,41 @@ fn default_dev() -> PathBuf {
 pub struct DockerConfig {
     #[serde(default = "default_socket")]
     pub socket: String,
+    /// Value of the `pilotd.instance` label: pilotd only ever sees and touches containers that
+    /// carry it, so two daemons (or test runs) can share one engine.
+    #[serde(default = "default_instance")]
+    pub instance: Spanned<String>,
+    /// Deadline for one Docker API request (not for a whole pull).
+    #[serde(default = "default_docker_timeout")]
+    pub timeout: HumanDuration,
 }
 
 impl Default for DockerConfig {
     fn default() -> Self {
         DockerConfig {
             socket: default_socket(),
+            instance: default_instance(),
+            timeout: default_docker_timeout(),
         }
     }
+}
+
+fn default_instance() -> Spanned<String> {
+    Spanned::new(0..0, "default".into())
+}
+fn default_docker_timeout() -> HumanDuration {
+    HumanDuration(Duration::from_secs(30))
+}
+
+/// What SIGTERM does to running workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum OnShutdown {
+    /// Leave them running; the next pilotd adopts them by their labels.
+    #[default]
+    Keep,
+    /// Stop them gracefully (within the policy's grace) before exiting.
+    Stop,
 }
 
 fn default_socket() -> String {
@@ -136,7 +163,43 @@ pub struct WorkerConfig {
     pub token_file: Option<PathBuf>,
     /// Environment of the worker, templated from the decision (`{cpus}`, `{memory_mib}`, ...).
     #[serde(default)]
-    pub env: BTreeMap<String, String>,
+    pub env: BTreeMap<String, Spanned<String>>,
+    /// A start storm after a crash or a config change must not hit the registry and the pool
+    /// all at once.
+    #[serde(default = "default_max_starts")]
+    pub max_starts_per_cycle: u32,
+    /// Pull a new image even while the owner is using the machine (their bandwidth).
+    #[serde(default)]
+    pub pull_while_owner_present: bool,
+    /// First delay after a worker that ran no job or failed to start; doubles, up to backoff_max.
+    #[serde(default = "default_backoff_base")]
+    pub backoff_base: HumanDuration,
+    #[serde(default = "default_backoff_max")]
+    pub backoff_max: HumanDuration,
+    /// Process limit of one worker (a fork bomb in a job stays inside it).
+    #[serde(default = "default_pids_limit")]
+    pub pids_limit: i64,
+    /// Where the token file appears inside the worker (read-only).
+    #[serde(default = "default_token_mount")]
+    pub token_mount: PathBuf,
+    /// Where the worker's own scratch dir (under [host] scratch) appears inside it.
+    #[serde(default = "default_scratch_mount")]
+    pub scratch_mount: PathBuf,
+    /// Host path bind-mounted read-only (rslave, so autofs mounts show up) at /cvmfs.
+    pub cvmfs: Option<PathBuf>,
+    /// Capabilities given back after dropping all (e.g. what the image's entrypoint needs to
+    /// switch users). Empty by default.
+    #[serde(default)]
+    pub cap_add: Vec<String>,
+    /// Run the worker as this user ("uid" or "uid:gid"); its scratch dir is chowned to it.
+    pub user: Option<String>,
+    /// Docker network mode (default: the engine's default bridge).
+    pub network: Option<String>,
+    #[serde(default)]
+    pub on_shutdown: OnShutdown,
+    /// How often scratch dirs and old images are garbage-collected.
+    #[serde(default = "default_gc_interval")]
+    pub gc_interval: HumanDuration,
 }
 
 impl Default for WorkerConfig {
@@ -150,12 +213,28 @@ impl Default for WorkerConfig {
             idle_timeout: default_idle_timeout(),
             token_file: None,
             env: BTreeMap::new(),
+            max_starts_per_cycle: default_max_starts(),
+            pull_while_owner_present: false,
+            backoff_base: default_backoff_base(),
+            backoff_max: default_backoff_max(),
+            pids_limit: default_pids_limit(),
+            token_mount: default_token_mount(),
+            scratch_mount: default_scratch_mount(),
+            cvmfs: None,
+            cap_add: vec![],
+            user: None,
+            network: None,
+            on_shutdown: OnShutdown::Keep,
+            gc_interval: default_gc_interval(),
         }
     }
 }
 
 fn default_image() -> Spanned<String> {
-    Spanned::new(0..0, "hub.opensciencegrid.org/osg-htc/ospool-ep:25-release".into())
+    Spanned::new(
+        0..0,
+        "hub.opensciencegrid.org/osg-htc/ospool-ep:25-release".into(),
+    )
 }
 fn default_allowed() -> Vec<String> {
     vec!["hub.opensciencegrid.org/osg-htc/*".into()]
@@ -171,6 +250,27 @@ fn default_max_lifetime() -> Spanned<HumanDuration> {
 }
 fn default_idle_timeout() -> HumanDuration {
     HumanDuration(Duration::from_secs(20 * 60))
+}
+fn default_max_starts() -> u32 {
+    1
+}
+fn default_backoff_base() -> HumanDuration {
+    HumanDuration(Duration::from_secs(60))
+}
+fn default_backoff_max() -> HumanDuration {
+    HumanDuration(Duration::from_secs(3600))
+}
+fn default_pids_limit() -> i64 {
+    4096
+}
+fn default_token_mount() -> PathBuf {
+    "/etc/pilotd/token".into()
+}
+fn default_scratch_mount() -> PathBuf {
+    "/pilot".into()
+}
+fn default_gc_interval() -> HumanDuration {
+    HumanDuration(Duration::from_secs(600))
 }
 
 #[derive(Debug, Clone, Deserialize, Default)]
@@ -201,7 +301,11 @@ impl SiteConfig {
     /// Semantic checks of pilotd.toml on its own.
     pub fn validate(&self, d: &mut Diagnostics) {
         if self.interval.0 < Duration::from_secs(1) {
-            d.error(0..0, "interval must be at least 1s", "e.g. interval = \"30s\"");
+            d.error(
+                0..0,
+                "interval must be at least 1s",
+                "e.g. interval = \"30s\"",
+            );
         }
         let img = self.worker.image.get_ref();
         if !is_fully_qualified(img) {
@@ -217,6 +321,7 @@ impl SiteConfig {
                 "add a matching pattern to [worker] allowed_images, e.g. \"registry.example.org/pool/*\"",
             );
         }
+        self.validate_worker(d);
         if self.max_lifetime().is_zero() {
             d.error(
                 self.worker.max_lifetime.span(),
@@ -234,6 +339,85 @@ impl SiteConfig {
             );
         }
     }
+}
+
+impl SiteConfig {
+    /// Checks of `[docker]` and `[worker]` that serde cannot express.
+    fn validate_worker(&self, d: &mut Diagnostics) {
+        let inst = &self.docker.instance;
+        if !valid_instance(inst.get_ref()) {
+            d.error(
+                inst.span(),
+                format!(
+                    "instance `{}` cannot be part of a container name",
+                    inst.get_ref()
+                ),
+                "use 1 to 40 of a-z, 0-9, '-' and '_', starting with a letter or digit",
+            );
+        }
+        for value in self.worker.env.values() {
+            if let Err((offset, message)) = crate::plan::volunteer::check_template(value.get_ref())
+            {
+                // +1: the span starts at the opening quote.
+                let at = value.span().start + 1 + offset;
+                d.error(
+                    at..at,
+                    message,
+                    format!(
+                        "known placeholders: {}; write {{{{ and }}}} for literal braces",
+                        crate::plan::volunteer::PLACEHOLDERS.join(", ")
+                    ),
+                );
+            }
+        }
+        if self.worker.max_starts_per_cycle == 0 {
+            d.error(
+                0..0,
+                "[worker] max_starts_per_cycle = 0 would never start a worker",
+                "e.g. max_starts_per_cycle = 1",
+            );
+        }
+        if self.worker.pids_limit < 16 {
+            d.error(
+                0..0,
+                "[worker] pids_limit is below 16: the worker could not even start condor",
+                "e.g. pids_limit = 4096",
+            );
+        }
+        if self.worker.backoff_base.0.is_zero()
+            || self.worker.backoff_max < self.worker.backoff_base
+        {
+            d.error(
+                0..0,
+                "[worker] backoff_base must be > 0 and at most backoff_max",
+                "e.g. backoff_base = \"1m\", backoff_max = \"1h\"",
+            );
+        }
+        for (key, path) in [
+            ("token_mount", &self.worker.token_mount),
+            ("scratch_mount", &self.worker.scratch_mount),
+        ] {
+            if !path.is_absolute() {
+                d.error(
+                    0..0,
+                    format!(
+                        "[worker] {key} `{}` is not an absolute path",
+                        path.display()
+                    ),
+                    "paths inside the worker start with /",
+                );
+            }
+        }
+    }
+}
+
+/// Instance ids end up in container and scratch dir names.
+pub fn valid_instance(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 40
+        && s.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
 }
 
 /// A reference names its registry host (has a dot, a port or is localhost before the first
@@ -262,22 +446,32 @@ mod tests {
 
     #[test]
     fn qualification() {
-        assert!(is_fully_qualified("hub.opensciencegrid.org/osg-htc/ospool-ep:25-release"));
+        assert!(is_fully_qualified(
+            "hub.opensciencegrid.org/osg-htc/ospool-ep:25-release"
+        ));
         assert!(is_fully_qualified("127.0.0.1:5000/pilotd-test/worker:1"));
         assert!(is_fully_qualified("localhost/worker:1"));
         assert!(is_fully_qualified("r.example.org/a/b@sha256:abc"));
         assert!(!is_fully_qualified("ospool-ep:25-release"));
         assert!(!is_fully_qualified("osg-htc/ospool-ep:25"));
-        assert!(!is_fully_qualified("hub.opensciencegrid.org/osg-htc/ospool-ep"));
+        assert!(!is_fully_qualified(
+            "hub.opensciencegrid.org/osg-htc/ospool-ep"
+        ));
         assert!(!is_fully_qualified("127.0.0.1:5000/worker"));
     }
 
     #[test]
     fn allow_list() {
         let pats = vec!["hub.opensciencegrid.org/osg-htc/*".to_string()];
-        assert!(image_allowed("hub.opensciencegrid.org/osg-htc/ospool-ep:25", &pats));
+        assert!(image_allowed(
+            "hub.opensciencegrid.org/osg-htc/ospool-ep:25",
+            &pats
+        ));
         assert!(!image_allowed("hub.opensciencegrid.org/evil/x:1", &pats));
-        assert!(!image_allowed("hub.opensciencegrid.org/osg-htcx/x:1", &pats));
+        assert!(!image_allowed(
+            "hub.opensciencegrid.org/osg-htcx/x:1",
+            &pats
+        ));
     }
 
     #[test]

@@ -1,0 +1,1 @@
+//! The volunteer daemon: the tokio reconcile loop.

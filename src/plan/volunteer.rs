@@ -1,0 +1,1213 @@
+//! Volunteer planning (pure): from the decision (`Supply`), the observed workers, the back-off
+//! state and the image state to the actions of one cycle. No I/O, no clock: `now` is an
+//! argument, so `pilotd plan` prints exactly what `pilotd run` would do.
+//!
+//! Rules, in the order the actions come out (evictions first: they are what the owner waits for):
+//! - A worker past its `die_at` is stopped gracefully; a paused one is killed (its time is
+//!   over, and thawing it on the owner's machine just to let it drain is not worth it).
+//! - Eviction per `supply.evict`: `pause` pauses running workers; `graceful` stops them
+//!   (SIGTERM, SIGKILL after `grace`); a *paused* worker is first resumed and then stopped
+//!   gracefully, so condor can vacate its job and report it instead of losing it silently —
+//!   the owner chose "graceful", i.e. chose to give workers `grace` to leave; `fast` kills.
+//! - Finished workers are removed after their outcome is recorded (the outcome feeds the
+//!   back-off). A container created but never started (pilotd died in between) is removed.
+//! - When allowed: paused workers resume, surplus workers (the target shrank) are stopped
+//!   gracefully, newest first (they have done the least work), and missing workers start, at
+//!   most `max_starts_per_cycle` per cycle, only with a resolved and pulled image, and not
+//!   while the back-off holds.
+//! - A new image digest is pulled only while workers may run (or when the site allows pulls
+//!   while the owner is present): downloads obey the schedule.
+
+use crate::backend::{Worker, WorkerSpec, WorkerState, labels};
+use crate::config::Evict;
+use crate::config::site::SiteConfig;
+use crate::policy::Supply;
+use chrono::{DateTime, Duration as ChronoDuration, SecondsFormat, Utc};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Placeholders a `[worker.env]` value may use.
+pub const PLACEHOLDERS: &[&str] = &[
+    "cpus",
+    "memory_mib",
+    "disk_kib",
+    "gpus",
+    "idle_minutes",
+    "idle_seconds",
+    "accept_until",
+    "accept_until_unix",
+    "die_at",
+    "die_at_unix",
+    "hours_left",
+    "accept_hours",
+    "retire_hours",
+    "worker_name",
+    "instance",
+    "token_path",
+    "scratch_path",
+];
+
+/// Why a template is invalid.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TemplateError {
+    #[error("unknown placeholder `{{{name}}}`")]
+    Unknown { offset: usize, name: String },
+    #[error("`{{` is not closed by `}}`")]
+    Unclosed { offset: usize },
+    #[error("a lone `}}`")]
+    StrayClose { offset: usize },
+}
+
+/// One piece of a parsed template.
+enum Piece<'a> {
+    Text(&'a str),
+    Placeholder(&'a str),
+}
+
+fn parse_template(s: &str) -> Result<Vec<Piece<'_>>, TemplateError> {
+    let mut out = Vec::new();
+    let bytes = s.as_bytes();
+    let (mut i, mut text_start) = (0, 0);
+    while i < bytes.len() {
+        match bytes[i] {
+            b'{' if bytes.get(i + 1) == Some(&b'{') => {
+                out.push(Piece::Text(&s[text_start..=i]));
+                i += 2;
+                text_start = i;
+            }
+            b'}' if bytes.get(i + 1) == Some(&b'}') => {
+                out.push(Piece::Text(&s[text_start..=i]));
+                i += 2;
+                text_start = i;
+            }
+            b'{' => {
+                let close = s[i..]
+                    .find('}')
+                    .ok_or(TemplateError::Unclosed { offset: i })?;
+                let name = &s[i + 1..i + close];
+                if !PLACEHOLDERS.contains(&name) {
+                    return Err(TemplateError::Unknown {
+                        offset: i,
+                        name: name.to_string(),
+                    });
+                }
+                out.push(Piece::Text(&s[text_start..i]));
+                out.push(Piece::Placeholder(name));
+                i += close + 1;
+                text_start = i;
+            }
+            b'}' => return Err(TemplateError::StrayClose { offset: i }),
+            _ => i += 1,
+        }
+    }
+    out.push(Piece::Text(&s[text_start..]));
+    Ok(out)
+}
+
+/// Checks a `[worker.env]` value at load time: the byte offset of the problem and a message.
+pub fn check_template(s: &str) -> Result<(), (usize, String)> {
+    parse_template(s).map(|_| ()).map_err(|e| {
+        let offset = match &e {
+            TemplateError::Unknown { offset, .. }
+            | TemplateError::Unclosed { offset }
+            | TemplateError::StrayClose { offset } => *offset,
+        };
+        (offset, format!("[worker.env]: {e}"))
+    })
+}
+
+/// Renders a template; values come from `values` (every known placeholder is there). A
+/// template that does not parse (it was checked at load time) is passed through verbatim.
+fn render(template: &str, values: &BTreeMap<&'static str, String>) -> String {
+    let Ok(pieces) = parse_template(template) else {
+        return template.to_string();
+    };
+    pieces
+        .into_iter()
+        .map(|p| match p {
+            Piece::Text(t) => t.to_string(),
+            Piece::Placeholder(n) => values.get(n).cloned().unwrap_or_default(),
+        })
+        .collect()
+}
+
+/// The site's worker settings the plan needs (from pilotd.toml), as plain data.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkerSettings {
+    pub instance: String,
+    /// The configured reference (tag or digest form).
+    pub image: String,
+    pub max_starts_per_cycle: u32,
+    pub idle_timeout: Duration,
+    pub env: BTreeMap<String, String>,
+    pub token_file: Option<PathBuf>,
+    pub token_mount: PathBuf,
+    pub scratch_root: PathBuf,
+    pub scratch_mount: PathBuf,
+    pub cvmfs: Option<PathBuf>,
+    pub cap_add: Vec<String>,
+    pub pids_limit: i64,
+    pub user: Option<String>,
+    pub network: Option<String>,
+    pub pull_while_owner_present: bool,
+    pub backoff_base: Duration,
+    pub backoff_max: Duration,
+}
+
+impl WorkerSettings {
+    pub fn from_site(site: &SiteConfig) -> WorkerSettings {
+        let w = &site.worker;
+        WorkerSettings {
+            instance: site.docker.instance.get_ref().clone(),
+            image: w.image.get_ref().clone(),
+            max_starts_per_cycle: w.max_starts_per_cycle,
+            idle_timeout: w.idle_timeout.0,
+            env: w
+                .env
+                .iter()
+                .map(|(k, v)| (k.clone(), v.get_ref().clone()))
+                .collect(),
+            token_file: w.token_file.clone(),
+            token_mount: w.token_mount.clone(),
+            scratch_root: site.scratch(),
+            scratch_mount: w.scratch_mount.clone(),
+            cvmfs: w.cvmfs.clone(),
+            cap_add: w.cap_add.clone(),
+            pids_limit: w.pids_limit,
+            user: w.user.clone(),
+            network: w.network.clone(),
+            pull_while_owner_present: w.pull_while_owner_present,
+            backoff_base: w.backoff_base.0,
+            backoff_max: w.backoff_max.0,
+        }
+    }
+
+    /// The prefix of every worker (and scratch dir) name of this instance.
+    pub fn name_prefix(&self) -> String {
+        format!("pilotd-{}-", self.instance)
+    }
+}
+
+/// What the daemon knows about the worker image.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum ImageState {
+    /// Resolved and present locally: new workers use `pinned` (`repo@sha256:…`).
+    Ready { digest: String, pinned: String },
+    /// The registry points the tag at `digest`, which is not here yet.
+    NeedsPull { repository: String, digest: String },
+    /// A pull of `digest` is running.
+    Pulling { digest: String },
+    /// Nothing usable (registry unreachable and no fresh local image, reference not allowed…).
+    Unavailable { reason: String },
+}
+
+/// How a finished worker ended, from the pilot's exit code (DESIGN.md, "The pilot").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Outcome {
+    /// 0: ran at least one job.
+    RanJobs,
+    /// 10: no job arrived within the idle timeout.
+    Idle,
+    /// 20: remote configuration could not be fetched or used.
+    ConfigFailed,
+    /// 21: self-test failed.
+    SelfTestFailed,
+    /// 30: condor failed.
+    CondorFailed,
+    /// 128+n: ended by signal n (usually pilotd's own stop or kill).
+    Signalled { signal: i64 },
+    /// The kernel killed it for exceeding its memory limit.
+    OutOfMemory,
+    /// The container could not be created or started.
+    StartFailed { message: String },
+    /// Any other code (an image that does not follow the pilot's contract).
+    Other { code: i64 },
+}
+
+/// What an outcome does to the back-off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackoffEffect {
+    Widen,
+    Reset,
+    Neutral,
+}
+
+impl Outcome {
+    pub fn from_exit(code: Option<i64>, oom_killed: bool) -> Outcome {
+        if oom_killed {
+            return Outcome::OutOfMemory;
+        }
+        match code {
+            Some(0) => Outcome::RanJobs,
+            Some(10) => Outcome::Idle,
+            Some(20) => Outcome::ConfigFailed,
+            Some(21) => Outcome::SelfTestFailed,
+            Some(30) => Outcome::CondorFailed,
+            Some(c) if c > 128 && c < 160 => Outcome::Signalled { signal: c - 128 },
+            Some(c) => Outcome::Other { code: c },
+            None => Outcome::Other { code: -1 },
+        }
+    }
+
+    /// A worker that ran no job or could not start widens the delay before the next start;
+    /// one that ran a job resets it; one ended by a signal (pilotd's own stop) or by the
+    /// memory limit says nothing about the pool.
+    pub fn effect(&self) -> BackoffEffect {
+        match self {
+            Outcome::RanJobs => BackoffEffect::Reset,
+            Outcome::Signalled { .. } | Outcome::OutOfMemory => BackoffEffect::Neutral,
+            _ => BackoffEffect::Widen,
+        }
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Outcome::RanJobs => write!(f, "exit 0: ran jobs"),
+            Outcome::Idle => write!(f, "exit 10: no job within the idle timeout"),
+            Outcome::ConfigFailed => write!(f, "exit 20: remote configuration failed"),
+            Outcome::SelfTestFailed => write!(f, "exit 21: self-test failed"),
+            Outcome::CondorFailed => write!(f, "exit 30: condor failed"),
+            Outcome::Signalled { signal } => write!(f, "exit {}: signal {signal}", 128 + signal),
+            Outcome::OutOfMemory => write!(f, "killed: out of memory"),
+            Outcome::StartFailed { message } => write!(f, "failed to start: {message}"),
+            Outcome::Other { code } => write!(f, "exit {code}"),
+        }
+    }
+}
+
+/// Consecutive failures and the earliest next start.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Backoff {
+    pub failures: u32,
+    pub not_before: Option<DateTime<Utc>>,
+    pub last_outcome: Option<Outcome>,
+}
+
+impl Backoff {
+    /// The back-off after `outcome` was observed at `now`: the delay is `base · 2^(n-1)` after
+    /// the n-th consecutive failure, capped at `max`.
+    pub fn after(
+        &self,
+        outcome: &Outcome,
+        now: DateTime<Utc>,
+        base: Duration,
+        max: Duration,
+    ) -> Backoff {
+        match outcome.effect() {
+            BackoffEffect::Reset => Backoff {
+                failures: 0,
+                not_before: None,
+                last_outcome: Some(outcome.clone()),
+            },
+            BackoffEffect::Neutral => Backoff {
+                last_outcome: Some(outcome.clone()),
+                ..self.clone()
+            },
+            BackoffEffect::Widen => {
+                let failures = self.failures.saturating_add(1);
+                let factor = 1u32.checked_shl(failures - 1).unwrap_or(u32::MAX);
+                let delay = base.saturating_mul(factor).min(max);
+                Backoff {
+                    failures,
+                    not_before: Some(
+                        now + ChronoDuration::from_std(delay).unwrap_or(ChronoDuration::MAX),
+                    ),
+                    last_outcome: Some(outcome.clone()),
+                }
+            }
+        }
+    }
+
+    pub fn holds(&self, now: DateTime<Utc>) -> bool {
+        self.not_before.is_some_and(|t| t > now)
+    }
+}
+
+/// One thing the daemon will do. The order of a plan is the order of execution.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum Action {
+    Pause {
+        id: String,
+        name: String,
+        why: String,
+    },
+    Unpause {
+        id: String,
+        name: String,
+        why: String,
+    },
+    /// SIGTERM, then SIGKILL after `grace_s`.
+    Stop {
+        id: String,
+        name: String,
+        grace_s: u64,
+        why: String,
+    },
+    Kill {
+        id: String,
+        name: String,
+        why: String,
+    },
+    /// Record `outcome` (feeds the back-off), then remove the container and its scratch dir.
+    Remove {
+        id: String,
+        name: String,
+        outcome: Option<Outcome>,
+    },
+    Pull {
+        repository: String,
+        digest: String,
+    },
+    Start {
+        spec: Box<WorkerSpec>,
+    },
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Action::Pause { name, why, .. } => write!(f, "pause {name} ({why})"),
+            Action::Unpause { name, why, .. } => write!(f, "resume {name} ({why})"),
+            Action::Stop {
+                name, grace_s, why, ..
+            } => {
+                write!(f, "stop {name} within {grace_s}s ({why})")
+            }
+            Action::Kill { name, why, .. } => write!(f, "kill {name} ({why})"),
+            Action::Remove { name, outcome, .. } => match outcome {
+                Some(o) => write!(f, "remove {name} ({o})"),
+                None => write!(f, "remove {name}"),
+            },
+            Action::Pull { repository, digest } => write!(f, "pull {repository}@{digest}"),
+            Action::Start { spec } => write!(
+                f,
+                "start {} ({} CPU, {} MiB, image {})",
+                spec.name,
+                spec.nano_cpus / 1_000_000_000,
+                spec.memory_bytes >> 20,
+                spec.image_pinned
+            ),
+        }
+    }
+}
+
+/// Operations the daemon has started and not finished (long graceful stops, pulls), so a
+/// cycle does not issue them twice.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InFlight {
+    pub stopping: BTreeSet<String>,
+    pub pulling: Option<String>,
+}
+
+/// What the plan looks at besides the decision.
+#[derive(Debug, Clone, Copy)]
+pub struct Observed<'a> {
+    pub workers: &'a [Worker],
+    pub in_flight: &'a InFlight,
+    pub backoff: &'a Backoff,
+    pub image: &'a ImageState,
+}
+
+/// The actions of one cycle and why nothing more is done.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Plan {
+    pub actions: Vec<Action>,
+    pub notes: Vec<String>,
+}
+
+fn rfc3339(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+fn whole_hours(from: DateTime<Utc>, to: DateTime<Utc>) -> i64 {
+    ((to - from).num_seconds() / 3600).max(0)
+}
+
+/// Plans one cycle.
+pub fn plan(supply: &Supply, obs: Observed<'_>, s: &WorkerSettings, now: DateTime<Utc>) -> Plan {
+    let mut evictions = Vec::new();
+    let mut removals = Vec::new();
+    let mut notes = Vec::new();
+    let grace_s = supply.grace.as_secs();
+    // Workers that stay (running, or paused and resuming/held), oldest first.
+    let mut staying: Vec<&Worker> = Vec::new();
+    let mut held_paused = 0u32;
+
+    for w in obs.workers {
+        if obs.in_flight.stopping.contains(&w.id) {
+            continue;
+        }
+        let expired = w.die_at.is_some_and(|d| d <= now);
+        let id = w.id.clone();
+        let name = w.name.clone();
+        match w.state {
+            WorkerState::Exited | WorkerState::Dead => removals.push(Action::Remove {
+                id,
+                name,
+                outcome: Some(Outcome::from_exit(w.exit_code, w.oom_killed)),
+            }),
+            WorkerState::Created => removals.push(Action::Remove {
+                id,
+                name,
+                outcome: None,
+            }),
+            WorkerState::Removing => {}
+            WorkerState::Unknown => notes.push(format!(
+                "{name} is in a state this pilotd does not know; left alone"
+            )),
+            WorkerState::Running | WorkerState::Restarting => {
+                if expired {
+                    evictions.push(Action::Stop {
+                        id,
+                        name,
+                        grace_s,
+                        why: "past its die_at".into(),
+                    });
+                    continue;
+                }
+                match supply.evict {
+                    Evict::None => staying.push(w),
+                    Evict::Pause => evictions.push(Action::Pause {
+                        id,
+                        name,
+                        why: "owner needs the machine".into(),
+                    }),
+                    Evict::Graceful => evictions.push(Action::Stop {
+                        id,
+                        name,
+                        grace_s,
+                        why: "eviction: graceful".into(),
+                    }),
+                    Evict::Fast => evictions.push(Action::Kill {
+                        id,
+                        name,
+                        why: "eviction: fast".into(),
+                    }),
+                }
+            }
+            WorkerState::Paused => {
+                if expired {
+                    evictions.push(Action::Kill {
+                        id,
+                        name,
+                        why: "paused past its die_at".into(),
+                    });
+                    continue;
+                }
+                match supply.evict {
+                    Evict::Pause => held_paused += 1,
+                    Evict::Graceful => {
+                        evictions.push(Action::Unpause {
+                            id: id.clone(),
+                            name: name.clone(),
+                            why: "to let it drain".into(),
+                        });
+                        evictions.push(Action::Stop {
+                            id,
+                            name,
+                            grace_s,
+                            why: "eviction: graceful".into(),
+                        });
+                    }
+                    Evict::Fast => evictions.push(Action::Kill {
+                        id,
+                        name,
+                        why: "eviction: fast".into(),
+                    }),
+                    Evict::None if supply.allowed => staying.push(w),
+                    Evict::None => held_paused += 1,
+                }
+            }
+        }
+    }
+
+    let mut actions = evictions;
+    actions.extend(removals);
+
+    if held_paused > 0 {
+        notes.push(format!("{held_paused} worker(s) stay paused"));
+    }
+
+    if supply.allowed {
+        // Surplus: the target shrank (policy reload, less memory). Stop the newest.
+        let target = supply.workers as usize;
+        while staying.len() > target {
+            let Some(w) = staying.pop() else { break };
+            actions.push(Action::Stop {
+                id: w.id.clone(),
+                name: w.name.clone(),
+                grace_s,
+                why: format!("more workers than the target of {target}"),
+            });
+        }
+        for w in &staying {
+            if w.state == WorkerState::Paused {
+                actions.push(Action::Unpause {
+                    id: w.id.clone(),
+                    name: w.name.clone(),
+                    why: "the host is free again".into(),
+                });
+            }
+        }
+    }
+
+    // The image: pull a new digest while downloads are allowed.
+    let may_download = supply.allowed || s.pull_while_owner_present;
+    match obs.image {
+        ImageState::NeedsPull { repository, digest } if obs.in_flight.pulling.is_none() => {
+            if may_download {
+                actions.push(Action::Pull {
+                    repository: repository.clone(),
+                    digest: digest.clone(),
+                });
+            } else {
+                notes.push(format!(
+                    "new image {repository}@{digest} waits: no downloads while workers may not run"
+                ));
+            }
+        }
+        _ => {}
+    }
+
+    let missing = (supply.workers as usize).saturating_sub(staying.len());
+    if supply.allowed && missing > 0 {
+        if obs.backoff.holds(now) {
+            notes.push(format!(
+                "back-off: no start before {} after {} failure(s){}",
+                rfc3339(obs.backoff.not_before.unwrap_or(now)),
+                obs.backoff.failures,
+                obs.backoff
+                    .last_outcome
+                    .as_ref()
+                    .map(|o| format!(" (last: {o})"))
+                    .unwrap_or_default()
+            ));
+        } else {
+            match obs.image {
+                ImageState::Ready { digest, pinned } => {
+                    let n = missing.min(s.max_starts_per_cycle as usize);
+                    for i in 0..n {
+                        actions.push(Action::Start {
+                            spec: Box::new(worker_spec(supply, s, digest, pinned, now, i)),
+                        });
+                    }
+                    if n < missing {
+                        notes.push(format!(
+                            "{} more worker(s) start in later cycles (max_starts_per_cycle = {})",
+                            missing - n,
+                            s.max_starts_per_cycle
+                        ));
+                    }
+                }
+                ImageState::NeedsPull { digest, .. } | ImageState::Pulling { digest } => {
+                    notes.push(format!("workers start once {digest} is pulled"))
+                }
+                ImageState::Unavailable { reason } => {
+                    notes.push(format!("no worker can start: {reason}"))
+                }
+            }
+        }
+    }
+    Plan { actions, notes }
+}
+
+/// The spec of a new worker: resources from the decision, env templated, labels that let a
+/// restarted pilotd rebuild everything.
+pub fn worker_spec(
+    supply: &Supply,
+    s: &WorkerSettings,
+    digest: &str,
+    pinned: &str,
+    now: DateTime<Utc>,
+    index: usize,
+) -> WorkerSpec {
+    let r = supply.per_worker;
+    let name = format!(
+        "{}{}-{index}",
+        s.name_prefix(),
+        now.format("%Y%m%d-%H%M%S%3f")
+    );
+    let spec_hash = spec_hash(supply, s, digest);
+    let mut values: BTreeMap<&'static str, String> = BTreeMap::new();
+    values.insert("cpus", r.cpus.to_string());
+    values.insert("memory_mib", r.memory_mib.to_string());
+    values.insert("disk_kib", r.disk_kib.to_string());
+    values.insert("gpus", r.gpus.to_string());
+    values.insert(
+        "idle_minutes",
+        s.idle_timeout.as_secs().div_ceil(60).to_string(),
+    );
+    values.insert("idle_seconds", s.idle_timeout.as_secs().to_string());
+    let opt =
+        |t: Option<DateTime<Utc>>, f: fn(DateTime<Utc>) -> String| t.map(f).unwrap_or_default();
+    values.insert("accept_until", opt(supply.accept_until, rfc3339));
+    values.insert(
+        "accept_until_unix",
+        opt(supply.accept_until, |t| t.timestamp().to_string()),
+    );
+    values.insert("die_at", opt(supply.die_at, rfc3339));
+    values.insert(
+        "die_at_unix",
+        opt(supply.die_at, |t| t.timestamp().to_string()),
+    );
+    values.insert(
+        "hours_left",
+        supply
+            .die_at
+            .map(|d| whole_hours(now, d).to_string())
+            .unwrap_or_default(),
+    );
+    values.insert(
+        "accept_hours",
+        supply
+            .accept_until
+            .map(|a| whole_hours(now, a).to_string())
+            .unwrap_or_default(),
+    );
+    values.insert(
+        "retire_hours",
+        match (supply.accept_until, supply.die_at) {
+            (Some(a), Some(d)) => whole_hours(a, d).to_string(),
+            _ => String::new(),
+        },
+    );
+    values.insert("worker_name", name.clone());
+    values.insert("instance", s.instance.clone());
+    values.insert("token_path", s.token_mount.display().to_string());
+    values.insert("scratch_path", s.scratch_mount.display().to_string());
+    let env = s
+        .env
+        .iter()
+        .map(|(k, v)| (k.clone(), render(v, &values)))
+        .collect();
+
+    let mut l = BTreeMap::new();
+    l.insert(labels::MANAGED.to_string(), "true".to_string());
+    l.insert(labels::INSTANCE.to_string(), s.instance.clone());
+    l.insert(labels::CREATED.to_string(), rfc3339(now));
+    if let Some(a) = supply.accept_until {
+        l.insert(labels::ACCEPT_UNTIL.to_string(), rfc3339(a));
+    }
+    if let Some(d) = supply.die_at {
+        l.insert(labels::DIE_AT.to_string(), rfc3339(d));
+    }
+    l.insert(labels::IMAGE_DIGEST.to_string(), digest.to_string());
+    l.insert(labels::SPEC_HASH.to_string(), spec_hash);
+    l.insert(labels::IMAGE.to_string(), s.image.clone());
+
+    WorkerSpec {
+        image: s.image.clone(),
+        image_pinned: pinned.to_string(),
+        image_digest: digest.to_string(),
+        labels: l,
+        env,
+        nano_cpus: i64::from(r.cpus.max(1)) * 1_000_000_000,
+        memory_bytes: i64::try_from(r.memory_mib.saturating_mul(1 << 20)).unwrap_or(i64::MAX),
+        pids_limit: s.pids_limit,
+        token_file: s.token_file.clone(),
+        token_mount: s.token_mount.clone(),
+        scratch_dir: s.scratch_root.join(&name),
+        scratch_mount: s.scratch_mount.clone(),
+        cvmfs: s.cvmfs.clone(),
+        cap_add: s.cap_add.clone(),
+        user: s.user.clone(),
+        network: s.network.clone(),
+        name,
+    }
+}
+
+/// A short hash of everything that shapes a worker except time and name: a changed hash tells
+/// `status` which workers still run an older configuration.
+pub fn spec_hash(supply: &Supply, s: &WorkerSettings, digest: &str) -> String {
+    let r = supply.per_worker;
+    let mut h = Sha256::new();
+    let canonical = format!(
+        "{digest}\n{} {} {} {}\n{:?}\n{:?} {:?} {:?} {:?} {:?} {:?} {} {}",
+        r.cpus,
+        r.memory_mib,
+        r.disk_kib,
+        r.gpus,
+        s.env,
+        s.token_file,
+        s.token_mount,
+        s.scratch_mount,
+        s.cvmfs,
+        s.cap_add,
+        s.user,
+        s.pids_limit,
+        s.network.as_deref().unwrap_or("")
+    );
+    h.update(canonical.as_bytes());
+    h.finalize()
+        .iter()
+        .take(8)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::Resources;
+    use chrono::TimeZone;
+
+    fn t(h: u32, m: u32) -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 12, 1, h, m, 0).unwrap()
+    }
+
+    fn supply(allowed: bool, workers: u32, evict: Evict) -> Supply {
+        Supply {
+            allowed,
+            workers: if allowed { workers } else { 0 },
+            per_worker: Resources {
+                cpus: 2,
+                memory_mib: 4096,
+                disk_kib: 10 << 20,
+                gpus: 0,
+            },
+            accept_until: Some(t(23, 0)),
+            die_at: Some(t(23, 59)),
+            evict,
+            grace: Duration::from_secs(600),
+            reasons: vec![],
+            next_change: None,
+            owner_busy_since: None,
+            host_free_since: None,
+        }
+    }
+
+    fn settings() -> WorkerSettings {
+        WorkerSettings {
+            instance: "test".into(),
+            image: "127.0.0.1:5000/pilotd-test/worker:1".into(),
+            max_starts_per_cycle: 1,
+            idle_timeout: Duration::from_secs(1200),
+            env: BTreeMap::from([
+                ("NUM_CPUS".to_string(), "{cpus}".to_string()),
+                (
+                    "ACCEPT".to_string(),
+                    "{accept_hours}h/{retire_hours}h".to_string(),
+                ),
+                ("NAME".to_string(), "{worker_name}".to_string()),
+                ("LIT".to_string(), "{{cpus}}".to_string()),
+            ]),
+            token_file: Some("/etc/pilotd/pool.token".into()),
+            token_mount: "/etc/pilotd/token".into(),
+            scratch_root: "/var/lib/pilotd/scratch".into(),
+            scratch_mount: "/pilot".into(),
+            cvmfs: None,
+            cap_add: vec![],
+            pids_limit: 4096,
+            user: None,
+            network: None,
+            pull_while_owner_present: false,
+            backoff_base: Duration::from_secs(60),
+            backoff_max: Duration::from_secs(3600),
+        }
+    }
+
+    fn worker(id: &str, state: WorkerState, created: DateTime<Utc>) -> Worker {
+        Worker {
+            id: id.into(),
+            name: format!("pilotd-test-{id}"),
+            state,
+            created: Some(created),
+            accept_until: Some(t(23, 0)),
+            die_at: Some(t(23, 59)),
+            image: "127.0.0.1:5000/pilotd-test/worker:1".into(),
+            image_digest: "sha256:aa".into(),
+            spec_hash: String::new(),
+            exit_code: None,
+            finished_at: None,
+            oom_killed: false,
+        }
+    }
+
+    fn ready() -> ImageState {
+        ImageState::Ready {
+            digest: "sha256:aa".into(),
+            pinned: "127.0.0.1:5000/pilotd-test/worker@sha256:aa".into(),
+        }
+    }
+
+    /// Actions in a compact form: "start", "stop ID", "pause ID", …
+    fn short(p: &Plan) -> Vec<String> {
+        p.actions
+            .iter()
+            .map(|a| match a {
+                Action::Pause { id, .. } => format!("pause {id}"),
+                Action::Unpause { id, .. } => format!("unpause {id}"),
+                Action::Stop { id, .. } => format!("stop {id}"),
+                Action::Kill { id, .. } => format!("kill {id}"),
+                Action::Remove { id, .. } => format!("remove {id}"),
+                Action::Pull { digest, .. } => format!("pull {digest}"),
+                Action::Start { .. } => "start".into(),
+            })
+            .collect()
+    }
+
+    struct Case {
+        name: &'static str,
+        supply: Supply,
+        workers: Vec<Worker>,
+        image: ImageState,
+        backoff: Backoff,
+        stopping: &'static [&'static str],
+        max_starts: u32,
+        pull_while_owner_present: bool,
+        now: DateTime<Utc>,
+        want: &'static [&'static str],
+    }
+
+    fn case(
+        name: &'static str,
+        supply: Supply,
+        workers: Vec<Worker>,
+        want: &'static [&'static str],
+    ) -> Case {
+        Case {
+            name,
+            supply,
+            workers,
+            image: ready(),
+            backoff: Backoff::default(),
+            stopping: &[],
+            max_starts: 1,
+            pull_while_owner_present: false,
+            now: t(20, 0),
+            want,
+        }
+    }
+
+    #[test]
+    fn plans() {
+        use WorkerState::*;
+        let old = t(19, 0);
+        let new = t(19, 30);
+        let mut exited = worker("e", Exited, old);
+        exited.exit_code = Some(10);
+        let mut expired = worker("x", Running, old);
+        expired.die_at = Some(t(19, 59));
+        let mut expired_paused = worker("xp", Paused, old);
+        expired_paused.die_at = Some(t(20, 0));
+        let cases = vec![
+            case(
+                "start to target, one per cycle",
+                supply(true, 2, Evict::None),
+                vec![],
+                &["start"],
+            ),
+            Case {
+                max_starts: 3,
+                ..case(
+                    "start several when allowed to",
+                    supply(true, 2, Evict::None),
+                    vec![],
+                    &["start", "start"],
+                )
+            },
+            case(
+                "at target: nothing",
+                supply(true, 1, Evict::None),
+                vec![worker("a", Running, old)],
+                &[],
+            ),
+            case(
+                "evict pause",
+                supply(false, 0, Evict::Pause),
+                vec![worker("a", Running, old), worker("b", Paused, old)],
+                &["pause a"],
+            ),
+            case(
+                "evict graceful; a paused worker resumes to drain",
+                supply(false, 0, Evict::Graceful),
+                vec![worker("a", Running, old), worker("b", Paused, old)],
+                &["stop a", "unpause b", "stop b"],
+            ),
+            case(
+                "evict fast",
+                supply(false, 0, Evict::Fast),
+                vec![worker("a", Running, old), worker("b", Paused, old)],
+                &["kill a", "kill b"],
+            ),
+            case(
+                "not allowed, no eviction: keep running, keep paused",
+                supply(false, 0, Evict::None),
+                vec![worker("a", Running, old), worker("b", Paused, old)],
+                &[],
+            ),
+            case(
+                "host free again: resume paused",
+                supply(true, 2, Evict::None),
+                vec![worker("a", Running, old), worker("b", Paused, new)],
+                &["unpause b"],
+            ),
+            case(
+                "past die_at: stop; paused past die_at: kill; then replace",
+                supply(true, 2, Evict::None),
+                vec![expired, expired_paused],
+                &["stop x", "kill xp", "start"],
+            ),
+            case(
+                "exited: remove and record",
+                supply(true, 1, Evict::None),
+                vec![exited.clone(), worker("a", Running, old)],
+                &["remove e"],
+            ),
+            case(
+                "created, never started: remove",
+                supply(true, 1, Evict::None),
+                vec![worker("c", Created, old), worker("a", Running, old)],
+                &["remove c"],
+            ),
+            case(
+                "surplus: stop the newest",
+                supply(true, 1, Evict::None),
+                vec![worker("a", Running, old), worker("b", Running, new)],
+                &["stop b"],
+            ),
+            Case {
+                stopping: &["a"],
+                ..case(
+                    "a stop in flight is not repeated",
+                    supply(false, 0, Evict::Graceful),
+                    vec![worker("a", Running, old)],
+                    &[],
+                )
+            },
+            Case {
+                stopping: &["a"],
+                ..case(
+                    "a worker being stopped does not count",
+                    supply(true, 1, Evict::None),
+                    vec![worker("a", Running, old)],
+                    &["start"],
+                )
+            },
+            Case {
+                backoff: Backoff {
+                    failures: 2,
+                    not_before: Some(t(20, 1)),
+                    last_outcome: Some(Outcome::Idle),
+                },
+                ..case(
+                    "back-off holds starts",
+                    supply(true, 1, Evict::None),
+                    vec![],
+                    &[],
+                )
+            },
+            Case {
+                backoff: Backoff {
+                    failures: 2,
+                    not_before: Some(t(20, 0)),
+                    last_outcome: Some(Outcome::Idle),
+                },
+                ..case(
+                    "back-off over",
+                    supply(true, 1, Evict::None),
+                    vec![],
+                    &["start"],
+                )
+            },
+            Case {
+                image: ImageState::NeedsPull {
+                    repository: "r/w".into(),
+                    digest: "sha256:bb".into(),
+                },
+                ..case(
+                    "new digest: pull first, start later",
+                    supply(true, 1, Evict::None),
+                    vec![],
+                    &["pull sha256:bb"],
+                )
+            },
+            Case {
+                image: ImageState::NeedsPull {
+                    repository: "r/w".into(),
+                    digest: "sha256:bb".into(),
+                },
+                ..case(
+                    "no download while workers may not run",
+                    supply(false, 0, Evict::Pause),
+                    vec![],
+                    &[],
+                )
+            },
+            Case {
+                image: ImageState::NeedsPull {
+                    repository: "r/w".into(),
+                    digest: "sha256:bb".into(),
+                },
+                pull_while_owner_present: true,
+                ..case(
+                    "unless the site allows it",
+                    supply(false, 0, Evict::Pause),
+                    vec![],
+                    &["pull sha256:bb"],
+                )
+            },
+            Case {
+                image: ImageState::Pulling {
+                    digest: "sha256:bb".into(),
+                },
+                ..case(
+                    "pull in flight: wait",
+                    supply(true, 1, Evict::None),
+                    vec![],
+                    &[],
+                )
+            },
+            Case {
+                image: ImageState::Unavailable {
+                    reason: "registry down".into(),
+                },
+                ..case(
+                    "no image: no start, running ones unaffected",
+                    supply(true, 2, Evict::None),
+                    vec![worker("a", Running, old)],
+                    &[],
+                )
+            },
+        ];
+        for c in cases {
+            let mut s = settings();
+            s.max_starts_per_cycle = c.max_starts;
+            s.pull_while_owner_present = c.pull_while_owner_present;
+            let in_flight = InFlight {
+                stopping: c.stopping.iter().map(|x| x.to_string()).collect(),
+                pulling: matches!(c.image, ImageState::Pulling { .. }).then(|| "sha256:bb".into()),
+            };
+            let p = plan(
+                &c.supply,
+                Observed {
+                    workers: &c.workers,
+                    in_flight: &in_flight,
+                    backoff: &c.backoff,
+                    image: &c.image,
+                },
+                &s,
+                c.now,
+            );
+            assert_eq!(short(&p), c.want, "case: {} (notes: {:?})", c.name, p.notes);
+        }
+    }
+
+    #[test]
+    fn outcomes_and_backoff() {
+        let (base, max) = (Duration::from_secs(60), Duration::from_secs(300));
+        let now = t(20, 0);
+        let mut b = Backoff::default();
+        let mut delays = vec![];
+        for _ in 0..5 {
+            b = b.after(&Outcome::from_exit(Some(10), false), now, base, max);
+            delays.push((b.not_before.unwrap() - now).num_seconds());
+        }
+        assert_eq!(delays, vec![60, 120, 240, 300, 300]);
+        let neutral = b.after(&Outcome::from_exit(Some(143), false), now, base, max);
+        assert_eq!(
+            neutral.failures, 5,
+            "our own SIGTERM says nothing about the pool"
+        );
+        let reset = b.after(&Outcome::from_exit(Some(0), false), now, base, max);
+        assert_eq!((reset.failures, reset.not_before), (0, None));
+        let start = Backoff::default().after(
+            &Outcome::StartFailed {
+                message: "x".into(),
+            },
+            now,
+            base,
+            max,
+        );
+        assert_eq!(start.failures, 1);
+        assert_eq!(Outcome::from_exit(Some(137), true), Outcome::OutOfMemory);
+        assert_eq!(Outcome::from_exit(Some(21), false), Outcome::SelfTestFailed);
+        assert_eq!(
+            Outcome::from_exit(Some(137), false),
+            Outcome::Signalled { signal: 9 }
+        );
+        assert_eq!(
+            Outcome::from_exit(Some(1), false).effect(),
+            BackoffEffect::Widen
+        );
+        // Far too many failures never overflow.
+        let huge = Backoff {
+            failures: u32::MAX - 1,
+            ..Default::default()
+        }
+        .after(&Outcome::Idle, now, base, max);
+        assert_eq!((huge.not_before.unwrap() - now).num_seconds(), 300);
+    }
+
+    #[test]
+    fn templates_are_checked_with_positions() {
+        assert_eq!(check_template("{cpus} CPUs, {{literal}}"), Ok(()));
+        assert_eq!(check_template("plain"), Ok(()));
+        let (at, msg) = check_template("x {cpu}").unwrap_err();
+        assert_eq!(at, 2);
+        assert!(msg.contains("unknown placeholder `{cpu}`"), "{msg}");
+        assert_eq!(check_template("ab {cpus").unwrap_err().0, 3);
+        assert_eq!(check_template("a}b").unwrap_err().0, 1);
+        assert_eq!(check_template("é{nope}").unwrap_err().0, 2, "byte offsets");
+    }
+
+    #[test]
+    fn a_start_spec_carries_limits_labels_and_templated_env() {
+        let s = settings();
+        let now = t(20, 0);
+        let spec = worker_spec(
+            &supply(true, 1, Evict::None),
+            &s,
+            "sha256:aa",
+            "r/w@sha256:aa",
+            now,
+            0,
+        );
+        assert_eq!(spec.name, "pilotd-test-20261201-200000000-0");
+        assert_eq!(spec.nano_cpus, 2_000_000_000);
+        assert_eq!(spec.memory_bytes, 4096 << 20);
+        assert_eq!(spec.env["NUM_CPUS"], "2");
+        assert_eq!(
+            spec.env["ACCEPT"], "3h/0h",
+            "accept 20:00→23:00, retire 23:00→23:59"
+        );
+        assert_eq!(spec.env["NAME"], spec.name);
+        assert_eq!(spec.env["LIT"], "{cpus}");
+        assert!(
+            spec.env.values().all(|v| !v.contains("pool.token")),
+            "no token in env"
+        );
+        assert_eq!(spec.labels[labels::MANAGED], "true");
+        assert_eq!(spec.labels[labels::INSTANCE], "test");
+        assert_eq!(spec.labels[labels::DIE_AT], "2026-12-01T23:59:00Z");
+        assert_eq!(spec.labels[labels::ACCEPT_UNTIL], "2026-12-01T23:00:00Z");
+        assert_eq!(spec.labels[labels::CREATED], "2026-12-01T20:00:00Z");
+        assert_eq!(spec.labels[labels::IMAGE_DIGEST], "sha256:aa");
+        assert_eq!(spec.labels[labels::SPEC_HASH].len(), 16);
+        assert_eq!(
+            spec.scratch_dir,
+            PathBuf::from("/var/lib/pilotd/scratch").join(&spec.name)
+        );
+        let other = worker_spec(
+            &supply(true, 1, Evict::None),
+            &s,
+            "sha256:bb",
+            "r/w@sha256:bb",
+            now,
+            0,
+        );
+        assert_ne!(
+            spec.labels[labels::SPEC_HASH],
+            other.labels[labels::SPEC_HASH]
+        );
+    }
+}
