@@ -13,3 +13,4 @@ pub mod demand;
 pub mod observe;
 pub mod plan;
 pub mod policy;
+pub mod service;

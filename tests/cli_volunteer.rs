@@ -7,7 +7,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/volunteer").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/volunteer")
+        .join(name)
 }
 
 fn repo(path: &str) -> PathBuf {
@@ -17,8 +19,13 @@ fn repo(path: &str) -> PathBuf {
 /// pilotd with no pilotd.toml (built-in defaults) and the given policy.
 fn pilotd(policy: &Path) -> Command {
     let mut c = Command::cargo_bin("pilotd").unwrap();
-    c.arg("-c").arg("/nonexistent/pilotd.toml").arg("--policy").arg(policy);
-    c.env_remove("PILOTD_CONFIG").env_remove("PILOTD_POLICY").env("TZ", "UTC");
+    c.arg("-c")
+        .arg("/nonexistent/pilotd.toml")
+        .arg("--policy")
+        .arg(policy);
+    c.env_remove("PILOTD_CONFIG")
+        .env_remove("PILOTD_POLICY")
+        .env("TZ", "UTC");
     c
 }
 
@@ -38,7 +45,13 @@ fn check_accepts_every_shipped_policy() {
 #[test]
 fn check_prints_every_problem_with_file_line_col() {
     let path = fixture("broken-policy.toml");
-    let out = pilotd(&path).arg("check").assert().code(2).get_output().stderr.clone();
+    let out = pilotd(&path)
+        .arg("check")
+        .assert()
+        .code(2)
+        .get_output()
+        .stderr
+        .clone();
     let err = String::from_utf8(out).unwrap();
     let f = path.display().to_string();
     for expected in [
@@ -56,7 +69,12 @@ fn check_prints_every_problem_with_file_line_col() {
     // A share larger than this machine (64 CPUs) is reported when the machine has fewer.
     let cpus = std::thread::available_parallelism().unwrap().get();
     if cpus < 64 {
-        assert!(err.contains(&format!("{f}:14:8: cpus share 64 is more than this machine's")), "{err}");
+        assert!(
+            err.contains(&format!(
+                "{f}:14:8: cpus share 64 is more than this machine's"
+            )),
+            "{err}"
+        );
     }
     assert!(err.matches("\n  hint: ").count() >= 8, "{err}");
     assert!(!err.contains("panicked"));
@@ -67,9 +85,15 @@ fn syntax_errors_unknown_keys_and_wrong_types_have_positions() {
     let dir = tempfile::tempdir().unwrap();
     let cases = [
         ("[share\ncpus = 1\n", ":1:7:"),
-        ("[owner]\nsesions = \"any\"\n", ":2:1: unknown field `sesions`"),
+        (
+            "[owner]\nsesions = \"any\"\n",
+            ":2:1: unknown field `sesions`",
+        ),
         ("[share]\ngpus = \"two\"\n", ":2:8:"),
-        ("[schedule]\nwindows = [{ days = \"mon\", from = \"09:00\" }]\n", ":2:12: missing field `to`"),
+        (
+            "[schedule]\nwindows = [{ days = \"mon\", from = \"09:00\" }]\n",
+            ":2:12: missing field `to`",
+        ),
     ];
     for (i, (src, expected)) in cases.iter().enumerate() {
         let p = dir.path().join(format!("p{i}.toml"));
@@ -78,7 +102,10 @@ fn syntax_errors_unknown_keys_and_wrong_types_have_positions() {
             .arg("check")
             .assert()
             .code(2)
-            .stderr(predicate::str::contains(format!("{}{expected}", p.display())));
+            .stderr(predicate::str::contains(format!(
+                "{}{expected}",
+                p.display()
+            )));
     }
 }
 
@@ -88,7 +115,9 @@ fn unreadable_files_are_named() {
         .arg("check")
         .assert()
         .code(2)
-        .stderr(predicate::str::contains("cannot read /nonexistent/policy.toml"))
+        .stderr(predicate::str::contains(
+            "cannot read /nonexistent/policy.toml",
+        ))
         .stderr(predicate::str::contains("pilotd init"));
     // An explicit pilotd.toml that does not exist is required... only for `run`; a directory
     // given as the config is unreadable and named.
@@ -102,14 +131,21 @@ fn unreadable_files_are_named() {
         .arg("check")
         .assert()
         .code(2)
-        .stderr(predicate::str::contains(format!("cannot read {}", dir.path().display())));
+        .stderr(predicate::str::contains(format!(
+            "cannot read {}",
+            dir.path().display()
+        )));
 }
 
 #[test]
 fn bad_pilotd_toml_is_reported_with_position() {
     let dir = tempfile::tempdir().unwrap();
     let site = dir.path().join("pilotd.toml");
-    std::fs::write(&site, "mode = \"volunteer\"\n[worker]\nimage = \"ospool-ep:latest\"\n").unwrap();
+    std::fs::write(
+        &site,
+        "mode = \"volunteer\"\n[worker]\nimage = \"ospool-ep:latest\"\n",
+    )
+    .unwrap();
     Command::cargo_bin("pilotd")
         .unwrap()
         .arg("-c")
@@ -149,7 +185,14 @@ fn policy_writable_by_others_is_refused_when_root() {
 fn plan_replays_a_snapshot_deterministically() {
     let run = || {
         let out = pilotd(&fixture("rome.toml"))
-            .args(["plan", "--format", "json", "--now", "2026-12-01T21:30:00Z", "--snapshot"])
+            .args([
+                "plan",
+                "--format",
+                "json",
+                "--now",
+                "2026-12-01T21:30:00Z",
+                "--snapshot",
+            ])
             .arg(fixture("evening-free.json"))
             .assert()
             .success()
@@ -191,7 +234,12 @@ fn plan_with_an_owner_logged_in_evicts() {
     assert_eq!(a["allowed"], false);
     assert_eq!(a["workers"], 0);
     assert_eq!(a["evict"], "graceful");
-    assert!(a["reasons"][0].as_str().unwrap().contains("alice logged in"));
+    assert!(
+        a["reasons"][0]
+            .as_str()
+            .unwrap()
+            .contains("alice logged in")
+    );
 }
 
 #[test]
@@ -218,7 +266,10 @@ fn bad_snapshots_and_bad_now_are_clear_errors() {
         .arg(&missing_field)
         .assert()
         .code(2)
-        .stderr(predicate::str::contains(format!("{}:", missing_field.display())))
+        .stderr(predicate::str::contains(format!(
+            "{}:",
+            missing_field.display()
+        )))
         .stderr(predicate::str::contains("missing field `cpus`"));
 
     let garbage = dir.path().join("g.json");
@@ -229,7 +280,10 @@ fn bad_snapshots_and_bad_now_are_clear_errors() {
         .arg(&garbage)
         .assert()
         .code(2)
-        .stderr(predicate::str::contains(format!("{}:2:11:", garbage.display())));
+        .stderr(predicate::str::contains(format!(
+            "{}:2:11:",
+            garbage.display()
+        )));
 
     pilotd(&fixture("rome.toml"))
         .args(["plan", "--now", "yesterday", "--snapshot"])
@@ -242,7 +296,9 @@ fn bad_snapshots_and_bad_now_are_clear_errors() {
         .args(["plan", "--snapshot", "/nonexistent/snap.json"])
         .assert()
         .code(2)
-        .stderr(predicate::str::contains("cannot read /nonexistent/snap.json"));
+        .stderr(predicate::str::contains(
+            "cannot read /nonexistent/snap.json",
+        ));
 }
 
 #[test]
@@ -257,14 +313,28 @@ fn snapshot_prints_the_contract_and_plan_reads_it_back() {
         .clone();
     let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
     for key in [
-        "mode", "taken_at", "cpus", "load", "cpu_busy", "own_cpu", "memory_total_kib",
-        "memory_available_kib", "scratch_free_kib", "on_battery", "exclusive_running",
-        "sessions", "owner_busy_since", "host_free_since",
+        "mode",
+        "taken_at",
+        "cpus",
+        "load",
+        "cpu_busy",
+        "own_cpu",
+        "memory_total_kib",
+        "memory_available_kib",
+        "scratch_free_kib",
+        "on_battery",
+        "exclusive_running",
+        "sessions",
+        "owner_busy_since",
+        "host_free_since",
     ] {
         assert!(v.get(key).is_some(), "snapshot lacks {key}: {v}");
     }
     assert_eq!(v["mode"], "volunteer");
-    assert_eq!(v["cpus"].as_u64().unwrap() as usize, std::thread::available_parallelism().unwrap().get());
+    assert_eq!(
+        v["cpus"].as_u64().unwrap() as usize,
+        std::thread::available_parallelism().unwrap().get()
+    );
     let f = dir.path().join("snap.json");
     std::fs::write(&f, &out).unwrap();
     pilotd(&repo("policies/default.toml"))
@@ -284,7 +354,10 @@ fn schedule_draws_the_week() {
         .stdout
         .clone();
     let out = String::from_utf8(out).unwrap();
-    let rows: Vec<&str> = out.lines().filter(|l| l.len() > 12 && l.chars().nth(3) == Some(' ')).collect();
+    let rows: Vec<&str> = out
+        .lines()
+        .filter(|l| l.len() > 12 && l.chars().nth(3) == Some(' '))
+        .collect();
     assert!(out.contains("Mon 30 Nov"), "{out}");
     assert!(out.contains("Sun 06 Dec"), "{out}");
     // Saturday is all compute; Monday computes until 07:30 minus the guard band and from 19:00.

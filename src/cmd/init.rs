@@ -1,0 +1,426 @@
+//! `pilotd init`: asks the owner a few plain questions and writes a commented policy.toml,
+//! then shows the resulting week. Works interactively, with piped answers (one per line; an
+//! empty line takes the default), or with `--yes` and flags for scripted installs. The file is
+//! validated by the same parser `check` uses before it is written, so init never writes a
+//! policy pilotd would refuse.
+
+use super::{CmdError, schedule};
+use crate::cli::{Global, InitArgs};
+use crate::config::units::{
+    ShareUnit, StrOrInt, parse_days, parse_duration, parse_share, parse_time_of_day,
+};
+use crate::config::{self, SiteFile};
+use chrono::Utc;
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+
+/// The owner's answers, each already checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answers {
+    pub timezone: String,
+    /// TOML array items for `windows`.
+    pub windows: Vec<(String, String, String)>,
+    pub sessions: String,
+    pub cpus: String,
+    pub memory: String,
+    pub longest_job: String,
+    pub on_return: String,
+}
+
+struct Question {
+    prompt: &'static str,
+    default: fn(&Answers) -> String,
+    apply: fn(&mut Answers, &str) -> Result<(), String>,
+}
+
+const QUESTIONS: &[Question] = &[
+    Question {
+        prompt: "When may this machine compute?\n  nights-and-weekends, nights, weekends, always,\n  or your own windows like \"mon-fri 19:00-07:30; sat,sun 00:00-24:00\"",
+        default: |_| "nights-and-weekends".into(),
+        apply: |a, s| {
+            a.windows = parse_when(s)?;
+            Ok(())
+        },
+    },
+    Question {
+        prompt: "Stop computing when someone is logged in?\n  any (any login), active (only a session used in the last 15 minutes), ignore (logins do not matter)",
+        default: |_| "any".into(),
+        apply: |a, s| match s {
+            "any" | "active" | "ignore" => {
+                a.sessions = s.into();
+                Ok(())
+            }
+            "yes" | "y" => {
+                a.sessions = "any".into();
+                Ok(())
+            }
+            "no" | "n" => {
+                a.sessions = "ignore".into();
+                Ok(())
+            }
+            _ => Err("answer any, active or ignore".into()),
+        },
+    },
+    Question {
+        prompt: "How much of the CPUs may it use? (a percentage like 50% or a number of CPUs)",
+        default: |_| "50%".into(),
+        apply: |a, s| {
+            parse_share(&StrOrInt::Str(s.into()), ShareUnit::Count)?;
+            a.cpus = s.into();
+            Ok(())
+        },
+    },
+    Question {
+        prompt: "How much memory? (a percentage like 50% or a size like 8GiB)",
+        default: |_| "50%".into(),
+        apply: |a, s| {
+            parse_share(&StrOrInt::Str(s.into()), ShareUnit::Bytes)?;
+            a.memory = s.into();
+            Ok(())
+        },
+    },
+    Question {
+        prompt: "The longest job you accept? (e.g. 8h; workers stop taking jobs this long before they must leave)",
+        default: |_| "8h".into(),
+        apply: |a, s| {
+            let d = parse_duration(s)?;
+            if d.is_zero() {
+                return Err("it must be longer than 0".into());
+            }
+            a.longest_job = s.into();
+            Ok(())
+        },
+    },
+    Question {
+        prompt: "When you come back: pause (freeze, resume later), graceful (stop cleanly within 10 minutes) or fast (stop at once)?",
+        default: |_| "graceful".into(),
+        apply: |a, s| match s {
+            "pause" | "graceful" | "fast" => {
+                a.on_return = s.into();
+                Ok(())
+            }
+            _ => Err("answer pause, graceful or fast".into()),
+        },
+    },
+    Question {
+        prompt: "Your time zone? (IANA name)",
+        default: |a| a.timezone.clone(),
+        apply: |a, s| {
+            s.parse::<chrono_tz::Tz>().map_err(|_| {
+                format!("unknown time zone `{s}`; e.g. Europe/Rome or America/Chicago")
+            })?;
+            a.timezone = s.into();
+            Ok(())
+        },
+    },
+];
+
+/// Presets or explicit windows separated by `;`, each "DAYS HH:MM-HH:MM".
+pub fn parse_when(s: &str) -> Result<Vec<(String, String, String)>, String> {
+    let w = |d: &str, f: &str, t: &str| (d.to_string(), f.to_string(), t.to_string());
+    match s.trim() {
+        "nights-and-weekends" => {
+            return Ok(vec![
+                w("mon-fri", "19:00", "07:30"),
+                w("sat,sun", "00:00", "24:00"),
+                w("mon", "00:00", "07:30"),
+            ]);
+        }
+        "nights" => return Ok(vec![w("daily", "19:00", "07:30")]),
+        "weekends" => return Ok(vec![w("sat,sun", "00:00", "24:00")]),
+        "always" => return Ok(vec![w("daily", "00:00", "24:00")]),
+        _ => {}
+    }
+    s.split(';')
+        .filter(|p| !p.trim().is_empty())
+        .map(|part| {
+            let bad = || {
+                format!(
+                    "`{}` is not a window; write DAYS HH:MM-HH:MM, e.g. \"mon-fri 19:00-07:30\"",
+                    part.trim()
+                )
+            };
+            let (days, times) = part.trim().rsplit_once(' ').ok_or_else(bad)?;
+            let (from, to) = times.split_once('-').ok_or_else(bad)?;
+            parse_days(days)?;
+            let (f, t) = (parse_time_of_day(from)?, parse_time_of_day(to)?);
+            if f == t {
+                return Err(format!("window {from}-{to} is empty"));
+            }
+            Ok(w(days.trim(), from, to))
+        })
+        .collect::<Result<Vec<_>, String>>()
+        .and_then(|v| {
+            if v.is_empty() {
+                Err("no window given".into())
+            } else {
+                Ok(v)
+            }
+        })
+}
+
+impl Answers {
+    pub fn defaults() -> Answers {
+        let mut a = Answers {
+            timezone: config::local_timezone().name().to_string(),
+            windows: vec![],
+            sessions: String::new(),
+            cpus: String::new(),
+            memory: String::new(),
+            longest_job: String::new(),
+            on_return: String::new(),
+        };
+        for q in QUESTIONS {
+            let d = (q.default)(&a);
+            (q.apply)(&mut a, &d).expect("defaults are valid");
+        }
+        a
+    }
+
+    /// The commented policy file.
+    pub fn render(&self) -> String {
+        let windows: String = self
+            .windows
+            .iter()
+            .map(|(d, f, t)| format!("  {{ days = \"{d}\", from = \"{f}\", to = \"{t}\" }},\n"))
+            .collect();
+        format!(
+            r#"# pilotd owner policy, written by `pilotd init` on {date}.
+# Edit any line; `pilotd check` finds mistakes, `pilotd schedule` shows the week.
+# After editing: `systemctl reload pilotd` (or send pilotd SIGHUP).
+
+# The time zone the windows are written in.
+timezone = "{tz}"
+
+[schedule]
+# When the machine may compute: the union of these windows. days: mon..sun, "mon-fri",
+# "sat,sun" or "daily". A `to` earlier than `from` runs into the next morning.
+windows = [
+{windows}]
+# Workers are gone this long before a window ends.
+evict_before_end = "10m"
+
+[owner]
+# "any": any login means you are here; "active": only sessions used within session_idle;
+# "ignore": logins do not matter.
+sessions = "{sessions}"
+session_idle = "15m"
+# Users that never count as you, and accounts below this uid (system accounts).
+ignore_users = ["root", "condor"]
+system_uid_below = 1000
+# Other programs using more CPU than this for busy_for make the workers leave.
+max_owner_cpu = "25%"
+busy_for = "2m"
+# The machine must be free this long before workers start.
+free_for = "15m"
+# Programs that mean "I am using this machine" while they run.
+exclusive_processes = []
+# On battery: "stop" or "ignore".
+on_battery = "stop"
+# When you come back: "pause", "graceful" (within grace) or "fast".
+on_return = "{on_return}"
+grace = "10m"
+
+[share]
+cpus = "{cpus}"
+memory = "{memory}"
+# Scratch disk for jobs.
+disk = "20GiB"
+gpus = 0
+# Worker containers; the share is split evenly between them.
+workers = 1
+
+[jobs]
+# The longest job you accept.
+longest_job = "{longest_job}"
+"#,
+            date = Utc::now().format("%Y-%m-%d"),
+            tz = self.timezone,
+            sessions = self.sessions,
+            on_return = self.on_return,
+            cpus = self.cpus,
+            memory = self.memory,
+            longest_job = self.longest_job,
+        )
+    }
+}
+
+/// Asks every question on `out`, reading answers from `input`. An empty line takes the
+/// default; a bad answer is explained and asked again; end of input takes the defaults of the
+/// remaining questions only when `yes` is set.
+pub fn ask(
+    mut a: Answers,
+    input: &mut dyn BufRead,
+    out: &mut dyn Write,
+    yes: bool,
+) -> Result<Answers, CmdError> {
+    let io = |e: std::io::Error| CmdError::Runtime(format!("cannot talk to the terminal: {e}"));
+    for q in QUESTIONS {
+        let default = (q.default)(&a);
+        loop {
+            write!(out, "\n{}\n  [{default}] > ", q.prompt).map_err(io)?;
+            out.flush().map_err(io)?;
+            let mut line = String::new();
+            if input.read_line(&mut line).map_err(io)? == 0 {
+                if yes {
+                    break;
+                }
+                return Err(CmdError::Usage(
+                    "no answer (end of input); answer every question, or use --yes to take the defaults".into(),
+                ));
+            }
+            let answer = line.trim();
+            let answer = if answer.is_empty() {
+                default.as_str()
+            } else {
+                answer
+            };
+            match (q.apply)(&mut a, answer) {
+                Ok(()) => break,
+                Err(e) => writeln!(out, "  {e}").map_err(io)?,
+            }
+        }
+    }
+    Ok(a)
+}
+
+/// Applies the flags given on the command line.
+pub fn apply_flags(mut a: Answers, args: &InitArgs) -> Result<Answers, CmdError> {
+    let flags: [(&Option<String>, usize, &str); 7] = [
+        (&args.when, 0, "--when"),
+        (&args.sessions, 1, "--sessions"),
+        (&args.cpus, 2, "--cpus"),
+        (&args.memory, 3, "--memory"),
+        (&args.longest_job, 4, "--longest-job"),
+        (&args.on_return, 5, "--on-return"),
+        (&args.timezone, 6, "--timezone"),
+    ];
+    for (value, i, name) in flags {
+        if let Some(v) = value {
+            (QUESTIONS[i].apply)(&mut a, v)
+                .map_err(|e| CmdError::Usage(format!("{name} {v}: {e}")))?;
+        }
+    }
+    Ok(a)
+}
+
+pub fn run(g: &Global, args: &InitArgs) -> Result<String, CmdError> {
+    let (site, _) = config::load_site(&g.config, SiteFile::Optional)?;
+    let path: PathBuf = args
+        .output
+        .clone()
+        .or_else(|| g.policy.clone())
+        .unwrap_or_else(|| site.policy.clone());
+    if path.exists() && !args.force {
+        return Err(CmdError::Usage(format!(
+            "{} exists; pass --force to replace it (the old file is kept as {}.bak)",
+            path.display(),
+            path.display()
+        )));
+    }
+    let a = apply_flags(Answers::defaults(), args)?;
+    let a = if args.yes {
+        a
+    } else {
+        let stdin = std::io::stdin();
+        let mut out = std::io::stderr();
+        ask(a, &mut stdin.lock(), &mut out, false)?
+    };
+    let text = a.render();
+    // Never write a file `check` would refuse.
+    let policy = config::parse_policy(
+        &path,
+        &text,
+        &site,
+        super::this_machine(),
+        config::local_timezone(),
+    )?;
+    write_policy(&path, &text)?;
+    let mut out = format!("wrote {}\n\n", path.display());
+    out.push_str(&schedule::render(
+        &policy,
+        Utc::now(),
+        7,
+        &path.display().to_string(),
+    ));
+    Ok(out)
+}
+
+/// Atomic write (temp file + rename) with mode 0644, keeping the previous file as `.bak`.
+fn write_policy(path: &Path, text: &str) -> Result<(), CmdError> {
+    use std::os::unix::fs::PermissionsExt;
+    let fail = |e: std::io::Error| {
+        CmdError::Runtime(format!(
+            "cannot write {}: {e}\n  hint: run as root for /etc/pilotd, or pass --output FILE",
+            path.display()
+        ))
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(fail)?;
+    }
+    let tmp = path.with_extension("toml.tmp");
+    std::fs::write(&tmp, text).map_err(fail)?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644)).map_err(fail)?;
+    if path.exists() {
+        std::fs::copy(path, path.with_extension("toml.bak")).map_err(fail)?;
+    }
+    std::fs::rename(&tmp, path).map_err(fail)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn when_presets_and_custom_windows() {
+        assert_eq!(parse_when("always").unwrap().len(), 1);
+        let w = parse_when("mon-fri 19:00-07:30; sat,sun 00:00-24:00").unwrap();
+        assert_eq!(w[1], ("sat,sun".into(), "00:00".into(), "24:00".into()));
+        assert!(
+            parse_when("funday 19:00-07:30")
+                .unwrap_err()
+                .contains("funday")
+        );
+        assert!(parse_when("mon 19:00").is_err());
+        assert!(parse_when("mon 09:00-09:00").unwrap_err().contains("empty"));
+        assert!(parse_when(" ; ").is_err());
+    }
+
+    #[test]
+    fn piped_answers_with_a_retry_produce_a_valid_policy() {
+        let mut input: &[u8] = b"nights\nactive\n150%\n75%\n6GiB\n4h\npause\nEurope/Rome\n";
+        let mut out = Vec::new();
+        let a = ask(Answers::defaults(), &mut input, &mut out, false).unwrap();
+        let shown = String::from_utf8(out).unwrap();
+        assert!(
+            shown.contains("must be above 0% and at most 100%"),
+            "{shown}"
+        );
+        assert_eq!(a.cpus, "75%");
+        assert_eq!(a.memory, "6GiB");
+        assert_eq!(a.sessions, "active");
+        assert_eq!(a.timezone, "Europe/Rome");
+        let text = a.render();
+        let p = config::parse_policy(
+            Path::new("p.toml"),
+            &text,
+            &config::SiteConfig::defaults(),
+            None,
+            chrono_tz::UTC,
+        )
+        .unwrap();
+        assert_eq!(p.on_return, config::Evict::Pause);
+        assert_eq!(p.longest_job, std::time::Duration::from_secs(4 * 3600));
+        assert_eq!(p.timezone, chrono_tz::Europe::Rome);
+    }
+
+    #[test]
+    fn end_of_input_is_an_error_unless_yes() {
+        let mut input: &[u8] = b"always\n";
+        assert!(ask(Answers::defaults(), &mut input, &mut Vec::new(), false).is_err());
+        let mut input: &[u8] = b"always\n";
+        let a = ask(Answers::defaults(), &mut input, &mut Vec::new(), true).unwrap();
+        assert_eq!(a.windows, parse_when("always").unwrap());
+        assert_eq!(a.sessions, "any");
+    }
+}

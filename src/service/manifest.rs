@@ -1,0 +1,326 @@
+//! The remote manifest: the pool organisers' configuration, fetched from `[remote] url` every
+//! `refresh`. It may choose the worker image, the pilot's config URLs, extra worker env and the
+//! idle timeout — never the owner's policy, and never anything that widens what the owner or
+//! the site allowed (privileges, mounts, resources). A bad, unreachable or oversized manifest
+//! keeps the last known good one, which lives in the state dir (written atomically) so it
+//! survives restarts.
+//!
+//! Format (TOML, unknown keys rejected):
+//! ```toml
+//! version = "2026-11-30.1"        # shown by `pilotd status`
+//! [worker]
+//! image = "hub.opensciencegrid.org/osg-htc/ospool-ep:25-release"  # must match allowed_images
+//! idle_timeout = "20m"
+//! config_urls = ["https://pool.example.org/pilot/condor_config.d/10-pool"]
+//! [worker.env]
+//! GLIDEIN_Site = "MY-SITE"
+//! ```
+//! `check` is pure; `fetch`, `load_last_good` and `store` do the I/O.
+
+use crate::config::site::{image_allowed, is_fully_qualified};
+use crate::config::units::HumanDuration;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const FILE: &str = "manifest.toml";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    #[error("remote manifest {url}: {why}\n  hint: {hint}")]
+    Fetch {
+        url: String,
+        why: String,
+        hint: String,
+    },
+    #[error(
+        "remote manifest {url} is invalid: {why}\n  hint: the pool's manifest must follow the format in pilotd's README"
+    )]
+    Invalid { url: String, why: String },
+    #[error("remote manifest {url} was refused: {}", .why.join("; "))]
+    Refused { url: String, why: Vec<String> },
+    #[error("cannot store the manifest in {}: {source}", path.display())]
+    Store {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    pub version: String,
+    #[serde(default)]
+    pub worker: ManifestWorker,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ManifestWorker {
+    pub image: Option<String>,
+    pub idle_timeout: Option<HumanDuration>,
+    #[serde(default)]
+    pub config_urls: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+/// Env names the manifest may never set: pilotd derives them from the owner's decision or
+/// they carry secrets and resources. Setting NUM_CPUS would let a pool advertise more than the
+/// owner shares even though the container limits hold.
+pub const RESERVED_ENV: &[&str] = &[
+    "PILOT_CPUS",
+    "PILOT_MEMORY_MIB",
+    "PILOT_DISK_KIB",
+    "PILOT_GPUS",
+    "PILOT_ACCEPT_UNTIL",
+    "PILOT_DIE_AT",
+    "PILOT_TOKEN_FILE",
+    "PILOT_CONDOR_CONFIG_DIR",
+    "PILOT_SCRATCH",
+    "PILOT_SELFTEST_CMD",
+    "PILOT_ALLOW_HTTP",
+    "PILOT_CONFIG_SHA256",
+    "NUM_CPUS",
+    "NUM_GPUS",
+    "MEMORY",
+    "DISK",
+    "TOKEN",
+    "ACCEPT_JOBS_FOR_HOURS",
+    "RETIREMENT_HOURS",
+    "ACCEPT_IDLE_MINUTES",
+];
+
+/// Checks a manifest against the local limits. Every problem is listed; one problem refuses
+/// the whole manifest (half a pool configuration is worse than the last good one).
+/// `local_env` is `[worker.env]` of pilotd.toml: keys the site templated or set stay the site's.
+pub fn check(
+    m: &Manifest,
+    allowed_images: &[String],
+    local_env: &BTreeMap<String, String>,
+) -> Result<(), Vec<String>> {
+    let mut why = Vec::new();
+    if let Some(img) = &m.worker.image {
+        if !is_fully_qualified(img) {
+            why.push(format!("image `{img}` is not fully qualified"));
+        } else if !image_allowed(img, allowed_images) {
+            why.push(format!(
+                "image `{img}` is not in this host's allowed_images"
+            ));
+        }
+    }
+    for url in &m.worker.config_urls {
+        if !url.starts_with("https://") && !is_loopback_http(url) {
+            why.push(format!("config URL `{url}` is not https"));
+        }
+    }
+    for key in m.worker.env.keys() {
+        if RESERVED_ENV.contains(&key.as_str()) || key.starts_with("PILOTD_") {
+            why.push(format!(
+                "env {key} is set by pilotd from the owner's decision, not by the pool"
+            ));
+        } else if local_env.contains_key(key) {
+            why.push(format!("env {key} is set by this site's pilotd.toml"));
+        } else if key.is_empty() || !key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            why.push(format!("env name `{key}` is not a valid variable name"));
+        }
+    }
+    if why.is_empty() { Ok(()) } else { Err(why) }
+}
+
+/// Plain http is accepted only on loopback (a local mirror or a test server).
+fn is_loopback_http(url: &str) -> bool {
+    let Some(rest) = url.strip_prefix("http://") else {
+        return false;
+    };
+    let host = rest.split(['/', '?']).next().unwrap_or("");
+    let host = host.rsplit_once(':').map_or(host, |(h, _)| h);
+    matches!(host, "127.0.0.1" | "localhost" | "[::1]")
+}
+
+pub fn parse(url: &str, body: &[u8]) -> Result<Manifest, ManifestError> {
+    let text = std::str::from_utf8(body).map_err(|_| ManifestError::Invalid {
+        url: url.into(),
+        why: "not UTF-8 text".into(),
+    })?;
+    toml::from_str(text).map_err(|e| {
+        let (line, col) = crate::config::diag::line_col(text, e.span().map_or(0, |s| s.start));
+        ManifestError::Invalid {
+            url: url.into(),
+            why: format!("line {line}, column {col}: {}", e.message()),
+        }
+    })
+}
+
+/// Fetches and checks the manifest. Nothing is stored here: the caller stores what passed.
+pub async fn fetch(
+    url: &str,
+    max_bytes: u64,
+    timeout: Duration,
+    allowed_images: &[String],
+    local_env: &BTreeMap<String, String>,
+) -> Result<Manifest, ManifestError> {
+    let fail = |why: String, hint: &str| ManifestError::Fetch {
+        url: url.into(),
+        why,
+        hint: hint.into(),
+    };
+    if !url.starts_with("https://") && !is_loopback_http(url) {
+        return Err(fail(
+            "only https is accepted (plain http only on loopback)".into(),
+            "use an https:// URL in [remote] url",
+        ));
+    }
+    // reqwest is built without a default TLS provider (kube uses ring; two providers panic).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = reqwest::Client::builder()
+        .timeout(timeout)
+        .redirect(reqwest::redirect::Policy::limited(3))
+        .build()
+        .map_err(|e| fail(e.to_string(), "this is a bug in pilotd"))?;
+    let mut resp = client.get(url).send().await.map_err(|e| {
+        fail(
+            format!("unreachable: {e}"),
+            "check the URL and the network; the last good manifest stays in force",
+        )
+    })?;
+    if !resp.status().is_success() {
+        return Err(fail(
+            format!("HTTP {}", resp.status()),
+            "the last good manifest stays in force; tell the pool's operators",
+        ));
+    }
+    if resp.content_length().is_some_and(|n| n > max_bytes) {
+        return Err(fail(
+            format!("larger than {max_bytes} bytes"),
+            "raise [remote] max_bytes if this is expected",
+        ));
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(|e| {
+        fail(
+            format!("transfer failed: {e}"),
+            "the last good manifest stays in force",
+        )
+    })? {
+        body.extend_from_slice(&chunk);
+        if body.len() as u64 > max_bytes {
+            return Err(fail(
+                format!("larger than {max_bytes} bytes"),
+                "raise [remote] max_bytes if this is expected",
+            ));
+        }
+    }
+    let m = parse(url, &body)?;
+    check(&m, allowed_images, local_env).map_err(|why| ManifestError::Refused {
+        url: url.into(),
+        why,
+    })?;
+    Ok(m)
+}
+
+pub fn path(state_dir: &Path) -> PathBuf {
+    state_dir.join(FILE)
+}
+
+/// The last manifest that passed, if any. A damaged copy is ignored (and reported).
+pub fn load_last_good(state_dir: &Path) -> Result<Option<Manifest>, ManifestError> {
+    let p = path(state_dir);
+    match std::fs::read(&p) {
+        Ok(b) => parse(&p.display().to_string(), &b).map(Some),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(ManifestError::Store { path: p, source: e }),
+    }
+}
+
+/// Stores a manifest atomically as the last known good one.
+pub fn store(state_dir: &Path, m: &Manifest) -> Result<(), ManifestError> {
+    use std::io::Write;
+    let p = path(state_dir);
+    let err = |source| ManifestError::Store {
+        path: p.clone(),
+        source,
+    };
+    std::fs::create_dir_all(state_dir).map_err(err)?;
+    let text = toml::to_string(m).map_err(|e| err(std::io::Error::other(e)))?;
+    let tmp = p.with_extension("toml.tmp");
+    let mut f = std::fs::File::create(&tmp).map_err(err)?;
+    f.write_all(text.as_bytes()).map_err(err)?;
+    f.sync_all().map_err(err)?;
+    std::fs::rename(&tmp, &p).map_err(err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn allowed() -> Vec<String> {
+        vec!["hub.opensciencegrid.org/osg-htc/*".into()]
+    }
+
+    #[test]
+    fn refuses_what_would_widen_the_owners_limits() {
+        let m = parse(
+            "u",
+            br#"version = "1"
+[worker]
+image = "docker.io/evil/miner:latest"
+config_urls = ["http://pool.example.org/x", "http://127.0.0.1:8080/y"]
+[worker.env]
+NUM_CPUS = "64"
+PILOT_TOKEN_FILE = "/etc/shadow"
+GLIDEIN_Site = "X"
+OK_VAR = "1"
+"#,
+        )
+        .unwrap();
+        let local: BTreeMap<String, String> =
+            [("GLIDEIN_Site".to_string(), "MINE".to_string())].into();
+        let why = check(&m, &allowed(), &local).unwrap_err();
+        assert_eq!(why.len(), 5, "{why:?}");
+        assert!(why[0].contains("not in this host's allowed_images"));
+        assert!(why[1].contains("http://pool.example.org/x"));
+        assert!(why.iter().any(|w| w.contains("NUM_CPUS")));
+        assert!(why.iter().any(|w| w.contains("PILOT_TOKEN_FILE")));
+        assert!(
+            why.iter()
+                .any(|w| w.contains("GLIDEIN_Site is set by this site"))
+        );
+    }
+
+    #[test]
+    fn accepts_a_good_manifest_and_round_trips_it() {
+        let m = parse(
+            "u",
+            br#"version = "2026-11-30.1"
+[worker]
+image = "hub.opensciencegrid.org/osg-htc/ospool-ep:25-release"
+idle_timeout = "10m"
+config_urls = ["https://pool.example.org/10-pool"]
+[worker.env]
+GLIDEIN_ResourceName = "LAB-42"
+"#,
+        )
+        .unwrap();
+        check(&m, &allowed(), &BTreeMap::new()).unwrap();
+        assert_eq!(
+            m.worker.idle_timeout,
+            Some(HumanDuration(Duration::from_secs(600)))
+        );
+        let dir = tempfile::tempdir().unwrap();
+        store(dir.path(), &m).unwrap();
+        assert_eq!(load_last_good(dir.path()).unwrap(), Some(m));
+    }
+
+    #[test]
+    fn garbage_has_a_position() {
+        let e = parse(
+            "https://x/m.toml",
+            b"version = \"1\"\n[worker]\nimgae = \"x\"\n",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("line 3, column 1"), "{e}");
+        assert!(parse("u", &[0xff, 0xfe]).is_err());
+    }
+}

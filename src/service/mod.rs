@@ -1,0 +1,7 @@
+//! Living as a system service: detaching from the terminal on hosts without systemd (before
+//! any tokio runtime exists), and talking to systemd (`Type=notify`) when it is there.
+
+pub mod detach;
+pub mod history;
+pub mod manifest;
+pub mod notify;
