@@ -25,6 +25,10 @@ pub struct KeyBackoff {
     /// Failed or unclaimed exits since the last success.
     pub failures: u32,
     pub last_failure: Option<DateTime<Utc>>,
+    /// Cycles with new bad outcomes since the shape went on trial (a batch failing together
+    /// is one strike): the delay doubles per strike.
+    #[serde(default)]
+    pub strikes: u32,
     /// Pods already counted (so a failed pod seen in many cycles counts once).
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub counted: BTreeSet<String>,
@@ -67,13 +71,13 @@ impl KeyBackoff {
         self.failures >= p.after
     }
 
-    /// When the next trial pod may start: last failure + initial × 2^(failures − after),
-    /// capped at `max`.
+    /// When the next trial pod may start: last failure + initial × 2^(strikes − 1), capped
+    /// at `max`.
     pub fn next_trial_at(&self, p: &BackoffPolicy) -> Option<DateTime<Utc>> {
         if !self.on_trial(p) {
             return None;
         }
-        let doublings = (self.failures - p.after).min(30);
+        let doublings = self.strikes.saturating_sub(1).min(30);
         let delay = p
             .initial
             .checked_mul(1u32 << doublings)
@@ -87,7 +91,7 @@ impl KeyBackoff {
 impl BackoffBook {
     /// Folds one cycle's pod observations into the book. Pods no longer listed are forgotten
     /// (their outcome was counted while they were visible).
-    pub fn observe(&mut self, pods: &[PodObservation], now: DateTime<Utc>) {
+    pub fn observe(&mut self, pods: &[PodObservation], now: DateTime<Utc>, p: &BackoffPolicy) {
         let mut by_key: BTreeMap<&ShapeKey, Vec<&PodObservation>> = BTreeMap::new();
         for p in pods {
             by_key.entry(&p.key).or_default().push(p);
@@ -95,21 +99,22 @@ impl BackoffBook {
         for (key, pods) in &by_key {
             let entry = self.keys.entry((*key).clone()).or_default();
             let mut success = false;
-            for p in pods {
-                match p.state {
+            let before = entry.failures;
+            for pod in pods {
+                match pod.state {
                     PodState::Claimed => {
-                        entry.claimed.insert(p.name.clone());
+                        entry.claimed.insert(pod.name.clone());
                         success = true;
                     }
                     PodState::Failed => {
-                        if entry.counted.insert(p.name.clone()) {
+                        if entry.counted.insert(pod.name.clone()) {
                             entry.failures += 1;
                             entry.last_failure = Some(now);
                         }
                     }
                     PodState::Succeeded => {
-                        if entry.counted.insert(p.name.clone()) {
-                            if entry.claimed.contains(&p.name) {
+                        if entry.counted.insert(pod.name.clone()) {
+                            if entry.claimed.contains(&pod.name) {
                                 success = true;
                             } else {
                                 entry.failures += 1;
@@ -122,9 +127,12 @@ impl BackoffBook {
             }
             if success {
                 entry.failures = 0;
+                entry.strikes = 0;
                 entry.last_failure = None;
+            } else if entry.failures > before && entry.on_trial(p) {
+                entry.strikes += 1;
             }
-            let present: BTreeSet<&str> = pods.iter().map(|p| p.name.as_str()).collect();
+            let present: BTreeSet<&str> = pods.iter().map(|o| o.name.as_str()).collect();
             entry.counted.retain(|n| present.contains(n.as_str()));
             entry.claimed.retain(|n| present.contains(n.as_str()));
         }
@@ -195,18 +203,19 @@ mod tests {
     fn failures_put_the_shape_on_trial_with_a_growing_delay_and_success_resets() {
         let mut b = BackoffBook::default();
         assert_eq!(b.gate(&key(), 0, t(0), &P), Gate::Open);
-        b.observe(&[obs("a", PodState::Failed)], t(0));
+        b.observe(&[obs("a", PodState::Failed)], t(0), &P);
         assert_eq!(
             b.gate(&key(), 0, t(0), &P),
             Gate::Open,
             "one failure is not a pattern"
         );
         // The same failed pod seen again is not a new failure.
-        b.observe(&[obs("a", PodState::Failed)], t(2));
+        b.observe(&[obs("a", PodState::Failed)], t(2), &P);
         assert_eq!(b.keys[&key()].failures, 1);
         b.observe(
             &[obs("a", PodState::Failed), obs("b", PodState::Failed)],
             t(4),
+            &P,
         );
         assert_eq!(b.keys[&key()].failures, 2);
         assert_eq!(
@@ -221,10 +230,10 @@ mod tests {
         );
         assert_eq!(Gate::Trial.cap(7), 1);
         // The trial pod fails too: the delay doubles.
-        b.observe(&[obs("c", PodState::Failed)], t(10));
+        b.observe(&[obs("c", PodState::Failed)], t(10), &P);
         assert_eq!(b.keys[&key()].next_trial_at(&P), Some(t(20)));
         for (i, m) in (11..20).enumerate() {
-            b.observe(&[obs(&format!("x{i}"), PodState::Failed)], t(m));
+            b.observe(&[obs(&format!("x{i}"), PodState::Failed)], t(m), &P);
         }
         assert_eq!(
             b.keys[&key()].next_trial_at(&P),
@@ -232,7 +241,7 @@ mod tests {
             "capped at max"
         );
         // One claimed pod resets the shape.
-        b.observe(&[obs("d", PodState::Claimed)], t(30));
+        b.observe(&[obs("d", PodState::Claimed)], t(30), &P);
         assert_eq!(b.gate(&key(), 0, t(30), &P), Gate::Open);
     }
 
@@ -242,11 +251,12 @@ mod tests {
         b.observe(
             &[obs("a", PodState::Succeeded), obs("b", PodState::Succeeded)],
             t(0),
+            &P,
         );
         assert_eq!(b.keys[&key()].failures, 2);
-        b.observe(&[obs("c", PodState::Claimed)], t(1));
+        b.observe(&[obs("c", PodState::Claimed)], t(1), &P);
         assert!(!b.keys.contains_key(&key()) || b.keys[&key()].failures == 0);
-        b.observe(&[obs("c", PodState::Succeeded)], t(2));
+        b.observe(&[obs("c", PodState::Succeeded)], t(2), &P);
         assert!(b.keys.get(&key()).is_none_or(|e| e.failures == 0));
     }
 
@@ -256,8 +266,9 @@ mod tests {
         b.observe(
             &[obs("a", PodState::Failed), obs("b", PodState::Failed)],
             t(0),
+            &P,
         );
-        b.observe(&[], t(1));
+        b.observe(&[], t(1), &P);
         assert_eq!(b.keys[&key()].failures, 2);
         assert!(b.keys[&key()].counted.is_empty());
         let json = serde_json::to_string(&b).unwrap();

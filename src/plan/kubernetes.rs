@@ -104,9 +104,9 @@ pub fn decide(snap: &ClusterSnapshot, cfg: &KubernetesConfig, now: DateTime<Utc>
     let demand = Demand::from_jobs(&snap.jobs);
     let observations = observe_pods(&snap.pods, &snap.startds, now, cfg.unknown_after.0);
     let accounting = account(&observations);
-    let mut book = snap.backoff.clone();
-    book.observe(&observations, now);
     let policy = backoff_policy(cfg);
+    let mut book = snap.backoff.clone();
+    book.observe(&observations, now, &policy);
 
     let mut keys: Vec<&ShapeKey> = demand.idle.keys().chain(accounting.keys()).collect();
     keys.sort();
