@@ -4,4 +4,5 @@
 pub mod detach;
 pub mod history;
 pub mod manifest;
+pub mod metrics;
 pub mod notify;

@@ -1,0 +1,253 @@
+//! Prometheus metrics for pool operators: an optional listener (`[metrics] listen`, off by
+//! default, loopback unless configured) serving the text exposition format on `/metrics`.
+//!
+//! The registry is plain data that the run loops update; the listener is a deliberately small
+//! HTTP/1.1 responder (GET only, bounded request, one response per connection), because a
+//! scrape endpoint needs nothing more and every line here is code on someone else's machine.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    #[error("cannot listen for metrics on {addr}: {source}\n  hint: pick a free port in [metrics] listen, or remove the key to turn metrics off")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabel {
+    pub state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CauseLabel {
+    pub cause: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ModeLabel {
+    pub mode: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ShapeLabel {
+    pub shape: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ShapeStateLabel {
+    pub shape: String,
+    pub state: String,
+}
+
+/// Every series pilotd exports. Cheap to clone (the metric types share their values).
+#[derive(Clone)]
+pub struct Metrics {
+    pub workers: Family<StateLabel, Gauge>,
+    pub decisions: Family<CauseLabel, Counter>,
+    pub evictions: Family<ModeLabel, Counter>,
+    pub image_pulls: Counter,
+    pub image_pull_bytes: Counter,
+    pub backoff_level: Gauge,
+    pub cycle_seconds: Histogram,
+    pub idle_jobs: Family<ShapeLabel, Gauge>,
+    pub pods: Family<ShapeStateLabel, Gauge>,
+    pub allowed: Gauge,
+}
+
+impl Metrics {
+    pub fn new() -> (Metrics, Registry) {
+        let m = Metrics {
+            workers: Family::default(),
+            decisions: Family::default(),
+            evictions: Family::default(),
+            image_pulls: Counter::default(),
+            image_pull_bytes: Counter::default(),
+            backoff_level: Gauge::default(),
+            cycle_seconds: Histogram::new(exponential_buckets(0.005, 2.0, 14)),
+            idle_jobs: Family::default(),
+            pods: Family::default(),
+            allowed: Gauge::default(),
+        };
+        let mut r = Registry::with_prefix("pilotd");
+        r.register("workers", "Worker containers or pods by state", m.workers.clone());
+        r.register("decisions", "Decisions by cause (one cycle may count several causes)", m.decisions.clone());
+        r.register("evictions", "Workers evicted, by mode", m.evictions.clone());
+        r.register("image_pulls", "Worker image pulls", m.image_pulls.clone());
+        r.register("image_pull_bytes", "Bytes of worker image layers pulled", m.image_pull_bytes.clone());
+        r.register("backoff_level", "Consecutive failed workers (start delay grows with it)", m.backoff_level.clone());
+        r.register("cycle_duration_seconds", "Duration of one reconcile cycle", m.cycle_seconds.clone());
+        r.register("idle_jobs", "Idle jobs by resource shape (kubernetes mode)", m.idle_jobs.clone());
+        r.register("pods", "Worker pods by shape and state (kubernetes mode)", m.pods.clone());
+        r.register("allowed", "1 when the owner's policy allows computing now", m.allowed.clone());
+        (m, r)
+    }
+
+    /// Sets the worker gauge for every state seen this cycle; states not given drop to 0.
+    pub fn set_workers<'a>(&self, counts: impl IntoIterator<Item = (&'a str, i64)>) {
+        for state in ["running", "paused", "exited", "created", "other"] {
+            self.workers.get_or_create(&StateLabel { state: state.into() }).set(0);
+        }
+        for (state, n) in counts {
+            self.workers.get_or_create(&StateLabel { state: state.into() }).set(n);
+        }
+    }
+
+    pub fn count_decision(&self, cause: &str) {
+        self.decisions.get_or_create(&CauseLabel { cause: cause.into() }).inc();
+    }
+
+    pub fn count_eviction(&self, mode: &str) {
+        self.evictions.get_or_create(&ModeLabel { mode: mode.into() }).inc();
+    }
+}
+
+/// The text exposition of a registry.
+pub fn exposition(r: &Registry) -> String {
+    let mut out = String::new();
+    // Encoding into a String cannot fail for well-formed metric names.
+    let _ = prometheus_client::encoding::text::encode(&mut out, r);
+    out
+}
+
+/// Binds the listener now (so a bad address fails the start, with its message) and returns
+/// the serving future, which ends when `shutdown` completes.
+pub async fn listen(
+    addr: SocketAddr,
+    registry: Arc<std::sync::Mutex<Registry>>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(SocketAddr, impl Future<Output = ()> + Send), MetricsError> {
+    let listener = TcpListener::bind(addr).await.map_err(|source| MetricsError::Bind { addr, source })?;
+    let bound = listener.local_addr().unwrap_or(addr);
+    let serve = async move {
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => return,
+                conn = listener.accept() => {
+                    let Ok((sock, _)) = conn else { continue };
+                    let registry = registry.clone();
+                    tokio::spawn(respond(sock, registry));
+                }
+            }
+        }
+    };
+    Ok((bound, serve))
+}
+
+async fn respond(mut sock: tokio::net::TcpStream, registry: Arc<std::sync::Mutex<Registry>>) {
+    let mut buf = vec![0u8; 8192];
+    let mut len = 0;
+    // Read the request head (bounded in size and time); the body, if any, is ignored.
+    let read = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        while len < buf.len() {
+            match sock.read(&mut buf[len..]).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => len += n,
+            }
+            if buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
+                break;
+            }
+        }
+    })
+    .await;
+    if read.is_err() {
+        return;
+    }
+    let head = String::from_utf8_lossy(&buf[..len]);
+    let mut parts = head.split_whitespace();
+    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let (status, ctype, body) = match (method, path.split('?').next().unwrap_or("")) {
+        ("GET", "/metrics") => {
+            let body = match registry.lock() {
+                Ok(r) => exposition(&r),
+                Err(poisoned) => exposition(&poisoned.into_inner()),
+            };
+            ("200 OK", "application/openmetrics-text; version=1.0.0; charset=utf-8", body)
+        }
+        ("GET", _) => ("404 Not Found", "text/plain", "only /metrics is served here\n".to_string()),
+        _ => ("405 Method Not Allowed", "text/plain", "GET /metrics\n".to_string()),
+    };
+    let resp = format!(
+        "HTTP/1.1 {status}\r\ncontent-type: {ctype}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = sock.write_all(resp.as_bytes()).await;
+    let _ = sock.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_real_scrape_returns_the_series() {
+        let (m, r) = Metrics::new();
+        m.set_workers([("running", 2), ("paused", 1)]);
+        m.count_decision("owner_present");
+        m.count_eviction("graceful");
+        m.image_pulls.inc();
+        m.image_pull_bytes.inc_by(1234);
+        m.backoff_level.set(3);
+        m.cycle_seconds.observe(0.02);
+        m.pods.get_or_create(&ShapeStateLabel { shape: "c4-m8192".into(), state: "claimed".into() }).set(5);
+        let registry = Arc::new(std::sync::Mutex::new(r));
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let (addr, serve) = listen("127.0.0.1:0".parse().unwrap(), registry, async {
+            let _ = rx.await;
+        })
+        .await
+        .unwrap();
+        let server = tokio::spawn(serve);
+
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+        let mut body = String::new();
+        s.read_to_string(&mut body).await.unwrap();
+        assert!(body.starts_with("HTTP/1.1 200 OK"), "{body}");
+        for series in [
+            "pilotd_workers{state=\"running\"} 2",
+            "pilotd_workers{state=\"paused\"} 1",
+            "pilotd_workers{state=\"exited\"} 0",
+            "pilotd_decisions_total{cause=\"owner_present\"} 1",
+            "pilotd_evictions_total{mode=\"graceful\"} 1",
+            "pilotd_image_pulls_total 1",
+            "pilotd_image_pull_bytes_total 1234",
+            "pilotd_backoff_level 3",
+            "pilotd_cycle_duration_seconds_count 1",
+            "pilotd_pods{shape=\"c4-m8192\",state=\"claimed\"} 5",
+            "# EOF",
+        ] {
+            assert!(body.contains(series), "missing {series} in\n{body}");
+        }
+
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+        let mut body = String::new();
+        s.read_to_string(&mut body).await.unwrap();
+        assert!(body.starts_with("HTTP/1.1 404"), "{body}");
+        let _ = tx.send(());
+        server.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_taken_port_is_a_clear_error() {
+        let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = held.local_addr().unwrap();
+        let (_, r) = Metrics::new();
+        let e = match listen(addr, Arc::new(std::sync::Mutex::new(r)), async {}).await {
+            Err(e) => e,
+            Ok(_) => panic!("bound a taken port"),
+        };
+        assert!(e.to_string().contains(&format!("cannot listen for metrics on {addr}")), "{e}");
+    }
+}
