@@ -389,3 +389,46 @@ async fn run_loop_connects_by_kubeconfig_and_keeps_the_backoff_state() {
     assert!(state.exists());
     assert_eq!(load_book(&state), BackoffBook::default());
 }
+
+/// Not a pass/fail check but the figure the benchmark prints (tests/bench/kube_plan.sh):
+/// the API requests of one live cycle with 5,000 worker pods in the namespace.
+#[tokio::test]
+#[ignore = "benchmark figure; run by tests/bench/kube_plan.sh"]
+async fn api_requests_of_one_live_cycle() {
+    let pool = Pool::new();
+    let fake = FakeKube::start().await;
+    for i in 0..5000 {
+        fake.insert_pod(
+            NS,
+            serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": format!("osg-direct-p{i:05}"), "namespace": NS,
+                    "labels": {"prp-htcondor-portal": "wn", "k8s-app": "osg-direct",
+                               "PodCPUs": "8", "PodMemory": "32000", "PodDisk": "8000000", "PodGPUs": "0"}},
+                "status": {"phase": "Running"}}),
+        );
+    }
+    let cfg = pool.config("");
+    let backend = KubeBackend::from_client(fake.client(NS), &cfg);
+    let probe = CondorProbe::from_config(&cfg);
+    let mut book = BackoffBook::default();
+    let (_, report) = cycle(&cfg, &probe, &backend, &mut book, now())
+        .await
+        .unwrap();
+    let seen = fake.seen();
+    let pages = |p: &str| {
+        seen.iter()
+            .filter(|s| s.method == "GET" && s.path.ends_with(p))
+            .count()
+    };
+    println!(
+        "api requests of one live cycle with 5000 pods (page size {}): {} total = {} pod-list pages + {} Job-list pages + {} creates + {} deletes",
+        cfg.list_page_size.get_ref(),
+        seen.len(),
+        pages("/pods"),
+        pages("/jobs"),
+        seen.iter().filter(|s| s.method == "POST").count(),
+        seen.iter().filter(|s| s.method == "DELETE").count(),
+    );
+    assert_eq!(report.created.len(), 6);
+    assert_eq!(seen.len() as u64, backend.requests());
+}

@@ -1,0 +1,35 @@
+#!/bin/sh
+# Benchmark of kubernetes mode (not a test; prints figures):
+#  1. `pilotd plan --snapshot` on a generated snapshot of 100,000 idle jobs over 10 schedds and
+#     5,000 pods: wall time and peak RSS (goal: < 1 s, < 200 MiB);
+#  2. the API requests one live cycle makes against the fake API server with 5,000 pods
+#     (goal: one pod list and one Job list, paginated, plus one request per Job created or
+#     deleted).
+# Usage: tests/bench/kube_plan.sh [JOBS] [PODS]   (from the repository root)
+set -eu
+JOBS=${1:-100000}
+PODS=${2:-5000}
+SCHEDDS=10
+root=$(cd "$(dirname "$0")/../.." && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$root"
+cargo build --release --bin pilotd >/dev/null 2>&1 || cargo build --release --bin pilotd
+bin=${CARGO_TARGET_DIR:-$root/target}/release/pilotd
+awk -v JOBS="$JOBS" -v SCHEDDS="$SCHEDDS" -v PODS="$PODS" -f tests/bench/gen_kube_snapshot.awk > "$work/snapshot.json"
+cat > "$work/pilotd.toml" <<TOML
+mode = "kubernetes"
+state_dir = "$work/state"
+
+[kubernetes]
+namespace = "osg-opportunistic"
+app_name = "osg-direct"
+max_pods_per_cluster = 1000
+TOML
+echo "snapshot: $JOBS idle jobs, $SCHEDDS schedds, $PODS pods, $(du -h "$work/snapshot.json" | cut -f1) of JSON"
+for run in 1 2 3; do
+    /usr/bin/time -f "plan --snapshot run $run: wall %e s, peak RSS %M KiB" \
+        "$bin" -c "$work/pilotd.toml" plan --snapshot "$work/snapshot.json" --format json --now 2026-12-01T21:30:00Z > "$work/plan.json"
+done
+echo "plan: $(grep -c '"key"' "$work/plan.json") shapes, $(grep -c '"backoffLimit"' "$work/plan.json") Job bodies"
+cargo test --release --test kube_cycle -- --ignored --nocapture api_requests_of_one_live_cycle 2>/dev/null | grep '^api requests'
