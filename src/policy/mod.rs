@@ -32,6 +32,44 @@ pub struct Resources {
     pub gpus: u32,
 }
 
+/// Why a decision is what it is, as a stable name (for metrics, logs and scripts); `reasons`
+/// says the same in sentences.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cause {
+    OutsideSchedule,
+    GuardBand,
+    SessionsUnknown,
+    OwnerPresent,
+    OnBattery,
+    ExclusiveProcess,
+    OwnerCpuHigh,
+    OwnerCpuEvict,
+    WaitingFreeFor,
+    TooLittleTime,
+    NoRoom,
+    Free,
+}
+
+impl Cause {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Cause::OutsideSchedule => "outside_schedule",
+            Cause::GuardBand => "guard_band",
+            Cause::SessionsUnknown => "sessions_unknown",
+            Cause::OwnerPresent => "owner_present",
+            Cause::OnBattery => "on_battery",
+            Cause::ExclusiveProcess => "exclusive_process",
+            Cause::OwnerCpuHigh => "owner_cpu_high",
+            Cause::OwnerCpuEvict => "owner_cpu_evict",
+            Cause::WaitingFreeFor => "waiting_free_for",
+            Cause::TooLittleTime => "too_little_time",
+            Cause::NoRoom => "no_room",
+            Cause::Free => "free",
+        }
+    }
+}
+
 /// The decision for one instant.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Supply {
@@ -51,6 +89,8 @@ pub struct Supply {
     pub grace: Duration,
     /// Short human sentences, most important first.
     pub reasons: Vec<String>,
+    /// The same, as stable names, in the same order.
+    pub causes: Vec<Cause>,
     /// The next instant at which this decision may change on its own (clock only).
     pub next_change: Option<DateTime<Utc>>,
     /// Latch state to carry into the next snapshot.
@@ -71,6 +111,7 @@ fn hm(t: DateTime<Utc>, p: &Policy) -> String {
 /// Decides what the machine may do at `now`.
 pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) -> Supply {
     let mut reasons = Vec::new();
+    let mut causes = Vec::new();
     let mut evict = Evict::None;
     let mut blocked = false;
     let mut next = Vec::new();
@@ -82,6 +123,7 @@ pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) 
         Period::Closed { opens } => {
             blocked = true;
             evict = evict.max(Evict::Graceful);
+            causes.push(Cause::OutsideSchedule);
             reasons.push(match opens {
                 Some(o) => format!("outside the schedule; next open period starts {}", hm(o, p)),
                 None => "outside the schedule, and no window opens in the coming week".into(),
@@ -96,6 +138,7 @@ pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) 
                     if now >= guard {
                         blocked = true;
                         evict = evict.max(Evict::Graceful);
+                        causes.push(Cause::GuardBand);
                         reasons.push(format!(
                             "within {} of the open period's end at {}: workers must be gone",
                             format_duration(p.evict_before_end),
@@ -117,6 +160,7 @@ pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) 
         Sessions::Unknown(why) => {
             blocked = true;
             evict = evict.max(p.on_return);
+            causes.push(Cause::SessionsUnknown);
             reasons.push(format!(
                 "cannot tell who is logged in ({why}); assuming the owner is here"
             ));
@@ -139,6 +183,7 @@ pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) 
                 users.dedup();
                 blocked = true;
                 evict = evict.max(p.on_return);
+                causes.push(Cause::OwnerPresent);
                 reasons.push(format!(
                     "{} logged in{}",
                     users.join(", "),
@@ -156,11 +201,13 @@ pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) 
     if h.on_battery && p.on_battery == BatteryRule::Stop {
         blocked = true;
         evict = evict.max(p.on_return);
+        causes.push(Cause::OnBattery);
         reasons.push("running on battery".into());
     }
     if !h.exclusive_running.is_empty() {
         blocked = true;
         evict = evict.max(p.on_return);
+        causes.push(Cause::ExclusiveProcess);
         reasons.push(format!("{} running", h.exclusive_running.join(", ")));
     }
 
@@ -173,6 +220,7 @@ pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) 
         let evict_at = since + dur(p.busy_for);
         if now >= evict_at {
             evict = evict.max(p.on_return);
+            causes.push(Cause::OwnerCpuEvict);
             reasons.push(format!(
                 "owner CPU {:.0}% above {:.0}% for {}",
                 owner_cpu * 100.0,
@@ -183,6 +231,7 @@ pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) 
             ));
         } else {
             next.push(evict_at);
+            causes.push(Cause::OwnerCpuHigh);
             reasons.push(format!(
                 "owner CPU {:.0}% above {:.0}%: no new workers; running ones are evicted if it lasts until {}",
                 owner_cpu * 100.0,
@@ -201,6 +250,7 @@ pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) 
         let ready_at = since + dur(p.free_for);
         if now < ready_at {
             next.push(ready_at);
+            causes.push(Cause::WaitingFreeFor);
             reasons.push(format!(
                 "host free since {}; workers start after {} free, at {}",
                 hm(since, p),
@@ -208,6 +258,7 @@ pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) 
                 hm(ready_at, p)
             ));
         } else if let Some(a) = accept_until.filter(|a| *a <= now) {
+            causes.push(Cause::TooLittleTime);
             reasons.push(format!(
                 "too little time left: a {} job started now would not end before {} (accepting jobs ended {})",
                 format_duration(p.longest_job),
@@ -215,12 +266,14 @@ pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) 
                 hm(a, p)
             ));
         } else if share.0 == 0 {
+            causes.push(Cause::NoRoom);
             reasons
                 .push("the share leaves no room for a worker (too little memory or disk)".into());
         } else {
             allowed = true;
             next.extend(accept_until);
             let (workers, r) = share;
+            causes.push(Cause::Free);
             reasons.push(format!(
                 "host free: {workers} worker(s) of {} CPU, {} MiB, until {}",
                 r.cpus,
@@ -237,11 +290,12 @@ pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) 
         allowed,
         workers: if allowed { share.0 } else { 0 },
         per_worker: share.1,
-        accept_until: die_at.and(accept_until),
+        accept_until,
         die_at,
         evict,
         grace: p.grace,
         reasons,
+        causes,
         next_change: next.into_iter().min(),
         owner_busy_since,
         host_free_since,

@@ -58,6 +58,7 @@ fn weekday_evening_computes_until_the_guard_band() {
         }
     );
     assert_eq!(s.next_change, Some(utc("2026-01-13T22:20:00Z")));
+    assert_eq!(s.causes, vec![Cause::Free]);
 }
 
 #[test]
@@ -88,6 +89,7 @@ fn table_of_instants() {
         assert_eq!(s.allowed, allowed, "{now}: {:?}", s.reasons);
         assert_eq!(s.evict, evict, "{now}: {:?}", s.reasons);
         assert!(s.reasons[0].contains(reason), "{now}: {:?}", s.reasons);
+        assert_eq!(s.reasons.len(), s.causes.len());
     }
 }
 
