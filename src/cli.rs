@@ -71,6 +71,10 @@ pub enum Command {
     Gc(GcArgs),
     /// Convert an NRP provisioner osg_provisioner.conf to a pilotd.toml in kubernetes mode
     ImportIni(ImportIniArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout
+    Completions(CompletionsArgs),
+    /// Write the man pages (pilotd.1 and pilotd-SUBCOMMAND.1) into a directory
+    Manpages(ManpagesArgs),
 }
 
 #[derive(Debug, Args)]
@@ -158,4 +162,17 @@ pub struct GcArgs {
 pub struct ImportIniArgs {
     /// The provisioner's INI file (osg_provisioner.conf)
     pub file: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete for, e.g. `pilotd completions bash > /etc/bash_completion.d/pilotd`
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+#[derive(Debug, Args)]
+pub struct ManpagesArgs {
+    /// Directory to write the pages into (created if missing; existing pages are replaced)
+    pub dir: PathBuf,
 }

@@ -18,6 +18,8 @@ fn main() -> ExitCode {
         Command::ImportIni(a) => {
             cmd::kubernetes::import_ini(&a.file).map_err(|e| CmdError::Usage(e.to_string()))
         }
+        Command::Completions(a) => cmd::completions::run(a),
+        Command::Manpages(a) => cmd::manpages::run(a),
         Command::Run(_) | Command::Status(_) | Command::Init(_) | Command::Gc(_) => Err(
             CmdError::Runtime("this command is not available in this build yet".into()),
         ),

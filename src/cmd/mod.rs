@@ -2,7 +2,9 @@
 //! `main` maps to an exit code; nothing here calls `process::exit`.
 
 pub mod check;
+pub mod completions;
 pub mod kubernetes;
+pub mod manpages;
 pub mod plan;
 pub mod schedule;
 pub mod snapshot;
