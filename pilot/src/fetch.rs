@@ -23,7 +23,7 @@ pub const FETCHED_PREFIX: &str = "50-pilot-fetched-";
 #[derive(Debug, thiserror::Error)]
 pub enum FetchError {
     #[error("could not build the HTTP client: {0}")]
-    Client(#[source] reqwest::Error),
+    Client(String),
     #[error("{url} answered {status}; not retried (a client error will not fix itself)")]
     Refused { url: String, status: StatusCode },
     #[error(
@@ -107,7 +107,7 @@ fn client(policy: &FetchPolicy) -> Result<reqwest::Client, FetchError> {
         .connect_timeout(Duration::from_secs(10).min(policy.timeout))
         .user_agent(concat!("pilotd-pilot/", env!("CARGO_PKG_VERSION")))
         .build()
-        .map_err(FetchError::Client)
+        .map_err(|e| FetchError::Client(describe(&e)))
 }
 
 async fn attempt(
