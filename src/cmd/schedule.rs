@@ -32,12 +32,25 @@ impl Cell {
 pub fn run(g: &Global, a: &ScheduleArgs) -> Result<String, CmdError> {
     let cfg = load_config(g, SiteFile::Optional, this_machine())?;
     let now = parse_now(a.now.as_deref())?.unwrap_or_else(Utc::now);
-    Ok(render(
+    // What the daemon learned on this machine, when it has run here.
+    let learned = crate::service::history::peek(&cfg.site.state_dir, cfg.policy.timezone);
+    let mut out = render(
         &cfg.policy,
         now,
         a.days,
         &cfg.policy_path.display().to_string(),
-    ))
+    );
+    if learned.history.overall().is_some() {
+        out.push('\n');
+        out.push_str(&crate::service::history::render(
+            &learned.history,
+            cfg.policy.timezone,
+        ));
+    }
+    if let Some(w) = learned.warning {
+        out.push_str(&format!("\nnote: {w}\n"));
+    }
+    Ok(out)
 }
 
 /// The state of the half hour that starts at `t`: open or not in its middle, and a guard

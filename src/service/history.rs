@@ -116,9 +116,18 @@ pub fn path(state_dir: &Path) -> PathBuf {
     state_dir.join(FILE)
 }
 
-/// Reads the history from the state dir. Missing → empty. Unreadable or corrupted → empty,
-/// with the bad file renamed to `history.json.corrupt` so nothing is lost.
+/// Reads the history from the state dir (for the daemon). Missing → empty. Unreadable or
+/// corrupted → empty, with the bad file renamed to `history.json.corrupt` so nothing is lost.
 pub fn load(state_dir: &Path, tz: Tz) -> Loaded {
+    read(state_dir, tz, true)
+}
+
+/// Reads the history without changing anything (for `schedule` and `status`).
+pub fn peek(state_dir: &Path, tz: Tz) -> Loaded {
+    read(state_dir, tz, false)
+}
+
+fn read(state_dir: &Path, tz: Tz, set_aside: bool) -> Loaded {
     let p = path(state_dir);
     let bytes = match std::fs::read(&p) {
         Ok(b) => b,
@@ -149,7 +158,7 @@ pub fn load(state_dir: &Path, tz: Tz) -> Loaded {
                 Ok(_) => "unexpected version or size".into(),
             };
             let backup = p.with_extension("json.corrupt");
-            let kept = std::fs::rename(&p, &backup).is_ok();
+            let kept = set_aside && std::fs::rename(&p, &backup).is_ok();
             Loaded {
                 history: History::new(tz),
                 warning: Some(format!(
@@ -309,6 +318,10 @@ mod tests {
                 .unwrap()
                 .contains("unexpected")
         );
+        // peek reports but never moves a file.
+        std::fs::write(path(dir.path()), b"{").unwrap();
+        assert!(peek(dir.path(), Rome).warning.is_some());
+        assert!(path(dir.path()).exists());
         // Missing: empty, no warning.
         let empty = tempfile::tempdir().unwrap();
         assert!(load(empty.path(), Rome).warning.is_none());
