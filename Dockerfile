@@ -1,0 +1,61 @@
+# syntax=docker/dockerfile:1
+#
+# Two images from one workspace (BuildKit builds only the stages a target needs):
+#
+#   docker build --target worker      -t pilotd/worker .       # HTCondor EP + pilot entrypoint
+#   docker build --target provisioner -t pilotd/provisioner .  # pilotd for Kubernetes mode
+#
+# Build args: RUST_VERSION (default 1.95), HTCONDOR_TAG (default lts-el9; any tag of
+# htcondor/execute and htcondor/base, e.g. 24.0-el9, latest-el9).
+#
+# The binaries are built for musl and linked statically, so they run on the EL9 HTCondor
+# images whatever glibc those carry, and tini-static needs no loader either.
+
+ARG RUST_VERSION=1.95
+ARG HTCONDOR_TAG=lts-el9
+
+FROM docker.io/library/rust:${RUST_VERSION}-alpine AS rust-build
+# musl-dev: libc headers and crt objects for ring's C and assembly parts.
+RUN apk add --no-cache musl-dev tini-static
+WORKDIR /src
+# Only what cargo needs: the build context's target/ and .git are never read.
+COPY Cargo.toml Cargo.lock ./
+COPY src ./src
+COPY pilot ./pilot
+
+FROM rust-build AS pilot-build
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/src/target \
+    cargo build --release --locked -p pilot \
+ && install -D -m 0755 target/release/pilot /out/pilot
+
+FROM rust-build AS pilotd-build
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/src/target \
+    cargo build --release --locked -p pilotd --bin pilotd \
+ && install -D -m 0755 target/release/pilotd /out/pilotd
+
+# The worker: HTCondor's execute-node image (condor_master in /usr/sbin, condor_config_val in
+# /usr/bin, LOCAL_CONFIG_DIR /etc/condor/config.d, tokens in /etc/condor/tokens.d), started
+# by the pilot instead of the image's supervisord. tini is PID 1 because condor_master cannot
+# run as PID 1 and someone must reap what escapes the pilot.
+FROM docker.io/htcondor/execute:${HTCONDOR_TAG} AS worker
+COPY --from=rust-build /sbin/tini-static /usr/bin/tini
+COPY --from=pilot-build /out/pilot /usr/local/bin/pilot
+ENV PILOT_CONDOR_CONFIG_DIR=/etc/condor/config.d \
+    PILOT_TOKEN_DIR=/etc/condor/tokens.d \
+    PILOT_SCRATCH=/var/lib/condor/execute
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/pilot"]
+# The base image's CMD (/start.sh) would become the pilot's arguments: clear it.
+CMD []
+
+# The provisioner: pilotd in Kubernetes mode. It queries schedds with the HTCondor
+# command-line tools (condor_q, condor_status), so it starts from HTCondor's base image.
+FROM docker.io/htcondor/base:${HTCONDOR_TAG} AS provisioner
+COPY --from=rust-build /sbin/tini-static /usr/bin/tini
+COPY --from=pilotd-build /out/pilotd /usr/local/bin/pilotd
+RUN install -d -o condor -g condor -m 0750 /var/lib/pilotd
+USER condor
+ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/pilotd", "run"]
+CMD []
