@@ -17,6 +17,7 @@ command -v docker-registry >/dev/null || need+=(docker-registry)
 command -v systemd-analyze >/dev/null || need+=(systemd)
 command -v docker >/dev/null || need+=(docker.io)
 command -v python3 >/dev/null || need+=(python3)
+[ -f /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
 if [ ${#need[@]} -gt 0 ]; then
   log "installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive
