@@ -14,7 +14,9 @@ async fn serve(status: &'static str, body: Vec<u8>) -> String {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
         loop {
-            let Ok((mut sock, _)) = listener.accept().await else { return };
+            let Ok((mut sock, _)) = listener.accept().await else {
+                return;
+            };
             let body = body.clone();
             tokio::spawn(async move {
                 let mut buf = [0u8; 4096];
@@ -36,7 +38,14 @@ fn allowed() -> Vec<String> {
 }
 
 async fn get(url: &str) -> Result<manifest::Manifest, ManifestError> {
-    manifest::fetch(url, 64 * 1024, Duration::from_secs(5), &allowed(), &BTreeMap::new()).await
+    manifest::fetch(
+        url,
+        64 * 1024,
+        Duration::from_secs(5),
+        &allowed(),
+        &BTreeMap::new(),
+    )
+    .await
 }
 
 const GOOD: &str = r#"version = "7"
@@ -52,7 +61,10 @@ async fn good_manifest_is_accepted() {
     let url = serve("200 OK", GOOD.as_bytes().to_vec()).await;
     let m = get(&url).await.unwrap();
     assert_eq!(m.version, "7");
-    assert_eq!(m.worker.image.as_deref(), Some("127.0.0.1:5000/pilotd-test/worker:2"));
+    assert_eq!(
+        m.worker.image.as_deref(),
+        Some("127.0.0.1:5000/pilotd-test/worker:2")
+    );
 }
 
 #[tokio::test]
@@ -82,11 +94,17 @@ async fn huge_manifest_is_refused() {
 
 #[tokio::test]
 async fn image_outside_allowed_images_is_refused() {
-    let body = GOOD.replace("127.0.0.1:5000/pilotd-test/worker:2", "docker.io/someone/else:1");
+    let body = GOOD.replace(
+        "127.0.0.1:5000/pilotd-test/worker:2",
+        "docker.io/someone/else:1",
+    );
     let url = serve("200 OK", body.into_bytes()).await;
     let e = get(&url).await.unwrap_err();
     assert!(matches!(e, ManifestError::Refused { .. }), "{e}");
-    assert!(e.to_string().contains("not in this host's allowed_images"), "{e}");
+    assert!(
+        e.to_string().contains("not in this host's allowed_images"),
+        "{e}"
+    );
 }
 
 #[tokio::test]
@@ -95,8 +113,14 @@ async fn unreachable_and_plain_http_elsewhere() {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
     drop(l);
-    let e = get(&format!("http://127.0.0.1:{port}/m.toml")).await.unwrap_err().to_string();
+    let e = get(&format!("http://127.0.0.1:{port}/m.toml"))
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("unreachable"), "{e}");
-    let e = get("http://pool.example.org/m.toml").await.unwrap_err().to_string();
+    let e = get("http://pool.example.org/m.toml")
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("only https"), "{e}");
 }

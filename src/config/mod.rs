@@ -95,11 +95,10 @@ pub fn load_site(
             Ok((SiteConfig::defaults(), None))
         }
         Err(e) => Err(ConfigError::Read {
-                path: site_path.to_path_buf(),
-                source: e,
-                hint:
-                    "create it (see examples/ in the source, or /usr/share/pilotd), or pass -c FILE"
-                        .into(),
+            path: site_path.to_path_buf(),
+            source: e,
+            hint: "create it (see examples/ in the source, or /usr/share/pilotd), or pass -c FILE"
+                .into(),
         }),
     }
 }

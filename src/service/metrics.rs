@@ -19,8 +19,13 @@ use tokio::net::TcpListener;
 
 #[derive(Debug, thiserror::Error)]
 pub enum MetricsError {
-    #[error("cannot listen for metrics on {addr}: {source}\n  hint: pick a free port in [metrics] listen, or remove the key to turn metrics off")]
-    Bind { addr: SocketAddr, source: std::io::Error },
+    #[error(
+        "cannot listen for metrics on {addr}: {source}\n  hint: pick a free port in [metrics] listen, or remove the key to turn metrics off"
+    )]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -79,35 +84,81 @@ impl Metrics {
             allowed: Gauge::default(),
         };
         let mut r = Registry::with_prefix("pilotd");
-        r.register("workers", "Worker containers or pods by state", m.workers.clone());
-        r.register("decisions", "Decisions by cause (one cycle may count several causes)", m.decisions.clone());
+        r.register(
+            "workers",
+            "Worker containers or pods by state",
+            m.workers.clone(),
+        );
+        r.register(
+            "decisions",
+            "Decisions by cause (one cycle may count several causes)",
+            m.decisions.clone(),
+        );
         r.register("evictions", "Workers evicted, by mode", m.evictions.clone());
         r.register("image_pulls", "Worker image pulls", m.image_pulls.clone());
-        r.register("image_pull_bytes", "Bytes of worker image layers pulled", m.image_pull_bytes.clone());
-        r.register("backoff_level", "Consecutive failed workers (start delay grows with it)", m.backoff_level.clone());
-        r.register("cycle_duration_seconds", "Duration of one reconcile cycle", m.cycle_seconds.clone());
-        r.register("idle_jobs", "Idle jobs by resource shape (kubernetes mode)", m.idle_jobs.clone());
-        r.register("pods", "Worker pods by shape and state (kubernetes mode)", m.pods.clone());
-        r.register("allowed", "1 when the owner's policy allows computing now", m.allowed.clone());
+        r.register(
+            "image_pull_bytes",
+            "Bytes of worker image layers pulled",
+            m.image_pull_bytes.clone(),
+        );
+        r.register(
+            "backoff_level",
+            "Consecutive failed workers (start delay grows with it)",
+            m.backoff_level.clone(),
+        );
+        r.register(
+            "cycle_duration_seconds",
+            "Duration of one reconcile cycle",
+            m.cycle_seconds.clone(),
+        );
+        r.register(
+            "idle_jobs",
+            "Idle jobs by resource shape (kubernetes mode)",
+            m.idle_jobs.clone(),
+        );
+        r.register(
+            "pods",
+            "Worker pods by shape and state (kubernetes mode)",
+            m.pods.clone(),
+        );
+        r.register(
+            "allowed",
+            "1 when the owner's policy allows computing now",
+            m.allowed.clone(),
+        );
         (m, r)
     }
 
     /// Sets the worker gauge for every state seen this cycle; states not given drop to 0.
     pub fn set_workers<'a>(&self, counts: impl IntoIterator<Item = (&'a str, i64)>) {
         for state in ["running", "paused", "exited", "created", "other"] {
-            self.workers.get_or_create(&StateLabel { state: state.into() }).set(0);
+            self.workers
+                .get_or_create(&StateLabel {
+                    state: state.into(),
+                })
+                .set(0);
         }
         for (state, n) in counts {
-            self.workers.get_or_create(&StateLabel { state: state.into() }).set(n);
+            self.workers
+                .get_or_create(&StateLabel {
+                    state: state.into(),
+                })
+                .set(n);
         }
     }
 
     pub fn count_decision(&self, cause: &str) {
-        self.decisions.get_or_create(&CauseLabel { cause: cause.into() }).inc();
+        self.decisions
+            .get_or_create(&CauseLabel {
+                cause: cause.into(),
+            })
+            .inc();
     }
 
     pub fn count_eviction(&self, mode: &str) {
-        self.evictions.get_or_create(&ModeLabel { mode: mode.into() }).inc();
+        self.evictions
+            .get_or_create(&ModeLabel { mode: mode.into() })
+            .inc();
     }
 }
 
@@ -126,7 +177,9 @@ pub async fn listen(
     registry: Arc<std::sync::Mutex<Registry>>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(SocketAddr, impl Future<Output = ()> + Send), MetricsError> {
-    let listener = TcpListener::bind(addr).await.map_err(|source| MetricsError::Bind { addr, source })?;
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| MetricsError::Bind { addr, source })?;
     let bound = listener.local_addr().unwrap_or(addr);
     let serve = async move {
         tokio::pin!(shutdown);
@@ -172,10 +225,22 @@ async fn respond(mut sock: tokio::net::TcpStream, registry: Arc<std::sync::Mutex
                 Ok(r) => exposition(&r),
                 Err(poisoned) => exposition(&poisoned.into_inner()),
             };
-            ("200 OK", "application/openmetrics-text; version=1.0.0; charset=utf-8", body)
+            (
+                "200 OK",
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                body,
+            )
         }
-        ("GET", _) => ("404 Not Found", "text/plain", "only /metrics is served here\n".to_string()),
-        _ => ("405 Method Not Allowed", "text/plain", "GET /metrics\n".to_string()),
+        ("GET", _) => (
+            "404 Not Found",
+            "text/plain",
+            "only /metrics is served here\n".to_string(),
+        ),
+        _ => (
+            "405 Method Not Allowed",
+            "text/plain",
+            "GET /metrics\n".to_string(),
+        ),
     };
     let resp = format!(
         "HTTP/1.1 {status}\r\ncontent-type: {ctype}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
@@ -199,7 +264,12 @@ mod tests {
         m.image_pull_bytes.inc_by(1234);
         m.backoff_level.set(3);
         m.cycle_seconds.observe(0.02);
-        m.pods.get_or_create(&ShapeStateLabel { shape: "c4-m8192".into(), state: "claimed".into() }).set(5);
+        m.pods
+            .get_or_create(&ShapeStateLabel {
+                shape: "c4-m8192".into(),
+                state: "claimed".into(),
+            })
+            .set(5);
         let registry = Arc::new(std::sync::Mutex::new(r));
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let (addr, serve) = listen("127.0.0.1:0".parse().unwrap(), registry, async {
@@ -210,7 +280,9 @@ mod tests {
         let server = tokio::spawn(serve);
 
         let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
         let mut body = String::new();
         s.read_to_string(&mut body).await.unwrap();
         assert!(body.starts_with("HTTP/1.1 200 OK"), "{body}");
@@ -248,6 +320,10 @@ mod tests {
             Err(e) => e,
             Ok(_) => panic!("bound a taken port"),
         };
-        assert!(e.to_string().contains(&format!("cannot listen for metrics on {addr}")), "{e}");
+        assert!(
+            e.to_string()
+                .contains(&format!("cannot listen for metrics on {addr}")),
+            "{e}"
+        );
     }
 }
