@@ -20,9 +20,12 @@ fn main() -> ExitCode {
         }
         Command::Completions(a) => cmd::completions::run(a),
         Command::Manpages(a) => cmd::manpages::run(a),
-        Command::Run(_) | Command::Status(_) | Command::Init(_) | Command::Gc(_) => Err(
-            CmdError::Runtime("this command is not available in this build yet".into()),
-        ),
+        Command::Run(a) => cmd::run::run(g, a),
+        Command::Status(a) => cmd::status::run(g, a),
+        Command::Gc(a) => cmd::gc::run(g, a),
+        Command::Init(_) => Err(CmdError::Runtime(
+            "this command is not available in this build yet".into(),
+        )),
     };
     match result {
         Ok(out) => {

@@ -3,11 +3,14 @@
 
 pub mod check;
 pub mod completions;
+pub mod gc;
 pub mod kubernetes;
 pub mod manpages;
 pub mod plan;
+pub mod run;
 pub mod schedule;
 pub mod snapshot;
+pub mod status;
 
 use crate::cli::Global;
 use crate::config::{self, Config, ConfigError, Machine, SiteFile};

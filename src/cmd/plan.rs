@@ -82,12 +82,40 @@ pub fn volunteer_plan(cfg: &Config, host: &HostSnapshot, now: DateTime<Utc>) -> 
     let limits = Limits {
         max_lifetime: cfg.site.max_lifetime(),
     };
-    let supply = decide(&cfg.policy, host, limits, now);
+    let mut supply = decide(&cfg.policy, host, limits, now);
+    // The actions the daemon's next cycle would take, from the workers the engine lists now
+    // and the image the daemon last resolved (read-only: nothing is pulled or resolved here
+    // beyond what the status file lacks). Without the engine there is no worker list, and
+    // the output says so instead of planning from an empty one.
+    let actions = match crate::daemon::plan_actions(cfg, &supply, now) {
+        Ok(plan) => plan
+            .actions
+            .iter()
+            .map(|a| {
+                let mut v = serde_json::to_value(a).unwrap_or_default();
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("summary".into(), a.to_string().into());
+                }
+                v
+            })
+            .chain(
+                plan.notes
+                    .into_iter()
+                    .map(|n| serde_json::json!({ "action": "none", "summary": n })),
+            )
+            .collect(),
+        Err(why) => {
+            supply
+                .reasons
+                .push(format!("workers unknown, no actions planned: {why}"));
+            vec![]
+        }
+    };
     VolunteerPlan {
         mode: "volunteer",
         now,
         supply,
-        actions: vec![],
+        actions,
         config: describe_sources(cfg),
     }
 }

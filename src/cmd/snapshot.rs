@@ -24,7 +24,12 @@ pub fn run(g: &Global) -> Result<String, CmdError> {
     if cfg.site.mode == Mode::Kubernetes {
         return super::kubernetes::snapshot(&cfg).map_err(|e| CmdError::Runtime(e.to_string()));
     }
-    let snap = observe_once(&cfg, Carry::default())?;
+    // Own workers' CPU from their stats, so a snapshot replays the daemon's owner-load view.
+    let carry = Carry {
+        own_cpu: crate::daemon::own_cpu_blocking(&cfg).unwrap_or(0.0),
+        ..Carry::default()
+    };
+    let snap = observe_once(&cfg, carry)?;
     serde_json::to_string_pretty(&snap)
         .map(|s| s + "\n")
         .map_err(|e| CmdError::Runtime(format!("cannot encode the snapshot: {e}")))

@@ -1,1 +1,967 @@
-//! The volunteer daemon: the tokio reconcile loop.
+//! The volunteer daemon: a tokio reconcile loop. Every `interval`, and at once when the utmp
+//! file changes, a worker exits, a long operation finishes or the decision's `next_change`
+//! arrives, it runs one cycle: observe (host probe, workers from the runtime, their CPU) →
+//! decide (`policy::decide`, pure) → plan (`plan::volunteer`, pure) → apply (backend).
+//!
+//! Crash safety: nothing about workers is kept in memory across cycles that the runtime does
+//! not also hold; each cycle starts from `list_workers`, so a restarted daemon adopts every
+//! labelled container as it is. A failed list is not an empty list: the cycle then starts
+//! nothing, removes nothing and says why in the status file.
+//!
+//! Long operations (a graceful stop may take the whole `grace`, a pull minutes) run as tasks
+//! beside the loop, so an owner logging in is never stuck behind them.
+//!
+//! Signals: SIGHUP reloads pilotd.toml and the policy (an invalid file is reported and the last
+//! good configuration stays); SIGTERM/SIGINT drain: no new action starts, running operations
+//! get a short while to finish, the status is written, and workers are left to the next
+//! pilotd (or stopped gracefully with `[worker] on_shutdown = "stop"`).
+
+pub mod gc;
+pub mod image;
+pub mod state;
+pub mod triggers;
+
+use crate::backend::docker::DockerBackend;
+use crate::backend::{
+    AnyBackend, Backend, BackendError, CpuSample, Worker, WorkerSpec, WorkerState,
+};
+use crate::config::site::OnShutdown;
+use crate::config::{self, Config, SiteFile};
+use crate::observe::host::{Carry, HostProbe, ProbeConfig, ProbeError};
+use crate::observe::{HostSnapshot, Sessions};
+use crate::plan::volunteer::{
+    self, Action, ImageState, InFlight, Observed, Outcome, WorkerSettings,
+};
+use crate::policy::{Limits, Supply, decide};
+use chrono::{DateTime, SecondsFormat, Utc};
+use state::{Decision, OutcomeRecord, PulledImage, Status};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use triggers::Trigger;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error(transparent)]
+    Probe(#[from] ProbeError),
+    #[error("cannot install the {which} signal handler: {source}")]
+    Signal {
+        which: &'static str,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    State(#[from] state::StateError),
+    #[error(
+        "the volunteer daemon runs in volunteer mode only; this pilotd.toml says mode = \"{0}\""
+    )]
+    Mode(&'static str),
+}
+
+/// Calls into the service layer (systemd notification, a detached parent waiting for
+/// readiness). Each is optional; the daemon works the same without them.
+#[derive(Default)]
+pub struct Hooks {
+    /// After the first complete cycle, with a one-line summary.
+    pub ready: Option<Box<dyn FnOnce(&str) + Send>>,
+    /// On SIGHUP, before the reload.
+    pub reloading: Option<Box<dyn FnMut() + Send>>,
+    /// After every cycle, with a one-line summary (systemd STATUS=, watchdog).
+    pub cycle_done: Option<Box<dyn FnMut(&str) + Send>>,
+    /// When the drain starts.
+    pub stopping: Option<Box<dyn FnOnce() + Send>>,
+}
+
+/// A long operation that finished beside the loop.
+enum TaskDone {
+    Stopped {
+        id: String,
+        name: String,
+        result: Result<(), BackendError>,
+    },
+    Pulled {
+        pinned: String,
+        digest: String,
+        result: Result<crate::backend::LocalImage, BackendError>,
+    },
+}
+
+/// The fraction of the whole machine a worker used between two samples.
+pub fn cpu_fraction(prev: CpuSample, cur: CpuSample) -> Option<f64> {
+    let worker = cur.worker_ns.checked_sub(prev.worker_ns)?;
+    let system = cur.system_ns.checked_sub(prev.system_ns)?;
+    (system > 0).then(|| (worker as f64 / system as f64).clamp(0.0, 1.0))
+}
+
+pub fn probe_config(cfg: &Config) -> ProbeConfig {
+    ProbeConfig {
+        utmp: cfg.site.host.utmp.clone(),
+        dev: cfg.site.host.dev.clone(),
+        power_supply: cfg.site.host.power_supply.clone(),
+        scratch: cfg.site.scratch(),
+        proc: "/proc".into(),
+        exclusive_processes: cfg.policy.exclusive_processes.clone(),
+    }
+}
+
+/// Connects the backend named by pilotd.toml (no request is made yet).
+pub fn connect(cfg: &Config) -> Result<AnyBackend, BackendError> {
+    let d = &cfg.site.docker;
+    DockerBackend::connect(&d.socket, d.instance.get_ref(), d.timeout.0).map(AnyBackend::Docker)
+}
+
+/// Own-load accounting for one-shot commands (`pilotd snapshot`, `pilotd plan`): two CPU
+/// samples of every running worker `gap` apart. `None` when the engine cannot be asked.
+pub async fn own_cpu_once(backend: &AnyBackend, gap: Duration) -> Option<f64> {
+    let workers = backend.list_workers().await.ok()?;
+    let running: Vec<&Worker> = workers
+        .iter()
+        .filter(|w| w.state == WorkerState::Running)
+        .collect();
+    if running.is_empty() {
+        return Some(0.0);
+    }
+    let sample =
+        || futures_util::future::join_all(running.iter().map(|w| backend.cpu_sample(&w.id)));
+    let first = sample().await;
+    tokio::time::sleep(gap).await;
+    let second = sample().await;
+    let total: f64 = first
+        .into_iter()
+        .zip(second)
+        .filter_map(|(a, b)| cpu_fraction(a.ok()?, b.ok()?))
+        .sum();
+    Some(total.clamp(0.0, 1.0))
+}
+
+fn rfc3339(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+struct Daemon {
+    cfg: Config,
+    site_path: PathBuf,
+    policy_override: Option<PathBuf>,
+    settings: WorkerSettings,
+    backend: Option<AnyBackend>,
+    probe: HostProbe,
+    last_snapshot: Option<HostSnapshot>,
+    status: Status,
+    status_path: PathBuf,
+    in_flight: InFlight,
+    cpu_prev: HashMap<String, CpuSample>,
+    tasks: JoinSet<TaskDone>,
+    last_gc: Option<DateTime<Utc>>,
+    next_change: Option<DateTime<Utc>>,
+    triggers: mpsc::Sender<Trigger>,
+}
+
+/// Runs the daemon until SIGTERM or SIGINT. Needs a tokio runtime with IO and time enabled.
+pub async fn run(
+    cfg: Config,
+    site_path: PathBuf,
+    policy_override: Option<PathBuf>,
+    mut hooks: Hooks,
+) -> Result<(), DaemonError> {
+    if cfg.site.mode != config::Mode::Volunteer {
+        return Err(DaemonError::Mode(cfg.site.mode.as_str()));
+    }
+    let sig = |kind: SignalKind, which: &'static str| {
+        signal(kind).map_err(|source| DaemonError::Signal { which, source })
+    };
+    let mut hup = sig(SignalKind::hangup(), "SIGHUP")?;
+    let mut term = sig(SignalKind::terminate(), "SIGTERM")?;
+    let mut int = sig(SignalKind::interrupt(), "SIGINT")?;
+
+    let (tx, mut rx) = mpsc::channel::<Trigger>(8);
+    let mut probe = HostProbe::new(probe_config(&cfg))?;
+    probe.prime();
+    let status_path = state::path(&cfg.site.state_dir);
+    let mut d = Daemon {
+        settings: WorkerSettings::from_site(&cfg.site),
+        status: restore(&status_path, &cfg, Utc::now()),
+        status_path,
+        site_path,
+        policy_override,
+        backend: None,
+        probe,
+        last_snapshot: None,
+        in_flight: InFlight::default(),
+        cpu_prev: HashMap::new(),
+        tasks: JoinSet::new(),
+        last_gc: None,
+        next_change: None,
+        triggers: tx.clone(),
+        cfg,
+    };
+    tracing::info!(
+        instance = %d.settings.instance,
+        image = %d.settings.image,
+        socket = %d.cfg.site.docker.socket,
+        state = %d.status_path.display(),
+        "pilotd starting in volunteer mode"
+    );
+    tokio::spawn(triggers::watch_utmp(
+        d.cfg.site.host.utmp.clone(),
+        tx.clone(),
+    ));
+
+    let mut interval = tokio::time::interval(d.cfg.site.interval.0);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut first = true;
+    loop {
+        // A login must evict within a second; the engine's CPU statistics of a running
+        // container can take a second to answer (its collector ticks once a second), so a
+        // cycle triggered by utmp decides on the CPU share measured in the previous cycle.
+        let mut urgent = false;
+        let until_change = d
+            .next_change
+            .and_then(|t| (t - Utc::now()).to_std().ok())
+            .unwrap_or(Duration::from_secs(86_400))
+            // A moment after the instant, so the decision has really changed.
+            + Duration::from_millis(50);
+        tokio::select! {
+            _ = interval.tick() => {}
+            Some(t) = rx.recv() => {
+                tracing::debug!(trigger = ?t, "cycle triggered");
+                urgent = t == Trigger::Sessions;
+                // Coalesce a burst (utmp is written in several steps).
+                while let Ok(t) = rx.try_recv() {
+                    urgent |= t == Trigger::Sessions;
+                }
+            }
+            Some(done) = d.tasks.join_next(), if !d.tasks.is_empty() => {
+                if let Ok(done) = done {
+                    d.task_done(done, Utc::now());
+                }
+                while let Some(Ok(done)) = d.tasks.try_join_next() {
+                    d.task_done(done, Utc::now());
+                }
+            }
+            _ = tokio::time::sleep(until_change) => {}
+            _ = hup.recv() => {
+                if let Some(h) = hooks.reloading.as_mut() {
+                    h();
+                }
+                d.reload();
+            }
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+        }
+        let summary = d.cycle(Utc::now(), urgent).await;
+        if first {
+            first = false;
+            if let Some(h) = hooks.ready.take() {
+                h(&summary);
+            }
+        }
+        if let Some(h) = hooks.cycle_done.as_mut() {
+            h(&summary);
+        }
+    }
+    if let Some(h) = hooks.stopping.take() {
+        h();
+    }
+    d.drain().await;
+    Ok(())
+}
+
+/// Takes back what a previous pilotd recorded. Latches only when recent: an old "host free
+/// since" would start workers without the owner's `free_for`.
+fn restore(path: &Path, cfg: &Config, now: DateTime<Utc>) -> Status {
+    let mut s = Status {
+        pid: std::process::id(),
+        instance: cfg.site.docker.instance.get_ref().clone(),
+        ..Default::default()
+    };
+    match state::load(path) {
+        Ok(Some(prev)) => {
+            let fresh_for = chrono::Duration::from_std(cfg.site.interval.0 * 3)
+                .unwrap_or_default()
+                .max(chrono::Duration::minutes(2));
+            if prev.updated_at.is_some_and(|t| now - t <= fresh_for) {
+                s.owner_busy_since = prev.owner_busy_since;
+                s.host_free_since = prev.host_free_since;
+            }
+            if prev.instance == s.instance {
+                s.backoff = prev.backoff;
+                s.recorded = prev.recorded;
+                s.outcomes = prev.outcomes;
+            }
+            s.image = prev.image;
+            s.pulled_images = prev.pulled_images;
+        }
+        Ok(None) => {}
+        Err(e) => tracing::warn!("{e}; starting with an empty status"),
+    }
+    s
+}
+
+impl Daemon {
+    fn backend(&mut self) -> Result<AnyBackend, BackendError> {
+        if let Some(b) = &self.backend {
+            return Ok(b.clone());
+        }
+        let b = connect(&self.cfg)?;
+        tokio::spawn(triggers::watch_workers(b.clone(), self.triggers.clone()));
+        self.backend = Some(b.clone());
+        Ok(b)
+    }
+
+    /// One cycle; returns a one-line summary.
+    async fn cycle(&mut self, now: DateTime<Utc>, urgent: bool) -> String {
+        let mut errors: Vec<String> = Vec::new();
+        let backend = match self.backend() {
+            Ok(b) => Some(b),
+            Err(e) => {
+                errors.push(e.to_string());
+                None
+            }
+        };
+        if self.status.engine.is_none()
+            && let Some(AnyBackend::Docker(b)) = &backend
+            && let Ok(engine) = b.describe_engine().await
+        {
+            tracing::info!(engine = %engine, "connected to the container engine");
+            self.status.engine = Some(engine);
+        }
+        let workers = match &backend {
+            Some(b) => match b.list_workers().await {
+                Ok(w) => Some(w),
+                Err(e) => {
+                    tracing::error!(
+                        "{e}; no worker is started or removed until the list works again"
+                    );
+                    errors.push(e.to_string());
+                    None
+                }
+            },
+            None => None,
+        };
+        let own_cpu = match (&backend, &workers) {
+            (Some(b), Some(w)) if !urgent => self.measure_cpu(b, w).await,
+            _ => self.status.own_cpu,
+        };
+
+        let carry = Carry {
+            own_cpu,
+            owner_busy_since: self.status.owner_busy_since,
+            host_free_since: self.status.host_free_since,
+        };
+        let snapshot = match self.probe.observe(now, carry) {
+            Ok(s) => s,
+            Err(e) => {
+                errors.push(e.to_string());
+                // Fail safe toward the owner: decide as if someone were here.
+                match &self.last_snapshot {
+                    Some(last) => HostSnapshot {
+                        taken_at: now,
+                        sessions: Sessions::Unknown(format!("host probe failed: {e}")),
+                        ..last.clone()
+                    },
+                    None => {
+                        tracing::error!("{e}; nothing to decide on yet");
+                        self.finish(now, None, &[], &[], errors, workers);
+                        return "host probe failed".into();
+                    }
+                }
+            }
+        };
+        let limits = Limits {
+            max_lifetime: self.cfg.site.max_lifetime(),
+        };
+        let supply = decide(&self.cfg.policy, &snapshot, limits, now);
+        self.last_snapshot = Some(snapshot);
+        self.status.owner_busy_since = supply.owner_busy_since;
+        self.status.host_free_since = supply.host_free_since;
+        self.status.own_cpu = own_cpu;
+        self.next_change = supply.next_change;
+
+        let (Some(b), Some(list)) = (backend, workers.clone()) else {
+            let summary = format!(
+                "engine unavailable; {}",
+                supply.reasons.first().cloned().unwrap_or_default()
+            );
+            self.finish(now, Some(&supply), &[], &[], errors, workers);
+            return summary;
+        };
+
+        let w = &self.cfg.site.worker;
+        let (refresh, max_age) = (w.refresh.0, w.max_image_age.0);
+        image::refresh(
+            &b,
+            &mut self.status.image,
+            &self.settings.image,
+            now,
+            refresh,
+            max_age,
+        )
+        .await;
+        let image_state = match image::state(
+            &b,
+            &self.status.image,
+            &w.allowed_images,
+            self.in_flight.pulling.as_deref(),
+            now,
+            max_age,
+        )
+        .await
+        {
+            Ok(s) => s,
+            Err(e) => ImageState::Unavailable {
+                reason: e.to_string(),
+            },
+        };
+        let plan = volunteer::plan(
+            &supply,
+            Observed {
+                workers: &list,
+                in_flight: &self.in_flight,
+                backoff: &self.status.backoff,
+                image: &image_state,
+            },
+            &self.settings,
+            now,
+        );
+        let done = self.apply(&b, &plan.actions, now).await;
+        self.gc_if_due(&b, &list, now).await;
+        // Forget recorded outcomes of containers that are gone.
+        self.status
+            .recorded
+            .retain(|id| list.iter().any(|w| &w.id == id));
+        let summary = format!(
+            "{} worker(s), target {}; {}",
+            list.iter()
+                .filter(|w| matches!(w.state, WorkerState::Running | WorkerState::Paused))
+                .count(),
+            supply.workers,
+            supply.reasons.first().cloned().unwrap_or_default()
+        );
+        self.finish(now, Some(&supply), &done, &plan.notes, errors, workers);
+        summary
+    }
+
+    fn finish(
+        &mut self,
+        now: DateTime<Utc>,
+        supply: Option<&Supply>,
+        actions: &[String],
+        notes: &[String],
+        errors: Vec<String>,
+        workers: Option<Vec<Worker>>,
+    ) {
+        self.status.updated_at = Some(now);
+        self.status.pid = std::process::id();
+        if let Some(s) = supply {
+            self.status.decision = Some(Decision::of(s, now));
+        }
+        if !actions.is_empty() {
+            self.status.last_actions = actions.to_vec();
+        }
+        self.status.notes = notes.to_vec();
+        self.status.last_error = (!errors.is_empty()).then(|| errors.join("; "));
+        self.status.workers = workers;
+        if let Err(e) = state::save(&self.status_path, &self.status) {
+            tracing::error!("{e}");
+        }
+    }
+
+    async fn measure_cpu(&mut self, b: &AnyBackend, workers: &[Worker]) -> f64 {
+        let running: Vec<&Worker> = workers
+            .iter()
+            .filter(|w| w.state == WorkerState::Running)
+            .collect();
+        let samples =
+            futures_util::future::join_all(running.iter().map(|w| b.cpu_sample(&w.id))).await;
+        let mut total = 0.0;
+        let mut next = HashMap::new();
+        for (w, s) in running.iter().zip(samples) {
+            match s {
+                Ok(s) => {
+                    if let Some(p) = self.cpu_prev.get(&w.id) {
+                        total += cpu_fraction(*p, s).unwrap_or(0.0);
+                    }
+                    next.insert(w.id.clone(), s);
+                }
+                Err(e) => tracing::debug!(worker = %w.name, "{e}"),
+            }
+        }
+        self.cpu_prev = next;
+        f64::min(total, 1.0)
+    }
+
+    async fn apply(
+        &mut self,
+        b: &AnyBackend,
+        actions: &[Action],
+        now: DateTime<Utc>,
+    ) -> Vec<String> {
+        let mut done = Vec::new();
+        let mut start_failed = false;
+        for a in actions {
+            let line = a.to_string();
+            let result: Result<(), String> = match a {
+                Action::Pause { id, name, why } => b
+                    .pause(id)
+                    .await
+                    .map(|()| tracing::info!(worker = %name, "paused: {why}"))
+                    .map_err(|e| e.to_string()),
+                Action::Unpause { id, name, why } => b
+                    .unpause(id)
+                    .await
+                    .map(|()| tracing::info!(worker = %name, "resumed: {why}"))
+                    .map_err(|e| e.to_string()),
+                Action::Kill { id, name, why } => b
+                    .kill(id)
+                    .await
+                    .map(|()| tracing::info!(worker = %name, "killed: {why}"))
+                    .map_err(|e| e.to_string()),
+                Action::Stop {
+                    id,
+                    name,
+                    grace_s,
+                    why,
+                } => {
+                    tracing::info!(worker = %name, grace_s, "stopping: {why}");
+                    self.in_flight.stopping.insert(id.clone());
+                    let (b, id, name, grace) = (
+                        b.clone(),
+                        id.clone(),
+                        name.clone(),
+                        Duration::from_secs(*grace_s),
+                    );
+                    self.tasks.spawn(async move {
+                        let result = b.stop(&id, grace).await;
+                        TaskDone::Stopped { id, name, result }
+                    });
+                    Ok(())
+                }
+                Action::Remove { id, name, outcome } => {
+                    if let Some(o) = outcome {
+                        self.record_outcome(id, name, o.clone(), now);
+                    }
+                    match b.remove(id).await {
+                        Ok(()) => {
+                            self.remove_scratch(name);
+                            tracing::info!(worker = %name, "removed");
+                            Ok(())
+                        }
+                        Err(e) => Err(e.to_string()),
+                    }
+                }
+                Action::Pull { repository, digest } => {
+                    let pinned = format!("{repository}@{digest}");
+                    tracing::info!(image = %pinned, "pulling");
+                    self.in_flight.pulling = Some(digest.clone());
+                    let (b, repository, digest) = (b.clone(), repository.clone(), digest.clone());
+                    self.tasks.spawn(async move {
+                        let result = b.pull_image(&repository, &digest).await;
+                        TaskDone::Pulled {
+                            pinned,
+                            digest,
+                            result,
+                        }
+                    });
+                    Ok(())
+                }
+                Action::Start { spec } => {
+                    if start_failed {
+                        continue;
+                    }
+                    match self.start(b, spec).await {
+                        Ok(()) => Ok(()),
+                        Err(e) => {
+                            start_failed = true;
+                            self.record_outcome(
+                                &spec.name,
+                                &spec.name,
+                                Outcome::StartFailed { message: e.clone() },
+                                now,
+                            );
+                            Err(e)
+                        }
+                    }
+                }
+            };
+            match result {
+                Ok(()) => done.push(line),
+                Err(e) => {
+                    tracing::error!("{line}: {e}");
+                    done.push(format!("FAILED {line}: {e}"));
+                }
+            }
+        }
+        done
+    }
+
+    async fn start(&mut self, b: &AnyBackend, spec: &WorkerSpec) -> Result<(), String> {
+        prepare_scratch(&spec.scratch_dir, spec.user.as_deref())?;
+        match b.start(spec).await {
+            Ok(id) => {
+                tracing::info!(
+                    worker = %spec.name,
+                    id = %id.get(..12).unwrap_or(&id),
+                    cpus = spec.nano_cpus / 1_000_000_000,
+                    memory_mib = spec.memory_bytes >> 20,
+                    image = %spec.image_pinned,
+                    die_at = spec.labels.get(crate::backend::labels::DIE_AT).map(String::as_str).unwrap_or("-"),
+                    "started"
+                );
+                Ok(())
+            }
+            Err(e) => {
+                self.remove_scratch(&spec.name);
+                Err(e.to_string())
+            }
+        }
+    }
+
+    fn remove_scratch(&self, name: &str) {
+        // Only ever a dir named after one of this instance's workers.
+        if !name.starts_with(&self.settings.name_prefix()) || name.contains('/') {
+            return;
+        }
+        let dir = self.settings.scratch_root.join(name);
+        if let Err(e) = std::fs::remove_dir_all(&dir)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(
+                "cannot remove scratch dir {}: {e}; GC retries later",
+                dir.display()
+            );
+        }
+    }
+
+    fn record_outcome(&mut self, id: &str, name: &str, outcome: Outcome, now: DateTime<Utc>) {
+        if self.status.recorded.iter().any(|r| r == id) {
+            return;
+        }
+        let before = self.status.backoff.failures;
+        self.status.backoff = self.status.backoff.after(
+            &outcome,
+            now,
+            self.settings.backoff_base,
+            self.settings.backoff_max,
+        );
+        let b = &self.status.backoff;
+        if b.failures > before {
+            tracing::warn!(
+                worker = name,
+                failures = b.failures,
+                next_start = %b.not_before.map(rfc3339).unwrap_or_default(),
+                "worker ended without running a job: {outcome}; backing off"
+            );
+        } else {
+            tracing::info!(worker = name, "worker ended: {outcome}");
+        }
+        self.status.recorded.push(id.to_string());
+        self.status.outcomes.push(OutcomeRecord {
+            name: name.to_string(),
+            at: now,
+            outcome,
+        });
+        let excess = self
+            .status
+            .outcomes
+            .len()
+            .saturating_sub(state::OUTCOMES_KEPT);
+        self.status.outcomes.drain(..excess);
+    }
+
+    fn task_done(&mut self, done: TaskDone, now: DateTime<Utc>) {
+        match done {
+            TaskDone::Stopped { id, name, result } => {
+                self.in_flight.stopping.remove(&id);
+                match result {
+                    Ok(()) => tracing::info!(worker = %name, "stopped"),
+                    Err(e) => tracing::error!(worker = %name, "stop failed: {e}"),
+                }
+            }
+            TaskDone::Pulled {
+                pinned,
+                digest,
+                result,
+            } => {
+                if self.in_flight.pulling.as_deref() == Some(digest.as_str()) {
+                    self.in_flight.pulling = None;
+                }
+                match result {
+                    Ok(img) => {
+                        tracing::info!(image = %pinned, id = %img.id, "pulled");
+                        self.status.pulled_images.retain(|p| p.id != img.id);
+                        self.status.pulled_images.push(PulledImage {
+                            id: img.id,
+                            pinned,
+                            pulled_at: now,
+                        });
+                    }
+                    Err(e) => {
+                        let refresh = self.cfg.site.worker.refresh.0;
+                        image::record_failure(
+                            &mut self.status.image,
+                            &format!("pulling {pinned}"),
+                            &e,
+                            now,
+                            refresh,
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    async fn gc_if_due(&mut self, b: &AnyBackend, list: &[Worker], now: DateTime<Utc>) {
+        let every =
+            chrono::Duration::from_std(self.cfg.site.worker.gc_interval.0).unwrap_or_default();
+        if self.last_gc.is_some_and(|t| now - t < every) {
+            return;
+        }
+        self.last_gc = Some(now);
+        let mut items = gc::scratch(
+            &self.settings.scratch_root,
+            &gc::scratch_entries(&self.settings.scratch_root),
+            list,
+            &self.settings.name_prefix(),
+        );
+        let (repository, _, _) = crate::backend::split_reference(&self.settings.image);
+        match b.list_images(&repository).await {
+            Ok(local) => items.extend(gc::images(
+                &local,
+                self.status.image.digest.as_deref(),
+                &self.status.pulled_images,
+                list,
+            )),
+            Err(e) => tracing::warn!("{e}; image GC skipped this time"),
+        }
+        for r in gc::apply(b, &items, self.cfg.policy.grace).await {
+            match r {
+                Ok(line) => tracing::info!("gc: {line}"),
+                Err(line) => tracing::warn!("gc: {line}"),
+            }
+        }
+        // Forget pulls whose image is gone.
+        if let Ok(local) = b.list_images(&repository).await {
+            self.status
+                .pulled_images
+                .retain(|p| local.iter().any(|i| i.id == p.id));
+        }
+    }
+
+    fn reload(&mut self) {
+        let machine = crate::cmd::this_machine();
+        match config::load(
+            &self.site_path,
+            SiteFile::Required,
+            self.policy_override.as_deref(),
+            machine,
+        ) {
+            Ok(cfg) if cfg.site.mode != config::Mode::Volunteer => tracing::error!(
+                "reload: pilotd.toml now says mode = \"{}\", which needs a restart; keeping the last good configuration",
+                cfg.site.mode.as_str()
+            ),
+            Ok(cfg) => {
+                let d_old = &self.cfg.site.docker;
+                let d_new = &cfg.site.docker;
+                if d_old.socket != d_new.socket
+                    || d_old.instance.get_ref() != d_new.instance.get_ref()
+                    || d_old.timeout != d_new.timeout
+                {
+                    self.backend = None;
+                    self.status.engine = None;
+                }
+                if cfg.site.host.utmp != self.cfg.site.host.utmp {
+                    tracing::warn!(
+                        "reload: the utmp path changed; it is read from now on, but watched for changes only after a restart"
+                    );
+                }
+                self.probe = match HostProbe::new(probe_config(&cfg)) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        tracing::error!("reload: {e}; keeping the last good configuration");
+                        return;
+                    }
+                };
+                self.probe.prime();
+                self.settings = WorkerSettings::from_site(&cfg.site);
+                self.cfg = cfg;
+                tracing::info!("configuration reloaded");
+            }
+            Err(e) => tracing::error!("reload failed, keeping the last good configuration:\n{e}"),
+        }
+    }
+
+    /// SIGTERM: let running operations finish briefly (or stop the workers when configured),
+    /// write the status, return.
+    async fn drain(&mut self) {
+        let mut wait = Duration::from_secs(5);
+        if self.cfg.site.worker.on_shutdown == OnShutdown::Stop
+            && let Some(b) = self.backend.clone()
+        {
+            let grace = self.cfg.policy.grace;
+            wait = grace + Duration::from_secs(10);
+            if let Ok(list) = b.list_workers().await {
+                for w in list
+                    .iter()
+                    .filter(|w| matches!(w.state, WorkerState::Running | WorkerState::Paused))
+                {
+                    if w.state == WorkerState::Paused {
+                        let _ = b.unpause(&w.id).await;
+                    }
+                    tracing::info!(worker = %w.name, "stopping: pilotd is shutting down (on_shutdown = \"stop\")");
+                    let (b, id, name) = (b.clone(), w.id.clone(), w.name.clone());
+                    self.tasks.spawn(async move {
+                        let result = b.stop(&id, grace).await;
+                        TaskDone::Stopped { id, name, result }
+                    });
+                }
+            }
+        }
+        tracing::info!(
+            "draining: waiting up to {}s for running operations",
+            wait.as_secs()
+        );
+        let deadline = tokio::time::Instant::now() + wait;
+        while !self.tasks.is_empty() {
+            match tokio::time::timeout_at(deadline, self.tasks.join_next()).await {
+                Ok(Some(Ok(done))) => self.task_done(done, Utc::now()),
+                Ok(Some(Err(_))) => {}
+                Ok(None) | Err(_) => break,
+            }
+        }
+        self.tasks.abort_all();
+        self.status.updated_at = Some(Utc::now());
+        if let Err(e) = state::save(&self.status_path, &self.status) {
+            tracing::error!("{e}");
+        }
+        tracing::info!("pilotd stopped; running workers are adopted by the next pilotd");
+    }
+}
+
+/// Creates a worker's scratch dir (owned by the worker's user when one is configured).
+fn prepare_scratch(dir: &Path, user: Option<&str>) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir).map_err(|e| {
+        format!(
+            "cannot create scratch dir {}: {e}\n  hint: check [host] scratch in pilotd.toml",
+            dir.display()
+        )
+    })?;
+    if let Some(user) = user {
+        let mut ids = user.split(':').map(|s| s.parse::<u32>().ok());
+        if let Some(Some(uid)) = ids.next() {
+            let gid = ids.next().flatten();
+            nix::unistd::chown(
+                dir,
+                Some(nix::unistd::Uid::from_raw(uid)),
+                gid.map(nix::unistd::Gid::from_raw),
+            )
+            .map_err(|e| {
+                format!(
+                    "cannot give scratch dir {} to uid {uid}: {e}",
+                    dir.display()
+                )
+            })?;
+        }
+    }
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| format!("cannot set permissions of {}: {e}", dir.display()))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_fraction_is_a_share_of_the_machine() {
+        let a = CpuSample {
+            worker_ns: 1_000,
+            system_ns: 10_000,
+        };
+        let b = CpuSample {
+            worker_ns: 3_000,
+            system_ns: 18_000,
+        };
+        assert_eq!(cpu_fraction(a, b), Some(0.25));
+        assert_eq!(
+            cpu_fraction(b, a),
+            None,
+            "counters went backwards (restart)"
+        );
+        assert_eq!(cpu_fraction(a, a), None);
+    }
+}
+
+/// `own_cpu_once` for synchronous commands; `None` when the engine cannot be asked.
+pub fn own_cpu_blocking(cfg: &Config) -> Option<f64> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .ok()?;
+    let b = connect(cfg).ok()?;
+    rt.block_on(own_cpu_once(&b, Duration::from_millis(500)))
+}
+
+/// The plan the daemon's next cycle would make (for `pilotd plan`): workers listed from the
+/// engine now, the image from the daemon's status file (resolved at the registry only when
+/// the file knows nothing). Acts on nothing. `Err` says why the workers are unknown.
+pub fn plan_actions(
+    cfg: &Config,
+    supply: &Supply,
+    now: DateTime<Utc>,
+) -> Result<volunteer::Plan, String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let b = connect(cfg).map_err(|e| e.to_string())?;
+    let settings = WorkerSettings::from_site(&cfg.site);
+    let status = state::load(&state::path(&cfg.site.state_dir))
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    rt.block_on(async {
+        let list = tokio::time::timeout(Duration::from_secs(5), b.list_workers())
+            .await
+            .map_err(|_| {
+                format!(
+                    "the engine at {} did not answer within 5s",
+                    cfg.site.docker.socket
+                )
+            })?
+            .map_err(|e| e.to_string())?;
+        let w = &cfg.site.worker;
+        let mut record = status.image.clone();
+        if record.reference != settings.image || record.digest.is_none() {
+            image::refresh(
+                &b,
+                &mut record,
+                &settings.image,
+                now,
+                w.refresh.0,
+                w.max_image_age.0,
+            )
+            .await;
+        }
+        let image_state =
+            image::state(&b, &record, &w.allowed_images, None, now, w.max_image_age.0)
+                .await
+                .unwrap_or_else(|e| ImageState::Unavailable {
+                    reason: e.to_string(),
+                });
+        let in_flight = InFlight::default();
+        Ok(volunteer::plan(
+            supply,
+            Observed {
+                workers: &list,
+                in_flight: &in_flight,
+                backoff: &status.backoff,
+                image: &image_state,
+            },
+            &settings,
+            now,
+        ))
+    })
+}

@@ -1,0 +1,90 @@
+//! `pilotd gc [--dry-run]`: one garbage-collection pass — finished workers, workers past their
+//! `die_at`, orphaned scratch dirs, old worker images pilotd pulled. Only what carries this
+//! instance's labels (or is in its pull record) is a candidate. A failed list removes nothing.
+//!
+//! Beside a running daemon, removing a finished worker here means the daemon does not see its
+//! outcome (the back-off does not count it); that is the price of an on-demand pass.
+
+use super::{CmdError, load_config};
+use crate::backend::{Backend, split_reference};
+use crate::cli::{GcArgs, Global};
+use crate::config::SiteFile;
+use crate::daemon::{self, gc, state};
+use crate::plan::volunteer::WorkerSettings;
+use chrono::Utc;
+use std::fmt::Write;
+
+pub fn run(g: &Global, a: &GcArgs) -> Result<String, CmdError> {
+    let cfg = load_config(g, SiteFile::Optional, None)?;
+    let settings = WorkerSettings::from_site(&cfg.site);
+    let status = state::load(&state::path(&cfg.site.state_dir))
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CmdError::Runtime(format!("cannot start the async runtime: {e}")))?;
+    rt.block_on(async {
+        let b = daemon::connect(&cfg).map_err(|e| CmdError::Runtime(e.to_string()))?;
+        let list = b.list_workers().await.map_err(|e| {
+            CmdError::Runtime(format!(
+                "{e}\n  (a failed list is not an empty list: nothing was removed)"
+            ))
+        })?;
+        let now = Utc::now();
+        let mut items = gc::workers(&list, now);
+        items.extend(gc::scratch(
+            &settings.scratch_root,
+            &gc::scratch_entries(&settings.scratch_root),
+            &list,
+            &settings.name_prefix(),
+        ));
+        let (repository, _, _) = split_reference(&settings.image);
+        let current = status
+            .image
+            .digest
+            .clone()
+            .filter(|_| status.image.reference == settings.image);
+        let images = b
+            .list_images(&repository)
+            .await
+            .map_err(|e| CmdError::Runtime(e.to_string()))?;
+        items.extend(gc::images(
+            &images,
+            current.as_deref(),
+            &status.pulled_images,
+            &list,
+        ));
+
+        let mut out = String::new();
+        if items.is_empty() {
+            let _ = writeln!(out, "nothing to collect (instance {})", settings.instance);
+            return Ok(out);
+        }
+        if a.dry_run {
+            for i in &items {
+                let _ = writeln!(out, "would {i}");
+            }
+            return Ok(out);
+        }
+        let mut failed = 0;
+        for r in gc::apply(&b, &items, cfg.policy.grace).await {
+            match r {
+                Ok(line) => {
+                    let _ = writeln!(out, "done: {line}");
+                }
+                Err(line) => {
+                    failed += 1;
+                    let _ = writeln!(out, "not done: {line}");
+                }
+            }
+        }
+        if failed > 0 {
+            return Err(CmdError::Runtime(format!(
+                "{out}{failed} item(s) could not be collected"
+            )));
+        }
+        Ok(out)
+    })
+}

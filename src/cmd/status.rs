@@ -1,0 +1,243 @@
+//! `pilotd status [--format text|json]`: the workers now (from the engine when it answers,
+//! else as the daemon last saw them — said so), the last decision with its reasons, the
+//! back-off, the image, and the last outcomes. Reads the daemon's status file; no IPC.
+
+use super::{CmdError, load_config};
+use crate::backend::{Backend, Worker, WorkerState};
+use crate::cli::{Format, Global, StatusArgs};
+use crate::config::{Mode, SiteFile};
+use crate::daemon::{self, state};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use std::fmt::Write;
+use std::time::Duration;
+
+#[derive(Debug, Serialize)]
+struct StatusView<'a> {
+    daemon_running: bool,
+    pid: u32,
+    updated_at: Option<DateTime<Utc>>,
+    instance: &'a str,
+    /// "engine" (listed now) or "status file" (the daemon's last cycle) or "unknown".
+    workers_from: &'static str,
+    workers: Option<Vec<Worker>>,
+    workers_error: Option<String>,
+    #[serde(flatten)]
+    status: &'a state::Status,
+}
+
+pub fn run(g: &Global, a: &StatusArgs) -> Result<String, CmdError> {
+    let cfg = load_config(g, SiteFile::Optional, None)?;
+    if cfg.site.mode == Mode::Kubernetes {
+        return super::kubernetes::status(&cfg, a.format == Format::Json)
+            .map_err(|e| CmdError::Runtime(e.to_string()));
+    }
+    let path = state::path(&cfg.site.state_dir);
+    let status = state::load(&path)
+        .map_err(|e| CmdError::Runtime(e.to_string()))?
+        .unwrap_or_else(|| state::Status {
+            instance: cfg.site.docker.instance.get_ref().clone(),
+            ..Default::default()
+        });
+    let now = Utc::now();
+    // Alive: the pid exists and the file was written recently.
+    let stale_after = chrono::Duration::from_std(cfg.site.interval.0 * 3).unwrap_or_default()
+        + chrono::Duration::seconds(60);
+    let running = status.pid > 0
+        && nix::sys::signal::kill(nix::unistd::Pid::from_raw(status.pid as i32), None).is_ok()
+        && status.updated_at.is_some_and(|t| now - t <= stale_after);
+
+    let live = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())
+        .and_then(|rt| {
+            rt.block_on(async {
+                let b = daemon::connect(&cfg).map_err(|e| e.to_string())?;
+                tokio::time::timeout(Duration::from_secs(5), b.list_workers())
+                    .await
+                    .map_err(|_| "the engine did not answer within 5s".to_string())?
+                    .map_err(|e| e.to_string())
+            })
+        });
+    let (workers_from, workers, workers_error) = match live {
+        Ok(w) => ("engine", Some(w), None),
+        Err(e) if status.workers.is_some() => ("status file", status.workers.clone(), Some(e)),
+        Err(e) => ("unknown", None, Some(e)),
+    };
+    let view = StatusView {
+        daemon_running: running,
+        pid: status.pid,
+        updated_at: status.updated_at,
+        instance: &status.instance,
+        workers_from,
+        workers,
+        workers_error,
+        status: &status,
+    };
+    match a.format {
+        Format::Json => serde_json::to_string_pretty(&view)
+            .map(|s| s + "\n")
+            .map_err(|e| CmdError::Runtime(e.to_string())),
+        Format::Text => Ok(render(&view, now, &path)),
+    }
+}
+
+fn ago(now: DateTime<Utc>, t: DateTime<Utc>) -> String {
+    human(now - t)
+}
+
+fn human(d: chrono::Duration) -> String {
+    let s = d.num_seconds();
+    let (neg, s) = (s < 0, s.unsigned_abs());
+    let text = if s < 120 {
+        format!("{s}s")
+    } else if s < 7200 {
+        format!("{}m", s / 60)
+    } else if s < 172_800 {
+        format!("{}h{:02}m", s / 3600, (s % 3600) / 60)
+    } else {
+        format!("{}d", s / 86400)
+    };
+    if neg { format!("-{text}") } else { text }
+}
+
+fn short_digest(d: &str) -> &str {
+    let d = d.strip_prefix("sha256:").unwrap_or(d);
+    d.get(..12).unwrap_or(d)
+}
+
+fn render(v: &StatusView<'_>, now: DateTime<Utc>, path: &std::path::Path) -> String {
+    let s = v.status;
+    let mut out = String::new();
+    let _ = match (v.daemon_running, s.updated_at) {
+        (true, Some(t)) => writeln!(
+            out,
+            "pilotd: running (pid {}), last cycle {} ago; instance {}",
+            v.pid,
+            ago(now, t),
+            v.instance
+        ),
+        (false, Some(t)) => writeln!(
+            out,
+            "pilotd: NOT RUNNING (last cycle {} ago, pid {}); instance {}",
+            ago(now, t),
+            v.pid,
+            v.instance
+        ),
+        (_, None) => writeln!(
+            out,
+            "pilotd: no status yet ({} does not exist); instance {}",
+            path.display(),
+            v.instance
+        ),
+    };
+    if let Some(e) = &s.engine {
+        let _ = writeln!(out, "engine: {e}");
+    }
+    if let Some(e) = &s.last_error {
+        let _ = writeln!(out, "last cycle's problem: {e}");
+    }
+    if let Some(d) = &s.decision {
+        let verdict = if d.allowed {
+            format!(
+                "COMPUTE: {} worker(s) of {} CPU, {} MiB",
+                d.workers, d.cpus, d.memory_mib
+            )
+        } else {
+            "DO NOT START workers".into()
+        };
+        let _ = writeln!(
+            out,
+            "decision ({} ago): {verdict}; running workers: {}",
+            ago(now, d.at),
+            match d.evict {
+                crate::config::Evict::None => "keep".to_string(),
+                e => format!("evict ({})", e.as_str()),
+            }
+        );
+        for r in &d.reasons {
+            let _ = writeln!(out, "  - {r}");
+        }
+    }
+    let _ = writeln!(out, "workers (from the {}):", v.workers_from);
+    if let Some(e) = &v.workers_error {
+        let _ = writeln!(out, "  (cannot list them now: {e})");
+    }
+    match &v.workers {
+        None => {
+            let _ = writeln!(out, "  unknown");
+        }
+        Some(list) if list.is_empty() => {
+            let _ = writeln!(out, "  none");
+        }
+        Some(list) => {
+            let _ = writeln!(
+                out,
+                "  {:<40} {:<8} {:>7} {:>9} {:<12} LAST EXIT",
+                "NAME", "STATE", "AGE", "EXPIRES", "IMAGE"
+            );
+            for w in list {
+                let exit = match (w.state, w.exit_code) {
+                    (WorkerState::Exited | WorkerState::Dead, Some(c)) => {
+                        crate::plan::volunteer::Outcome::from_exit(Some(c), w.oom_killed)
+                            .to_string()
+                    }
+                    _ => "-".into(),
+                };
+                let _ = writeln!(
+                    out,
+                    "  {:<40} {:<8} {:>7} {:>9} {:<12} {exit}",
+                    w.name,
+                    w.state.as_str(),
+                    w.created.map(|c| ago(now, c)).unwrap_or_else(|| "?".into()),
+                    w.die_at
+                        .map(|d| human(d - now))
+                        .unwrap_or_else(|| "-".into()),
+                    short_digest(&w.image_digest),
+                );
+            }
+        }
+    }
+    let b = &s.backoff;
+    let _ = match b.not_before.filter(|t| *t > now) {
+        Some(t) => writeln!(
+            out,
+            "back-off: {} failure(s); next start in {}{}",
+            b.failures,
+            human(t - now),
+            b.last_outcome
+                .as_ref()
+                .map(|o| format!(" (last: {o})"))
+                .unwrap_or_default()
+        ),
+        None if b.failures > 0 => writeln!(out, "back-off: {} failure(s), delay over", b.failures),
+        None => writeln!(out, "back-off: none"),
+    };
+    let img = &s.image;
+    if !img.reference.is_empty() {
+        let _ = writeln!(
+            out,
+            "image: {} -> {} (confirmed {}){}",
+            img.reference,
+            img.digest.as_deref().map(short_digest).unwrap_or("unknown"),
+            img.verified_at
+                .map(|t| format!("{} ago", ago(now, t)))
+                .unwrap_or_else(|| "never".into()),
+            img.last_error
+                .as_ref()
+                .map(|e| format!("\n  last problem: {e}"))
+                .unwrap_or_default()
+        );
+    }
+    for n in &s.notes {
+        let _ = writeln!(out, "note: {n}");
+    }
+    if !s.outcomes.is_empty() {
+        let _ = writeln!(out, "recent outcomes:");
+        for o in s.outcomes.iter().rev().take(5) {
+            let _ = writeln!(out, "  {} ago {}: {}", ago(now, o.at), o.name, o.outcome);
+        }
+    }
+    out
+}
