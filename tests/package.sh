@@ -30,13 +30,15 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 # A slim image may have man-db with its pages excluded; man -l reads our file directly.
 
-deb=$(packaging/build-deb.sh --profile dev -- --fast | tail -n 1)
-[ -f "$deb" ] || fail "packaging/build-deb.sh did not produce a .deb (got '$deb')"
-echo "package: $deb"
-
 work=$(mktemp -d "${TMPDIR:-/tmp}/pilotd-package.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 root=$work/root
+
+# Into the temp dir, not target/debian/: a dev-profile .deb must never be mistaken for the
+# release one that README.md tells people to `apt install ./target/debian/pilotd_*.deb`.
+deb=$(packaging/build-deb.sh --profile dev -- --fast --output "$work/" | tail -n 1)
+[ -f "$deb" ] || fail "packaging/build-deb.sh did not produce a .deb (got '$deb')"
+echo "package: $deb"
 
 echo "== package metadata"
 ctl=$work/control
