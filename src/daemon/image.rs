@@ -39,9 +39,8 @@ pub fn retry_delay(failures: u32, refresh: Duration) -> Duration {
     let factor = 1u32
         .checked_shl(failures.saturating_sub(1))
         .unwrap_or(u32::MAX);
-    RETRY_BASE
-        .saturating_mul(factor)
-        .min(refresh.max(RETRY_BASE))
+    // Doubling from 30 s (or `refresh`, when shorter), never longer than `refresh`.
+    RETRY_BASE.min(refresh).saturating_mul(factor).min(refresh)
 }
 
 /// Records a failed registry request (check or pull) and says so in the log.
@@ -199,5 +198,9 @@ mod tests {
         assert_eq!(retry_delay(1, refresh), Duration::from_secs(30));
         assert_eq!(retry_delay(3, refresh), Duration::from_secs(120));
         assert_eq!(retry_delay(40, refresh), refresh);
+        assert_eq!(
+            retry_delay(5, Duration::from_secs(2)),
+            Duration::from_secs(2)
+        );
     }
 }

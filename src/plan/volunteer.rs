@@ -779,6 +779,7 @@ mod tests {
             evict,
             grace: Duration::from_secs(600),
             reasons: vec![],
+            causes: vec![],
             next_change: None,
             owner_busy_since: None,
             host_free_since: None,
