@@ -127,8 +127,8 @@ pub struct InitArgs {
     /// Overwrite an existing policy file
     #[arg(long)]
     pub force: bool,
-    /// When the machine may compute: "nights-and-weekends", "always", "nights", or windows
-    /// like "mon-fri 19:00-07:30, sat-sun 00:00-24:00"
+    /// When the machine may compute: "nights-and-weekends", "nights", "weekends", "always",
+    /// or windows like "mon-fri 19:00-07:30; sat,sun 00:00-24:00"
     #[arg(long)]
     pub when: Option<String>,
     /// What counts as the owner being here: any, active or ignore

@@ -18,14 +18,12 @@ fn main() -> ExitCode {
         Command::ImportIni(a) => {
             cmd::kubernetes::import_ini(&a.file).map_err(|e| CmdError::Usage(e.to_string()))
         }
+        Command::Init(a) => cmd::init::run(g, a),
         Command::Completions(a) => cmd::completions::run(a),
         Command::Manpages(a) => cmd::manpages::run(a),
         Command::Run(a) => cmd::run::run(g, a),
         Command::Status(a) => cmd::status::run(g, a),
         Command::Gc(a) => cmd::gc::run(g, a),
-        Command::Init(_) => Err(CmdError::Runtime(
-            "this command is not available in this build yet".into(),
-        )),
     };
     match result {
         Ok(out) => {

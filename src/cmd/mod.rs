@@ -4,6 +4,7 @@
 pub mod check;
 pub mod completions;
 pub mod gc;
+pub mod init;
 pub mod kubernetes;
 pub mod manpages;
 pub mod plan;
