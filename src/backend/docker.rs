@@ -256,7 +256,7 @@ impl Backend for DockerBackend {
                 .unwrap_or_else(|| id.clone());
             let state = c
                 .state
-                .map(|s| WorkerState::parse(&s.to_string()))
+                .map(|s| WorkerState::parse(s.as_ref()))
                 .unwrap_or(WorkerState::Unknown);
             let mut w = Worker {
                 id: id.clone(),

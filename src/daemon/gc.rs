@@ -57,7 +57,7 @@ pub fn workers(list: &[Worker], now: DateTime<Utc>) -> Vec<Item> {
                 Some(Item::RemoveWorker {
                     id,
                     name,
-                    why: format!("{}", w.state.as_str()),
+                    why: w.state.as_str().to_string(),
                 })
             } else if matches!(
                 w.state,

@@ -60,16 +60,21 @@ pub enum DaemonError {
     Mode(&'static str),
 }
 
+/// A hook called once with a one-line summary of the daemon's state.
+pub type SummaryOnce = Box<dyn FnOnce(&str) + Send>;
+/// A hook called after every cycle with a one-line summary.
+pub type SummaryEach = Box<dyn FnMut(&str) + Send>;
+
 /// Calls into the service layer (systemd notification, a detached parent waiting for
 /// readiness). Each is optional; the daemon works the same without them.
 #[derive(Default)]
 pub struct Hooks {
     /// After the first complete cycle, with a one-line summary.
-    pub ready: Option<Box<dyn FnOnce(&str) + Send>>,
+    pub ready: Option<SummaryOnce>,
     /// On SIGHUP, before the reload.
     pub reloading: Option<Box<dyn FnMut() + Send>>,
     /// After every cycle, with a one-line summary (systemd STATUS=, watchdog).
-    pub cycle_done: Option<Box<dyn FnMut(&str) + Send>>,
+    pub cycle_done: Option<SummaryEach>,
     /// When the drain starts.
     pub stopping: Option<Box<dyn FnOnce() + Send>>,
 }
@@ -870,29 +875,6 @@ fn prepare_scratch(dir: &Path, user: Option<&str>) -> Result<(), String> {
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cpu_fraction_is_a_share_of_the_machine() {
-        let a = CpuSample {
-            worker_ns: 1_000,
-            system_ns: 10_000,
-        };
-        let b = CpuSample {
-            worker_ns: 3_000,
-            system_ns: 18_000,
-        };
-        assert_eq!(cpu_fraction(a, b), Some(0.25));
-        assert_eq!(
-            cpu_fraction(b, a),
-            None,
-            "counters went backwards (restart)"
-        );
-        assert_eq!(cpu_fraction(a, a), None);
-    }
-}
 
 /// `own_cpu_once` for synchronous commands; `None` when the engine cannot be asked.
 pub fn own_cpu_blocking(cfg: &Config) -> Option<f64> {
@@ -964,4 +946,28 @@ pub fn plan_actions(
             now,
         ))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_fraction_is_a_share_of_the_machine() {
+        let a = CpuSample {
+            worker_ns: 1_000,
+            system_ns: 10_000,
+        };
+        let b = CpuSample {
+            worker_ns: 3_000,
+            system_ns: 18_000,
+        };
+        assert_eq!(cpu_fraction(a, b), Some(0.25));
+        assert_eq!(
+            cpu_fraction(b, a),
+            None,
+            "counters went backwards (restart)"
+        );
+        assert_eq!(cpu_fraction(a, a), None);
+    }
 }
