@@ -81,11 +81,11 @@ docker ps -aq --filter "label=pilotd.instance=$inst" | xargs -r docker rm -f >/d
 write_conf 0 6h; sed -i 's/^workers = 0/workers = 1/; s/^\[share\]/[share]/' "$d/policy.toml"
 : >"$d/utmp"; cat "$d/login.bin" >"$d/utmp"   # owner present: 0 workers
 start; sleep 3; measure "0 workers"; stop
-: >"$d/utmp"; write_conf 4 6h; sed -i 's/^cpus = "100%"/cpus = 4/' "$d/policy.toml"
-sed -i 's/^memory = "1GiB"/memory = "1GiB"/' "$d/policy.toml"
+: >"$d/utmp"; write_conf 4 6h  # 4 workers, or one per CPU on smaller machines
 start; wait_workers "$(nproc | awk '{print ($1<4)?$1:4}')"; sleep 2; measure "$(docker ps -q --filter "label=pilotd.instance=$inst" | wc -l) workers"; stop
 
 echo "== freshness check, tag unchanged (refresh = 2s)"
+set +o pipefail  # tail|head closes pipes early
 docker ps -aq --filter "label=pilotd.instance=$inst" | xargs -r docker rm -f >/dev/null
 cat "$d/login.bin" >"$d/utmp"; write_conf 1 2s; start; sleep 3
 l0=$(wc -l <"$reglog"); c0=$(grep -c 'tag unchanged' "$d/log" || true)
