@@ -17,6 +17,7 @@ command -v docker-registry >/dev/null || need+=(docker-registry)
 command -v systemd-analyze >/dev/null || need+=(systemd)
 command -v docker >/dev/null || need+=(docker.io)
 command -v python3 >/dev/null || need+=(python3)
+command -v curl >/dev/null || need+=(curl)
 [ -f /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
 if [ ${#need[@]} -gt 0 ]; then
   log "installing ${need[*]}"
@@ -26,8 +27,10 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 log "docker engine, registry and test images"
-if [ -f tests/setup-docker.sh ]; then bash tests/setup-docker.sh; fi
-if [ -f tests/images/build-pilot-image.sh ]; then bash tests/images/build-pilot-image.sh; fi
+# setup-docker.sh prints the environment the Docker tests need (PILOTD_DOCKER_TESTS=1, the
+# registry and repository) as eval-able lines.
+set -a; eval "$(sh tests/setup-docker.sh)"; set +a
+bash tests/images/build-pilot-image.sh
 export PILOTD_DOCKER_TESTS=1
 
 log "format and lints"

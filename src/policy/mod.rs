@@ -168,7 +168,7 @@ pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) 
         Sessions::Known(list) if p.sessions != SessionRule::Ignore => {
             let present: Vec<&str> = list
                 .iter()
-                .filter(|s| !p.ignore_users.iter().any(|u| *u == s.user))
+                .filter(|s| !p.ignore_users.contains(&s.user))
                 .filter(|s| s.uid.is_none_or(|uid| uid >= p.system_uid_below))
                 .filter(|s| match p.sessions {
                     // A line whose idle time cannot be read counts as active: fail safe.
