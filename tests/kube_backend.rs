@@ -79,10 +79,10 @@ async fn duplicate_names_are_409_and_deletes_propagate_in_the_background() {
         .await
         .unwrap_err();
     match &err {
-        KubeError::Create {
-            name,
-            source: kube::Error::Api(s),
-        } => {
+        KubeError::Create { name, source } => {
+            let kube::Error::Api(s) = source.as_ref() else {
+                panic!("expected an API status, got {source:?}");
+            };
             assert_eq!(name, "osg-direct-1-000000");
             assert_eq!(s.code, 409);
             assert!(s.is_already_exists());
@@ -122,10 +122,12 @@ async fn server_errors_surface_with_what_failed() {
     fake.store.lock().unwrap().fail_create = Some(Box::new(|_| true));
     let err = backend.create_job(&job("j")).await.unwrap_err();
     match err {
-        KubeError::Create {
-            source: kube::Error::Api(s),
-            ..
-        } => assert_eq!(s.code, 500),
+        KubeError::Create { source, .. } => {
+            assert!(
+                matches!(source.as_ref(), kube::Error::Api(s) if s.code == 500),
+                "{source:?}"
+            )
+        }
         other => panic!("expected a 500, got {other:?}"),
     }
 }

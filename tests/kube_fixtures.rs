@@ -165,3 +165,23 @@ fn plan_replays_a_snapshot_offline_with_the_json_contract() {
     // The same snapshot and instant give the same plan.
     assert_eq!(plan(&config), v);
 }
+
+#[test]
+fn the_deployment_configmap_holds_a_valid_pilotd_toml() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/kubernetes/configmap.yaml");
+    let yaml = std::fs::read_to_string(&path).unwrap();
+    let start =
+        yaml.find("pilotd.toml: |\n").expect("a pilotd.toml key") + "pilotd.toml: |\n".len();
+    let toml: String = yaml[start..]
+        .lines()
+        .map(|l| l.strip_prefix("    ").unwrap_or(l))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let site = pilotd::config::parse_site(&path, &toml).unwrap_or_else(|e| panic!("{e}"));
+    let k = site.kubernetes.unwrap();
+    assert_eq!(k.namespace.get_ref(), "osg-opportunistic");
+    assert_eq!(
+        *k.client.get_ref(),
+        pilotd::config::kubernetes::ClientSource::InCluster
+    );
+}

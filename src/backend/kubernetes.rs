@@ -33,16 +33,22 @@ pub enum KubeError {
         what: &'static str,
         namespace: String,
         selector: String,
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
     #[error(
         "creating Job {name} failed: {source}\n  hint: check the Role allows create on batch/jobs and the namespace quota"
     )]
-    Create { name: String, source: kube::Error },
+    Create {
+        name: String,
+        source: Box<kube::Error>,
+    },
     #[error(
         "deleting Job {name} failed: {source}\n  hint: it is retried next cycle; check the Role allows delete on batch/jobs"
     )]
-    Delete { name: String, source: kube::Error },
+    Delete {
+        name: String,
+        source: Box<kube::Error>,
+    },
 }
 
 /// Client for one namespace and one provisioner's label selector.
@@ -124,7 +130,7 @@ impl KubeBackend {
                 what,
                 namespace: self.namespace.clone(),
                 selector: self.selector.clone(),
-                source,
+                source: Box::new(source),
             })?;
             out.extend(page.items);
             match page.metadata.continue_ {
@@ -150,7 +156,7 @@ impl KubeBackend {
             .map(|_| ())
             .map_err(|source| KubeError::Create {
                 name: job.metadata.name.clone().unwrap_or_default(),
-                source,
+                source: Box::new(source),
             })
     }
 
@@ -162,7 +168,7 @@ impl KubeBackend {
             Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
             Err(source) => Err(KubeError::Delete {
                 name: name.to_string(),
-                source,
+                source: Box::new(source),
             }),
         }
     }

@@ -106,20 +106,18 @@ impl BackoffBook {
                         entry.claimed.insert(pod.name.clone());
                         success = true;
                     }
-                    PodState::Failed => {
-                        if entry.counted.insert(pod.name.clone()) {
+                    PodState::Failed | PodState::Succeeded => {
+                        // Each finished pod is judged once, however many cycles it stays listed.
+                        if !entry.counted.insert(pod.name.clone()) {
+                            continue;
+                        }
+                        let ran_a_job =
+                            pod.state == PodState::Succeeded && entry.claimed.contains(&pod.name);
+                        if ran_a_job {
+                            success = true;
+                        } else {
                             entry.failures += 1;
                             entry.last_failure = Some(now);
-                        }
-                    }
-                    PodState::Succeeded => {
-                        if entry.counted.insert(pod.name.clone()) {
-                            if entry.claimed.contains(&pod.name) {
-                                success = true;
-                            } else {
-                                entry.failures += 1;
-                                entry.last_failure = Some(now);
-                            }
                         }
                     }
                     _ => {}

@@ -24,12 +24,12 @@ state_dir = "$work/state"
 [kubernetes]
 namespace = "osg-opportunistic"
 app_name = "osg-direct"
-max_pods_per_cluster = 1000
 TOML
 echo "snapshot: $JOBS idle jobs, $SCHEDDS schedds, $PODS pods, $(du -h "$work/snapshot.json" | cut -f1) of JSON"
 for run in 1 2 3; do
     /usr/bin/time -f "plan --snapshot run $run: wall %e s, peak RSS %M KiB" \
         "$bin" -c "$work/pilotd.toml" plan --snapshot "$work/snapshot.json" --format json --now 2026-12-01T21:30:00Z > "$work/plan.json"
 done
-echo "plan: $(grep -c '"key"' "$work/plan.json") shapes, $(grep -c '"backoffLimit"' "$work/plan.json") Job bodies"
+echo "plan: $(grep -c '"idle_jobs"' "$work/plan.json") shapes, $(grep -c '"backoffLimit"' "$work/plan.json") Job bodies"
+PILOTD_BENCH_SNAPSHOT="$work/snapshot.json" cargo test --release --test kube_bench -- --ignored --nocapture 2>/dev/null | grep '^library replay'
 cargo test --release --test kube_cycle -- --ignored --nocapture api_requests_of_one_live_cycle 2>/dev/null | grep '^api requests'
