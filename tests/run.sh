@@ -47,3 +47,6 @@ rm -rf "$unit_dir"
 
 log "tests"
 cargo test --workspace --quiet 2>&1 | tee "${TMPDIR:-/tmp}/pilotd-test.log"
+
+log "debian package"
+bash tests/package.sh

@@ -116,6 +116,7 @@ impl DockerBackend {
     async fn inspect_local(&self, reference: &str) -> Result<Option<LocalImage>, BackendError> {
         match self.docker.inspect_image(reference).await {
             Ok(i) => Ok(Some(LocalImage {
+                size: i.size.unwrap_or_default().max(0) as u64,
                 id: i.id.unwrap_or_default(),
                 repo_digests: i.repo_digests.unwrap_or_default(),
                 repo_tags: i.repo_tags.unwrap_or_default(),
@@ -371,6 +372,7 @@ impl Backend for DockerBackend {
             .into_iter()
             .filter(|i| i.repo_digests.iter().any(ours) || i.repo_tags.iter().any(ours))
             .map(|i| LocalImage {
+                size: i.size.max(0) as u64,
                 id: i.id,
                 repo_digests: i.repo_digests,
                 repo_tags: i.repo_tags,

@@ -121,6 +121,7 @@ impl Backend for FakeBackend {
             repo_tags: vec![],
             labels: BTreeMap::new(),
             created: None,
+            size: 0,
         };
         w.images.push(image.clone());
         Ok(image)

@@ -170,6 +170,8 @@ pub struct LocalImage {
     pub repo_tags: Vec<String>,
     pub labels: BTreeMap<String, String>,
     pub created: Option<DateTime<Utc>>,
+    /// Bytes on disk as the engine reports them (0 when unknown).
+    pub size: u64,
 }
 
 /// Cumulative CPU counters of one worker, from the engine's stats. The fraction of the whole

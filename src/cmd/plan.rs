@@ -81,6 +81,7 @@ pub fn run(g: &Global, a: &PlanArgs) -> Result<String, CmdError> {
 pub fn volunteer_plan(cfg: &Config, host: &HostSnapshot, now: DateTime<Utc>) -> VolunteerPlan {
     let limits = Limits {
         max_lifetime: cfg.site.max_lifetime(),
+        likely_free_until: None,
     };
     let mut supply = decide(&cfg.policy, host, limits, now);
     // The actions the daemon's next cycle would take, from the workers the engine lists now

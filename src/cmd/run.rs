@@ -6,47 +6,147 @@ use super::{CmdError, load_config, this_machine};
 use crate::cli::{Global, LogFormat, RunArgs};
 use crate::config::{Mode, SiteFile};
 use crate::daemon::{self, Hooks};
+use crate::service::detach::{self, Detached, Role};
+use crate::service::metrics::Metrics;
+use crate::service::notify;
+use std::sync::{Arc, Mutex};
 
 pub fn run(g: &Global, a: &RunArgs) -> Result<String, CmdError> {
     let cfg = load_config(g, SiteFile::Required, this_machine())?;
+    // Detach (or lock the pid file) before logging threads or any runtime exist: tokio does
+    // not survive a fork.
+    let service = match prepare_process(&cfg, a)? {
+        Prepared::Parent(Ok(())) => return Ok(String::new()),
+        Prepared::Parent(Err(e)) => return Err(e),
+        Prepared::Run(s) => s,
+    };
     init_logging(g.log_format, cfg.site.log.level.as_deref());
-    prepare_process(a)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("pilotd")
         .enable_all()
         .build()
         .map_err(|e| CmdError::Runtime(format!("cannot start the async runtime: {e}")))?;
-    match cfg.site.mode {
-        Mode::Volunteer => runtime
-            .block_on(daemon::run(
+    let detached = service.detached.clone();
+    let result = runtime.block_on(async {
+        let metrics = match cfg.site.metrics.listen {
+            Some(addr) => Some(start_metrics(addr).await?),
+            None => None,
+        };
+        match cfg.site.mode {
+            Mode::Volunteer => daemon::run(
                 cfg,
                 g.config.clone(),
                 g.policy.clone(),
-                Hooks::default(),
-            ))
-            .map_err(|e| CmdError::Runtime(e.to_string()))?,
-        Mode::Kubernetes => {
-            // kube's TLS uses ring; installing it twice is harmless, two providers would panic.
-            let _ = rustls::crypto::ring::default_provider().install_default();
-            runtime
-                .block_on(super::kubernetes::run(cfg, shutdown_signal()))
-                .map_err(|e| CmdError::Runtime(e.to_string()))?
+                hooks(service.detached.clone(), metrics),
+            )
+            .await
+            .map_err(|e| CmdError::Runtime(e.to_string())),
+            Mode::Kubernetes => {
+                // kube's TLS uses ring; installing it twice is harmless, two providers panic.
+                let _ = rustls::crypto::ring::default_provider().install_default();
+                if let Some(d) = &service.detached
+                    && let Ok(mut d) = d.lock()
+                {
+                    d.ready();
+                }
+                super::kubernetes::run(cfg, shutdown_signal())
+                    .await
+                    .map_err(|e| CmdError::Runtime(e.to_string()))
+            }
         }
+    });
+    notify::stopping();
+    if let (Err(e), Some(d)) = (&result, &detached)
+        && let Ok(mut d) = d.lock()
+    {
+        // A daemon that fails before its first cycle tells the waiting parent why.
+        d.failed(&e.to_string());
     }
-    Ok(String::new())
+    drop(service);
+    result.map(|()| String::new())
 }
 
-/// The process-level setup that must precede the runtime: detaching from the terminal and the
-/// PID file. This build runs in the foreground only (systemd `Type=simple`/`notify`, or a
-/// terminal); asking for more is refused rather than silently ignored.
-fn prepare_process(a: &RunArgs) -> Result<(), CmdError> {
-    if a.daemon || a.pidfile.is_some() {
-        return Err(CmdError::Usage(
-            "--daemon and --pidfile are not supported by this build\n  hint: run `pilotd run` in the foreground under systemd (see systemd/pilotd.service) or a supervisor".into(),
-        ));
+/// What stays alive while the daemon runs: the locked pid file and, when detached, the pipe
+/// to the waiting parent.
+struct Service {
+    detached: Option<Arc<Mutex<Detached>>>,
+    _pidfile: Option<detach::PidFile>,
+}
+
+enum Prepared {
+    /// This is the original process of `--daemon`: its result is the daemon's start.
+    Parent(Result<(), CmdError>),
+    Run(Service),
+}
+
+/// Detaching (`--daemon`) and the pid file, both before any runtime or thread exists.
+fn prepare_process(cfg: &crate::config::Config, a: &RunArgs) -> Result<Prepared, CmdError> {
+    let err = |e: detach::DetachError| match e {
+        detach::DetachError::AlreadyRunning { .. } => CmdError::Usage(e.to_string()),
+        _ => CmdError::Runtime(e.to_string()),
+    };
+    if !a.daemon {
+        let pidfile = a
+            .pidfile
+            .as_deref()
+            .map(detach::hold_pidfile)
+            .transpose()
+            .map_err(err)?;
+        return Ok(Prepared::Run(Service {
+            detached: None,
+            _pidfile: pidfile,
+        }));
     }
-    Ok(())
+    // The daemon's stdout and stderr go to a log file in the state dir.
+    let _ = std::fs::create_dir_all(&cfg.site.state_dir);
+    let log = cfg.site.state_dir.join("pilotd.log");
+    match detach::detach(a.pidfile.as_deref(), &log).map_err(err)? {
+        Role::Parent { code: 0, .. } => Ok(Prepared::Parent(Ok(()))),
+        Role::Parent { message, .. } => Ok(Prepared::Parent(Err(CmdError::Runtime(message)))),
+        Role::Daemon(d) => Ok(Prepared::Run(Service {
+            detached: Some(Arc::new(Mutex::new(d))),
+            _pidfile: None,
+        })),
+    }
+}
+
+/// systemd notifications and the detached parent's readiness, wired to the daemon's hooks.
+fn hooks(detached: Option<Arc<Mutex<Detached>>>, metrics: Option<Metrics>) -> Hooks {
+    let watchdog = notify::watchdog_interval().is_some();
+    Hooks {
+        ready: Some(Box::new(move |summary: &str| {
+            tracing::info!("ready: {summary}");
+            if let Some(d) = detached
+                && let Ok(mut d) = d.lock()
+            {
+                d.ready();
+            }
+        })),
+        // READY after every cycle also completes a reload (systemd waits for it after RELOADING).
+        cycle_done: Some(Box::new(move |summary: &str| {
+            notify::ready(summary);
+            if watchdog {
+                notify::watchdog();
+            }
+        })),
+        reloading: Some(Box::new(notify::reloading)),
+        stopping: Some(Box::new(notify::stopping)),
+        metrics,
+    }
+}
+
+/// Binds the metrics listener (a taken port fails the start, with its message) and serves it
+/// beside the daemon.
+async fn start_metrics(addr: std::net::SocketAddr) -> Result<Metrics, CmdError> {
+    let (metrics, registry) = Metrics::new();
+    let registry = Arc::new(Mutex::new(registry));
+    let (bound, serve) = crate::service::metrics::listen(addr, registry, std::future::pending())
+        .await
+        .map_err(|e| CmdError::Runtime(e.to_string()))?;
+    tracing::info!(%bound, "serving Prometheus metrics on /metrics");
+    tokio::spawn(serve);
+    Ok(metrics)
 }
 
 /// Completes on SIGTERM or SIGINT (kubernetes mode's loop takes a shutdown future).
@@ -68,12 +168,28 @@ async fn shutdown_signal() {
     }
 }
 
-/// Logs go to stderr (the journal under systemd); `RUST_LOG` wins over `[log] level`.
+/// Logs go to the journal when stderr is connected to it (systemd sets `JOURNAL_STREAM`), with
+/// structured fields; to stderr otherwise, as text or JSON. `RUST_LOG` wins over `[log] level`.
 fn init_logging(format: LogFormat, level: Option<&str>) {
     use tracing_subscriber::EnvFilter;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(level.unwrap_or("info")))
         .unwrap_or_else(|_| EnvFilter::new("info"));
+    // The journald layer fails when the journal socket is absent (containers): fall back.
+    let journald = std::env::var_os("JOURNAL_STREAM")
+        .is_some()
+        .then(|| tracing_journald::layer().ok())
+        .flatten()
+        .map(|l| l.with_syslog_identifier("pilotd".into()));
+    if let Some(j) = journald {
+        let _ = tracing_subscriber::registry()
+            .with(filter)
+            .with(j)
+            .try_init();
+        return;
+    }
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

@@ -47,6 +47,83 @@ pub struct SiteConfig {
     pub kubernetes: Option<KubernetesConfig>,
     #[serde(default)]
     pub log: LogConfig,
+    #[serde(default)]
+    pub remote: RemoteConfig,
+    #[serde(default)]
+    pub metrics: MetricsConfig,
+    #[serde(default)]
+    pub history: HistoryConfig,
+}
+
+/// The pool organisers' remote manifest (see `service::manifest`). Off unless `url` is set.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteConfig {
+    /// https URL of the manifest (plain http only on loopback).
+    pub url: Option<Spanned<String>>,
+    #[serde(default = "default_remote_refresh")]
+    pub refresh: HumanDuration,
+    #[serde(default = "default_remote_timeout")]
+    pub timeout: HumanDuration,
+    /// Larger manifests are refused.
+    #[serde(default = "default_remote_max_bytes")]
+    pub max_bytes: u64,
+}
+
+impl Default for RemoteConfig {
+    fn default() -> Self {
+        RemoteConfig {
+            url: None,
+            refresh: default_remote_refresh(),
+            timeout: default_remote_timeout(),
+            max_bytes: default_remote_max_bytes(),
+        }
+    }
+}
+
+fn default_remote_refresh() -> HumanDuration {
+    HumanDuration(Duration::from_secs(3600))
+}
+fn default_remote_timeout() -> HumanDuration {
+    HumanDuration(Duration::from_secs(30))
+}
+fn default_remote_max_bytes() -> u64 {
+    64 * 1024
+}
+
+/// Prometheus metrics listener; off unless `listen` is set.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// e.g. "127.0.0.1:9464". Loopback unless the site decides otherwise.
+    pub listen: Option<std::net::SocketAddr>,
+}
+
+/// The availability history kept in the state dir.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryConfig {
+    /// An hour of the week counts as "usually free" when it was free at least this share of
+    /// the time it was watched.
+    #[serde(default = "default_free_threshold")]
+    pub free_threshold: f64,
+    /// When true, a worker's `die_at` is also capped by how long the host is usually free from
+    /// now on (useful with always-open schedules, where only the owner's habits end a period).
+    #[serde(default)]
+    pub predict_die_at: bool,
+}
+
+impl Default for HistoryConfig {
+    fn default() -> Self {
+        HistoryConfig {
+            free_threshold: default_free_threshold(),
+            predict_die_at: false,
+        }
+    }
+}
+
+fn default_free_threshold() -> f64 {
+    0.8
 }
 
 fn default_policy() -> PathBuf {
@@ -300,6 +377,26 @@ impl SiteConfig {
 
     /// Semantic checks of pilotd.toml on its own.
     pub fn validate(&self, d: &mut Diagnostics) {
+        if let Some(url) = &self.remote.url {
+            let u = url.get_ref();
+            let loopback = ["http://127.0.0.1", "http://localhost", "http://[::1]"]
+                .iter()
+                .any(|p| u.starts_with(p));
+            if !u.starts_with("https://") && !loopback {
+                d.error(
+                    url.span(),
+                    format!("remote manifest URL `{u}` is not https"),
+                    "use an https:// URL (plain http is accepted only on loopback)",
+                );
+            }
+        }
+        if !(0.0..=1.0).contains(&self.history.free_threshold) {
+            d.error(
+                0..0,
+                "[history] free_threshold must be between 0 and 1",
+                "e.g. free_threshold = 0.8",
+            );
+        }
         if self.interval.0 < Duration::from_secs(1) {
             d.error(
                 0..0,

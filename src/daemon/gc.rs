@@ -205,6 +205,7 @@ mod tests {
 
     fn img(id: &str, digest: &str, label: bool) -> LocalImage {
         LocalImage {
+            size: 0,
             id: id.into(),
             repo_digests: vec![format!("r/w@{digest}")],
             repo_tags: vec![],

@@ -33,6 +33,9 @@ use crate::plan::volunteer::{
     self, Action, ImageState, InFlight, Observed, Outcome, WorkerSettings,
 };
 use crate::policy::{Limits, Supply, decide};
+use crate::service::history::{self, History};
+use crate::service::manifest::{self, Manifest};
+use crate::service::metrics::Metrics;
 use chrono::{DateTime, SecondsFormat, Utc};
 use state::{Decision, OutcomeRecord, PulledImage, Status};
 use std::collections::HashMap;
@@ -77,6 +80,8 @@ pub struct Hooks {
     pub cycle_done: Option<SummaryEach>,
     /// When the drain starts.
     pub stopping: Option<Box<dyn FnOnce() + Send>>,
+    /// Prometheus series to keep up to date (the listener is the caller's).
+    pub metrics: Option<Metrics>,
 }
 
 /// A long operation that finished beside the loop.
@@ -91,6 +96,7 @@ enum TaskDone {
         digest: String,
         result: Result<crate::backend::LocalImage, BackendError>,
     },
+    Manifest(Result<Manifest, manifest::ManifestError>),
 }
 
 /// The fraction of the whole machine a worker used between two samples.
@@ -161,6 +167,16 @@ struct Daemon {
     last_gc: Option<DateTime<Utc>>,
     next_change: Option<DateTime<Utc>>,
     triggers: mpsc::Sender<Trigger>,
+    /// Learned availability, saved every cycle.
+    history: History,
+    last_cycle: Option<DateTime<Utc>>,
+    /// The pool's last good manifest, and when to fetch it next.
+    manifest: Option<Manifest>,
+    manifest_due: Option<DateTime<Utc>>,
+    manifest_fetching: bool,
+    metrics: Option<Metrics>,
+    /// The last decision, to log each change once.
+    last_decision: Option<String>,
 }
 
 /// Runs the daemon until SIGTERM or SIGINT. Needs a tokio runtime with IO and time enabled.
@@ -184,8 +200,30 @@ pub async fn run(
     let mut probe = HostProbe::new(probe_config(&cfg))?;
     probe.prime();
     let status_path = state::path(&cfg.site.state_dir);
+    let loaded = history::load(&cfg.site.state_dir, cfg.policy.timezone);
+    if let Some(w) = &loaded.warning {
+        tracing::warn!("{w}");
+    }
+    let last_manifest = if cfg.site.remote.url.is_some() {
+        match manifest::load_last_good(&cfg.site.state_dir) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!("{e}; waiting for a fresh manifest");
+                None
+            }
+        }
+    } else {
+        None
+    };
     let mut d = Daemon {
-        settings: WorkerSettings::from_site(&cfg.site),
+        settings: settings_for(&cfg, last_manifest.as_ref()),
+        history: loaded.history,
+        last_cycle: None,
+        manifest: last_manifest,
+        manifest_due: None,
+        manifest_fetching: false,
+        metrics: hooks.metrics.take(),
+        last_decision: None,
         status: restore(&status_path, &cfg, Utc::now()),
         status_path,
         site_path,
@@ -273,6 +311,24 @@ pub async fn run(
     Ok(())
 }
 
+/// Worker settings from pilotd.toml with the pool's manifest laid over it.
+fn settings_for(cfg: &Config, m: Option<&Manifest>) -> WorkerSettings {
+    match m {
+        Some(m) => WorkerSettings::from_site(&manifest::overlay(&cfg.site, m)),
+        None => WorkerSettings::from_site(&cfg.site),
+    }
+}
+
+fn metric_state(s: &WorkerState) -> &'static str {
+    match s {
+        WorkerState::Running => "running",
+        WorkerState::Paused => "paused",
+        WorkerState::Exited => "exited",
+        WorkerState::Created => "created",
+        _ => "other",
+    }
+}
+
 /// Takes back what a previous pilotd recorded. Latches only when recent: an old "host free
 /// since" would start workers without the owner's `free_for`.
 fn restore(path: &Path, cfg: &Config, now: DateTime<Utc>) -> Status {
@@ -317,11 +373,41 @@ impl Daemon {
 
     /// One cycle; returns a one-line summary.
     async fn cycle(&mut self, now: DateTime<Utc>, urgent: bool) -> String {
+        let started = std::time::Instant::now();
+        let summary = self.cycle_inner(now, urgent).await;
+        if let Some(m) = &self.metrics {
+            m.cycle_seconds.observe(started.elapsed().as_secs_f64());
+            m.backoff_level.set(i64::from(self.status.backoff.failures));
+            if let Some(list) = &self.status.workers {
+                let mut counts: HashMap<&'static str, i64> = HashMap::new();
+                for w in list {
+                    *counts.entry(metric_state(&w.state)).or_default() += 1;
+                }
+                m.set_workers(counts);
+            }
+        }
+        summary
+    }
+
+    async fn cycle_inner(&mut self, now: DateTime<Utc>, urgent: bool) -> String {
+        self.fetch_manifest_if_due(now);
         let mut errors: Vec<String> = Vec::new();
         let backend = match self.backend() {
             Ok(b) => Some(b),
             Err(e) => {
-                errors.push(e.to_string());
+                let msg = e.to_string();
+                // Once per distinct failure, not every cycle.
+                if self
+                    .status
+                    .last_error
+                    .as_deref()
+                    .is_none_or(|l| !l.contains(&msg))
+                {
+                    tracing::error!(
+                        "{msg}; no worker is started or removed until the engine answers"
+                    );
+                }
+                errors.push(msg);
                 None
             }
         };
@@ -374,10 +460,19 @@ impl Daemon {
                 }
             }
         };
+        let likely_free = self.history.likely_free_for(
+            self.cfg.policy.timezone,
+            now,
+            self.cfg.site.history.free_threshold,
+        );
         let limits = Limits {
             max_lifetime: self.cfg.site.max_lifetime(),
+            likely_free_until: history::likely_free_until(&self.cfg.site.history, likely_free, now),
         };
         let supply = decide(&self.cfg.policy, &snapshot, limits, now);
+        self.settings.likely_free_hours = Some(likely_free.num_hours().max(0) as u64);
+        self.learn(now, &supply);
+        self.log_decision_change(&supply);
         self.last_snapshot = Some(snapshot);
         self.status.owner_busy_since = supply.owner_busy_since;
         self.status.host_free_since = supply.host_free_since;
@@ -684,6 +779,29 @@ impl Daemon {
                     Err(e) => tracing::error!(worker = %name, "stop failed: {e}"),
                 }
             }
+            TaskDone::Manifest(result) => {
+                self.manifest_fetching = false;
+                match result {
+                    Ok(m) => {
+                        let changed = self.manifest.as_ref() != Some(&m);
+                        if changed {
+                            tracing::info!(version = %m.version, "remote manifest applied");
+                            if let Err(e) = manifest::store(&self.cfg.site.state_dir, &m) {
+                                tracing::error!("{e}");
+                            }
+                            self.settings = settings_for(&self.cfg, Some(&m));
+                            self.manifest = Some(m);
+                        }
+                    }
+                    Err(e) => tracing::error!(
+                        "{e}; keeping {}",
+                        self.manifest
+                            .as_ref()
+                            .map(|m| format!("the last good manifest (version {})", m.version))
+                            .unwrap_or_else(|| "pilotd.toml's own settings".into())
+                    ),
+                }
+            }
             TaskDone::Pulled {
                 pinned,
                 digest,
@@ -695,6 +813,10 @@ impl Daemon {
                 match result {
                     Ok(img) => {
                         tracing::info!(image = %pinned, id = %img.id, "pulled");
+                        if let Some(m) = &self.metrics {
+                            m.image_pulls.inc();
+                            m.image_pull_bytes.inc_by(img.size);
+                        }
                         self.status.pulled_images.retain(|p| p.id != img.id);
                         self.status.pulled_images.push(PulledImage {
                             id: img.id,
@@ -754,6 +876,87 @@ impl Daemon {
         }
     }
 
+    /// Starts a manifest fetch beside the loop when one is due (never blocks a cycle).
+    fn fetch_manifest_if_due(&mut self, now: DateTime<Utc>) {
+        let r = &self.cfg.site.remote;
+        let Some(url) = r.url.as_ref().map(|u| u.get_ref().clone()) else {
+            return;
+        };
+        if self.manifest_fetching || self.manifest_due.is_some_and(|t| now < t) {
+            return;
+        }
+        self.manifest_due = Some(now + chrono::Duration::from_std(r.refresh.0).unwrap_or_default());
+        self.manifest_fetching = true;
+        let (max, timeout) = (r.max_bytes, r.timeout.0);
+        let allowed = self.cfg.site.worker.allowed_images.clone();
+        let local_env = self
+            .cfg
+            .site
+            .worker
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.get_ref().clone()))
+            .collect();
+        self.tasks.spawn(async move {
+            TaskDone::Manifest(manifest::fetch(&url, max, timeout, &allowed, &local_env).await)
+        });
+    }
+
+    /// Counts the time since the last cycle into the availability history. "Free" is about the
+    /// owner and the host only (not the schedule), so the history shows when this machine is
+    /// really free, including hours the policy does not open.
+    fn learn(&mut self, now: DateTime<Utc>, supply: &Supply) {
+        use crate::policy::Cause;
+        let cap = chrono::Duration::from_std(self.cfg.site.interval.0 * 2).unwrap_or_default();
+        let elapsed = self
+            .last_cycle
+            .map_or(chrono::Duration::zero(), |t| (now - t).min(cap));
+        self.last_cycle = Some(now);
+        let busy = supply.causes.iter().any(|c| {
+            matches!(
+                c,
+                Cause::OwnerPresent
+                    | Cause::SessionsUnknown
+                    | Cause::OnBattery
+                    | Cause::ExclusiveProcess
+                    | Cause::OwnerCpuHigh
+                    | Cause::OwnerCpuEvict
+            )
+        });
+        self.history
+            .record(self.cfg.policy.timezone, now, elapsed, !busy);
+        if elapsed > chrono::Duration::zero()
+            && let Err(e) = history::save(&self.cfg.site.state_dir, &self.history)
+        {
+            tracing::error!("{e}");
+        }
+        if let Some(m) = &self.metrics {
+            m.allowed.set(i64::from(supply.allowed));
+            for c in &supply.causes {
+                m.count_decision(c.as_str());
+            }
+        }
+    }
+
+    /// One log line per change of decision, saying what changed and why.
+    fn log_decision_change(&mut self, s: &Supply) {
+        let now = format!(
+            "{} (target {} worker(s), evict {})",
+            if s.allowed { "compute" } else { "do not start" },
+            s.workers,
+            s.evict.as_str()
+        );
+        if self.last_decision.as_deref() != Some(now.as_str()) {
+            tracing::info!(
+                causes = %s.causes.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(","),
+                "decision: {} -> {now}: {}",
+                self.last_decision.as_deref().unwrap_or("none"),
+                s.reasons.join("; ")
+            );
+            self.last_decision = Some(now);
+        }
+    }
+
     fn reload(&mut self) {
         let machine = crate::cmd::this_machine();
         match config::load(
@@ -789,8 +992,10 @@ impl Daemon {
                     }
                 };
                 self.probe.prime();
-                self.settings = WorkerSettings::from_site(&cfg.site);
+                self.settings = settings_for(&cfg, self.manifest.as_ref());
                 self.cfg = cfg;
+                // A new URL or refresh takes effect at once.
+                self.manifest_due = None;
                 tracing::info!("configuration reloaded");
             }
             Err(e) => tracing::error!("reload failed, keeping the last good configuration:\n{e}"),
@@ -874,7 +1079,6 @@ fn prepare_scratch(dir: &Path, user: Option<&str>) -> Result<(), String> {
         .map_err(|e| format!("cannot set permissions of {}: {e}", dir.display()))?;
     Ok(())
 }
-
 
 /// `own_cpu_once` for synchronous commands; `None` when the engine cannot be asked.
 pub fn own_cpu_blocking(cfg: &Config) -> Option<f64> {

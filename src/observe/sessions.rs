@@ -12,6 +12,7 @@
 //! [`read_sessions`] opens the file and wires in the real host ([`LiveHost`]: `kill(pid, 0)`,
 //! `getpwnam`, `stat`), and [`sessions_from_entries`] is pure given a [`HostLookup`].
 
+use std::collections::HashMap;
 use std::io;
 use std::path::{Component, Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -162,7 +163,9 @@ pub fn sessions_from_entries<I>(
 where
     I: IntoIterator<Item = Result<UtmpEntry, ParseError>>,
 {
-    let mut logins: Vec<Login> = Vec::new();
+    // Keyed by line so that a DEAD_PROCESS costs one lookup: a forged file of thousands of
+    // logins and logouts must not make the probe quadratic.
+    let mut logins: HashMap<String, Vec<Login>> = HashMap::new();
     let mut good = 0usize;
     let mut bad = 0usize;
     let mut first_bad: Option<String> = None;
@@ -202,7 +205,8 @@ where
                 host: remote,
                 time,
                 ..
-            } if !user.is_empty() => logins.push(Login {
+            } if !user.is_empty() => logins.entry(line.clone()).or_default().push(Login {
+                index,
                 pid,
                 user,
                 line,
@@ -211,7 +215,9 @@ where
             }),
             UtmpEntry::DeadProcess { line, time, .. } => {
                 let ended_at = offset_to_utc(time.unix_timestamp(), time.nanosecond());
-                logins.retain(|l| !(l.line == line && l.login <= ended_at));
+                if let Some(on_line) = logins.get_mut(&line) {
+                    on_line.retain(|l| l.login > ended_at);
+                }
             }
             _ => {}
         }
@@ -232,6 +238,10 @@ where
             "skipped undecodable utmp records"
         );
     }
+
+    // File order, as `who` prints them.
+    let mut logins: Vec<Login> = logins.into_values().flatten().collect();
+    logins.sort_by_key(|l| l.index);
 
     Ok(logins
         .into_iter()
@@ -254,6 +264,8 @@ where
 
 /// A USER_PROCESS record not yet checked against the running system.
 struct Login {
+    /// Position in the file, to report in file order.
+    index: usize,
     pid: i32,
     user: String,
     line: String,

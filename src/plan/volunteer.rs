@@ -49,6 +49,7 @@ pub const PLACEHOLDERS: &[&str] = &[
     "instance",
     "token_path",
     "scratch_path",
+    "free_hours",
 ];
 
 /// Why a template is invalid.
@@ -156,6 +157,9 @@ pub struct WorkerSettings {
     pub pull_while_owner_present: bool,
     pub backoff_base: Duration,
     pub backoff_max: Duration,
+    /// How many hours the host is usually free from now (learned history); advertised to
+    /// workers as `{free_hours}` so the pool can prefer long-free machines for long jobs.
+    pub likely_free_hours: Option<u64>,
 }
 
 impl WorkerSettings {
@@ -183,6 +187,7 @@ impl WorkerSettings {
             pull_while_owner_present: w.pull_while_owner_present,
             backoff_base: w.backoff_base.0,
             backoff_max: w.backoff_max.0,
+            likely_free_hours: None,
         }
     }
 
@@ -684,6 +689,12 @@ pub fn worker_spec(
     values.insert("instance", s.instance.clone());
     values.insert("token_path", s.token_mount.display().to_string());
     values.insert("scratch_path", s.scratch_mount.display().to_string());
+    values.insert(
+        "free_hours",
+        s.likely_free_hours
+            .map(|h| h.to_string())
+            .unwrap_or_default(),
+    );
     let env = s
         .env
         .iter()
@@ -813,6 +824,7 @@ mod tests {
             pull_while_owner_present: false,
             backoff_base: Duration::from_secs(60),
             backoff_max: Duration::from_secs(3600),
+            likely_free_hours: None,
         }
     }
 

@@ -21,6 +21,8 @@ use std::time::Duration;
 pub struct Limits {
     /// No worker lives longer than this, whatever the schedule says.
     pub max_lifetime: Duration,
+    /// When the host usually stops being free (learned history), if the site asked to use it.
+    pub likely_free_until: Option<DateTime<Utc>>,
 }
 
 /// Resources of one worker.
@@ -131,7 +133,12 @@ pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) 
             next.extend(opens);
         }
         Period::Open { ends } => {
-            let lifetime_cap = now + dur(limits.max_lifetime);
+            let lifetime_cap = limits
+                .likely_free_until
+                .filter(|t| *t > now)
+                .map_or(now + dur(limits.max_lifetime), |t| {
+                    t.min(now + dur(limits.max_lifetime))
+                });
             match ends {
                 Some(end) => {
                     let guard = end - dur(p.evict_before_end);

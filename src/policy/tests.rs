@@ -30,6 +30,7 @@ fn nights_and_weekends() -> Policy {
 
 const LIMITS: Limits = Limits {
     max_lifetime: Duration::from_secs(24 * 3600),
+    likely_free_until: None,
 };
 
 /// A host that has been free for an hour at `now`.
@@ -100,6 +101,28 @@ fn weekend_runs_die_at_capped_by_max_lifetime() {
     let s = decide(&p, &free_host(now), LIMITS, now);
     assert_eq!(s.die_at, Some(now + ChronoDuration::hours(24)));
     assert_eq!(s.accept_until, Some(now + ChronoDuration::hours(16)));
+}
+
+#[test]
+fn learned_availability_caps_die_at() {
+    let p = nights_and_weekends();
+    let now = utc("2026-01-17T12:00:00Z");
+    let limits = Limits {
+        likely_free_until: Some(now + ChronoDuration::hours(10)),
+        ..LIMITS
+    };
+    let s = decide(&p, &free_host(now), limits, now);
+    assert_eq!(s.die_at, Some(now + ChronoDuration::hours(10)));
+    assert_eq!(s.accept_until, Some(now + ChronoDuration::hours(2)));
+    // A prediction in the past means "no evidence", not "leave now".
+    let limits = Limits {
+        likely_free_until: Some(now),
+        ..LIMITS
+    };
+    assert_eq!(
+        decide(&p, &free_host(now), limits, now).die_at,
+        Some(now + ChronoDuration::hours(24))
+    );
 }
 
 #[test]

@@ -78,7 +78,9 @@ pub fn detach(pidfile: Option<&Path>, log: &Path) -> Result<Role, DetachError> {
     match unsafe { fork() }.map_err(DetachError::Fork)? {
         ForkResult::Parent { .. } => {
             drop(write_end);
-            drop(locked);
+            // Dropping a `Flock` unlocks the description the daemon shares; the parent exits
+            // soon and its copy of the descriptor with it.
+            std::mem::forget(locked);
             Ok(wait_for_daemon(File::from(read_end)))
         }
         ForkResult::Child => {
@@ -114,6 +116,24 @@ pub fn detach(pidfile: Option<&Path>, log: &Path) -> Result<Role, DetachError> {
             }))
         }
     }
+}
+
+/// A pid file locked by this process (for `--pidfile` without `--daemon`).
+pub struct PidFile {
+    _lock: Flock<File>,
+}
+
+/// Locks `path` and writes this process's pid into it; fails if a live pilotd holds it.
+pub fn hold_pidfile(path: &Path) -> Result<PidFile, DetachError> {
+    let mut f = lock_pidfile(path)?;
+    let err = |source| DetachError::PidFile {
+        path: path.to_path_buf(),
+        source,
+    };
+    f.set_len(0).map_err(err)?;
+    f.rewind().map_err(err)?;
+    writeln!(*f, "{}", std::process::id()).map_err(err)?;
+    Ok(PidFile { _lock: f })
 }
 
 fn lock_pidfile(path: &Path) -> Result<Flock<File>, DetachError> {
@@ -160,7 +180,8 @@ fn wait_for_daemon(mut pipe: File) -> Role {
         },
         _ => Role::Parent {
             code: 1,
-            message: "pilotd: the daemon exited before it was ready (see its log)".into(),
+            message: "the daemon exited before it was ready (see pilotd.log in the state dir)"
+                .into(),
         },
     }
 }

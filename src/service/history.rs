@@ -104,6 +104,16 @@ impl History {
     }
 }
 
+/// The instant to cap `die_at` at, when the site asked for predictions
+/// (`[history] predict_die_at`) and the history has evidence (at least an hour).
+pub fn likely_free_until(
+    cfg: &crate::config::site::HistoryConfig,
+    likely_free: Duration,
+    now: DateTime<Utc>,
+) -> Option<DateTime<Utc>> {
+    (cfg.predict_die_at && likely_free >= Duration::hours(1)).then(|| now + likely_free)
+}
+
 /// What `load` found.
 #[derive(Debug)]
 pub struct Loaded {

@@ -17,6 +17,7 @@
 //! ```
 //! `check` is pure; `fetch`, `load_last_good` and `store` do the I/O.
 
+use crate::config::SiteConfig;
 use crate::config::site::{image_allowed, is_fully_qualified};
 use crate::config::units::HumanDuration;
 use serde::{Deserialize, Serialize};
@@ -126,6 +127,11 @@ pub fn check(
             why.push(format!("env name `{key}` is not a valid variable name"));
         }
     }
+    for (key, value) in &m.worker.env {
+        if let Err((_, e)) = crate::plan::volunteer::check_template(value) {
+            why.push(format!("env {key}: {e}"));
+        }
+    }
     if why.is_empty() { Ok(()) } else { Err(why) }
 }
 
@@ -220,6 +226,30 @@ pub async fn fetch(
     Ok(m)
 }
 
+/// pilotd.toml with the manifest's choices laid over it. Only what `check` allowed is taken:
+/// the image, idle timeout, config URLs (as the pilot's `PILOT_CONFIG_URLS`) and env names the
+/// site did not set itself.
+pub fn overlay(site: &SiteConfig, m: &Manifest) -> SiteConfig {
+    let mut s = site.clone();
+    if let Some(img) = &m.worker.image {
+        s.worker.image = toml::Spanned::new(0..0, img.clone());
+    }
+    if let Some(t) = m.worker.idle_timeout {
+        s.worker.idle_timeout = t;
+    }
+    let mut env = m.worker.env.clone();
+    if !m.worker.config_urls.is_empty() {
+        env.insert("PILOT_CONFIG_URLS".into(), m.worker.config_urls.join(","));
+    }
+    for (k, v) in env {
+        s.worker
+            .env
+            .entry(k)
+            .or_insert_with(|| toml::Spanned::new(0..0, v));
+    }
+    s
+}
+
 pub fn path(state_dir: &Path) -> PathBuf {
     state_dir.join(FILE)
 }
@@ -311,6 +341,42 @@ GLIDEIN_ResourceName = "LAB-42"
         let dir = tempfile::tempdir().unwrap();
         store(dir.path(), &m).unwrap();
         assert_eq!(load_last_good(dir.path()).unwrap(), Some(m));
+    }
+
+    #[test]
+    fn overlay_takes_only_what_the_site_left_open() {
+        let site: SiteConfig = toml::from_str(
+            "[worker]\nimage = \"hub.opensciencegrid.org/osg-htc/ospool-ep:24\"\n[worker.env]\nGLIDEIN_Site = \"MINE\"\n",
+        )
+        .unwrap();
+        let m = parse(
+            "u",
+            br#"version = "3"
+[worker]
+image = "hub.opensciencegrid.org/osg-htc/ospool-ep:25"
+idle_timeout = "7m"
+config_urls = ["https://a/1", "https://a/2"]
+[worker.env]
+GLIDEIN_ResourceName = "LAB"
+"#,
+        )
+        .unwrap();
+        let o = overlay(&site, &m);
+        assert_eq!(
+            o.worker.image.get_ref(),
+            "hub.opensciencegrid.org/osg-htc/ospool-ep:25"
+        );
+        assert_eq!(o.worker.idle_timeout.0, Duration::from_secs(420));
+        assert_eq!(o.worker.env["GLIDEIN_Site"].get_ref(), "MINE");
+        assert_eq!(o.worker.env["GLIDEIN_ResourceName"].get_ref(), "LAB");
+        assert_eq!(
+            o.worker.env["PILOT_CONFIG_URLS"].get_ref(),
+            "https://a/1,https://a/2"
+        );
+        // The limits the owner and site set are untouched.
+        assert_eq!(o.worker.allowed_images, site.worker.allowed_images);
+        assert_eq!(o.worker.cap_add, site.worker.cap_add);
+        assert_eq!(o.worker.pids_limit, site.worker.pids_limit);
     }
 
     #[test]
