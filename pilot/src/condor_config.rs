@@ -101,6 +101,10 @@ pub fn render(settings: &Settings, token: &TokenPlacement<'_>, now: DateTime<Utc
         let _ = writeln!(out, "PILOT_LONGEST_JOB = {}", longest.as_secs());
         attrs.push("PILOT_LONGEST_JOB");
     }
+    if let Some(h) = settings.free_hours {
+        let _ = writeln!(out, "PILOT_FREE_HOURS = {h}");
+        attrs.push("PILOT_FREE_HOURS");
+    }
     let _ = writeln!(out, "STARTD_ATTRS = $(STARTD_ATTRS) {}\n", attrs.join(" "));
 
     out.push_str(
@@ -168,6 +172,30 @@ mod tests {
     fn render_with(s: &Settings) -> String {
         let dir = PathBuf::from("/etc/condor/tokens.d");
         render(s, &TokenPlacement { dir: &dir }, now())
+    }
+
+    #[test]
+    fn learned_free_hours_are_advertised() {
+        let text = render_with(&settings(&[("PILOT_FREE_HOURS", "9")]));
+        assert!(text.contains("PILOT_FREE_HOURS = 9\n"), "{text}");
+        assert!(
+            text.contains("STARTD_ATTRS = $(STARTD_ATTRS) PILOT_IDLE_TIMEOUT PILOT_FREE_HOURS"),
+            "{text}"
+        );
+        assert!(!render_with(&settings(&[])).contains("PILOT_FREE_HOURS"));
+        assert!(
+            Settings::from_env(
+                &[
+                    ("PILOT_CONFIG_URLS", "https://c/x"),
+                    ("PILOT_TOKEN_FILE", "/t"),
+                    ("PILOT_FREE_HOURS", "lots"),
+                ]
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+            )
+            .is_err()
+        );
     }
 
     #[test]

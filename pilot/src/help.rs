@@ -24,6 +24,8 @@ an empty value counts as unset)
   PILOT_DISK_KIB           DISK in KiB (default: detected)
   PILOT_GPUS               GPUs in the slot; > 0 enables GPU discovery (default: none)
   PILOT_START_EXTRA        extra ClassAd clause AND-ed into START (one line)
+  PILOT_FREE_HOURS         hours the host is usually free from now (pilotd's {free_hours});
+                           advertised as PILOT_FREE_HOURS so long jobs can prefer such hosts
   PILOT_CONDOR_CONFIG_DIR  condor's LOCAL_CONFIG_DIR (default /etc/condor/config.d); the pilot
                            writes 99-pilot.conf there, last, so it wins
   PILOT_SCRATCH            EXECUTE directory, checked writable (default /var/lib/condor/execute)

@@ -40,6 +40,9 @@ pub struct Settings {
     pub die_at: Option<DateTime<Utc>>,
     pub resources: SlotResources,
     pub start_extra: Option<String>,
+    /// Hours the host is usually free from now (pilotd's learned history,
+    /// `PILOT_FREE_HOURS`), advertised so the pool can prefer long-free machines.
+    pub free_hours: Option<u64>,
     pub condor_config_dir: PathBuf,
     pub scratch: PathBuf,
     pub selftest_cmd: Option<String>,
@@ -355,6 +358,7 @@ impl Settings {
             gpus: r.count("PILOT_GPUS", 0u32),
         };
         let start_extra = r.get("PILOT_START_EXTRA").map(str::to_owned);
+        let free_hours = r.count("PILOT_FREE_HOURS", 0u64);
         if let Some(extra) = &start_extra
             && (extra.contains('\n') || extra.contains('\r') || extra.ends_with('\\'))
         {
@@ -398,6 +402,7 @@ impl Settings {
             die_at,
             resources,
             start_extra,
+            free_hours,
             condor_config_dir,
             scratch,
             selftest_cmd,

@@ -79,9 +79,16 @@ pub fn run(g: &Global, a: &PlanArgs) -> Result<String, CmdError> {
 }
 
 pub fn volunteer_plan(cfg: &Config, host: &HostSnapshot, now: DateTime<Utc>) -> VolunteerPlan {
+    // The same prediction the daemon uses, when the site enabled it (`[history]
+    // predict_die_at`); off by default, so replays depend only on the snapshot.
+    let likely_free_until = cfg.site.history.predict_die_at.then(|| {
+        let h = crate::service::history::peek(&cfg.site.state_dir, cfg.policy.timezone).history;
+        let free = h.likely_free_for(cfg.policy.timezone, now, cfg.site.history.free_threshold);
+        crate::service::history::likely_free_until(&cfg.site.history, free, now)
+    });
     let limits = Limits {
         max_lifetime: cfg.site.max_lifetime(),
-        likely_free_until: None,
+        likely_free_until: likely_free_until.flatten(),
     };
     let mut supply = decide(&cfg.policy, host, limits, now);
     // The actions the daemon's next cycle would take, from the workers the engine lists now

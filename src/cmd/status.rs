@@ -7,6 +7,7 @@ use crate::backend::{Backend, Worker, WorkerState};
 use crate::cli::{Format, Global, StatusArgs};
 use crate::config::{Mode, SiteFile};
 use crate::daemon::{self, state};
+use crate::service::{history, manifest};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use std::fmt::Write;
@@ -22,8 +23,29 @@ struct StatusView<'a> {
     workers_from: &'static str,
     workers: Option<Vec<Worker>>,
     workers_error: Option<String>,
+    /// Where the configuration in force came from.
+    config: String,
+    /// The pool's manifest in force, if one is configured.
+    manifest: Option<ManifestView>,
+    history: Option<HistoryView>,
     #[serde(flatten)]
     status: &'a state::Status,
+}
+
+#[derive(Debug, Serialize)]
+struct ManifestView {
+    url: String,
+    /// None until one has been fetched and accepted.
+    version: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct HistoryView {
+    since: Option<DateTime<Utc>>,
+    /// Share of the watched time the owner was away and the host free.
+    free_fraction: f64,
+    /// How long the host is usually free from now.
+    likely_free_hours: i64,
 }
 
 pub fn run(g: &Global, a: &StatusArgs) -> Result<String, CmdError> {
@@ -65,7 +87,25 @@ pub fn run(g: &Global, a: &StatusArgs) -> Result<String, CmdError> {
         Err(e) if status.workers.is_some() => ("status file", status.workers.clone(), Some(e)),
         Err(e) => ("unknown", None, Some(e)),
     };
+    let manifest = cfg.site.remote.url.as_ref().map(|u| ManifestView {
+        url: u.get_ref().clone(),
+        version: manifest::load_last_good(&cfg.site.state_dir)
+            .ok()
+            .flatten()
+            .map(|m| m.version),
+    });
+    let learned = history::peek(&cfg.site.state_dir, cfg.policy.timezone).history;
+    let history = learned.overall().map(|free_fraction| HistoryView {
+        since: learned.since,
+        free_fraction,
+        likely_free_hours: learned
+            .likely_free_for(cfg.policy.timezone, now, cfg.site.history.free_threshold)
+            .num_hours(),
+    });
     let view = StatusView {
+        config: super::describe_sources(&cfg),
+        manifest,
+        history,
         daemon_running: running,
         pid: status.pid,
         updated_at: status.updated_at,
@@ -132,6 +172,17 @@ fn render(v: &StatusView<'_>, now: DateTime<Utc>, path: &std::path::Path) -> Str
             v.instance
         ),
     };
+    let _ = writeln!(out, "{}", v.config);
+    if let Some(m) = &v.manifest {
+        let _ = writeln!(
+            out,
+            "pool manifest: {} from {}",
+            m.version
+                .as_deref()
+                .map_or("none accepted yet".to_string(), |v| format!("version {v}")),
+            m.url
+        );
+    }
     if let Some(e) = &s.engine {
         let _ = writeln!(out, "engine: {e}");
     }
@@ -232,6 +283,17 @@ fn render(v: &StatusView<'_>, now: DateTime<Utc>, path: &std::path::Path) -> Str
     }
     for n in &s.notes {
         let _ = writeln!(out, "note: {n}");
+    }
+    if let Some(h) = &v.history {
+        let _ = writeln!(
+            out,
+            "learned availability: free {:.0}% of the watched time{}; usually free for {}h from now",
+            h.free_fraction * 100.0,
+            h.since
+                .map(|t| format!(" since {}", t.format("%Y-%m-%d")))
+                .unwrap_or_default(),
+            h.likely_free_hours
+        );
     }
     if !s.outcomes.is_empty() {
         let _ = writeln!(out, "recent outcomes:");

@@ -602,6 +602,14 @@ impl Daemon {
         let mut start_failed = false;
         for a in actions {
             let line = a.to_string();
+            if let Some(m) = &self.metrics {
+                match a {
+                    Action::Pause { .. } => m.count_eviction("pause"),
+                    Action::Stop { .. } => m.count_eviction("graceful"),
+                    Action::Kill { .. } => m.count_eviction("fast"),
+                    _ => {}
+                }
+            }
             let result: Result<(), String> = match a {
                 Action::Pause { id, name, why } => b
                     .pause(id)
