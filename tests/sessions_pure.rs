@@ -108,6 +108,22 @@ fn tty_used_after_now_is_idle_zero() {
 }
 
 #[test]
+fn sessions_come_in_file_order() {
+    let order = [
+        ("zed", "pts/7"),
+        ("amy", "pts/3"),
+        ("kim", "tty1"),
+        ("bea", ":0"),
+        ("amy", "pts/5"),
+    ];
+    let records: Vec<_> = order
+        .iter()
+        .map(|(u, l)| Record::user(ALIVE, u, l, NOW - 60))
+        .collect();
+    assert_eq!(users(&records), order.map(|(u, _)| u));
+}
+
+#[test]
 fn stale_login_does_not_count() {
     assert!(users(&[Record::user(DEAD, "carol", "pts/1", NOW - 60)]).is_empty());
 }
