@@ -67,20 +67,10 @@ pub fn this_machine() -> Option<Machine> {
     })
 }
 
-pub fn probe_config(cfg: &Config) -> ProbeConfig {
-    ProbeConfig {
-        utmp: cfg.site.host.utmp.clone(),
-        dev: cfg.site.host.dev.clone(),
-        power_supply: cfg.site.host.power_supply.clone(),
-        scratch: cfg.site.scratch(),
-        proc: "/proc".into(),
-        exclusive_processes: cfg.policy.exclusive_processes.clone(),
-    }
-}
 
 /// One observation of this host for a one-shot command: samples CPU over a short interval.
 pub fn observe_once(cfg: &Config, carry: Carry) -> Result<HostSnapshot, CmdError> {
-    let mut probe = HostProbe::new(probe_config(cfg))?;
+    let mut probe = HostProbe::new(ProbeConfig::of(cfg))?;
     std::thread::sleep(probe.prime());
     Ok(probe.observe(Utc::now(), carry)?)
 }

@@ -106,16 +106,6 @@ pub fn cpu_fraction(prev: CpuSample, cur: CpuSample) -> Option<f64> {
     (system > 0).then(|| (worker as f64 / system as f64).clamp(0.0, 1.0))
 }
 
-pub fn probe_config(cfg: &Config) -> ProbeConfig {
-    ProbeConfig {
-        utmp: cfg.site.host.utmp.clone(),
-        dev: cfg.site.host.dev.clone(),
-        power_supply: cfg.site.host.power_supply.clone(),
-        scratch: cfg.site.scratch(),
-        proc: "/proc".into(),
-        exclusive_processes: cfg.policy.exclusive_processes.clone(),
-    }
-}
 
 /// Connects the backend named by pilotd.toml (no request is made yet).
 pub fn connect(cfg: &Config) -> Result<AnyBackend, BackendError> {
@@ -197,7 +187,7 @@ pub async fn run(
     let mut int = sig(SignalKind::interrupt(), "SIGINT")?;
 
     let (tx, mut rx) = mpsc::channel::<Trigger>(8);
-    let mut probe = HostProbe::new(probe_config(&cfg))?;
+    let mut probe = HostProbe::new(ProbeConfig::of(&cfg))?;
     probe.prime();
     let status_path = state::path(&cfg.site.state_dir);
     let loaded = history::load(&cfg.site.state_dir, cfg.policy.timezone);
@@ -992,7 +982,7 @@ impl Daemon {
                         "reload: the utmp path changed; it is read from now on, but watched for changes only after a restart"
                     );
                 }
-                self.probe = match HostProbe::new(probe_config(&cfg)) {
+                self.probe = match HostProbe::new(ProbeConfig::of(&cfg)) {
                     Ok(p) => p,
                     Err(e) => {
                         tracing::error!("reload: {e}; keeping the last good configuration");

@@ -27,6 +27,20 @@ pub struct ProbeConfig {
     pub exclusive_processes: Vec<String>,
 }
 
+impl ProbeConfig {
+    /// Where to look, from pilotd.toml `[host]` and the policy.
+    pub fn of(cfg: &crate::config::Config) -> ProbeConfig {
+        ProbeConfig {
+            utmp: cfg.site.host.utmp.clone(),
+            dev: cfg.site.host.dev.clone(),
+            power_supply: cfg.site.host.power_supply.clone(),
+            scratch: cfg.site.scratch(),
+            proc: "/proc".into(),
+            exclusive_processes: cfg.policy.exclusive_processes.clone(),
+        }
+    }
+}
+
 pub struct HostProbe {
     system: System,
     cfg: ProbeConfig,
