@@ -12,7 +12,7 @@ reglog=${PILOTD_TEST_WORK:-/tmp/pilotd-docker-tests}/registry.log
 d=$(mktemp -d); inst="bench$$"
 cleanup() { [ -n "${pid:-}" ] && kill "$pid" 2>/dev/null; docker ps -aq --filter "label=pilotd.instance=$inst" | xargs -r docker rm -f >/dev/null; rm -rf "$d"; }
 trap cleanup EXIT
-write_conf() { # WORKERS REFRESH
+write_conf() { # WORKERS REFRESH [INTERVAL]
 cat >"$d/policy.toml" <<P
 timezone = "UTC"
 [schedule]
@@ -33,7 +33,7 @@ P
 cat >"$d/pilotd.toml" <<C
 policy = "$d/policy.toml"
 state_dir = "$d/state"
-interval = "30s"
+interval = "${3:-30s}"
 [host]
 utmp = "$d/utmp"
 scratch = "$d/scratch"
@@ -46,7 +46,7 @@ refresh = "$2"
 max_starts_per_cycle = 4
 C
 }
-start() { RUST_LOG=pilotd=info "$bin" -c "$d/pilotd.toml" run 2>"$d/log" & pid=$!; }
+start() { RUST_LOG=${LOG:-pilotd=info} "$bin" -c "$d/pilotd.toml" run 2>"$d/log" & pid=$!; }
 stop() { kill "$pid"; wait "$pid" 2>/dev/null || true; pid=; }
 wait_workers() { for _ in $(seq 100); do [ "$(docker ps -q --filter "label=pilotd.instance=$inst" --filter status=running | wc -l)" -ge "$1" ] && return; sleep 0.2; done; echo "workers did not start" >&2; exit 1; }
 : >"$d/utmp"
@@ -87,11 +87,13 @@ start; wait_workers "$(nproc | awk '{print ($1<4)?$1:4}')"; sleep 2; measure "$(
 echo "== freshness check, tag unchanged (refresh = 2s)"
 set +o pipefail  # tail|head closes pipes early
 docker ps -aq --filter "label=pilotd.instance=$inst" | xargs -r docker rm -f >/dev/null
-cat "$d/login.bin" >"$d/utmp"; write_conf 1 2s; start; sleep 3
+# A cycle every 2 s re-checks the tag every 2 s; debug level logs each unchanged check.
+: >"$d/utmp"; write_conf 1 2s 2s; LOG=pilotd=debug start; sleep 3
 l0=$(wc -l <"$reglog"); c0=$(grep -c 'tag unchanged' "$d/log" || true)
 sleep 20
 l1=$(wc -l <"$reglog"); c1=$(grep -c 'tag unchanged' "$d/log" || true)
 checks=$((c1 - c0))
+[ "$checks" -gt 0 ] || { echo "no freshness check was observed in 20 s (see $d/log)"; exit 1; }
 bytes=$(tail -n +"$((l0 + 1))" "$reglog" | head -n "$((l1 - l0))" | grep -o '" [0-9][0-9][0-9] [0-9]*' | awk '{s+=$3} END {print s+0}')
 reqs=$(tail -n +"$((l0 + 1))" "$reglog" | head -n "$((l1 - l0))" | grep -c '"\(GET\|HEAD\) /v2' || true)
 echo "checks: $checks; registry requests: $reqs ($(echo "$reqs/$checks" | bc -l | xargs printf '%.1f') per check); response bytes: $bytes ($(echo "$bytes/$checks" | bc -l | xargs printf '%.0f') per check, bodies only, from the registry's access log)"
