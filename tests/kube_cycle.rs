@@ -384,7 +384,7 @@ async fn run_loop_connects_by_kubeconfig_and_keeps_the_backoff_state() {
         kubeconfig.display()
     ));
     let shutdown = tokio::time::sleep(std::time::Duration::from_millis(1500));
-    run_kubernetes(&cfg, &state, shutdown).await.unwrap();
+    run_kubernetes(&cfg, &state, shutdown, None).await.unwrap();
     assert_eq!(fake.jobs().len(), 6, "one cycle ran before shutdown");
     assert!(state.exists());
     assert_eq!(load_book(&state), BackoffBook::default());

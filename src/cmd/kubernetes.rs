@@ -13,6 +13,7 @@ use crate::demand::shape::POD_SHAPE;
 use crate::observe::cluster::{ClusterSnapshot, SnapshotError};
 use crate::observe::condor::{CondorError, CondorProbe};
 use crate::plan::kubernetes::{ClusterDecision, KubePlan, decide, render_text};
+use crate::service::metrics::Metrics;
 use chrono::{DateTime, Utc};
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -207,6 +208,7 @@ pub async fn run_kubernetes(
     k: &KubernetesConfig,
     state: &Path,
     shutdown: impl Future<Output = ()>,
+    metrics: Option<&Metrics>,
 ) -> Result<(), KubeCmdError> {
     let backend = KubeBackend::connect(k).await?;
     let probe = CondorProbe::from_config(k);
@@ -217,6 +219,9 @@ pub async fn run_kubernetes(
         let cycle_fut = cycle(k, &probe, &backend, &mut book, Utc::now());
         match cycle_fut.await {
             Ok((plan, report)) => {
+                if let Some(m) = metrics {
+                    export(m, &plan, started.elapsed());
+                }
                 tracing::info!(
                     created = report.created.len(),
                     create_failed = report.create_failed.len(),
@@ -238,11 +243,45 @@ pub async fn run_kubernetes(
     }
 }
 
+/// Idle jobs and pods by shape, for operators' dashboards.
+fn export(m: &Metrics, plan: &KubePlan, took: std::time::Duration) {
+    use crate::service::metrics::{ShapeLabel, ShapeStateLabel};
+    m.cycle_seconds.observe(took.as_secs_f64());
+    m.idle_jobs.clear();
+    m.pods.clear();
+    for c in &plan.clusters {
+        let shape = c.key.to_string();
+        m.idle_jobs
+            .get_or_create(&ShapeLabel {
+                shape: shape.clone(),
+            })
+            .set(c.idle_jobs as i64);
+        for (state, n) in [
+            ("waiting", c.waiting),
+            ("unmatched", c.unmatched),
+            ("claimed", c.claimed),
+            ("failed", c.failed),
+            ("unknown", c.unknown),
+        ] {
+            m.pods
+                .get_or_create(&ShapeStateLabel {
+                    shape: shape.clone(),
+                    state: state.into(),
+                })
+                .set(n as i64);
+        }
+    }
+}
+
 /// `pilotd run` in kubernetes mode.
-pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), KubeCmdError> {
+pub async fn run(
+    cfg: Config,
+    shutdown: impl Future<Output = ()>,
+    metrics: Option<Metrics>,
+) -> Result<(), KubeCmdError> {
     let k = kube_config(&cfg)?;
     let state = state_file(&cfg, k);
-    run_kubernetes(k, &state, shutdown).await
+    run_kubernetes(k, &state, shutdown, metrics.as_ref()).await
 }
 
 async fn live_snapshot(

@@ -67,7 +67,6 @@ pub fn this_machine() -> Option<Machine> {
     })
 }
 
-
 /// One observation of this host for a one-shot command: samples CPU over a short interval.
 pub fn observe_once(cfg: &Config, carry: Carry) -> Result<HostSnapshot, CmdError> {
     let mut probe = HostProbe::new(ProbeConfig::of(cfg))?;

@@ -34,7 +34,7 @@ pub fn run(g: &Global, a: &PlanArgs) -> Result<String, CmdError> {
             cpus: h.cpus,
             memory_kib: h.memory_total_kib,
         },
-        Snapshot::Cluster(_) => Machine {
+        Snapshot::Cluster => Machine {
             cpus: u32::MAX,
             memory_kib: u64::MAX / 1024,
         },
@@ -51,7 +51,7 @@ pub fn run(g: &Global, a: &PlanArgs) -> Result<String, CmdError> {
             super::kubernetes::plan(&cfg, a.snapshot.as_deref(), now, a.format == Format::Json)
                 .map_err(|e| CmdError::Runtime(e.to_string()))
         }
-        (Mode::Volunteer, Some(Snapshot::Cluster(_))) => Err(CmdError::Usage(format!(
+        (Mode::Volunteer, Some(Snapshot::Cluster)) => Err(CmdError::Usage(format!(
             "{} is a kubernetes-mode snapshot, but the configuration is in volunteer mode\n  hint: pass -c with a kubernetes-mode pilotd.toml",
             a.snapshot
                 .as_deref()
@@ -128,10 +128,17 @@ pub fn volunteer_plan(cfg: &Config, host: &HostSnapshot, now: DateTime<Utc>) -> 
     }
 }
 
-/// A snapshot file: the mode field says which kind.
+/// A snapshot file: the mode field says which kind. A cluster snapshot (possibly 100,000
+/// jobs) is read by the kubernetes-mode replay itself, so it is not kept here.
 pub enum Snapshot {
     Host(HostSnapshot),
-    Cluster(serde_json::Value),
+    Cluster,
+}
+
+/// Only the `mode` of a snapshot; serde skips everything else without building it.
+#[derive(serde::Deserialize)]
+struct ModeOnly {
+    mode: Option<String>,
 }
 
 /// Reads a snapshot file; errors name the file, line and column.
@@ -151,12 +158,12 @@ pub fn read_snapshot(path: &Path) -> Result<Snapshot, CmdError> {
             e
         ))
     };
-    let value: serde_json::Value = serde_json::from_str(&src).map_err(located)?;
-    match value.get("mode").and_then(|m| m.as_str()) {
+    let head: ModeOnly = serde_json::from_str(&src).map_err(located)?;
+    match head.mode.as_deref() {
         Some("volunteer") => serde_json::from_str::<HostSnapshot>(&src)
             .map(Snapshot::Host)
             .map_err(located),
-        Some("kubernetes") => Ok(Snapshot::Cluster(value)),
+        Some("kubernetes") => Ok(Snapshot::Cluster),
         other => Err(CmdError::Usage(format!(
             "{}: `mode` is {}, expected \"volunteer\" or \"kubernetes\"",
             path.display(),

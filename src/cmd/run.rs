@@ -50,7 +50,7 @@ pub fn run(g: &Global, a: &RunArgs) -> Result<String, CmdError> {
                 {
                     d.ready();
                 }
-                super::kubernetes::run(cfg, shutdown_signal())
+                super::kubernetes::run(cfg, shutdown_signal(), metrics)
                     .await
                     .map_err(|e| CmdError::Runtime(e.to_string()))
             }

@@ -106,7 +106,6 @@ pub fn cpu_fraction(prev: CpuSample, cur: CpuSample) -> Option<f64> {
     (system > 0).then(|| (worker as f64 / system as f64).clamp(0.0, 1.0))
 }
 
-
 /// Connects the backend named by pilotd.toml (no request is made yet).
 pub fn connect(cfg: &Config) -> Result<AnyBackend, BackendError> {
     let d = &cfg.site.docker;
