@@ -229,7 +229,15 @@ fn render_text(cfg: &Config, p: &VolunteerPlan) -> String {
         let _ = writeln!(out, "  (none)");
     }
     for a in &p.actions {
-        let _ = writeln!(out, "  - {a}");
+        // Each action carries a one-line `summary`; fall back to the JSON for anything else.
+        match a.get("summary").and_then(|v| v.as_str()) {
+            Some(line) => {
+                let _ = writeln!(out, "  - {line}");
+            }
+            None => {
+                let _ = writeln!(out, "  - {a}");
+            }
+        }
     }
     out
 }

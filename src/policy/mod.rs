@@ -164,7 +164,8 @@ pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) 
 
     // The owner.
     match &h.sessions {
-        Sessions::Unknown(why) => {
+        // Logins do not matter to this owner, so not knowing them does not either.
+        Sessions::Unknown(why) if p.sessions != SessionRule::Ignore => {
             blocked = true;
             evict = evict.max(p.on_return);
             causes.push(Cause::SessionsUnknown);
@@ -202,7 +203,7 @@ pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) 
                 ));
             }
         }
-        Sessions::Known(_) => {}
+        Sessions::Known(_) | Sessions::Unknown(_) => {}
     }
 
     if h.on_battery && p.on_battery == BatteryRule::Stop {

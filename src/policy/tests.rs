@@ -193,6 +193,16 @@ fn unknown_sessions_fail_safe() {
 }
 
 #[test]
+fn unknown_sessions_do_not_matter_when_logins_are_ignored() {
+    let mut p = nights_and_weekends();
+    p.sessions = SessionRule::Ignore;
+    let now = utc("2026-01-17T12:00:00Z");
+    let h = free_host(now).with_sessions_unknown("cannot read /var/run/utmp");
+    let s = decide(&p, &h, LIMITS, now);
+    assert!(s.allowed, "{:?}", s.reasons);
+}
+
+#[test]
 fn owner_cpu_latch() {
     let p = nights_and_weekends(); // max 25%, busy_for 2m, free_for 15m
     let t0 = utc("2026-01-17T12:00:00Z");
