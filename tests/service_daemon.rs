@@ -311,3 +311,94 @@ fn scrape(port: u16) -> String {
     s.read_to_string(&mut body).unwrap();
     body
 }
+
+/// A tiny HTTP server on 127.0.0.1 whose single response the test can change at any time.
+fn manifest_server() -> (String, std::sync::Arc<std::sync::Mutex<(u16, Vec<u8>)>>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/manifest.toml", listener.local_addr().unwrap());
+    let reply = std::sync::Arc::new(std::sync::Mutex::new((200u16, Vec::new())));
+    let r = reply.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut c) = conn else { return };
+            let mut buf = [0u8; 2048];
+            let _ = c.read(&mut buf);
+            let (status, body) = r.lock().unwrap().clone();
+            let head = format!(
+                "HTTP/1.1 {status} X\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = c.write_all(head.as_bytes());
+            let _ = c.write_all(&body);
+        }
+    });
+    (url, reply)
+}
+
+#[test]
+fn manifest_failures_keep_the_last_good_one_and_history_survives_corruption() {
+    let (url, reply) = manifest_server();
+    *reply.lock().unwrap() = (
+        200,
+        b"version = \"7\"\n[worker]\nimage = \"127.0.0.1:5000/pilotd-test/worker:v2\"\n".to_vec(),
+    );
+    let s = Setup::new(&format!("[remote]\nurl = \"{url}\"\nrefresh = \"1s\"\n"));
+    // A corrupted history from an earlier life: set aside, counting starts over.
+    std::fs::write(
+        s.path("state/history.json"),
+        b"{\"version\":1,\"buckets\":[",
+    )
+    .unwrap();
+    let mut child = s
+        .cmd()
+        .arg("run")
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let log = lines(&mut child);
+    let mut seen = Vec::new();
+    wait_line(&log, "history.json.corrupt", &mut seen);
+    wait_line(&log, "remote manifest applied", &mut seen);
+    assert!(s.path("state/manifest.toml").exists());
+
+    for (status, body, expect) in [
+        (500u16, b"oops".to_vec(), "HTTP 500"),
+        (200, b"version = \"8\"\n[worker\n".to_vec(), "is invalid"),
+        (
+            200,
+            b"version = \"9\"\n[worker]\nimage = \"docker.io/x/y:1\"\n".to_vec(),
+            "not in this host's allowed_images",
+        ),
+        (200, vec![b'#'; 100 * 1024], "larger than 65536 bytes"),
+    ] {
+        *reply.lock().unwrap() = (status, body);
+        let line = wait_line(&log, expect, &mut seen);
+        assert!(line.contains(&url), "{line}");
+        assert!(
+            line.contains("keeping the last good manifest (version 7)"),
+            "{line}"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the daemon keeps running"
+        );
+    }
+    // The history is being counted again, in a valid file.
+    std::thread::sleep(Duration::from_millis(1500));
+    let h: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(s.path("state/history.json")).unwrap()).unwrap();
+    assert_eq!(h["buckets"].as_array().unwrap().len(), 168);
+    signal(&child, nix::sys::signal::Signal::SIGTERM);
+    wait_exit(&mut child, Duration::from_secs(20));
+
+    // status says which manifest is in force.
+    let out = s.cmd().arg("status").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("pool manifest: version 7 from {url}")),
+        "{text}"
+    );
+    assert!(text.contains("learned availability:"), "{text}");
+}

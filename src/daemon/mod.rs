@@ -782,16 +782,17 @@ impl Daemon {
                     Ok(m) => {
                         let changed = self.manifest.as_ref() != Some(&m);
                         if changed {
-                            tracing::info!(version = %m.version, "remote manifest applied");
                             if let Err(e) = manifest::store(&self.cfg.site.state_dir, &m) {
                                 tracing::error!("{e}");
                             }
+                            tracing::info!(version = %m.version, "remote manifest applied");
                             self.settings = settings_for(&self.cfg, Some(&m));
                             self.manifest = Some(m);
                         }
                     }
+                    // What stays in force first, so the first line of the log says it all.
                     Err(e) => tracing::error!(
-                        "{e}; keeping {}",
+                        "keeping {}: {e}",
                         self.manifest
                             .as_ref()
                             .map(|m| format!("the last good manifest (version {})", m.version))
