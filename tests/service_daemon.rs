@@ -312,8 +312,11 @@ fn scrape(port: u16) -> String {
     body
 }
 
+/// The status code and body the manifest server answers with.
+type Reply = std::sync::Arc<std::sync::Mutex<(u16, Vec<u8>)>>;
+
 /// A tiny HTTP server on 127.0.0.1 whose single response the test can change at any time.
-fn manifest_server() -> (String, std::sync::Arc<std::sync::Mutex<(u16, Vec<u8>)>>) {
+fn manifest_server() -> (String, Reply) {
     use std::io::{Read, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}/manifest.toml", listener.local_addr().unwrap());
