@@ -29,7 +29,8 @@ fi
 log "docker engine, registry and test images"
 # setup-docker.sh prints the environment the Docker tests need (PILOTD_DOCKER_TESTS=1, the
 # registry and repository) as eval-able lines.
-set -a; eval "$(sh tests/setup-docker.sh)"; set +a
+docker_env=$(sh tests/setup-docker.sh)   # a failed setup stops here (set -e)
+set -a; eval "$docker_env"; set +a
 bash tests/images/build-pilot-image.sh
 export PILOTD_DOCKER_TESTS=1
 
