@@ -16,8 +16,8 @@ use super::{
 use bollard::Docker;
 use bollard::errors::Error as DockerError;
 use bollard::models::{
-    ContainerCreateBody, HostConfig, Mount, MountBindOptions, MountBindOptionsPropagationEnum,
-    MountType,
+    ContainerCreateBody, DeviceRequest, HostConfig, Mount, MountBindOptions,
+    MountBindOptionsPropagationEnum, MountType,
 };
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, CreateImageOptionsBuilder, EventsOptionsBuilder,
@@ -397,59 +397,7 @@ impl Backend for DockerBackend {
     }
 
     async fn start(&self, spec: &WorkerSpec) -> Result<String, BackendError> {
-        let mut mounts = vec![Mount {
-            target: Some(spec.scratch_mount.display().to_string()),
-            source: Some(spec.scratch_dir.display().to_string()),
-            typ: Some(MountType::BIND),
-            read_only: Some(false),
-            ..Default::default()
-        }];
-        if let Some(token) = &spec.token_file {
-            mounts.push(Mount {
-                target: Some(spec.token_mount.display().to_string()),
-                source: Some(token.display().to_string()),
-                typ: Some(MountType::BIND),
-                read_only: Some(true),
-                ..Default::default()
-            });
-        }
-        if let Some(cvmfs) = &spec.cvmfs {
-            mounts.push(Mount {
-                target: Some("/cvmfs".into()),
-                source: Some(cvmfs.display().to_string()),
-                typ: Some(MountType::BIND),
-                read_only: Some(true),
-                // autofs mounts repositories on first access: they must propagate in.
-                bind_options: Some(MountBindOptions {
-                    propagation: Some(MountBindOptionsPropagationEnum::RSLAVE),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            });
-        }
-        let host_config = HostConfig {
-            nano_cpus: Some(spec.nano_cpus),
-            memory: Some(spec.memory_bytes),
-            // Equal to memory: no swap on top of the limit (the owner's disk is not ours).
-            memory_swap: Some(spec.memory_bytes),
-            pids_limit: Some(spec.pids_limit),
-            init: Some(true),
-            privileged: Some(false),
-            security_opt: Some(vec!["no-new-privileges:true".into()]),
-            cap_drop: Some(vec!["ALL".into()]),
-            cap_add: (!spec.cap_add.is_empty()).then(|| spec.cap_add.clone()),
-            mounts: Some(mounts),
-            network_mode: spec.network.clone(),
-            ..Default::default()
-        };
-        let body = ContainerCreateBody {
-            image: Some(spec.image_pinned.clone()),
-            env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
-            labels: Some(spec.labels.clone().into_iter().collect()),
-            user: spec.user.clone(),
-            host_config: Some(host_config),
-            ..Default::default()
-        };
+        let body = container_body(spec);
         let opts = CreateContainerOptionsBuilder::default()
             .name(&spec.name)
             .build();
@@ -590,5 +538,144 @@ impl Backend for DockerBackend {
             }
         }
         Ok(())
+    }
+}
+
+/// The container a `WorkerSpec` becomes: limits, no privileges, all capabilities dropped
+/// unless the site gave some back, the token read-only, and GPUs only when the owner shares
+/// them. Pure, so the security settings are unit-tested without an engine.
+pub fn container_body(spec: &WorkerSpec) -> ContainerCreateBody {
+    let mut mounts = vec![Mount {
+        target: Some(spec.scratch_mount.display().to_string()),
+        source: Some(spec.scratch_dir.display().to_string()),
+        typ: Some(MountType::BIND),
+        read_only: Some(false),
+        ..Default::default()
+    }];
+    if let Some(token) = &spec.token_file {
+        mounts.push(Mount {
+            target: Some(spec.token_mount.display().to_string()),
+            source: Some(token.display().to_string()),
+            typ: Some(MountType::BIND),
+            read_only: Some(true),
+            ..Default::default()
+        });
+    }
+    if let Some(cvmfs) = &spec.cvmfs {
+        mounts.push(Mount {
+            target: Some("/cvmfs".into()),
+            source: Some(cvmfs.display().to_string()),
+            typ: Some(MountType::BIND),
+            read_only: Some(true),
+            // autofs mounts repositories on first access: they must propagate in.
+            bind_options: Some(MountBindOptions {
+                propagation: Some(MountBindOptionsPropagationEnum::RSLAVE),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    }
+    let host_config = HostConfig {
+        nano_cpus: Some(spec.nano_cpus),
+        memory: Some(spec.memory_bytes),
+        // Equal to memory: no swap on top of the limit (the owner's disk is not ours).
+        memory_swap: Some(spec.memory_bytes),
+        pids_limit: Some(spec.pids_limit),
+        init: Some(true),
+        privileged: Some(false),
+        security_opt: Some(vec!["no-new-privileges:true".into()]),
+        cap_drop: Some(vec!["ALL".into()]),
+        cap_add: (!spec.cap_add.is_empty()).then(|| spec.cap_add.clone()),
+        mounts: Some(mounts),
+        network_mode: spec.network.clone(),
+        device_requests: (spec.gpus > 0).then(|| {
+            vec![DeviceRequest {
+                driver: Some("nvidia".into()),
+                count: Some(i64::from(spec.gpus)),
+                capabilities: Some(vec![vec!["gpu".into()]]),
+                ..Default::default()
+            }]
+        }),
+        ..Default::default()
+    };
+    ContainerCreateBody {
+        image: Some(spec.image_pinned.clone()),
+        env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+        labels: Some(spec.labels.clone().into_iter().collect()),
+        user: spec.user.clone(),
+        host_config: Some(host_config),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn spec(gpus: u32, token: bool) -> WorkerSpec {
+        WorkerSpec {
+            name: "pilotd-default-1".into(),
+            image: "127.0.0.1:5000/w:1".into(),
+            image_pinned: "127.0.0.1:5000/w@sha256:ab".into(),
+            image_digest: "sha256:ab".into(),
+            labels: BTreeMap::from([("pilotd.managed".into(), "true".into())]),
+            env: BTreeMap::from([("NUM_CPUS".into(), "2".into())]),
+            nano_cpus: 2_000_000_000,
+            memory_bytes: 4 << 30,
+            gpus,
+            pids_limit: 4096,
+            token_file: token.then(|| PathBuf::from("/etc/pilotd/pool.token")),
+            token_mount: "/etc/pilotd/token".into(),
+            scratch_dir: "/var/lib/pilotd/scratch/pilotd-default-1".into(),
+            scratch_mount: "/pilot".into(),
+            cvmfs: None,
+            cap_add: vec![],
+            user: None,
+            network: None,
+        }
+    }
+
+    #[test]
+    fn workers_are_unprivileged_and_limited() {
+        let b = container_body(&spec(0, true));
+        let h = b.host_config.unwrap();
+        assert_eq!(h.nano_cpus, Some(2_000_000_000));
+        assert_eq!(h.memory, Some(4 << 30));
+        assert_eq!(h.memory_swap, Some(4 << 30), "no swap beyond the limit");
+        assert_eq!(h.pids_limit, Some(4096));
+        assert_eq!(h.init, Some(true));
+        assert_eq!(h.privileged, Some(false));
+        assert_eq!(h.cap_drop, Some(vec!["ALL".to_string()]));
+        assert_eq!(h.cap_add, None);
+        assert_eq!(
+            h.security_opt,
+            Some(vec!["no-new-privileges:true".to_string()])
+        );
+        assert_eq!(h.device_requests, None, "no GPU unless shared");
+        let mounts = h.mounts.unwrap();
+        let token = mounts
+            .iter()
+            .find(|m| m.target.as_deref() == Some("/etc/pilotd/token"))
+            .unwrap();
+        assert_eq!(token.read_only, Some(true));
+        // The token is a file in the container, never a value in its environment.
+        assert!(b.env.unwrap().iter().all(|e| !e.contains("pool.token")));
+        assert_eq!(
+            b.image.as_deref(),
+            Some("127.0.0.1:5000/w@sha256:ab"),
+            "pulled by digest"
+        );
+    }
+
+    #[test]
+    fn shared_gpus_become_a_device_request() {
+        let h = container_body(&spec(2, false)).host_config.unwrap();
+        let r = h.device_requests.unwrap();
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[0].driver.as_deref(), Some("nvidia"));
+        assert_eq!(r[0].count, Some(2));
+        assert_eq!(r[0].capabilities, Some(vec![vec!["gpu".to_string()]]));
+        assert_eq!(h.mounts.unwrap().len(), 1, "no token mount without a token");
     }
 }

@@ -147,6 +147,8 @@ pub struct WorkerSpec {
     pub env: BTreeMap<String, String>,
     pub nano_cpus: i64,
     pub memory_bytes: i64,
+    /// GPUs requested from the engine's NVIDIA device driver (0: none).
+    pub gpus: u32,
     pub pids_limit: i64,
     /// Host path of the token file, bind-mounted read-only at `token_mount`. Never in env.
     pub token_file: Option<PathBuf>,

@@ -722,6 +722,7 @@ pub fn worker_spec(
         labels: l,
         env,
         nano_cpus: i64::from(r.cpus.max(1)) * 1_000_000_000,
+        gpus: r.gpus,
         memory_bytes: i64::try_from(r.memory_mib.saturating_mul(1 << 20)).unwrap_or(i64::MAX),
         pids_limit: s.pids_limit,
         token_file: s.token_file.clone(),
