@@ -364,6 +364,10 @@ impl Daemon {
     async fn cycle(&mut self, now: DateTime<Utc>, urgent: bool) -> String {
         let started = std::time::Instant::now();
         let summary = self.cycle_inner(now, urgent).await;
+        // Written after the cycle acted: an fsync must never delay the eviction of a login.
+        if let Err(e) = history::save(&self.cfg.site.state_dir, &self.history) {
+            tracing::error!("{e}");
+        }
         if let Some(m) = &self.metrics {
             m.cycle_seconds.observe(started.elapsed().as_secs_f64());
             m.backoff_level.set(i64::from(self.status.backoff.failures));
@@ -923,11 +927,6 @@ impl Daemon {
         });
         self.history
             .record(self.cfg.policy.timezone, now, elapsed, !busy);
-        if elapsed > chrono::Duration::zero()
-            && let Err(e) = history::save(&self.cfg.site.state_dir, &self.history)
-        {
-            tracing::error!("{e}");
-        }
         if let Some(m) = &self.metrics {
             m.allowed.set(i64::from(supply.allowed));
             for c in &supply.causes {

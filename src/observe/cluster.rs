@@ -120,8 +120,9 @@ pub struct JobAd {
     pub request_disk_volumes: AdValue,
 }
 
-/// Canonical attribute names, in the order the snapshot prints them.
-const JOB_ATTRS: [&str; 11] = [
+/// Canonical attribute names, in the order the snapshot prints them; `ScheddName` must stay
+/// first (the condor probe queries the rest).
+pub const JOB_ATTRS: [&str; 11] = [
     "ScheddName",
     "ClusterId",
     "ProcId",

@@ -63,19 +63,12 @@ pub enum CondorError {
     AllScheddsFailed(Vec<String>),
 }
 
-/// The job attributes queried, in output order.
-pub const JOB_ATTRS: [&str; 10] = [
-    "ClusterId",
-    "ProcId",
-    "JobStatus",
-    "RequestCpus",
-    "RequestMemory",
-    "RequestDisk",
-    "RequestGPUs",
-    "RequestGPUTypes",
-    "RequestLabels",
-    "RequestDiskVolumes",
-];
+/// The job attributes queried, in output order: the snapshot's attributes without
+/// `ScheddName`, which condor_q does not print (the probe knows which schedd it asked).
+pub const JOB_ATTRS: &[&str] = super::cluster::JOB_ATTRS
+    .split_first()
+    .expect("non-empty")
+    .1;
 pub const STARTD_ATTRS: [&str; 4] = ["Name", "State", "Activity", "K8SPodName"];
 
 /// A schedd ad from the collector.
