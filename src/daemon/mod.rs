@@ -910,10 +910,18 @@ impl Daemon {
     fn learn(&mut self, now: DateTime<Utc>, supply: &Supply) {
         use crate::policy::Cause;
         let cap = chrono::Duration::from_std(self.cfg.site.interval.0 * 2).unwrap_or_default();
-        let elapsed = self
-            .last_cycle
-            .map_or(chrono::Duration::zero(), |t| (now - t).min(cap));
-        self.last_cycle = Some(now);
+        // Whole seconds are counted and the remainder carried to the next cycle: cycles can
+        // come less than a second apart (events), and dropping the fractions would lose them.
+        let (elapsed, counted_until) = match self.last_cycle {
+            None => (chrono::Duration::zero(), now),
+            // A gap (suspend, stopped daemon) counts as at most two intervals.
+            Some(t) if now - t > cap => (cap, now),
+            Some(t) => {
+                let whole = chrono::Duration::seconds((now - t).num_seconds().max(0));
+                (whole, t + whole)
+            }
+        };
+        self.last_cycle = Some(counted_until);
         let busy = supply.causes.iter().any(|c| {
             matches!(
                 c,
