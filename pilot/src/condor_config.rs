@@ -23,14 +23,38 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::settings::Settings;
+use crate::settings::{LocalDir, Settings};
 
 /// The generated file's name: sorts after everything the image and the fetch put there.
 pub const PILOT_CONFIG_FILE: &str = "99-pilot.conf";
 
-/// Where the pilot put the pool token, so condor finds it.
+/// Facts of the running container that the configuration depends on.
 pub struct TokenPlacement<'a> {
+    /// Where the pilot put the pool token, so condor finds it.
     pub dir: &'a Path,
+    /// Set when the pilot runs as a uid without a passwd entry: condor names its daemons
+    /// `user@host` when not root, and cannot without a user name, so the pilot names them.
+    pub daemon_name: Option<String>,
+}
+
+/// The name `TokenPlacement::daemon_name` gets for a uid that has no passwd entry.
+pub fn daemon_name_for_uid(uid: u32) -> String {
+    format!("uid{uid}@$(FULL_HOSTNAME)")
+}
+
+/// The top-level configuration of `PILOT_LOCAL_DIR` mode: the image's own configuration
+/// first, then the pilot's config dir as the last local config dir, so its files (the
+/// fetched pool files, then 99-pilot.conf) are read after everything the image ships.
+pub fn render_top_level(local: &LocalDir, config_dir: &Path, now: DateTime<Utc>) -> String {
+    format!(
+        "# Written by pilot at {} (PILOT_LOCAL_DIR mode). Do not edit: it is rewritten at every\n\
+         # start. condor's programs read it through CONDOR_CONFIG.\n\
+         include : {}\n\
+         LOCAL_CONFIG_DIR = $(LOCAL_CONFIG_DIR), {}\n",
+        now.to_rfc3339(),
+        local.base_config.display(),
+        config_dir.display()
+    )
 }
 
 /// Condor's own graceful deadline: shorter than the pilot's, so condor finishes its graceful
@@ -75,6 +99,22 @@ pub fn render(settings: &Settings, token: &TokenPlacement<'_>, now: DateTime<Utc
         out,
         "NUM_SLOTS = 1\nNUM_SLOTS_TYPE_1 = 1\nSLOT_TYPE_1 = {slot_type}\nSLOT_TYPE_1_PARTITIONABLE = True\n"
     );
+
+    if let Some(local) = &settings.local_dir {
+        out.push_str(
+            "# condor runs as this container's user, from PILOT_LOCAL_DIR (never as root).\n",
+        );
+        let _ = writeln!(out, "LOCAL_DIR = {}", local.root.display());
+        let _ = writeln!(out, "LOG = {}", local.log().display());
+        let _ = writeln!(out, "SPOOL = {}", local.spool().display());
+        let _ = writeln!(out, "LOCK = {}", local.lock().display());
+        let _ = writeln!(out, "RUN = {}", local.run().display());
+        out.push('\n');
+    }
+    if let Some(name) = &token.daemon_name {
+        out.push_str("# This uid has no user name; condor needs one to name its daemons.\n");
+        let _ = writeln!(out, "MASTER_NAME = {name}\nSTARTD_NAME = {name}\n");
+    }
 
     out.push_str("# Where jobs run and how the startd authenticates to the pool.\n");
     let _ = writeln!(out, "EXECUTE = {}", settings.scratch.display());
@@ -171,7 +211,14 @@ mod tests {
 
     fn render_with(s: &Settings) -> String {
         let dir = PathBuf::from("/etc/condor/tokens.d");
-        render(s, &TokenPlacement { dir: &dir }, now())
+        render(
+            s,
+            &TokenPlacement {
+                dir: &dir,
+                daemon_name: None,
+            },
+            now(),
+        )
     }
 
     #[test]
@@ -257,6 +304,60 @@ mod tests {
     fn zero_gpus_does_not_enable_gpu_discovery() {
         let text = render_with(&settings(&[("PILOT_GPUS", "0")]));
         assert!(!text.contains("GPUs"));
+    }
+
+    #[test]
+    fn local_dir_mode_puts_everything_condor_writes_below_it() {
+        let s = settings(&[
+            ("PILOT_LOCAL_DIR", "/pilot/condor"),
+            ("CONDOR_CONFIG", "/opt/c"),
+        ]);
+        let text = render_with(&s);
+        for line in [
+            "LOCAL_DIR = /pilot/condor",
+            "LOG = /pilot/condor/log",
+            "SPOOL = /pilot/condor/spool",
+            "LOCK = /pilot/condor/lock",
+            "RUN = /pilot/condor/run",
+            "EXECUTE = /pilot/condor/execute",
+            "SEC_TOKEN_DIRECTORY = /etc/condor/tokens.d",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        let local = s.local_dir.as_ref().unwrap();
+        let top = render_top_level(local, &s.condor_config_dir, now());
+        assert!(top.contains("\ninclude : /opt/c\n"), "{top}");
+        assert!(
+            top.contains("\nLOCAL_CONFIG_DIR = $(LOCAL_CONFIG_DIR), /pilot/condor/config.d\n"),
+            "{top}"
+        );
+        // Without the mode, the image's layout stays.
+        assert!(!render_with(&settings(&[])).contains("LOCAL_DIR"));
+    }
+
+    #[test]
+    fn a_uid_without_a_name_gets_named_daemons() {
+        let s = settings(&[]);
+        let dir = PathBuf::from("/t");
+        let text = render(
+            &s,
+            &TokenPlacement {
+                dir: &dir,
+                daemon_name: Some(daemon_name_for_uid(4242)),
+            },
+            now(),
+        );
+        assert!(
+            text.contains("MASTER_NAME = uid4242@$(FULL_HOSTNAME)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("STARTD_NAME = uid4242@$(FULL_HOSTNAME)\n"),
+            "{text}"
+        );
     }
 
     #[test]

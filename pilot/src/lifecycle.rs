@@ -6,8 +6,9 @@
 //! out the effects. That keeps every escalation deadline and every exit-code decision testable
 //! with a fixed clock.
 //!
-//! Exit code precedence once condor_master has exited: a condor failure (30) beats a signal
-//! (128+n), which beats "ran a job" (0), which beats "idle" (10). A master that exits non-zero,
+//! Exit code precedence once condor_master has exited: a condor failure (30, including a
+//! daemon that died while condor ran) beats credentials the pool refused (20), which beat a
+//! signal (128+n), which beats "ran a job" (0), which beats "idle" (10). A master that exits non-zero,
 //! dies of a signal, or has to be killed is always a failure: no child failure can end in 0.
 
 use std::time::Duration;
@@ -83,6 +84,10 @@ pub enum Event {
     StartdStarted,
     /// A job was activated on a slot (see `startlog`).
     JobStarted,
+    /// A condor daemon died abnormally (the master would restart it for ever).
+    DaemonDied,
+    /// The collector refused this worker's credentials (wrong or expired token).
+    Refused,
     Signal(PilotSignal),
     Tick,
     MasterExited(MasterExit),
@@ -105,6 +110,10 @@ pub enum Effect {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StopCause {
     Signal(i32),
+    /// A condor daemon died: the pilot ends condor rather than watch it restart.
+    DaemonDied,
+    /// The pool refused the worker's credentials.
+    Refused,
     /// No job by the idle timeout plus grace, yet condor did not stop by itself.
     IdleBackstop,
     /// die_at plus grace passed, yet condor did not stop by itself.
@@ -149,6 +158,10 @@ pub struct Lifecycle {
     pub cause: Option<StopCause>,
     /// The pilot had to SIGKILL condor: whatever else happened, that is a condor failure.
     pub killed: bool,
+    /// A daemon died while condor ran: a condor failure, whatever else happened.
+    pub daemon_died: bool,
+    /// The pool refused the worker's credentials: the configuration is unusable.
+    pub refused: bool,
 }
 
 fn after(now: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
@@ -164,6 +177,8 @@ impl Lifecycle {
             job_started: false,
             cause: None,
             killed: false,
+            daemon_died: false,
+            refused: false,
         }
     }
 
@@ -209,8 +224,11 @@ impl Lifecycle {
 
     /// The exit code once condor_master has exited.
     fn verdict(&self, exit: MasterExit) -> PilotExit {
-        if self.killed || !exit.is_clean() {
+        if self.killed || self.daemon_died || !exit.is_clean() {
             return PilotExit::CondorFailed;
+        }
+        if self.refused {
+            return PilotExit::Config;
         }
         if let Some(StopCause::Signal(n)) = self.cause {
             return PilotExit::Signal(n);
@@ -239,6 +257,14 @@ impl Lifecycle {
                 self.startd_started = true;
                 self.job_started = true;
                 Vec::new()
+            }
+            Event::DaemonDied => {
+                self.daemon_died = true;
+                self.stop_for(StopCause::DaemonDied, StopLevel::Fast, now)
+            }
+            Event::Refused => {
+                self.refused = true;
+                self.stop_for(StopCause::Refused, StopLevel::Fast, now)
             }
             Event::Signal(sig) => {
                 let cause = StopCause::Signal(sig.number());
@@ -414,6 +440,38 @@ mod tests {
             Some(PilotExit::CondorFailed),
             "condor that had to be killed did not shut down: a failure"
         );
+    }
+
+    #[test]
+    fn a_dead_daemon_ends_condor_fast_and_is_a_failure() {
+        let (state, effects) = run(&[
+            (1, Event::StartdStarted),
+            (2, Event::JobStarted),
+            (50, Event::DaemonDied),
+        ]);
+        assert_eq!(effects, vec![Effect::FastShutdown]);
+        assert!(state.daemon_died);
+        // The master then shuts down cleanly; still a failure, not "ran a job".
+        let (_, effects) = on_event(state, Event::MasterExited(MasterExit::Code(0)), t(51));
+        assert_eq!(exit_of(&effects), Some(PilotExit::CondorFailed));
+    }
+
+    #[test]
+    fn refused_credentials_are_a_configuration_problem() {
+        let (state, effects) = run(&[(1, Event::StartdStarted), (3, Event::Refused)]);
+        assert_eq!(effects, vec![Effect::FastShutdown]);
+        let (_, effects) = on_event(state, Event::MasterExited(MasterExit::Code(0)), t(4));
+        assert_eq!(exit_of(&effects), Some(PilotExit::Config));
+        // A signal that came first does not hide it; a crash beats it.
+        let (state, _) = run(&[
+            (1, Event::Signal(PilotSignal::Terminate)),
+            (2, Event::Refused),
+        ]);
+        let (_, effects) = on_event(state, Event::MasterExited(MasterExit::Code(0)), t(4));
+        assert_eq!(exit_of(&effects), Some(PilotExit::Config));
+        let (state, _) = run(&[(1, Event::Refused)]);
+        let (_, effects) = on_event(state, Event::MasterExited(MasterExit::Code(4)), t(4));
+        assert_eq!(exit_of(&effects), Some(PilotExit::CondorFailed));
     }
 
     #[test]

@@ -91,15 +91,8 @@ async fn run() -> PilotExit {
         die_backstop: settings.die_at.map(|t| after(t, settings.die_grace)),
     };
     // The watch starts before the master so only this run's lines count.
-    let watch = StartLogWatch::new(prepared.start_log);
-    supervise(
-        &prepared.programs.master,
-        limits,
-        watch,
-        &mut signals,
-        Utc::now,
-    )
-    .await
+    let watch = StartLogWatch::new(prepared.start_log, prepared.master_log);
+    supervise(&prepared.programs, limits, watch, &mut signals, Utc::now).await
 }
 
 fn main() -> ExitCode {

@@ -43,7 +43,12 @@ pub struct Settings {
     /// Hours the host is usually free from now (pilotd's learned history,
     /// `PILOT_FREE_HOURS`), advertised so the pool can prefer long-free machines.
     pub free_hours: Option<u64>,
+    /// Where the pilot writes its condor configuration files (fetched pool files and
+    /// `99-pilot.conf`).
     pub condor_config_dir: PathBuf,
+    /// `PILOT_LOCAL_DIR`: condor runs from this directory as the container's own user (see
+    /// [`LocalDir`]); `None` leaves condor's layout to the image (condor as root).
+    pub local_dir: Option<LocalDir>,
     pub scratch: PathBuf,
     pub selftest_cmd: Option<String>,
     pub selftest_timeout: Duration,
@@ -56,6 +61,39 @@ pub struct Settings {
     pub die_grace: Duration,
     pub condor_master: PathBuf,
     pub condor_config_val: PathBuf,
+}
+
+/// Condor run unprivileged from one directory the worker owns, as glidein pilots run it: the
+/// pilot writes a top-level condor configuration there that includes the image's own
+/// (`base_config`) and adds `config_dir` as the last local config dir, and points condor's
+/// LOCAL_DIR, LOG, SPOOL, LOCK and RUN below it. Nothing of the image needs to be writable and
+/// condor needs no capability: it never switches users.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalDir {
+    pub root: PathBuf,
+    /// The image's top-level condor configuration (`CONDOR_CONFIG` as the container got it,
+    /// else `/etc/condor/condor_config`).
+    pub base_config: PathBuf,
+}
+
+impl LocalDir {
+    /// The top-level configuration file the pilot writes; condor's programs get it as
+    /// `CONDOR_CONFIG`.
+    pub fn condor_config(&self) -> PathBuf {
+        self.root.join("condor_config")
+    }
+    pub fn log(&self) -> PathBuf {
+        self.root.join("log")
+    }
+    pub fn spool(&self) -> PathBuf {
+        self.root.join("spool")
+    }
+    pub fn lock(&self) -> PathBuf {
+        self.root.join("lock")
+    }
+    pub fn run(&self) -> PathBuf {
+        self.root.join("run")
+    }
 }
 
 impl Settings {
@@ -104,6 +142,7 @@ pub mod defaults {
     pub const CONDOR_CONFIG_DIR: &str = "/etc/condor/config.d";
     pub const TOKEN_DIR: &str = "/etc/condor/tokens.d";
     pub const SCRATCH: &str = "/var/lib/condor/execute";
+    pub const BASE_CONDOR_CONFIG: &str = "/etc/condor/condor_config";
     pub const SELFTEST_TIMEOUT: &str = "60s";
     pub const FETCH_TIMEOUT: &str = "2m";
     pub const FETCH_MAX_BYTES: u64 = 1024 * 1024;
@@ -337,7 +376,17 @@ impl Settings {
             }
             None => PathBuf::new(),
         };
-        let token_dir = r.path("PILOT_TOKEN_DIR", defaults::TOKEN_DIR);
+        // With PILOT_LOCAL_DIR, everything condor writes defaults to below it.
+        let local_root = r
+            .get("PILOT_LOCAL_DIR")
+            .map(|_| r.path("PILOT_LOCAL_DIR", ""));
+        let below = |name: &str, default: &str| -> String {
+            match &local_root {
+                Some(root) => root.join(name).display().to_string(),
+                None => default.to_owned(),
+            }
+        };
+        let token_dir = r.path("PILOT_TOKEN_DIR", &below("tokens.d", defaults::TOKEN_DIR));
         let idle_timeout = r.duration("PILOT_IDLE_TIMEOUT", defaults::IDLE_TIMEOUT);
         let accept_until = r.instant("PILOT_ACCEPT_UNTIL");
         let die_at = r.instant("PILOT_DIE_AT");
@@ -369,8 +418,38 @@ impl Settings {
                 "must be one ClassAd expression on one line",
             );
         }
-        let condor_config_dir = r.path("PILOT_CONDOR_CONFIG_DIR", defaults::CONDOR_CONFIG_DIR);
-        let scratch = r.path("PILOT_SCRATCH", defaults::SCRATCH);
+        let condor_config_dir = r.path(
+            "PILOT_CONDOR_CONFIG_DIR",
+            &below("config.d", defaults::CONDOR_CONFIG_DIR),
+        );
+        let scratch = r.path("PILOT_SCRATCH", &below("execute", defaults::SCRATCH));
+        let local_dir = local_root.map(|root| {
+            // The image's CONDOR_CONFIG, unless it already is the pilot's own file (a pilot
+            // started again in the same container must not include itself).
+            let own = root.join("condor_config");
+            let base_config = r
+                .get("CONDOR_CONFIG")
+                .map(PathBuf::from)
+                .filter(|p| p.is_absolute() && *p != own)
+                .unwrap_or_else(|| PathBuf::from(defaults::BASE_CONDOR_CONFIG));
+            LocalDir { root, base_config }
+        });
+        if let Some(local) = &local_dir {
+            // The startd empties EXECUTE when it starts: condor's own files must not be in it.
+            if local.root.starts_with(&scratch) {
+                let raw = r.get("PILOT_LOCAL_DIR").unwrap_or_default();
+                r.invalid(
+                    "PILOT_LOCAL_DIR",
+                    raw,
+                    format!(
+                        "is inside PILOT_SCRATCH ({}), which the startd empties when it starts; \
+                         use sibling directories, e.g. PILOT_LOCAL_DIR=/pilot/condor and \
+                         PILOT_SCRATCH=/pilot/execute",
+                        scratch.display()
+                    ),
+                );
+            }
+        }
         let selftest_cmd = r.get("PILOT_SELFTEST_CMD").map(str::to_owned);
         let selftest_timeout = r.duration("PILOT_SELFTEST_TIMEOUT", defaults::SELFTEST_TIMEOUT);
         let fetch_timeout = r.duration("PILOT_FETCH_TIMEOUT", defaults::FETCH_TIMEOUT);
@@ -404,6 +483,7 @@ impl Settings {
             start_extra,
             free_hours,
             condor_config_dir,
+            local_dir,
             scratch,
             selftest_cmd,
             selftest_timeout,

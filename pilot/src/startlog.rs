@@ -1,4 +1,5 @@
-//! How the pilot knows that condor ran a job: it reads the startd's own log.
+//! How the pilot knows what condor did: it reads condor's own logs, the StartLog for jobs and
+//! the MasterLog for daemons that died.
 //!
 //! The path is what condor itself reports: `condor_config_val STARTD_LOG` (by default
 //! `$(LOG)/StartLog`), asked after the pilot's configuration is written. The startd writes,
@@ -21,6 +22,16 @@
 //! the pilot started count, so a log kept from an earlier run cannot fake a job. The log is
 //! read incrementally; when condor rotates it (StartLog → StartLog.old, `MAX_STARTD_LOG`), the
 //! unread tail of the old file is read first.
+//!
+//! Two more things a pilot must not wait out until its idle timeout:
+//! - a daemon that died: the master logs `The STARTD (pid 20) died due to signal 9 (Killed)`
+//!   or `The STARTD (pid 20) exited with status 4` and restarts it ten seconds later, for
+//!   ever. A pilot is disposable, so the first abnormal exit ends it as a condor failure (30)
+//!   and pilotd starts a fresh worker; `exited with status 0` is a normal shutdown;
+//! - a pool that refuses the worker's credentials: every collector update then logs
+//!   `SECMAN: required authentication with collector … failed, so aborting command
+//!   UPDATE_STARTD_AD` (or `UPDATE_MASTER_AD` in the MasterLog). A token does not become
+//!   valid by waiting, so that is a configuration problem (20).
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
@@ -34,6 +45,7 @@ const JOB_START_MARKERS: [&str; 2] = [
     "Changing activity: Idle -> Busy",
 ];
 const STARTD_BANNER: &str = "condor_startd (CONDOR_STARTD) STARTING UP";
+const REFUSED_BY_COLLECTOR: &str = "SECMAN: required authentication with collector";
 
 /// What one StartLog line says about the pilot's life, if anything.
 pub fn classify_line(line: &str) -> Option<Event> {
@@ -42,20 +54,50 @@ pub fn classify_line(line: &str) -> Option<Event> {
     } else if line.contains(STARTD_BANNER) {
         Some(Event::StartdStarted)
     } else {
-        None
+        refused(line)
     }
 }
 
-/// Follows the StartLog from where it ended when the pilot started.
+/// The collector refused this worker's credentials (either daemon's log).
+fn refused(line: &str) -> Option<Event> {
+    (line.contains(REFUSED_BY_COLLECTOR) && line.contains("failed")).then_some(Event::Refused)
+}
+
+/// What one MasterLog line says: a daemon that died abnormally, or refused credentials.
+pub fn classify_master_line(line: &str) -> Option<Event> {
+    if let Some(rest) = line.split("The ").nth(1)
+        && rest.contains(" (pid ")
+    {
+        if rest.contains(") died due to ") {
+            return Some(Event::DaemonDied);
+        }
+        if let Some(status) = rest.split(") exited with status ").nth(1) {
+            let code = status.trim().parse::<i64>().unwrap_or(-1);
+            return (code != 0).then_some(Event::DaemonDied);
+        }
+    }
+    refused(line)
+}
+
+/// Follows one log from where it ended when the pilot started.
 #[derive(Debug)]
-pub struct StartLogWatch {
+struct LogFollower {
     path: PathBuf,
     /// (inode, offset) of what has been read.
     position: Option<(u64, u64)>,
     /// An incomplete last line, kept until its newline arrives.
     partial: String,
+}
+
+/// Follows the StartLog and the MasterLog from where they ended when the pilot started.
+#[derive(Debug)]
+pub struct StartLogWatch {
+    start: LogFollower,
+    master: Option<LogFollower>,
     seen_startd: bool,
     seen_job: bool,
+    seen_died: bool,
+    seen_refused: bool,
 }
 
 fn rotated(path: &Path) -> PathBuf {
@@ -81,30 +123,20 @@ fn read_from(path: &Path, offset: u64, into: &mut String) -> u64 {
     bytes.len() as u64
 }
 
-impl StartLogWatch {
-    /// Starts watching `path`, ignoring everything already in it.
-    pub fn new(path: PathBuf) -> Self {
+impl LogFollower {
+    /// Starts following `path`, ignoring everything already in it.
+    fn new(path: PathBuf) -> Self {
         let position = std::fs::metadata(&path).ok().map(|m| (m.ino(), m.len()));
-        StartLogWatch {
+        LogFollower {
             path,
             position,
             partial: String::new(),
-            seen_startd: false,
-            seen_job: false,
         }
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// Reads what was appended since the last call and returns the new events (each kind at
-    /// most once over the watch's life). Errors reading the log are not fatal: the log may
-    /// not exist yet.
-    pub fn poll(&mut self) -> Vec<Event> {
-        if self.seen_job {
-            return Vec::new();
-        }
+    /// The complete lines appended since the last call. Errors reading the log are not
+    /// fatal: the log may not exist yet.
+    fn lines(&mut self) -> Vec<String> {
         let mut text = String::new();
         let meta = std::fs::metadata(&self.path).ok();
         match (self.position, &meta) {
@@ -133,19 +165,60 @@ impl StartLogWatch {
             }
             (None, None) => {}
         }
-        self.scan(&text)
-    }
-
-    fn scan(&mut self, text: &str) -> Vec<Event> {
-        let mut events = Vec::new();
-        let combined = std::mem::take(&mut self.partial) + text;
+        let combined = std::mem::take(&mut self.partial) + &text;
         let (complete, rest) = match combined.rfind('\n') {
             Some(i) => combined.split_at(i + 1),
             None => ("", combined.as_str()),
         };
         self.partial = rest.to_owned();
-        for line in complete.lines() {
-            match classify_line(line) {
+        complete.lines().map(str::to_owned).collect()
+    }
+}
+
+impl StartLogWatch {
+    /// Starts watching the StartLog and, when known, the MasterLog, ignoring everything
+    /// already in them.
+    pub fn new(start_log: PathBuf, master_log: Option<PathBuf>) -> Self {
+        StartLogWatch {
+            start: LogFollower::new(start_log),
+            master: master_log.map(LogFollower::new),
+            seen_startd: false,
+            seen_job: false,
+            seen_died: false,
+            seen_refused: false,
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.start.path
+    }
+
+    /// Reads what was appended since the last call and returns the new events (each kind at
+    /// most once over the watch's life).
+    pub fn poll(&mut self) -> Vec<Event> {
+        let mut events = Vec::new();
+        let mut lines: Vec<(String, bool)> = Vec::new();
+        if let Some(master) = &mut self.master {
+            lines.extend(master.lines().into_iter().map(|l| (l, true)));
+        }
+        lines.extend(self.start.lines().into_iter().map(|l| (l, false)));
+        for (line, from_master) in lines {
+            let event = if from_master {
+                classify_master_line(&line)
+            } else {
+                classify_line(&line)
+            };
+            match event {
+                Some(Event::DaemonDied) if !self.seen_died => {
+                    self.seen_died = true;
+                    tracing::error!(line = %line.trim(), "a condor daemon died");
+                    events.push(Event::DaemonDied);
+                }
+                Some(Event::Refused) if !self.seen_refused => {
+                    self.seen_refused = true;
+                    tracing::error!(line = %line.trim(), "the pool refused this worker's credentials");
+                    events.push(Event::Refused);
+                }
                 Some(Event::StartdStarted) if !self.seen_startd => {
                     self.seen_startd = true;
                     events.push(Event::StartdStarted);
@@ -202,6 +275,67 @@ mod tests {
     }
 
     #[test]
+    fn real_master_lines_are_recognised() {
+        for line in [
+            "12/01/26 06:47:49 The STARTD (pid 20) died due to signal 9 (Killed)",
+            "12/01/26 06:47:49 The STARTD (pid 20) exited with status 4",
+            "12/01/26 06:47:49 The STARTD (pid 20) died due to exception ACCESS_VIOLATION",
+        ] {
+            assert_eq!(
+                classify_master_line(line),
+                Some(Event::DaemonDied),
+                "{line}"
+            );
+        }
+        assert_eq!(
+            classify_master_line("12/01/26 06:44:01 The STARTD (pid 20) exited with status 0"),
+            None
+        );
+        assert_eq!(
+            classify_master_line(
+                "12/01/26 06:47:49 restarting /usr/sbin/condor_startd in 10 seconds"
+            ),
+            None
+        );
+        assert_eq!(
+            classify_master_line(
+                "12/01/26 06:47:06 SECMAN: required authentication with collector pilotd-pool-cm failed, so aborting command UPDATE_MASTER_AD."
+            ),
+            Some(Event::Refused)
+        );
+        assert_eq!(
+            classify_line(
+                "12/01/26 06:47:03 SECMAN: required authentication with collector pilotd-pool-cm failed, so aborting command UPDATE_STARTD_AD."
+            ),
+            Some(Event::Refused)
+        );
+    }
+
+    #[test]
+    fn a_dead_daemon_in_the_master_log_is_reported_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let start = dir.path().join("StartLog");
+        let master = dir.path().join("MasterLog");
+        append(
+            &master,
+            "x The STARTD (pid 1) died due to signal 9 (Killed)\n",
+        );
+        let mut watch = StartLogWatch::new(start, Some(master.clone()));
+        assert!(
+            watch.poll().is_empty(),
+            "a previous run's death does not count"
+        );
+        append(
+            &master,
+            "x The STARTD (pid 2) died due to signal 9 (Killed)\n",
+        );
+        append(&master, "x The STARTD (pid 3) exited with status 4\n");
+        assert_eq!(watch.poll(), vec![Event::DaemonDied]);
+        append(&master, "x The STARTD (pid 4) exited with status 4\n");
+        assert!(watch.poll().is_empty());
+    }
+
+    #[test]
     fn old_content_is_ignored_and_new_lines_are_seen_once() {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("StartLog");
@@ -209,7 +343,7 @@ mod tests {
             &log,
             "01/01/26 00:00:00 slot1_1: Changing activity: Idle -> Busy\n",
         );
-        let mut watch = StartLogWatch::new(log.clone());
+        let mut watch = StartLogWatch::new(log.clone(), None);
         assert!(
             watch.poll().is_empty(),
             "a previous run's job does not count"
@@ -238,7 +372,7 @@ mod tests {
     fn a_missing_log_appears_later() {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("log/StartLog");
-        let mut watch = StartLogWatch::new(log.clone());
+        let mut watch = StartLogWatch::new(log.clone(), None);
         assert!(watch.poll().is_empty());
         std::fs::create_dir_all(log.parent().unwrap()).unwrap();
         append(
@@ -253,7 +387,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("StartLog");
         append(&log, "x ** condor_startd (CONDOR_STARTD) STARTING UP\n");
-        let mut watch = StartLogWatch::new(log.clone());
+        let mut watch = StartLogWatch::new(log.clone(), None);
         append(&log, "x slot1_1: Changing activity: Idle -> Busy\n");
         // Condor rotates before the pilot polls.
         std::fs::rename(&log, dir.path().join("StartLog.old")).unwrap();

@@ -10,7 +10,8 @@ use chrono::{DateTime, Utc};
 use crate::condor_config::{self, PILOT_CONFIG_FILE, TokenPlacement};
 use crate::fetch::{self, FetchError, FetchPolicy};
 use crate::lifecycle::PilotExit;
-use crate::selftest::{self, CondorPrograms, SelfTest, SelfTestError};
+use crate::selftest::{self, CondorEnv, CondorPrograms, RunAs, SelfTest, SelfTestError};
+use crate::settings::LocalDir;
 use crate::settings::Settings;
 
 /// The name the token gets in the token directory.
@@ -41,6 +42,8 @@ impl StartupError {
 pub struct Prepared {
     pub programs: CondorPrograms,
     pub start_log: PathBuf,
+    /// `MASTER_LOG`, when condor names one (it does unless the configuration is unusual).
+    pub master_log: Option<PathBuf>,
 }
 
 /// Copies the token into condor's token directory, readable only by the directory's owner
@@ -76,12 +79,52 @@ fn install_token(source: &Path, dir: &Path) -> Result<PathBuf, StartupError> {
     Ok(target)
 }
 
+/// `PILOT_LOCAL_DIR` mode: the directories the pilot itself writes into must be usable
+/// before anything is fetched (condor's own are checked by the self-test once condor can
+/// name them).
+fn prepare_local_dir(local: &LocalDir, settings: &Settings) -> Result<(), SelfTestError> {
+    let user = format!("uid {}", nix::unistd::geteuid());
+    for (name, path) in [
+        ("PILOT_LOCAL_DIR", local.root.clone()),
+        (
+            "PILOT_CONDOR_CONFIG_DIR",
+            settings.condor_config_dir.clone(),
+        ),
+        ("PILOT_TOKEN_DIR", settings.token_dir.clone()),
+    ] {
+        std::fs::create_dir_all(&path).map_err(|e| SelfTestError::CondorDir {
+            name,
+            path: path.clone(),
+            user: user.clone(),
+            reason: format!("cannot create it: {e}"),
+        })?;
+    }
+    Ok(())
+}
+
+/// The name condor's daemons need when this uid has no passwd entry (see `TokenPlacement`).
+fn daemon_name(run_as: RunAs) -> Option<String> {
+    match run_as {
+        RunAs::Unprivileged { uid, .. } => {
+            match nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) {
+                Ok(Some(_)) => None,
+                _ => Some(condor_config::daemon_name_for_uid(uid)),
+            }
+        }
+        _ => None,
+    }
+}
+
 /// Runs every start-up step in order.
 pub async fn prepare(
     settings: &Settings,
     path_var: Option<OsString>,
     now: DateTime<Utc>,
 ) -> Result<Prepared, StartupError> {
+    let run_as = RunAs::current();
+    if let Some(local) = &settings.local_dir {
+        prepare_local_dir(local, settings)?;
+    }
     let policy = FetchPolicy {
         timeout: settings.fetch_timeout,
         max_bytes: settings.fetch_max_bytes,
@@ -93,10 +136,24 @@ pub async fn prepare(
     install_token(&settings.token_file, &settings.token_dir)?;
     tracing::info!(dir = %settings.token_dir.display(), "pool token installed");
 
+    let mut env = CondorEnv::default();
+    if let Some(local) = &settings.local_dir {
+        let top = condor_config::render_top_level(local, &settings.condor_config_dir, now);
+        let name = local
+            .condor_config()
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let path = fetch::write_atomically(&local.root, &name, &top)?;
+        tracing::info!(path = %path.display(), base = %local.base_config.display(),
+            "condor runs unprivileged from PILOT_LOCAL_DIR");
+        env.vars.push(("CONDOR_CONFIG".into(), path));
+    }
     let text = condor_config::render(
         settings,
         &TokenPlacement {
             dir: &settings.token_dir,
+            daemon_name: daemon_name(run_as),
         },
         now,
     );
@@ -107,9 +164,10 @@ pub async fn prepare(
     }
 
     let programs = SelfTest {
-        scratch: &settings.scratch,
+        run_as,
         condor_master: &settings.condor_master,
         condor_config_val: &settings.condor_config_val,
+        env: &env,
         site_command: settings.selftest_cmd.as_deref(),
         site_timeout: settings.selftest_timeout,
         path_var: path_var.as_deref(),
@@ -117,9 +175,13 @@ pub async fn prepare(
     .run()
     .await?;
     tracing::info!(master = %programs.master.display(), "self-test passed");
-    let start_log = selftest::start_log_path(&programs.config_val).await?;
+    let start_log = selftest::start_log_path(&programs.config_val, &programs.env).await?;
+    let master_log = selftest::config_value(&programs.config_val, "MASTER_LOG", &programs.env)
+        .await?
+        .map(PathBuf::from);
     Ok(Prepared {
         programs,
         start_log,
+        master_log,
     })
 }

@@ -8,7 +8,6 @@
 //! master's exit status), and after the master exits every remaining child is terminated and
 //! reaped before the pilot exits. Nothing condor started outlives the pilot.
 
-use std::path::Path;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
@@ -21,6 +20,7 @@ use tokio::process::Command;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::lifecycle::{Effect, Event, Lifecycle, Limits, MasterExit, PilotExit, PilotSignal};
+use crate::selftest::CondorPrograms;
 use crate::startlog::StartLogWatch;
 
 /// The signals the pilot handles, installed once at start so none is lost while it fetches.
@@ -138,14 +138,19 @@ async fn clean_up(pgid: i32) {
 
 /// Runs condor_master until it ends and returns the pilot's exit code.
 pub async fn supervise(
-    master: &Path,
+    programs: &CondorPrograms,
     limits: Limits,
     mut watch: StartLogWatch,
     signals: &mut PilotSignals,
     clock: impl Fn() -> DateTime<Utc>,
 ) -> PilotExit {
+    let master = &programs.master;
     let mut command = Command::new(master);
-    command.arg("-f").stdin(Stdio::null()).process_group(0);
+    command
+        .arg("-f")
+        .envs(programs.env.vars.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .process_group(0);
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(e) => {

@@ -182,7 +182,65 @@ fn exit_21_when_scratch_is_not_writable() {
         &[("PILOT_SCRATCH", file.to_str().unwrap())],
     );
     assert_eq!(code, 21, "{err}");
-    assert!(err.contains("scratch directory"), "{err}");
+    assert!(
+        err.contains("condor's EXECUTE directory") && err.contains("a-file"),
+        "{err}"
+    );
+}
+
+#[test]
+fn exit_21_naming_a_log_dir_the_condor_user_cannot_write() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = CondorHome::new();
+    let server = pool_server();
+    let log = home.root().join("log");
+    std::fs::create_dir(&log).unwrap();
+    // Owned by the test's user (condor's user here) but not writable by it.
+    std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let (code, err) = run(&home, &server, "idle", &[]);
+    assert_eq!(code, 21, "{err}");
+    assert!(
+        err.contains("condor's LOG directory") && err.contains(log.to_str().unwrap()),
+        "{err}"
+    );
+}
+
+#[test]
+fn local_dir_mode_runs_condor_from_its_own_directory() {
+    let home = CondorHome::new();
+    let server = pool_server();
+    let mut child = home
+        .pilot_local(&server.url("/pool.conf"), "job")
+        .spawn()
+        .unwrap();
+    let status = wait_with_deadline(&mut child, LONG);
+    let err = stderr_of(&mut child);
+    assert_eq!(status.code(), Some(0), "{err}");
+    let local = home.root().join("local");
+    // condor read the pilot's top-level file, which includes the image's configuration and
+    // adds the pilot's config dir last: the fake master wrote its logs where 99-pilot.conf
+    // put LOG, and found the StartLog there.
+    let top = std::fs::read_to_string(local.join("condor_config")).unwrap();
+    assert!(
+        top.contains(&format!(
+            "include : {}",
+            home.root().join("condor_config").display()
+        )),
+        "{top}"
+    );
+    assert!(local.join("log/MasterLog").is_file(), "{err}");
+    assert!(local.join("config.d/99-pilot.conf").is_file());
+    assert!(
+        local
+            .join("config.d/50-pilot-fetched-00-pool.conf")
+            .is_file()
+    );
+    assert!(local.join("tokens.d/pilot-pool.token").is_file());
+    for dir in ["spool", "lock", "run", "execute"] {
+        assert!(local.join(dir).is_dir(), "{dir} was not prepared");
+    }
+    // The image's own log dir was never used.
+    assert!(!home.root().join("log/MasterLog").exists());
 }
 
 #[test]

@@ -144,8 +144,12 @@ impl CondorHome {
         std::fs::write(
             root.join("condor_config"),
             format!(
-                "# like /etc/condor/condor_config\nLOCAL_CONFIG_DIR = {0}/config.d\nLOG = {0}/log\n",
-                root.display()
+                "# like /etc/condor/condor_config\nLOCAL_CONFIG_DIR = {0}/config.d\n\
+                 LOG = {0}/log\nSPOOL = {0}/spool\nLOCK = {0}/lock\n\
+                 # condor's user is whoever runs the tests (root in CI)\nCONDOR_IDS = {1}.{2}\n",
+                root.display(),
+                nix::unistd::geteuid(),
+                nix::unistd::getegid()
             ),
         )
         .unwrap();
@@ -196,6 +200,20 @@ impl CondorHome {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        cmd
+    }
+}
+
+impl CondorHome {
+    /// The pilot in PILOT_LOCAL_DIR mode: condor runs from `<root>/local` and the image's
+    /// configuration (`<root>/condor_config`) is only included.
+    pub fn pilot_local(&self, config_url: &str, mode: &str) -> Command {
+        let mut cmd = self.pilot(config_url, mode);
+        let local = self.root().join("local");
+        cmd.env_remove("PILOT_TOKEN_DIR")
+            .env_remove("PILOT_CONDOR_CONFIG_DIR")
+            .env_remove("PILOT_SCRATCH")
+            .env("PILOT_LOCAL_DIR", &local);
         cmd
     }
 }
