@@ -36,15 +36,21 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
  && install -D -m 0755 target/release/pilotd /out/pilotd
 
 # The worker: HTCondor's execute-node image (condor_master in /usr/sbin, condor_config_val in
-# /usr/bin, LOCAL_CONFIG_DIR /etc/condor/config.d, tokens in /etc/condor/tokens.d), started
-# by the pilot instead of the image's supervisord. tini is PID 1 because condor_master cannot
-# run as PID 1 and someone must reap what escapes the pilot.
+# /usr/bin), started by the pilot instead of the image's supervisord. tini is PID 1 because
+# condor_master cannot run as PID 1 and someone must reap what escapes the pilot.
+# condor runs unprivileged, as the user pilotd runs workers as (uid 65532, every capability
+# dropped), from the scratch mount: PILOT_LOCAL_DIR makes the pilot write a top-level config
+# that includes the image's own and puts LOG, SPOOL, LOCK, RUN and EXECUTE below /pilot. The
+# image itself stays read-only to the worker. (tests/images/condor-worker/Dockerfile is the
+# same image from Debian's condor, built offline by the tests.)
 FROM docker.io/htcondor/execute:${HTCONDOR_TAG} AS worker
 COPY --from=rust-build /sbin/tini-static /usr/bin/tini
 COPY --from=pilot-build /out/pilot /usr/local/bin/pilot
-ENV PILOT_CONDOR_CONFIG_DIR=/etc/condor/config.d \
-    PILOT_TOKEN_DIR=/etc/condor/tokens.d \
-    PILOT_SCRATCH=/var/lib/condor/execute
+RUN groupadd -g 65532 pilot \
+ && useradd -u 65532 -g 65532 -d /pilot -M -s /sbin/nologin -c "pilotd worker" pilot
+ENV PILOT_LOCAL_DIR=/pilot/condor \
+    PILOT_SCRATCH=/pilot/execute
+USER 65532:65532
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/pilot"]
 # The base image's CMD (/start.sh) would become the pilot's arguments: clear it.
