@@ -116,6 +116,10 @@ pub enum StopCause {
     Refused,
     /// No job by the idle timeout plus grace, yet condor did not stop by itself.
     IdleBackstop,
+    /// die_at came: the owner's deadline. condor's own `MASTER.DAEMON_SHUTDOWN` is
+    /// evaluated only when the master updates the collector (every `MASTER_UPDATE_INTERVAL`,
+    /// 5 minutes by default), so the pilot does not wait for it.
+    DieAt,
     /// die_at plus grace passed, yet condor did not stop by itself.
     DieBackstop,
 }
@@ -145,6 +149,8 @@ pub struct Limits {
     pub kill_timeout: Duration,
     /// If no job has started by then, stop condor (it should have stopped itself earlier).
     pub idle_backstop: Option<DateTime<Utc>>,
+    /// The owner's deadline: a graceful shutdown starts then.
+    pub die_at: Option<DateTime<Utc>>,
     /// Stop condor fast at this instant whatever it is doing.
     pub die_backstop: Option<DateTime<Utc>>,
 }
@@ -214,7 +220,10 @@ impl Lifecycle {
         // manager asked for the stop.
         match (self.cause, cause) {
             (None, _)
-            | (Some(StopCause::IdleBackstop | StopCause::DieBackstop), StopCause::Signal(_)) => {
+            | (
+                Some(StopCause::IdleBackstop | StopCause::DieAt | StopCause::DieBackstop),
+                StopCause::Signal(_),
+            ) => {
                 self.cause = Some(cause);
             }
             _ => {}
@@ -292,10 +301,19 @@ impl Lifecycle {
                 if self.limits.die_backstop.is_some_and(|t| now >= t) {
                     return self.stop_for(StopCause::DieBackstop, StopLevel::Fast, now);
                 }
+                if self.limits.die_at.is_some_and(|t| now >= t) {
+                    return self.stop_for(StopCause::DieAt, StopLevel::Graceful, now);
+                }
                 if !self.job_started && self.limits.idle_backstop.is_some_and(|t| now >= t) {
                     return self.stop_for(StopCause::IdleBackstop, StopLevel::Graceful, now);
                 }
                 Vec::new()
+            }
+            Phase::Stopping {
+                level: StopLevel::Graceful,
+                ..
+            } if self.limits.die_backstop.is_some_and(|t| now >= t) => {
+                self.escalate(StopLevel::Fast, now)
             }
             Phase::Stopping { level, deadline } if now >= deadline => match level {
                 StopLevel::Graceful => self.escalate(StopLevel::Fast, now),
@@ -331,6 +349,7 @@ mod tests {
             fast_timeout: Duration::from_secs(30),
             kill_timeout: Duration::from_secs(5),
             idle_backstop: Some(t(1800)),
+            die_at: Some(t(6900)),
             die_backstop: Some(t(7200)),
         }
     }
@@ -526,6 +545,24 @@ mod tests {
         ]);
         assert!(effects.is_empty());
         assert_eq!(state.phase, Phase::Running);
+    }
+
+    #[test]
+    fn die_at_starts_a_graceful_shutdown_then_the_backstop_hurries_it() {
+        let (state, effects) = run(&[
+            (1, Event::StartdStarted),
+            (100, Event::JobStarted),
+            (6899, Event::Tick),
+            (6900, Event::Tick),
+        ]);
+        assert_eq!(effects, vec![Effect::GracefulShutdown]);
+        assert_eq!(state.cause, Some(StopCause::DieAt));
+        // The graceful deadline (5 min) is not reached yet, the backstop is.
+        let (state, effects) = on_event(state, Event::Tick, t(7200));
+        assert_eq!(effects, vec![Effect::FastShutdown]);
+        // condor exits cleanly (99: its own DAEMON_SHUTDOWN): a job ran, nothing failed.
+        let (_, effects) = on_event(state, Event::MasterExited(MasterExit::Code(99)), t(7201));
+        assert_eq!(exit_of(&effects), Some(PilotExit::RanJobs));
     }
 
     #[test]

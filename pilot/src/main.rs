@@ -88,6 +88,7 @@ async fn run() -> PilotExit {
         fast_timeout: settings.fast_timeout,
         kill_timeout: KILL_TIMEOUT,
         idle_backstop: Some(after(now, settings.idle_timeout + settings.idle_grace)),
+        die_at: settings.die_at,
         die_backstop: settings.die_at.map(|t| after(t, settings.die_grace)),
     };
     // The watch starts before the master so only this run's lines count.

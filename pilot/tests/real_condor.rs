@@ -293,3 +293,59 @@ fn the_slot_ad_carries_the_owners_limits_and_a_job_that_cannot_finish_in_time_ne
     assert_eq!(pool.job_attr(&too_long, "NumJobStarts"), "0");
     pool.on_ap("bob", &format!("condor_rm {too_long}"));
 }
+
+#[test]
+#[ignore = "needs the real HTCondor pool: run by tests/run.sh"]
+fn a_job_then_the_pools_own_shutdown_expression_is_exit_0() {
+    // The pool's configuration ends the master itself (as OSPool's does with
+    // DAEMON_SHUTDOWN_FAST); a real master stopped that way exits 99, a normal end.
+    let pool = Pool::from_env();
+    let tag = Tag::new("shutdown99");
+    let at = chrono::Utc::now().timestamp() + 30;
+    let url = pool.publish(
+        &format!("{}.conf", tag.0),
+        &format!(
+            "{}\nMASTER_UPDATE_INTERVAL = 5\nMASTER.DAEMON_SHUTDOWN_FAST = time() > {at}\n",
+            pool.standard_config()
+        ),
+    );
+    let worker = WorkerRun::new(&pool, &tag)
+        .env("PILOT_CONFIG_URLS", &url)
+        .start();
+    worker.wait_advertised(&pool, SHORT);
+    write_whoami(&pool, "alice");
+    let job = pool.submit(
+        "alice",
+        &tag,
+        "shutdown99",
+        &WHOAMI.replace("out.txt", "shutdown99.out"),
+    );
+    pool.wait_job_status(&job, 4, SHORT);
+    assert_eq!(worker.wait_exit(LONG), 0, "{}", worker.diagnose());
+    assert!(
+        worker.logs().contains("exit=Code(99)"),
+        "condor ended itself: {}",
+        worker.diagnose()
+    );
+}
+
+#[test]
+#[ignore = "needs the real HTCondor pool: run by tests/run.sh"]
+fn die_at_ends_the_worker_on_time_though_condor_would_notice_minutes_later() {
+    // MASTER.DAEMON_SHUTDOWN is evaluated when the master updates the collector, every
+    // 5 minutes by default; the owner's deadline cannot wait for that.
+    let pool = Pool::from_env();
+    let tag = Tag::new("dieat");
+    let die_at = chrono::Utc::now().timestamp() + 25;
+    let worker = WorkerRun::new(&pool, &tag)
+        .env("PILOT_DIE_AT", &die_at.to_string())
+        .start();
+    worker.wait_advertised(&pool, SHORT);
+    assert_eq!(worker.wait_exit(SHORT), 10, "{}", worker.diagnose());
+    let late = chrono::Utc::now().timestamp() - die_at;
+    assert!(
+        late <= 10,
+        "the worker ended {late} s after die_at\n{}",
+        worker.diagnose()
+    );
+}
