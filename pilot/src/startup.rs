@@ -176,9 +176,15 @@ pub async fn prepare(
     .await?;
     tracing::info!(master = %programs.master.display(), "self-test passed");
     let start_log = selftest::start_log_path(&programs.config_val, &programs.env).await?;
-    let master_log = selftest::config_value(&programs.config_val, "MASTER_LOG", &programs.env)
-        .await?
-        .map(PathBuf::from);
+    // MASTER_LOG is `$(LOG)/MasterLog` in condor's defaults; a configuration that drops it
+    // still has LOG.
+    let master_log =
+        match selftest::config_value(&programs.config_val, "MASTER_LOG", &programs.env).await? {
+            Some(path) => Some(PathBuf::from(path)),
+            None => selftest::config_value(&programs.config_val, "LOG", &programs.env)
+                .await?
+                .map(|log| PathBuf::from(log).join("MasterLog")),
+        };
     Ok(Prepared {
         programs,
         start_log,

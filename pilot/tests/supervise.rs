@@ -283,6 +283,44 @@ fn exit_30_when_condor_crashes_even_after_a_job() {
 }
 
 #[test]
+fn exit_30_at_once_when_a_daemon_dies_instead_of_waiting_for_its_restarts() {
+    let home = CondorHome::new();
+    let server = pool_server();
+    let started = Instant::now();
+    let (code, err) = run(
+        &home,
+        &server,
+        "startd-killed",
+        &[("PILOT_IDLE_TIMEOUT", "60")],
+    );
+    assert_eq!(code, 30, "{err}");
+    assert!(err.contains("a condor daemon died"), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "took {:?}: the pilot waited for the master's restarts",
+        started.elapsed()
+    );
+    assert!(
+        home.master_log().contains("Got SIGQUIT"),
+        "condor was shut down fast"
+    );
+}
+
+#[test]
+fn no_job_starts_once_accept_until_has_passed() {
+    let home = CondorHome::new();
+    let server = pool_server();
+    let past = (chrono::Utc::now() - chrono::Duration::seconds(5)).timestamp();
+    let (code, err) = run(
+        &home,
+        &server,
+        "job",
+        &[("PILOT_ACCEPT_UNTIL", &past.to_string())],
+    );
+    assert_eq!(code, 10, "{err}");
+}
+
+#[test]
 fn exit_30_when_condor_exits_without_a_startd() {
     let home = CondorHome::new();
     let server = pool_server();
