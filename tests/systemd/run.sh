@@ -20,7 +20,8 @@
 #              restarted on the new binary, the worker adopted
 #   purge      apt purge: unit gone, this instance's workers removed, state dir emptied
 #
-# Usage: tests/systemd/run.sh (as root; tests/run.sh calls it). Needs the Docker engine and the
+# Usage: tests/systemd/run.sh (as root; tests/run.sh calls it). PILOTD_SYSTEMD_KEEP=1 leaves the
+# container and its journal behind for a look (then remove it, its workers and /var/lib/pilotd). Needs the Docker engine and the
 # registry of tests/setup-docker.sh (run here, idempotent), debootstrap (installed if missing)
 # and Debian's mirror the first time the systemd image is built (cached by tag afterwards).
 #
@@ -67,6 +68,10 @@ fi
 cleanup() {
   local rc=$?
   set +e
+  if [ "${PILOTD_SYSTEMD_KEEP:-0}" = 1 ]; then
+    log "PILOTD_SYSTEMD_KEEP=1: leaving container $ctr, $state and $work; remove them by hand"
+    exit $rc
+  fi
   docker rm -f "$ctr" >/dev/null 2>&1
   local ids
   ids=$(docker ps -aq --filter label=pilotd.managed=true --filter "label=pilotd.instance=$instance")
@@ -148,10 +153,12 @@ unit_status() { c systemctl status pilotd.service --no-pager -l 2>&1 || true; }
 put_utmp() { ci sh -c 'cat > /run/utmp.new && chmod 664 /run/utmp.new && mv /run/utmp.new /run/utmp' <"$1"; }
 sh_kill() { c sh -c "kill -$1 $2"; } # /bin/kill (procps) is not in the container, on purpose
 
-# Times until all workers are paused; prints seconds.
+# The fail-safe's bound once systemd sees the daemon end (README, "Fail-safe"); measured
+# about 0.3 s here. Prints the seconds it took.
+failsafe_bound=5
 time_until_paused() { # T0
   local t0=$1
-  wait_for 30 "the fail-safe to pause the workers" all_paused
+  wait_for "$failsafe_bound" "the fail-safe to pause the workers (bound ${failsafe_bound}s)" all_paused
   elapsed "$t0"
 }
 
@@ -414,6 +421,7 @@ scenario_watchdog() {
   [ "$(prop NRestarts)" -gt "$restarts" ] || fail "NRestarts did not grow"
   journal_since_has "$ts" "Watchdog timeout" || fail "systemd did not log a watchdog timeout"
   journal_since_has "$ts" "SERVICE_RESULT=watchdog" || fail "the fail-safe did not run with SERVICE_RESULT=watchdog"
+  journal_since_has "$ts" "paused 1 worker(s) of instance \"$instance\"" || fail "the fail-safe did not pause the worker after the watchdog kill"
   wait_for 15 "the adopted worker to resume" running_is "$first_worker"
   undropin 50-test-watchdog
   c systemctl restart pilotd.service || fail "restart with the packaged WatchdogSec failed"
@@ -495,8 +503,24 @@ scenario_failsafe() {
   c cp "$work_in/policy.good" "$policy"
   c systemctl start pilotd.service || fail "start with the fixed policy failed"
   wait_for 15 "the worker to resume" running_is "$first_worker"
+
+  # pilotd.toml broken when the daemon dies: the fail-safe still finds this instance's workers
+  # (built-in socket, the instance the last daemon recorded in status.json).
+  c cp "$site" "$work_in/site.good"
+  echo 'this is not toml' | ci sh -c "cat >> $site"
+  pid=$(prop MainPID)
+  t0=$EPOCHREALTIME
+  ts=$(date +%s)
+  sh_kill KILL "$pid"
+  local t_pause_broken
+  t_pause_broken=$(time_until_paused "$t0")
+  journal_since_has "$ts" "using the built-in socket unix:///var/run/docker.sock and instance \"$instance\"" \
+    || fail "the fail-safe did not say how it found the workers without pilotd.toml"
+  c cp "$work_in/site.good" "$site"
+  c systemctl start pilotd.service || fail "start with the fixed pilotd.toml failed"
+  wait_for 15 "the worker to resume" running_is "$first_worker"
   undropin 50-test-norestart
-  ok "failed unit (SIGKILL, Restart=no): paused in $t_pause s and still paused 10 s later; a failed start (bad policy) paused it too; each next start adopted and resumed $first_worker"
+  ok "failed unit (SIGKILL, Restart=no): paused in $t_pause s and still paused 10 s later; a failed start (bad policy) paused it too; with pilotd.toml broken, paused in $t_pause_broken s via the recorded instance; each next start adopted and resumed $first_worker"
 }
 
 scenario_stop() {
@@ -537,8 +561,9 @@ scenario_stop() {
 
 scenario_upgrade() {
   begin upgrade
-  local pid sums started out
+  local pid sums started out ts
   pid=$(prop MainPID)
+  ts=$(date +%s)
   sums=$(c sha256sum "$site" "$policy")
   started=$(docker inspect -f '{{.State.StartedAt}}' "$first_worker")
   out=$(c sh -c 'cd /debs/v2 && DEBIAN_FRONTEND=noninteractive apt-get install -y ./pilotd_*.deb' 2>&1) \
@@ -554,6 +579,8 @@ scenario_upgrade() {
   sleep 3
   running_is "$first_worker" || fail "after the upgrade: $(workers | tr '\n' ' ') (expected $first_worker running)"
   [ "$(docker inspect -f '{{.State.StartedAt}}' "$first_worker")" = "$started" ] || fail "the worker was restarted"
+  journal_since_has "$ts" "failsafe: pilotd stopped cleanly" || fail "no clean stop in the upgrade's restart"
+  if journal_since_has "$ts" "ended abnormally"; then fail "the fail-safe paused workers during the upgrade"; fi
   ok "$v1 -> $v2 with a worker running: edited pilotd.toml and policy kept byte for byte, daemon restarted on the new binary, $first_worker adopted untouched"
 }
 
@@ -562,8 +589,10 @@ scenario_purge() {
   local out
   running_is "$first_worker" || fail "no running worker before purge"
   c sh -c 'umask 077 && echo test-token > /etc/pilotd/pool.token'
+  local t0=$EPOCHREALTIME t_purge
   out=$(c sh -c 'DEBIAN_FRONTEND=noninteractive apt-get purge -y pilotd' 2>&1) \
     || { echo "$out" >&2; fail "apt-get purge failed"; }
+  t_purge=$(elapsed "$t0")
   grep -q "removed 1 worker(s) of instance \"$instance\"" <<<"$out" || { echo "$out" >&2; fail "purge did not say which workers it removed"; }
   [ -z "$(workers)" ] || fail "workers left after purge: $(workers | tr '\n' ' ')"
   c test ! -e /usr/lib/systemd/system/pilotd.service || fail "the unit file is still there"
@@ -576,7 +605,7 @@ scenario_purge() {
   c test -f /etc/pilotd/pool.token || fail "purge removed pool.token, which dpkg does not own"
   [ -z "$(c find "$state" -mindepth 1)" ] || fail "purge left state: $(c find "$state" -mindepth 1 | head)"
   grep -q 'removed /var/lib/pilotd' <<<"$out" || fail "purge did not say it removed the state dir"
-  ok "unit and enable link gone, conffiles and policy.toml.bak gone (pool.token kept), this instance's worker removed and said so, $state emptied"
+  ok "apt purge in $t_purge s: unit and enable link gone, conffiles and policy.toml.bak gone (pool.token kept), this instance's worker removed and said so, $state emptied"
 }
 
 work_in=/root/pilotd-test
