@@ -118,7 +118,17 @@ pub fn run(g: &Global, a: &FailsafeArgs) -> Result<String, CmdError> {
     let b =
         crate::backend::docker::DockerBackend::connect(&d.socket, &settings.instance, d.timeout.0)
             .map(AnyBackend::Docker)
-            .map_err(|e| CmdError::Runtime(format!("{out}failsafe: {e}")))?;
+            .map_err(|e| {
+                CmdError::Runtime(format!(
+                    "{out}failsafe: {}: {e}\n  workers of instance \"{}\" may still be running",
+                    if a.remove {
+                        "cannot remove the workers".to_string()
+                    } else {
+                        format!("pilotd ended abnormally ({})", end.describe())
+                    },
+                    settings.instance
+                ))
+            })?;
     let result = rt.block_on(async {
         if a.remove {
             remove_all(&b, a.grace, &settings).await
