@@ -26,6 +26,7 @@ use crate::cli::Global;
 use crate::config::{self, Mode, SiteConfig, SiteFile};
 use crate::daemon::state;
 use crate::plan::volunteer::WorkerSettings;
+use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::Path;
 use std::time::Duration;
@@ -133,7 +134,7 @@ pub fn run(g: &Global, a: &FailsafeArgs) -> Result<String, CmdError> {
         if a.remove {
             remove_all(&b, a.grace, &settings).await
         } else {
-            pause_all(&b, &settings.instance, &end).await
+            pause_all(&b, &settings.instance, &end, SETTLE).await
         }
     });
     match result {
@@ -170,46 +171,97 @@ fn running(w: &Worker) -> bool {
     matches!(w.state, WorkerState::Running | WorkerState::Restarting)
 }
 
-/// Pauses every running worker of the instance, all at once.
+/// How long the fail-safe waits before its second look: a start or an unpause the daemon had
+/// asked for just before it died may complete in the engine after the first look.
+pub const SETTLE: Duration = Duration::from_secs(2);
+
+/// Pauses every running worker of the instance, all at once, and looks again `settle` later
+/// for requests the dead daemon left in flight: a worker that started or was resumed since is
+/// paused too, and one created but never started is removed (the next pilotd would remove it
+/// anyway; removing it now means an in-flight start cannot bring it up).
 pub async fn pause_all(
     b: &impl Backend,
     instance: &str,
     end: &ServiceEnd,
+    settle: Duration,
 ) -> Result<String, String> {
     let why = format!("pilotd ended abnormally ({})", end.describe());
-    let list = b.list_workers().await.map_err(|e| {
-        format!("failsafe: {why}, and the workers cannot be listed: {e}\n  workers of instance \"{instance}\" may still be running")
-    })?;
-    let targets: Vec<&Worker> = list.iter().filter(|w| running(w)).collect();
-    let results = futures_util::future::join_all(targets.iter().map(|w| b.pause(&w.id))).await;
-    let mut out = String::new();
-    let mut failed = Vec::new();
-    let mut paused = Vec::new();
-    for (w, r) in targets.iter().zip(results) {
-        match r {
-            Ok(()) => paused.push(w.name.as_str()),
-            Err(e) => failed.push(format!("{}: {e}", w.name)),
+    // By name, the last attempt's result: a pause that failed on the first look and worked on
+    // the second is a success.
+    let mut paused: BTreeMap<String, Result<(), String>> = BTreeMap::new();
+    let mut removed: BTreeMap<String, Result<(), String>> = BTreeMap::new();
+    let mut already = 0;
+    for look in 0..2 {
+        if look == 1 {
+            tokio::time::sleep(settle).await;
+        }
+        let list = match b.list_workers().await {
+            Ok(l) => l,
+            Err(e) if look == 0 => {
+                return Err(format!(
+                    "failsafe: {why}, and the workers cannot be listed: {e}\n  workers of instance \"{instance}\" may still be running"
+                ));
+            }
+            Err(e) => {
+                paused.insert("(second look)".into(), Err(e.to_string()));
+                break;
+            }
+        };
+        if look == 0 {
+            already = list
+                .iter()
+                .filter(|w| w.state == WorkerState::Paused)
+                .count();
+        }
+        let run: Vec<&Worker> = list.iter().filter(|w| running(w)).collect();
+        let created: Vec<&Worker> = list
+            .iter()
+            .filter(|w| w.state == WorkerState::Created)
+            .collect();
+        let (p, r) = futures_util::future::join(
+            futures_util::future::join_all(run.iter().map(|w| b.pause(&w.id))),
+            futures_util::future::join_all(created.iter().map(|w| b.remove(&w.id))),
+        )
+        .await;
+        for (w, res) in run.iter().zip(p) {
+            paused.insert(w.name.clone(), res.map_err(|e| e.to_string()));
+        }
+        for (w, res) in created.iter().zip(r) {
+            removed.insert(w.name.clone(), res.map_err(|e| e.to_string()));
         }
     }
-    let already = list
-        .iter()
-        .filter(|w| w.state == WorkerState::Paused)
-        .count();
-    let _ = writeln!(
-        out,
-        "failsafe: {why}: paused {} worker(s) of instance \"{instance}\"{}{}; the next pilotd resumes them only if the owner's policy allows",
-        paused.len(),
-        if paused.is_empty() {
-            String::new()
-        } else {
-            format!(" ({})", paused.join(", "))
-        },
-        if already > 0 {
-            format!(", {already} already paused")
-        } else {
-            String::new()
-        }
+    let ok = |m: &BTreeMap<String, Result<(), String>>| -> Vec<String> {
+        m.iter()
+            .filter(|(_, r)| r.is_ok())
+            .map(|(n, _)| n.clone())
+            .collect()
+    };
+    let (paused_ok, removed_ok) = (ok(&paused), ok(&removed));
+    let mut out = format!(
+        "failsafe: {why}: paused {} worker(s) of instance \"{instance}\"",
+        paused_ok.len()
     );
+    if !paused_ok.is_empty() {
+        let _ = write!(out, " ({})", paused_ok.join(", "));
+    }
+    if already > 0 {
+        let _ = write!(out, ", {already} already paused");
+    }
+    if !removed_ok.is_empty() {
+        let _ = write!(
+            out,
+            ", removed {} never started ({})",
+            removed_ok.len(),
+            removed_ok.join(", ")
+        );
+    }
+    out.push_str("; the next pilotd resumes them only if the owner's policy allows\n");
+    // A failed remove of a created worker only matters if it then ran: the second look's pause
+    // covers that, so only failed pauses fail the fail-safe.
+    let failed: Vec<String> = paused
+        .iter()
+        .filter_map(|(n, r)| r.as_ref().err().map(|e| format!("{n}: {e}")))
+        .collect();
     if failed.is_empty() {
         Ok(out)
     } else {
@@ -349,7 +401,9 @@ mod tests {
             worker("b", WorkerState::Paused),
             worker("c", WorkerState::Exited),
         ];
-        let out = pause_all(&b, "t", &end(Some("signal"))).await.unwrap();
+        let out = pause_all(&b, "t", &end(Some("signal")), Duration::ZERO)
+            .await
+            .unwrap();
         assert!(out.contains("paused 1 worker(s)"), "{out}");
         assert!(out.contains("1 already paused"), "{out}");
         assert!(out.contains("SERVICE_RESULT=signal"), "{out}");
@@ -363,10 +417,42 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_second_look_catches_what_the_dead_daemon_left_in_flight() {
+        let b = FakeBackend::new();
+        b.lock().workers = vec![
+            worker("a", WorkerState::Running),
+            // Being resumed by the daemon as it died: the unpause lands after the first look.
+            worker("d", WorkerState::Paused),
+            // Created, its start still in flight.
+            worker("e", WorkerState::Created),
+        ];
+        let late = b.clone();
+        let flip = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            late.lock().workers[1].state = WorkerState::Running;
+        });
+        let out = pause_all(&b, "t", &end(Some("signal")), Duration::from_millis(200))
+            .await
+            .unwrap();
+        flip.await.unwrap();
+        assert!(out.contains("paused 2 worker(s)"), "{out}");
+        assert!(
+            out.contains("removed 1 never started (pilotd-t-e)"),
+            "{out}"
+        );
+        let w = b.lock().workers.clone();
+        assert!(
+            w.iter().all(|w| w.state == WorkerState::Paused),
+            "{w:?} {:?}",
+            b.calls()
+        );
+    }
+
+    #[tokio::test]
     async fn an_engine_that_cannot_list_is_an_error() {
         let b = FakeBackend::new();
         b.lock().unavailable = true;
-        let e = pause_all(&b, "t", &end(Some("watchdog")))
+        let e = pause_all(&b, "t", &end(Some("watchdog")), Duration::ZERO)
             .await
             .unwrap_err();
         assert!(e.contains("may still be running"), "{e}");
