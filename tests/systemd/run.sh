@@ -148,6 +148,15 @@ status_has() { grep -qF "$1" <<<"$(c pilotd status 2>/dev/null)"; }
 # status file's mtime is the witness.
 journal_since_has_cycle() { [ "$(c stat -c %Y "$state/status.json")" -gt "$1" ]; }
 journal_since_has() { grep -qF "$2" <<<"$(journal --since "@$1")"; }
+# expect_journal T0 TEXT WHY: TEXT appears in the journal since T0 within 10 s, or fail with WHY.
+# (The fail-safe logs when it is done, 2 s after its first look.)
+expect_journal() {
+  local t0=$EPOCHREALTIME
+  until journal_since_has "$1" "$2"; do
+    awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { exit !(b - a > 10) }' && fail "$3"
+    sleep 0.2
+  done
+}
 journal_has() { grep -q "$1" <<<"$(journal)"; }
 unit_status() { c systemctl status pilotd.service --no-pager -l 2>&1 || true; }
 put_utmp() { ci sh -c 'cat > /run/utmp.new && chmod 664 /run/utmp.new && mv /run/utmp.new /run/utmp' <"$1"; }
@@ -347,7 +356,7 @@ scenario_reload() {
   t0=$(date +%s)
   c systemctl reload pilotd.service || fail "reload of a valid policy failed"
   wait_for 15 "status to show the new memory share" status_has "of 1 CPU, 96 MiB"
-  journal_since_has "$t0" "configuration reloaded" || fail "no 'configuration reloaded' in the journal"
+  expect_journal "$t0" "configuration reloaded" "no 'configuration reloaded' in the journal"
   [ "$(prop MainPID)" = "$pid" ] || fail "reload restarted the daemon"
 
   # Invalid: refused by the unit's ExecReload check, with FILE:LINE:COL; the last good stays.
@@ -357,8 +366,7 @@ scenario_reload() {
   line=$(c grep -n '^cpus = ' "$policy" | cut -d: -f1)
   t0=$(date +%s)
   if c systemctl reload pilotd.service 2>/dev/null; then fail "reload of an invalid policy succeeded"; fi
-  sleep 1
-  journal_since_has "$t0" "$policy:$line:" || fail "the journal does not name $policy:$line:COL"
+  expect_journal "$t0" "$policy:$line:" "the journal does not name $policy:$line:COL"
   [ "$(prop ActiveState)" = active ] && [ "$(prop MainPID)" = "$pid" ] || fail "an invalid reload stopped the daemon"
   # `pilotd status` reads the policy too, so it refuses with the same FILE:LINE:COL...
   local st
@@ -373,7 +381,7 @@ scenario_reload() {
   t0=$(date +%s)
   c systemctl kill --kill-whom=main --signal=HUP pilotd.service
   wait_for 10 "the daemon to refuse the invalid policy" journal_since_has "$t0" "reload failed, keeping the last good configuration"
-  journal_since_has "$t0" "$policy:$line:" || fail "the daemon's refusal does not name $policy:$line:COL"
+  expect_journal "$t0" "$policy:$line:" "the daemon's refusal does not name $policy:$line:COL"
   # RELOADING=1 on SIGHUP, READY=1 after the next cycle: systemd sees the reload end.
   wait_for 10 "READY=1 after the refused SIGHUP" unit_is active
   [ "$(prop MainPID)" = "$pid" ] || fail "the daemon died on an invalid SIGHUP"
@@ -419,9 +427,9 @@ scenario_watchdog() {
   local t_restart
   t_restart=$(elapsed "$t0")
   [ "$(prop NRestarts)" -gt "$restarts" ] || fail "NRestarts did not grow"
-  journal_since_has "$ts" "Watchdog timeout" || fail "systemd did not log a watchdog timeout"
-  journal_since_has "$ts" "SERVICE_RESULT=watchdog" || fail "the fail-safe did not run with SERVICE_RESULT=watchdog"
-  journal_since_has "$ts" "paused 1 worker(s) of instance \"$instance\"" || fail "the fail-safe did not pause the worker after the watchdog kill"
+  expect_journal "$ts" "Watchdog timeout" "systemd did not log a watchdog timeout"
+  expect_journal "$ts" "SERVICE_RESULT=watchdog" "the fail-safe did not run with SERVICE_RESULT=watchdog"
+  expect_journal "$ts" "paused 1 worker(s) of instance \"$instance\"" "the fail-safe did not pause the worker after the watchdog kill"
   wait_for 15 "the adopted worker to resume" running_is "$first_worker"
   undropin 50-test-watchdog
   c systemctl restart pilotd.service || fail "restart with the packaged WatchdogSec failed"
@@ -462,7 +470,7 @@ scenario_crash() {
   t_down=$(elapsed "$t0")
   wait_for 30 "the restarted daemon to be active" active_with_new_pid "$pid"
   [ "$(prop NRestarts)" = $((restarts + 1)) ] || fail "NRestarts is $(prop NRestarts), expected $((restarts + 1))"
-  journal_since_has "$ts" "SERVICE_RESULT=signal" || fail "the fail-safe did not report SERVICE_RESULT=signal"
+  expect_journal "$ts" "SERVICE_RESULT=signal" "the fail-safe did not report SERVICE_RESULT=signal"
   wait_for 15 "the adopted worker to resume" running_is "$first_worker"
   sleep 3
   running_is "$first_worker" || fail "after adoption: $(workers | tr '\n' ' ') (expected only $first_worker, running)"
@@ -487,7 +495,7 @@ scenario_failsafe() {
     [ "$(prop ActiveState)" = failed ] || fail "the unit left the failed state by itself"
     sleep 0.5
   done
-  journal_since_has "$ts" "paused 1 worker(s) of instance \"$instance\"" || fail "the fail-safe did not say what it paused"
+  expect_journal "$ts" "paused 1 worker(s) of instance \"$instance\"" "the fail-safe did not say what it paused"
   c systemctl start pilotd.service || fail "start after the failure failed"
   wait_for 15 "the adopted worker to resume" running_is "$first_worker"
 
@@ -499,7 +507,7 @@ scenario_failsafe() {
   if c systemctl restart pilotd.service 2>/dev/null; then fail "restart with an invalid policy succeeded"; fi
   wait_for 10 "the failed start to pause the worker" all_paused
   [ "$(prop ActiveState)" = failed ] || fail "ActiveState after a failed start: $(prop ActiveState)"
-  journal_since_has "$ts" "SERVICE_RESULT=exit-code" || fail "the fail-safe did not run after the failed start"
+  expect_journal "$ts" "SERVICE_RESULT=exit-code" "the fail-safe did not run after the failed start"
   c cp "$work_in/policy.good" "$policy"
   c systemctl start pilotd.service || fail "start with the fixed policy failed"
   wait_for 15 "the worker to resume" running_is "$first_worker"
@@ -514,8 +522,8 @@ scenario_failsafe() {
   sh_kill KILL "$pid"
   local t_pause_broken
   t_pause_broken=$(time_until_paused "$t0")
-  journal_since_has "$ts" "using the built-in socket unix:///var/run/docker.sock and instance \"$instance\"" \
-    || fail "the fail-safe did not say how it found the workers without pilotd.toml"
+  expect_journal "$ts" "using the built-in socket unix:///var/run/docker.sock and instance \"$instance\"" \
+    "the fail-safe did not say how it found the workers without pilotd.toml"
   c cp "$work_in/site.good" "$site"
   c systemctl start pilotd.service || fail "start with the fixed pilotd.toml failed"
   wait_for 15 "the worker to resume" running_is "$first_worker"
@@ -533,7 +541,7 @@ scenario_stop() {
   t_keep=$(elapsed "$t0")
   [ "$(prop ActiveState)" = inactive ] && [ "$(prop Result)" = success ] \
     || fail "after stop: $(prop ActiveState), result $(prop Result)"
-  journal_since_has "$ts" "stopped cleanly" || fail "the fail-safe did not stay out of a clean stop"
+  expect_journal "$ts" "stopped cleanly" "the fail-safe did not stay out of a clean stop"
   running_is "$first_worker" || fail "on_shutdown = keep: the worker did not keep running"
 
   # on_shutdown = "stop": the drain stops the worker gracefully (it takes 1s to vacate).
@@ -547,7 +555,7 @@ scenario_stop() {
   t_stop=$(elapsed "$t0")
   [ "$(prop Result)" = success ] || fail "stop result $(prop Result)"
   [ "$(count_in running)" = 0 ] && [ "$(count_in paused)" = 0 ] || fail "on_shutdown = stop left: $(workers | tr '\n' ' ')"
-  journal_since_has "$ts" 'on_shutdown = "stop"' || fail "the drain did not say it stops the workers"
+  expect_journal "$ts" 'on_shutdown = "stop"' "the drain did not say it stops the workers"
   local timeout_s
   timeout_s=$(prop TimeoutStopUSec)
   [ "$timeout_s" = 15min ] || fail "TimeoutStopUSec is $timeout_s"
@@ -579,7 +587,7 @@ scenario_upgrade() {
   sleep 3
   running_is "$first_worker" || fail "after the upgrade: $(workers | tr '\n' ' ') (expected $first_worker running)"
   [ "$(docker inspect -f '{{.State.StartedAt}}' "$first_worker")" = "$started" ] || fail "the worker was restarted"
-  journal_since_has "$ts" "failsafe: pilotd stopped cleanly" || fail "no clean stop in the upgrade's restart"
+  expect_journal "$ts" "failsafe: pilotd stopped cleanly" "no clean stop in the upgrade's restart"
   if journal_since_has "$ts" "ended abnormally"; then fail "the fail-safe paused workers during the upgrade"; fi
   ok "$v1 -> $v2 with a worker running: edited pilotd.toml and policy kept byte for byte, daemon restarted on the new binary, $first_worker adopted untouched"
 }
