@@ -343,7 +343,7 @@ scenario_hardening() {
   [ -z "$sd_notes" ] || log "note: systemd in this container reported: $sd_notes"
   local exposure
   exposure=$(c systemd-analyze security pilotd.service --no-pager 2>/dev/null | tail -n 1 || true)
-  ok "NoNewPrivs, seccomp, bounding set 0x2d, /usr /etc /home read-only, state dir writable; engine via socket; status+history written; /metrics served; alice's login paused the worker in $t_login s and her logout resumed it; an exclusive process (read from /proc) paused it; nothing denied in the journal; ${exposure:-no systemd-analyze security}"
+  ok "NoNewPrivs, seccomp, bounding set 0x2d, /usr /etc /var/lib /root /home/alice read-only, /var/lib/pilotd writable; engine via socket; status+history written; /metrics served; alice's login paused the worker in $t_login s and her logout resumed it; an exclusive process (read from /proc) paused it; nothing denied in the journal; ${exposure:-no systemd-analyze security}"
 }
 
 scenario_reload() {
