@@ -75,6 +75,9 @@ pub enum Command {
     Completions(CompletionsArgs),
     /// Write the man pages (pilotd.1 and pilotd-SUBCOMMAND.1) into a directory
     Manpages(ManpagesArgs),
+    /// After pilotd ended abnormally (systemd's ExecStopPost, SERVICE_RESULT not "success"):
+    /// pause this instance's workers until a pilotd decides again; --remove deletes them
+    Failsafe(crate::cmd::failsafe::FailsafeArgs),
 }
 
 #[derive(Debug, Args)]

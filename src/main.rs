@@ -24,6 +24,7 @@ fn main() -> ExitCode {
         Command::Run(a) => cmd::run::run(g, a),
         Command::Status(a) => cmd::status::run(g, a),
         Command::Gc(a) => cmd::gc::run(g, a),
+        Command::Failsafe(a) => cmd::failsafe::run(g, a),
     };
     match result {
         Ok(out) => {

@@ -57,6 +57,7 @@ if grep -q 'deb-systemd-invoke start' "$ctl/postinst"; then
   fail "postinst starts pilotd before the owner chose a policy"
 fi
 grep -q '^Recommends: .*docker' "$ctl/control" || fail "no Recommends on a Docker engine"
+grep -q 'pilotd failsafe --remove' "$ctl/prerm" || fail "prerm does not remove the workers on removal"
 ok "maintainer scripts: postinst enables (not starts) the unit and prints the init hint"
 
 # dpkg keeps its database under the root; an empty one is a fresh system.
@@ -169,22 +170,32 @@ out=$(check 2>&1) || { echo "$out" >&2; fail "pilotd check fails after the upgra
 ok "edited policy kept, unedited pilotd.toml updated, no .dpkg-* files, check passes"
 
 echo "== remove and purge"
-touch "$root/var/lib/pilotd/history.jsonl"   # state a running daemon would have left
-rdpkg -r pilotd >/dev/null 2>&1 || fail "dpkg -r failed"
+touch "$root/var/lib/pilotd/history.json"   # state a running daemon would have left
+out=$(rdpkg -r pilotd 2>&1) || { echo "$out" >&2; fail "dpkg -r failed"; }
 [ ! -e "$root/usr/bin/pilotd" ] || fail "remove left /usr/bin/pilotd"
 [ -f "$root/etc/pilotd/policy.toml" ] || fail "remove deleted the owner's policy"
-ok "remove: binaries gone, /etc/pilotd kept"
+[ -f "$root/var/lib/pilotd/history.json" ] || fail "remove deleted the state dir"
+# prerm removes the host's workers on a real removal; under --root it must not touch the host.
+if grep -q 'removing this machine' <<<"$out"; then fail "prerm acted on the host's engine under --root"; fi
+ok "remove: binaries gone, /etc/pilotd and /var/lib/pilotd kept, host engine left alone"
+# A scratch dir left by a worker prerm could not remove: purge keeps it (and only it), says so.
+mkdir -p "$root/var/lib/pilotd/scratch/pilotd-default-1"
 out=$(rdpkg -P pilotd 2>&1) || { echo "$out" >&2; fail "dpkg -P failed"; }
 [ ! -e "$root/etc/pilotd/policy.toml" ] && [ ! -e "$root/etc/pilotd/pilotd.toml" ] \
   || fail "purge left the conffiles"
-[ -f "$root/var/lib/pilotd/history.jsonl" ] || fail "purge deleted a non-empty state dir"
-grep -q 'kept /var/lib/pilotd' <<<"$out" || fail "purge did not say it kept the state dir"
+[ -d "$root/var/lib/pilotd/scratch/pilotd-default-1" ] || fail "purge deleted a worker's scratch dir"
+[ ! -e "$root/var/lib/pilotd/history.json" ] || fail "purge left the history"
+grep -q 'kept .*/var/lib/pilotd/scratch' <<<"$out" || fail "purge did not say it kept scratch: $out"
 [ ! -e "$root/etc/systemd/system/multi-user.target.wants/pilotd.service" ] \
   || fail "purge left the unit enabled"
-rm "$root/var/lib/pilotd/history.jsonl"
+rm -r "$root/var/lib/pilotd/scratch"
 rdpkg -i "$deb" >/dev/null 2>&1 || fail "reinstall failed"
-rdpkg -P pilotd >/dev/null 2>&1 || fail "second purge failed"
-[ ! -e "$root/var/lib/pilotd" ] || fail "purge left an empty /var/lib/pilotd"
-ok "purge: conffiles and unit links gone; state dir kept while not empty, removed when empty"
+touch "$root/var/lib/pilotd/history.json"
+mkdir -p "$root/var/lib/pilotd/scratch"
+rdpkg -r pilotd >/dev/null 2>&1 || fail "second remove failed"
+out=$(rdpkg -P pilotd 2>&1) || { echo "$out" >&2; fail "second purge failed"; }
+[ ! -e "$root/var/lib/pilotd" ] || fail "purge left /var/lib/pilotd: $(find "$root/var/lib/pilotd")"
+grep -q 'removed /var/lib/pilotd' <<<"$out" || fail "purge did not say it removed the state dir: $out"
+ok "purge: conffiles, unit links and state gone; a leftover worker scratch dir kept and named"
 
 echo "package test: all checks passed"

@@ -8,13 +8,15 @@ export CARGO_TERM_COLOR=never
 log() { printf '\n=== %s\n' "$*"; }
 
 # Debian packages the tests use: utmpdump/who (real utmp files), busybox-static (test images),
-# docker-registry (a real registry on 127.0.0.1), systemd (systemd-analyze verify).
+# docker-registry (a real registry on 127.0.0.1), systemd (systemd-analyze verify), debootstrap
+# (the real-systemd container image, tests/systemd).
 need=()
 command -v utmpdump >/dev/null || need+=(util-linux)
 command -v who >/dev/null || need+=(coreutils)
 dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
 command -v docker-registry >/dev/null || need+=(docker-registry)
 command -v systemd-analyze >/dev/null || need+=(systemd)
+command -v debootstrap >/dev/null || need+=(debootstrap)
 command -v docker >/dev/null || need+=(docker.io)
 command -v python3 >/dev/null || need+=(python3)
 command -v curl >/dev/null || need+=(curl)
@@ -61,3 +63,8 @@ cargo test --quiet -p pilot --test real_condor -- --include-ignored --test-threa
 
 log "debian package"
 bash tests/package.sh
+
+log "the service under a real systemd"
+# apt install of the .deb in a container running systemd, driving this host's engine:
+# install, hardening, reload, watchdog, crash, fail-safe, stop, upgrade, purge.
+bash tests/systemd/run.sh

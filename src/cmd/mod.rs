@@ -3,6 +3,7 @@
 
 pub mod check;
 pub mod completions;
+pub mod failsafe;
 pub mod gc;
 pub mod init;
 pub mod kubernetes;

@@ -12,7 +12,7 @@ use crate::service::notify;
 use std::sync::{Arc, Mutex};
 
 pub fn run(g: &Global, a: &RunArgs) -> Result<String, CmdError> {
-    let cfg = load_config(g, SiteFile::Required, this_machine())?;
+    let mut cfg = load_config(g, SiteFile::Required, this_machine())?;
     // Detach (or lock the pid file) before logging threads or any runtime exist: tokio does
     // not survive a fork.
     let service = match prepare_process(&cfg, a)? {
@@ -21,6 +21,18 @@ pub fn run(g: &Global, a: &RunArgs) -> Result<String, CmdError> {
         Prepared::Run(s) => s,
     };
     init_logging(g.log_format, cfg.site.log.level.as_deref());
+    // The watchdog is pinged after every cycle, so a cycle must come at least every half of
+    // systemd's WatchdogSec, whatever `interval` says; otherwise a healthy daemon is killed.
+    if let Some(half) = notify::watchdog_interval()
+        && cfg.site.interval.0 > half
+    {
+        tracing::info!(
+            "a cycle every {}s instead of interval = {}s: systemd's WatchdogSec needs a sign of life that often",
+            half.as_secs_f64(),
+            cfg.site.interval.0.as_secs_f64()
+        );
+        cfg.site.interval.0 = half;
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("pilotd")

@@ -1,0 +1,630 @@
+#!/usr/bin/env bash
+# pilotd's whole service life under a real systemd, as on a donated machine: the .deb installed
+# with apt in a container that runs systemd as PID 1, the host's Docker engine driven through
+# its socket, the busybox test workers of tests/setup-docker.sh. Each scenario prints
+# `ok - NAME (SECONDS s): what it showed` or fails the run with the pilotd journal tail.
+#
+#   install    apt install; unit enabled, not started; init with piped answers; start reaches
+#              active (running) through READY=1; systemctl status shows the STATUS= line
+#   hardening  under the unit's sandbox: Docker socket, state dir, utmp, /proc, metrics port;
+#              the sandbox really applied (NoNewPrivs, seccomp, bounding set, read-only /usr)
+#   reload     a valid change applied; an invalid one refused with FILE:LINE:COL, last good kept
+#              (by the unit's check and by the daemon itself); no /bin/kill needed
+#   watchdog   WatchdogSec honoured by a healthy daemon; a SIGSTOPped one is restarted
+#   crash      SIGKILL: fail-safe pauses the workers at once, Restart=on-failure brings pilotd
+#              back after RestartSec, which adopts (same containers, no duplicates) and resumes
+#   failsafe   the service failed and stays down (Restart=no), and a start that fails
+#              (ExecStartPre check): workers stay paused, nobody computes
+#   stop       drains within TimeoutStopSec; on_shutdown "keep" and "stop" both honoured
+#   upgrade    apt install of a newer .deb while a worker runs: edited files kept, daemon
+#              restarted on the new binary, the worker adopted
+#   purge      apt purge: unit gone, this instance's workers removed, state dir emptied
+#
+# Usage: tests/systemd/run.sh (as root; tests/run.sh calls it). PILOTD_SYSTEMD_KEEP=1 leaves the
+# container and its journal behind for a look (then remove it, its workers and /var/lib/pilotd). Needs the Docker engine and the
+# registry of tests/setup-docker.sh (run here, idempotent), debootstrap (installed if missing)
+# and Debian's mirror the first time the systemd image is built (cached by tag afterwards).
+#
+# The engine resolves bind-mount sources on the HOST, so the workers' scratch dirs must have the
+# same path inside the systemd container and on the host: the host's /var/lib/pilotd is
+# bind-mounted at /var/lib/pilotd. The suite refuses to run when the host already has a
+# /var/lib/pilotd it did not create (a real pilotd lives here), and removes it on exit.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+run_id=$$
+instance=systemd-test-$run_id
+ctr=pilotd-systemd-test-$run_id
+state=/var/lib/pilotd
+marker=/var/lib/.pilotd-systemd-test
+work=$(mktemp -d "${TMPDIR:-/var/tmp}/pilotd-systemd.XXXXXX")
+scenario=setup
+suite_start=$EPOCHREALTIME
+
+log() { echo "systemd-test: $*" >&2; }
+elapsed() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
+
+# --- host prerequisites ------------------------------------------------------------------------
+need=()
+command -v utmpdump >/dev/null || need+=(util-linux)
+command -v flock >/dev/null || need+=(util-linux)
+command -v dpkg-deb >/dev/null || need+=(dpkg)
+if [ ${#need[@]} -gt 0 ]; then
+  log "installing ${need[*]}"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null \
+    || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null; }
+fi
+
+# One run at a time: the host's /var/lib/pilotd is shared.
+exec 9>/var/lock/pilotd-systemd-test.lock
+flock -w 900 9 || { log "another systemd suite holds /var/lock/pilotd-systemd-test.lock"; exit 1; }
+
+if [ -e "$state" ] && [ ! -e "$marker" ]; then
+  log "FAIL: $state exists on this host and was not created by this suite (is pilotd installed here?)."
+  log "      The suite bind-mounts the host's $state into the systemd container; it will not touch yours."
+  exit 1
+fi
+
+cleanup() {
+  local rc=$?
+  set +e
+  if [ "${PILOTD_SYSTEMD_KEEP:-0}" = 1 ]; then
+    log "PILOTD_SYSTEMD_KEEP=1: leaving container $ctr, $state and $work; remove them by hand"
+    exit $rc
+  fi
+  docker rm -f "$ctr" >/dev/null 2>&1
+  local ids
+  ids=$(docker ps -aq --filter label=pilotd.managed=true --filter "label=pilotd.instance=$instance")
+  if [ -n "$ids" ]; then
+    # shellcheck disable=SC2086
+    docker unpause $ids >/dev/null 2>&1
+    # shellcheck disable=SC2086
+    docker rm -f $ids >/dev/null 2>&1
+  fi
+  rm -rf "$state" "$marker" "$work"
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# --- helpers ----------------------------------------------------------------------------------
+c() { docker exec "$ctr" "$@"; }
+ci() { docker exec -i "$ctr" "$@"; }
+prop() { c systemctl show -p "$1" --value pilotd.service; }
+journal() { c journalctl -u pilotd.service --no-pager -o cat "$@"; }
+workers() { # ID STATE, one line per container of this instance
+  docker ps -a --filter label=pilotd.managed=true --filter "label=pilotd.instance=$instance" \
+    --format '{{.ID}} {{.State}}' | sort
+}
+ids_in() { workers | awk -v s="$1" '$2 == s { print $1 }' | tr '\n' ' ' | sed 's/ $//'; }
+count_in() { workers | awk -v s="$1" '$2 == s' | wc -l; }
+
+fail() {
+  {
+    echo "not ok - $scenario: $*"
+    echo "--- workers of instance $instance:"; workers || true
+    echo "--- systemctl status pilotd:"; c systemctl status pilotd.service --no-pager -n 0 2>&1 || true
+    echo "--- journal of pilotd.service (last 60 lines):"
+    c journalctl -u pilotd.service --no-pager -n 60 2>&1 || true
+  } >&2
+  exit 1
+}
+ok() { echo "ok - $scenario ($(elapsed "$t_scenario") s): $*"; }
+# Each scenario starts from a clean slate as far as systemd's start rate limit goes
+# (StartLimitBurst=5 in 10s): the suite compresses what would be weeks of service life into
+# minutes, and the limit would otherwise refuse the upgrade's restart (start-limit-hit).
+# RestartSec=30s keeps automatic restarts far below that limit on a real machine.
+begin() {
+  scenario=$1
+  t_scenario=$EPOCHREALTIME
+  c systemctl reset-failed pilotd.service 2>/dev/null || true
+}
+
+# wait_for SECONDS WHAT COMMAND...: polls every 0.2 s.
+wait_for() {
+  local limit=$1 what=$2 t0=$EPOCHREALTIME
+  shift 2
+  until "$@"; do
+    if awk -v a="$t0" -v b="$EPOCHREALTIME" -v l="$limit" 'BEGIN { exit !(b - a > l) }'; then
+      fail "timed out after ${limit}s waiting for $what"
+    fi
+    sleep 0.2
+  done
+}
+active_with_new_pid() { # OLD_PID
+  local p
+  p=$(prop MainPID)
+  [ "$(prop ActiveState)" = active ] && [ "$p" != 0 ] && [ "$p" != "$1" ]
+}
+unit_is() { [ "$(prop ActiveState)" = "$1" ]; }
+one_running() { [ "$(count_in running)" = 1 ] && [ "$(workers | wc -l)" = 1 ]; }
+all_paused() { [ "$(count_in paused)" -ge 1 ] && [ "$(count_in running)" = 0 ]; }
+running_is() { [ "$(ids_in running)" = "$1" ] && [ "$(workers | wc -l)" = 1 ]; }
+status_text_has() { [[ "$(prop StatusText)" == *"$1"* ]]; }
+# (Output is captured before grep: `producer | grep -q` fails under pipefail when grep exits
+# first and the producer gets SIGPIPE.)
+status_has() { grep -qF "$1" <<<"$(c pilotd status 2>/dev/null)"; }
+# A cycle ended after T0: STATUS= changes with every cycle only when the summary does, so the
+# status file's mtime is the witness.
+journal_since_has_cycle() { [ "$(c stat -c %Y "$state/status.json")" -gt "$1" ]; }
+journal_since_has() { grep -qF "$2" <<<"$(journal --since "@$1")"; }
+# expect_journal T0 TEXT WHY: TEXT appears in the journal since T0 within 10 s, or fail with WHY.
+# (The fail-safe logs when it is done, 2 s after its first look.)
+expect_journal() {
+  local t0=$EPOCHREALTIME
+  until journal_since_has "$1" "$2"; do
+    awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { exit !(b - a > 10) }' && fail "$3"
+    sleep 0.2
+  done
+}
+journal_has() { grep -q "$1" <<<"$(journal)"; }
+unit_status() { c systemctl status pilotd.service --no-pager -l 2>&1 || true; }
+put_utmp() { ci sh -c 'cat > /run/utmp.new && chmod 664 /run/utmp.new && mv /run/utmp.new /run/utmp' <"$1"; }
+sh_kill() { c sh -c "kill -$1 $2"; } # /bin/kill (procps) is not in the container, on purpose
+
+# The fail-safe's bound once systemd sees the daemon end (README, "Fail-safe"); measured
+# about 0.3 s here. Prints the seconds it took.
+failsafe_bound=5
+time_until_paused() { # T0
+  local t0=$1
+  wait_for "$failsafe_bound" "the fail-safe to pause the workers (bound ${failsafe_bound}s)" all_paused
+  elapsed "$t0"
+}
+
+# --- images, packages, container ---------------------------------------------------------------
+log "Docker engine, registry and worker images (tests/setup-docker.sh)"
+sh tests/setup-docker.sh >/dev/null
+image=$(sh tests/images/build-debian-image.sh pilotd-test/systemd systemd systemd-sysv dbus)
+log "systemd image: $image"
+
+log "building the package twice (dev profile; the second with a higher version, for the upgrade)"
+mkdir -p "$work/debs/v1" "$work/debs/v2"
+deb1=$(packaging/build-deb.sh --profile dev -- --fast --output "$work/debs/v1/" 2>"$work/build.log" | tail -n 1) \
+  || { cat "$work/build.log" >&2; log "FAIL: build-deb failed"; exit 1; }
+v1=$(dpkg-deb -f "$deb1" Version)
+v2="$v1+systemdtest2"
+deb2=$(packaging/build-deb.sh --profile dev -- --fast --deb-version "$v2" --output "$work/debs/v2/" 2>"$work/build.log" | tail -n 1) \
+  || { cat "$work/build.log" >&2; log "FAIL: build-deb (upgrade) failed"; exit 1; }
+[ "$(dpkg-deb -f "$deb2" Version)" = "$v2" ] || { log "FAIL: $deb2 is not version $v2"; exit 1; }
+dpkg --compare-versions "$v2" gt "$v1" || { log "FAIL: $v2 is not newer than $v1"; exit 1; }
+
+# utmp files: a boot record (what Debian 12's systemd-update-utmp writes), and the same plus a
+# login by alice (uid 1000 in the container) whose pid, 1, is alive there.
+boot_rec='[2] [00000] [~~  ] [reboot  ] [~           ] [6.1.0-13-amd64      ] [0.0.0.0        ] [2026-01-01T00:00:00,000000+00:00]'
+login_rec='[7] [00001] [ts/9] [alice   ] [pts/9       ] [192.0.2.9           ] [192.0.2.9      ] [2026-01-01T00:00:00,000000+00:00]'
+utmp_boot=$work/utmp.boot
+utmp_login=$work/utmp.login
+printf '%s\n' "$boot_rec" | utmpdump -r >"$utmp_boot" 2>/dev/null
+printf '%s\n' "$boot_rec" "$login_rec" | utmpdump -r >"$utmp_login" 2>/dev/null
+[ -s "$utmp_boot" ] && [ -s "$utmp_login" ] || { log "FAIL: utmpdump -r wrote no records"; exit 1; }
+
+rm -rf "$state"
+mkdir -p "$state"
+touch "$marker"
+log "starting systemd in container $ctr"
+docker run -d --name "$ctr" --hostname pilotd-systemd-test \
+  --cap-add SYS_ADMIN --cap-add DAC_READ_SEARCH --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
+  -v /sys/fs/cgroup:/sys/fs/cgroup:ro --tmpfs /run --tmpfs /run/lock -e container=docker \
+  -v /var/run/docker.sock:/run/docker.sock \
+  -v "$state:$state" \
+  -v "$work/debs:/debs:ro" \
+  --entrypoint /lib/systemd/systemd "$image" >/dev/null
+booted() {
+  local s
+  s=$(c systemctl is-system-running 2>/dev/null || true)
+  [ "$s" = running ] || [ "$s" = degraded ]
+}
+wait_for 60 "systemd to boot in the container" booted
+log "setup took $(elapsed "$suite_start") s"
+
+policy=/etc/pilotd/policy.toml
+site=/etc/pilotd/pilotd.toml
+
+# --- scenarios ---------------------------------------------------------------------------------
+scenario_install() {
+  begin install
+  c sh -c '! [ -e /bin/kill ] && ! [ -e /usr/bin/kill ]' \
+    || fail "the container has /bin/kill: the reload test would not prove the unit works without procps"
+  local out
+  out=$(c sh -c 'cd /debs/v1 && DEBIAN_FRONTEND=noninteractive apt-get install -y ./pilotd_*.deb' 2>&1) \
+    || { echo "$out" >&2; fail "apt-get install ./pilotd_*.deb failed"; }
+  grep -q 'sudo pilotd init' <<<"$out" || { echo "$out" >&2; fail "no post-install message"; }
+  [ "$(c systemctl is-enabled pilotd.service)" = enabled ] || fail "the unit is not enabled after install"
+  [ "$(prop ActiveState)" = inactive ] || fail "the unit was started by the install: $(prop ActiveState)"
+
+  # The site's edits: the local test image, this run's instance, metrics on loopback, worker
+  # env the busybox test worker reads, and a 5s cycle (process and load changes are seen on
+  # cycles; logins at once).
+  c sed -i -e 's|^interval = .*|interval = "5s"|' \
+    -e 's|^image = .*|image = "127.0.0.1:5000/pilotd-test/worker:current"|' \
+    -e 's|^allowed_images = .*|allowed_images = ["127.0.0.1:5000/pilotd-test/*"]|' \
+    -e "s|^# instance = .*|instance = \"$instance\"|" "$site"
+  printf '%s\n' 'WORKER_TERM_DELAY = "1"' '' '[metrics]' 'listen = "127.0.0.1:9464"' \
+    | ci sh -c "cat >> $site"
+
+  # The owner's answers, piped: always, any login counts, 1 CPU, 128MiB, 1h jobs, pause, UTC.
+  out=$(printf 'always\nany\n1\n128MiB\n1h\npause\nUTC\n' | ci pilotd init --force 2>&1) \
+    || { echo "$out" >&2; fail "pilotd init with piped answers failed"; }
+  c grep -q 'days = "daily", from = "00:00", to = "24:00"' "$policy" || fail "init did not write the answers"
+  c test -f "$policy.bak" || fail "init --force kept no policy.toml.bak"
+  # The owner then edits it by hand: this machine's own load must not block the test workers,
+  # and they may start as soon as the host is free.
+  c sed -i -e 's|^max_owner_cpu = .*|max_owner_cpu = "100%"|' -e 's|^free_for = .*|free_for = "0s"|' \
+    -e 's|^disk = .*|disk = "1GiB"|' "$policy"
+  echo '# edited by the owner (tests/systemd)' | ci sh -c "cat >> $policy"
+  c useradd -m -u 1000 alice
+  out=$(c pilotd check 2>&1) || { echo "$out" >&2; fail "pilotd check refuses the edited files"; }
+
+  local t0=$EPOCHREALTIME
+  c systemctl start pilotd.service || fail "systemctl start failed"
+  local t_start
+  t_start=$(elapsed "$t0")
+  [ "$(prop ActiveState)/$(prop SubState)" = active/running ] \
+    || fail "not active (running) after start: $(prop ActiveState)/$(prop SubState)"
+  [ "$(prop Type)" = notify ] || fail "Type is $(prop Type)"
+  journal_has '^ready: ' || fail "no 'ready:' line: READY=1 was not what completed the start"
+  # Debian 13's systemd no longer creates /run/utmp (Debian 12's does): without it pilotd
+  # cannot tell who is logged in and, failing toward the owner, starts nothing.
+  local text
+  text=$(prop StatusText)
+  [[ "$text" == *"target 0; cannot tell who is logged in (cannot read /var/run/utmp"* ]] \
+    || fail "without /run/utmp STATUS= is '$text'"
+  grep -qF "Status: \"$text\"" <<<"$(unit_status)" \
+    || fail "systemctl status does not show the STATUS= line"
+  [ -z "$(workers)" ] || fail "a worker started although nobody can tell who is logged in"
+  put_utmp "$utmp_boot"
+  wait_for 90 "the first worker to run once /run/utmp exists" one_running
+  first_worker=$(ids_in running)
+  # STATUS= is sent after each cycle, counting the workers it found before acting.
+  wait_for 10 "STATUS= to show the new decision" status_text_has "worker(s), target 1; host free"
+  grep -q 'Status: ".* worker(s), target 1; host free' <<<"$(unit_status)" \
+    || fail "systemctl status does not show the new STATUS= line"
+  ok "apt install (enabled, not started), init from piped answers, start $t_start s to READY=1; no /run/utmp: STATUS says so, nothing starts; with it, worker $first_worker runs and STATUS=\"$(prop StatusText)\""
+}
+
+scenario_hardening() {
+  begin hardening
+  local pid status
+  pid=$(prop MainPID)
+  status=$(c cat "/proc/$pid/status")
+  grep -qP '^NoNewPrivs:\t1$' <<<"$status" || fail "NoNewPrivs is not set"
+  grep -qP '^Seccomp:\t2$' <<<"$status" || fail "no seccomp filter (SystemCallArchitectures/RestrictNamespaces/...)"
+  # CAP_CHOWN(0) CAP_DAC_READ_SEARCH(2) CAP_FOWNER(3) CAP_KILL(5) = 0x2d
+  grep -qP '^CapBnd:\t000000000000002d$' <<<"$status" || fail "bounding set is not the unit's: $(grep CapBnd <<<"$status")"
+  # The file system as pilotd sees it (its mount namespace): read-only but for its state dir.
+  local d
+  for d in /usr /etc /home/alice /var/lib /root; do
+    if c nsenter -t "$pid" -m touch "$d/.pilotd-rw-probe" 2>/dev/null; then
+      c nsenter -t "$pid" -m rm -f "$d/.pilotd-rw-probe"
+      fail "$d is writable for pilotd (ProtectSystem=strict / ProtectHome=read-only not applied)"
+    fi
+  done
+  c nsenter -t "$pid" -m touch "$state/.pilotd-rw-probe" || fail "$state is not writable for pilotd"
+  c rm -f "$state/.pilotd-rw-probe"
+
+  # Docker socket: the worker runs, and status names the engine.
+  status_has "engine: " || fail "pilotd status names no engine"
+  # State dir: written by the sandboxed daemon within its last cycles.
+  [ -n "$(c find "$state" -maxdepth 1 -name status.json -newermt '70 seconds ago')" ] || fail "status.json is not being written"
+  c test -f "$state/history.json" || fail "no history.json in the state dir"
+  c test -d "$state/scratch/$(docker inspect -f '{{.Name}}' "$first_worker" | tr -d /)" \
+    || fail "the worker's scratch dir is not in $state/scratch"
+  # Metrics port, from inside the container (AF_INET allowed, loopback).
+  local metrics
+  metrics=$(c timeout 5 bash -c 'exec 3<>/dev/tcp/127.0.0.1/9464 && printf "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n" >&3 && cat <&3') \
+    || fail "cannot connect to the metrics port 127.0.0.1:9464"
+  grep -q '^pilotd_workers' <<<"$metrics" || fail "GET /metrics has no pilotd_workers: $(head -c 300 <<<"$metrics")"
+
+  # utmp: alice logs in -> the worker is paused (on_return = pause); she leaves -> resumed.
+  local t0=$EPOCHREALTIME
+  put_utmp "$utmp_login"
+  wait_for 10 "alice's login to pause the worker" all_paused
+  local t_login
+  t_login=$(elapsed "$t0")
+  status_has "alice" || fail "status does not say alice is logged in"
+  put_utmp "$utmp_boot"
+  wait_for 15 "the worker to resume after alice left" running_is "$first_worker"
+
+  # /proc: an exclusive process (by name) makes the owner busy -> paused; gone -> resumed.
+  c sed -i 's|^exclusive_processes = .*|exclusive_processes = ["pilotdexcl"]|' "$policy"
+  c systemctl reload pilotd.service || fail "reload for exclusive_processes failed"
+  c cp /usr/bin/sleep /usr/local/bin/pilotdexcl
+  docker exec -d "$ctr" /usr/local/bin/pilotdexcl 300
+  wait_for 40 "the exclusive process to pause the worker" all_paused
+  c sh -c 'for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = pilotdexcl ] && kill ${p#/proc/}; done; true'
+  wait_for 40 "the worker to resume after the exclusive process ended" running_is "$first_worker"
+
+  local denied
+  denied=$(journal | grep -E 'Permission denied|Read-only file system|Operation not permitted' || true)
+  [ -z "$denied" ] || fail "the sandbox refused something pilotd did: $denied"
+  local sd_notes
+  sd_notes=$(c journalctl --no-pager -o cat -t systemd | grep -F 'pilotd.service' \
+    | grep -Ei 'not supported|ignoring|failed to (set up|apply)|unsupported' | sort -u || true)
+  [ -z "$sd_notes" ] || log "note: systemd in this container reported: $sd_notes"
+  local exposure
+  exposure=$(c systemd-analyze security pilotd.service --no-pager 2>/dev/null | tail -n 1 || true)
+  ok "NoNewPrivs, seccomp, bounding set 0x2d, /usr /etc /var/lib /root /home/alice read-only, /var/lib/pilotd writable; engine via socket; status+history written; /metrics served; alice's login paused the worker in $t_login s and her logout resumed it; an exclusive process (read from /proc) paused it; nothing denied in the journal; ${exposure:-no systemd-analyze security}"
+}
+
+scenario_reload() {
+  begin reload
+  local pid t0
+  pid=$(prop MainPID)
+  status_has "of 1 CPU, 128 MiB" || fail "status does not show the 128 MiB share before the change"
+  # Valid: the memory share changes.
+  c sed -i 's|^memory = .*|memory = "96MiB"|' "$policy"
+  t0=$(date +%s)
+  c systemctl reload pilotd.service || fail "reload of a valid policy failed"
+  wait_for 15 "status to show the new memory share" status_has "of 1 CPU, 96 MiB"
+  expect_journal "$t0" "configuration reloaded" "no 'configuration reloaded' in the journal"
+  [ "$(prop MainPID)" = "$pid" ] || fail "reload restarted the daemon"
+
+  # Invalid: refused by the unit's ExecReload check, with FILE:LINE:COL; the last good stays.
+  c cp "$policy" "$work_in/policy.good"
+  c sed -i 's|^cpus = .*|cpus = "150%"|' "$policy"
+  local line
+  line=$(c grep -n '^cpus = ' "$policy" | cut -d: -f1)
+  t0=$(date +%s)
+  if c systemctl reload pilotd.service 2>/dev/null; then fail "reload of an invalid policy succeeded"; fi
+  expect_journal "$t0" "$policy:$line:" "the journal does not name $policy:$line:COL"
+  [ "$(prop ActiveState)" = active ] && [ "$(prop MainPID)" = "$pid" ] || fail "an invalid reload stopped the daemon"
+  # `pilotd status` reads the policy too, so it refuses with the same FILE:LINE:COL...
+  local st
+  if st=$(c pilotd status 2>&1); then fail "pilotd status accepted the invalid policy"; fi
+  grep -qF "$policy:$line:" <<<"$st" || fail "pilotd status does not name $policy:$line:COL: $st"
+  # ...while the daemon's own STATUS= (after a fresh cycle) shows the last good share.
+  t0=$(date +%s)
+  wait_for 15 "a cycle after the refused reload" journal_since_has_cycle "$t0"
+  status_text_has "of 1 CPU, 96 MiB" || fail "the last good configuration is not in force: $(prop StatusText)"
+
+  # Invalid, signalled straight to the daemon (no check in front): it refuses it too.
+  t0=$(date +%s)
+  c systemctl kill --kill-whom=main --signal=HUP pilotd.service
+  wait_for 10 "the daemon to refuse the invalid policy" journal_since_has "$t0" "reload failed, keeping the last good configuration"
+  expect_journal "$t0" "$policy:$line:" "the daemon's refusal does not name $policy:$line:COL"
+  # RELOADING=1 on SIGHUP, READY=1 after the next cycle: systemd sees the reload end.
+  wait_for 10 "READY=1 after the refused SIGHUP" unit_is active
+  [ "$(prop MainPID)" = "$pid" ] || fail "the daemon died on an invalid SIGHUP"
+  status_text_has "of 1 CPU, 96 MiB" || fail "the daemon dropped its last good configuration: $(prop StatusText)"
+
+  c cp "$work_in/policy.good" "$policy"
+  c systemctl reload pilotd.service || fail "reload after fixing the policy failed"
+  running_is "$first_worker" || fail "the worker did not survive the reloads"
+  ok "valid change applied without restart (96 MiB in status); invalid one refused by ExecReload and by the daemon, both naming $policy:$line:COL, last good kept; no /bin/kill in the container"
+}
+
+dropin() { # NAME CONTENT...: a drop-in for pilotd.service, then daemon-reload
+  local name=$1
+  shift
+  c mkdir -p /etc/systemd/system/pilotd.service.d
+  printf '%s\n' "[Service]" "$@" | ci sh -c "cat > /etc/systemd/system/pilotd.service.d/$name.conf"
+  c systemctl daemon-reload
+}
+undropin() {
+  c rm -f "/etc/systemd/system/pilotd.service.d/$1.conf"
+  c systemctl daemon-reload
+}
+
+scenario_watchdog() {
+  begin watchdog
+  dropin 50-test-watchdog "WatchdogSec=4s" "RestartSec=1s"
+  c systemctl restart pilotd.service || fail "restart with WatchdogSec=4s failed"
+  [ "$(prop WatchdogUSec)" = 4s ] || fail "WatchdogUSec is $(prop WatchdogUSec)"
+  local pid restarts
+  pid=$(prop MainPID)
+  restarts=$(prop NRestarts)
+  running_is "$first_worker" || fail "the worker was not adopted across the restart"
+  # Healthy: it pings often enough although interval = 5s > 4s/2 (the cycle follows the watchdog).
+  sleep 10
+  [ "$(prop MainPID)" = "$pid" ] && [ "$(prop NRestarts)" = "$restarts" ] \
+    || fail "a healthy daemon was killed by the watchdog (interval 5s > WatchdogSec/2)"
+  journal_has "systemd's WatchdogSec needs a sign of life" || fail "no log line about the cycle following the watchdog"
+  # Hung: SIGSTOP stops the loop.
+  local t0=$EPOCHREALTIME ts
+  ts=$(date +%s)
+  sh_kill STOP "$pid"
+  wait_for 40 "systemd to restart the stopped daemon" active_with_new_pid "$pid"
+  local t_restart
+  t_restart=$(elapsed "$t0")
+  [ "$(prop NRestarts)" -gt "$restarts" ] || fail "NRestarts did not grow"
+  expect_journal "$ts" "Watchdog timeout" "systemd did not log a watchdog timeout"
+  expect_journal "$ts" "SERVICE_RESULT=watchdog" "the fail-safe did not run with SERVICE_RESULT=watchdog"
+  expect_journal "$ts" "paused 1 worker(s) of instance \"$instance\"" "the fail-safe did not pause the worker after the watchdog kill"
+  wait_for 15 "the adopted worker to resume" running_is "$first_worker"
+  undropin 50-test-watchdog
+  c systemctl restart pilotd.service || fail "restart with the packaged WatchdogSec failed"
+  [ "$(prop WatchdogUSec)" = 2min ] || fail "packaged WatchdogUSec is $(prop WatchdogUSec), not 2min"
+  ok "healthy daemon pinged a 4s watchdog for 10s with interval = 5s (cycle lowered to 2s); SIGSTOP -> watchdog kill, fail-safe, restart in $t_restart s; worker $first_worker adopted"
+}
+
+scenario_crash() {
+  begin crash
+  local pid restarts
+  pid=$(prop MainPID)
+  restarts=$(prop NRestarts)
+  running_is "$first_worker" || fail "no running worker before the crash"
+  local t0=$EPOCHREALTIME ts
+  ts=$(date +%s)
+  sh_kill KILL "$pid"
+  crash_pause=$(time_until_paused "$t0")
+  # Down for RestartSec (30s, the packaged value): the worker must stay paused all along,
+  # until a new daemon exists (MainPID goes from 0 to the new pid when ExecStart forks).
+  local samples=0 seen_auto_restart=no p
+  while :; do
+    p=$(prop MainPID)
+    [ "$p" != 0 ] && [ "$p" != "$pid" ] && break
+    [ "$(prop SubState)" = auto-restart ] && seen_auto_restart=yes
+    if ! all_paused; then
+      p=$(prop MainPID)
+      # Only a failure if no new daemon existed while the workers were listed.
+      if [ "$p" = 0 ] || [ "$p" = "$pid" ]; then
+        fail "a worker computes while pilotd is down: $(workers | tr '\n' ' ')"
+      fi
+    fi
+    samples=$((samples + 1))
+    awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { exit !(b - a > 60) }' && fail "no restart within 60s"
+    sleep 0.5
+  done
+  [ "$seen_auto_restart" = yes ] || fail "the unit was never seen waiting to restart (auto-restart)"
+  local t_down
+  t_down=$(elapsed "$t0")
+  wait_for 30 "the restarted daemon to be active" active_with_new_pid "$pid"
+  [ "$(prop NRestarts)" = $((restarts + 1)) ] || fail "NRestarts is $(prop NRestarts), expected $((restarts + 1))"
+  expect_journal "$ts" "SERVICE_RESULT=signal" "the fail-safe did not report SERVICE_RESULT=signal"
+  wait_for 15 "the adopted worker to resume" running_is "$first_worker"
+  sleep 3
+  running_is "$first_worker" || fail "after adoption: $(workers | tr '\n' ' ') (expected only $first_worker, running)"
+  ok "SIGKILL -> workers paused in $crash_pause s; restarted by Restart=on-failure after $t_down s, paused throughout ($samples samples); same container $first_worker adopted and resumed, no duplicate"
+}
+
+scenario_failsafe() {
+  begin failsafe
+  dropin 50-test-norestart "Restart=no"
+  local pid t0 ts
+  pid=$(prop MainPID)
+  t0=$EPOCHREALTIME
+  ts=$(date +%s)
+  sh_kill KILL "$pid"
+  local t_pause
+  t_pause=$(time_until_paused "$t0")
+  wait_for 10 "the unit to be failed" unit_is failed
+  [ "$(prop Result)" = signal ] || fail "Result is $(prop Result)"
+  local i
+  for i in $(seq 1 20); do
+    all_paused || fail "a worker computes while the service is failed: $(workers | tr '\n' ' ')"
+    [ "$(prop ActiveState)" = failed ] || fail "the unit left the failed state by itself"
+    sleep 0.5
+  done
+  expect_journal "$ts" "paused 1 worker(s) of instance \"$instance\"" "the fail-safe did not say what it paused"
+  c systemctl start pilotd.service || fail "start after the failure failed"
+  wait_for 15 "the adopted worker to resume" running_is "$first_worker"
+
+  # A start that fails (the ExecStartPre check) after a clean stop: the clean stop keeps the
+  # worker (on_shutdown = keep), the failed start pauses it.
+  c cp "$policy" "$work_in/policy.good"
+  c sed -i 's|^workers = .*|workers = 0|' "$policy"
+  ts=$(date +%s)
+  if c systemctl restart pilotd.service 2>/dev/null; then fail "restart with an invalid policy succeeded"; fi
+  wait_for 10 "the failed start to pause the worker" all_paused
+  [ "$(prop ActiveState)" = failed ] || fail "ActiveState after a failed start: $(prop ActiveState)"
+  expect_journal "$ts" "SERVICE_RESULT=exit-code" "the fail-safe did not run after the failed start"
+  c cp "$work_in/policy.good" "$policy"
+  c systemctl start pilotd.service || fail "start with the fixed policy failed"
+  wait_for 15 "the worker to resume" running_is "$first_worker"
+
+  # pilotd.toml broken when the daemon dies: the fail-safe still finds this instance's workers
+  # (built-in socket, the instance the last daemon recorded in status.json).
+  c cp "$site" "$work_in/site.good"
+  echo 'this is not toml' | ci sh -c "cat >> $site"
+  pid=$(prop MainPID)
+  t0=$EPOCHREALTIME
+  ts=$(date +%s)
+  sh_kill KILL "$pid"
+  local t_pause_broken
+  t_pause_broken=$(time_until_paused "$t0")
+  expect_journal "$ts" "using the built-in socket unix:///var/run/docker.sock and instance \"$instance\"" \
+    "the fail-safe did not say how it found the workers without pilotd.toml"
+  c cp "$work_in/site.good" "$site"
+  c systemctl start pilotd.service || fail "start with the fixed pilotd.toml failed"
+  wait_for 15 "the worker to resume" running_is "$first_worker"
+  undropin 50-test-norestart
+  ok "failed unit (SIGKILL, Restart=no): paused in $t_pause s and still paused 10 s later; a failed start (bad policy) paused it too; with pilotd.toml broken, paused in $t_pause_broken s via the recorded instance; each next start adopted and resumed $first_worker"
+}
+
+scenario_stop() {
+  begin stop
+  local t0 ts t_keep t_stop
+  # on_shutdown = "keep" (the default): the worker keeps running, untouched by the fail-safe.
+  t0=$EPOCHREALTIME
+  ts=$(date +%s)
+  c systemctl stop pilotd.service || fail "systemctl stop failed"
+  t_keep=$(elapsed "$t0")
+  [ "$(prop ActiveState)" = inactive ] && [ "$(prop Result)" = success ] \
+    || fail "after stop: $(prop ActiveState), result $(prop Result)"
+  expect_journal "$ts" "stopped cleanly" "the fail-safe did not stay out of a clean stop"
+  running_is "$first_worker" || fail "on_shutdown = keep: the worker did not keep running"
+
+  # on_shutdown = "stop": the drain stops the worker gracefully (it takes 1s to vacate).
+  c sed -i 's|^max_lifetime = \(.*\)|max_lifetime = \1\non_shutdown = "stop"|' "$site"
+  c grep -q '^on_shutdown = "stop"' "$site" || fail "could not set on_shutdown"
+  c systemctl start pilotd.service || fail "start failed"
+  running_is "$first_worker" || fail "the worker was not adopted"
+  t0=$EPOCHREALTIME
+  ts=$(date +%s)
+  c systemctl stop pilotd.service || fail "systemctl stop failed"
+  t_stop=$(elapsed "$t0")
+  [ "$(prop Result)" = success ] || fail "stop result $(prop Result)"
+  [ "$(count_in running)" = 0 ] && [ "$(count_in paused)" = 0 ] || fail "on_shutdown = stop left: $(workers | tr '\n' ' ')"
+  expect_journal "$ts" 'on_shutdown = "stop"' "the drain did not say it stops the workers"
+  local timeout_s
+  timeout_s=$(prop TimeoutStopUSec)
+  [ "$timeout_s" = 15min ] || fail "TimeoutStopUSec is $timeout_s"
+
+  c sed -i '/^on_shutdown = "stop"$/d' "$site"
+  c systemctl start pilotd.service || fail "start failed"
+  wait_for 60 "a new worker" one_running
+  first_worker=$(ids_in running)
+  ok "keep: stopped in $t_keep s, worker left running; stop: drained in $t_stop s (TimeoutStopSec 15min), worker stopped gracefully; a new worker $first_worker after the next start"
+}
+
+scenario_upgrade() {
+  begin upgrade
+  local pid sums started out ts
+  pid=$(prop MainPID)
+  ts=$(date +%s)
+  sums=$(c sha256sum "$site" "$policy")
+  started=$(docker inspect -f '{{.State.StartedAt}}' "$first_worker")
+  out=$(c sh -c 'cd /debs/v2 && DEBIAN_FRONTEND=noninteractive apt-get install -y ./pilotd_*.deb' 2>&1) \
+    || { echo "$out" >&2; fail "apt-get install of the newer package failed"; }
+  [ "$(c dpkg-query -W -f '${Version}' pilotd)" = "$v2" ] || fail "not upgraded to $v2"
+  [ "$(c sha256sum "$site" "$policy")" = "$sums" ] || fail "the upgrade changed the edited configuration"
+  c grep -q '^# edited by the owner (tests/systemd)' "$policy" || fail "the owner's edit is gone"
+  [ -z "$(c find /etc/pilotd -name '*.dpkg-*')" ] || fail "the upgrade left .dpkg-* files"
+  wait_for 30 "the daemon to be restarted" active_with_new_pid "$pid"
+  local exe
+  exe=$(c readlink "/proc/$(prop MainPID)/exe")
+  [ "$exe" = /usr/bin/pilotd ] || fail "the daemon runs $exe, not the new /usr/bin/pilotd"
+  sleep 3
+  running_is "$first_worker" || fail "after the upgrade: $(workers | tr '\n' ' ') (expected $first_worker running)"
+  [ "$(docker inspect -f '{{.State.StartedAt}}' "$first_worker")" = "$started" ] || fail "the worker was restarted"
+  expect_journal "$ts" "failsafe: pilotd stopped cleanly" "no clean stop in the upgrade's restart"
+  if journal_since_has "$ts" "ended abnormally"; then fail "the fail-safe paused workers during the upgrade"; fi
+  ok "$v1 -> $v2 with a worker running: edited pilotd.toml and policy kept byte for byte, daemon restarted on the new binary, $first_worker adopted untouched"
+}
+
+scenario_purge() {
+  begin purge
+  local out
+  running_is "$first_worker" || fail "no running worker before purge"
+  c sh -c 'umask 077 && echo test-token > /etc/pilotd/pool.token'
+  local t0=$EPOCHREALTIME t_purge
+  out=$(c sh -c 'DEBIAN_FRONTEND=noninteractive apt-get purge -y pilotd' 2>&1) \
+    || { echo "$out" >&2; fail "apt-get purge failed"; }
+  t_purge=$(elapsed "$t0")
+  grep -q "removed 1 worker(s) of instance \"$instance\"" <<<"$out" || { echo "$out" >&2; fail "purge did not say which workers it removed"; }
+  [ -z "$(workers)" ] || fail "workers left after purge: $(workers | tr '\n' ' ')"
+  c test ! -e /usr/lib/systemd/system/pilotd.service || fail "the unit file is still there"
+  c test ! -e /etc/systemd/system/multi-user.target.wants/pilotd.service || fail "the enable link is still there"
+  [ "$(c systemctl show -p LoadState --value pilotd.service)" = not-found ] || fail "systemd still knows pilotd.service"
+  c test ! -e "$site" -a ! -e "$policy" || fail "purge left the conffiles"
+  # dpkg's purge also deletes a conffile's backups (.bak, ~, .dpkg-old, ...): init's
+  # policy.toml.bak goes too. A file of another name (the pool token) stays.
+  c test ! -e "$policy.bak" || fail "purge kept policy.toml.bak (dpkg removes a conffile's .bak)"
+  c test -f /etc/pilotd/pool.token || fail "purge removed pool.token, which dpkg does not own"
+  [ -z "$(c find "$state" -mindepth 1)" ] || fail "purge left state: $(c find "$state" -mindepth 1 | head)"
+  grep -q 'removed /var/lib/pilotd' <<<"$out" || fail "purge did not say it removed the state dir"
+  ok "apt purge in $t_purge s: unit and enable link gone, conffiles and policy.toml.bak gone (pool.token kept), this instance's worker removed and said so, $state emptied"
+}
+
+work_in=/root/pilotd-test
+c mkdir -p "$work_in"
+scenario_install
+scenario_hardening
+scenario_reload
+scenario_watchdog
+scenario_crash
+scenario_failsafe
+scenario_stop
+scenario_upgrade
+scenario_purge
+echo "systemd suite: all scenarios passed in $(elapsed "$suite_start") s; fail-safe: workers paused $crash_pause s after SIGKILL"
