@@ -23,6 +23,7 @@ use crate::config::Evict;
 use crate::config::site::SiteConfig;
 use crate::policy::Supply;
 use chrono::{DateTime, Duration as ChronoDuration, SecondsFormat, Utc};
+use pilot_contract::PilotExit;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
@@ -211,28 +212,76 @@ pub enum ImageState {
     Unavailable { reason: String },
 }
 
-/// How a finished worker ended, from the pilot's exit code (DESIGN.md, "The pilot").
+/// How a finished worker ended: the pilot's exit code read through its contract, or what
+/// happened around it (the memory limit, a start that failed, an image that does not follow
+/// the contract).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
+#[serde(from = "OutcomeRecordForm", into = "OutcomeRecordForm")]
 pub enum Outcome {
-    /// 0: ran at least one job.
-    RanJobs,
-    /// 10: no job arrived within the idle timeout.
-    Idle,
-    /// 20: remote configuration could not be fetched or used.
-    ConfigFailed,
-    /// 21: self-test failed.
-    SelfTestFailed,
-    /// 30: condor failed.
-    CondorFailed,
-    /// 128+n: ended by signal n (usually pilotd's own stop or kill).
-    Signalled { signal: i64 },
+    /// The pilot ended as its contract says (`exit 0: ran jobs`, `exit 10: …`, 128+n).
+    Exited(PilotExit),
     /// The kernel killed it for exceeding its memory limit.
     OutOfMemory,
     /// The container could not be created or started.
     StartFailed { message: String },
     /// Any other code (an image that does not follow the pilot's contract).
     Other { code: i64 },
+}
+
+/// How outcomes are spelled in the status file (`{"kind": "ran_jobs"}`, …). The file outlives
+/// pilotd versions (a restarted daemon reads its back-off back), so this spelling stays fixed
+/// whatever the in-memory type looks like.
+#[derive(Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+enum OutcomeRecordForm {
+    RanJobs,
+    Idle,
+    ConfigFailed,
+    SelfTestFailed,
+    CondorFailed,
+    Signalled { signal: i64 },
+    OutOfMemory,
+    StartFailed { message: String },
+    Other { code: i64 },
+}
+
+impl From<OutcomeRecordForm> for Outcome {
+    fn from(f: OutcomeRecordForm) -> Outcome {
+        match f {
+            OutcomeRecordForm::RanJobs => Outcome::Exited(PilotExit::RanJobs),
+            OutcomeRecordForm::Idle => Outcome::Exited(PilotExit::Idle),
+            OutcomeRecordForm::ConfigFailed => Outcome::Exited(PilotExit::Config),
+            OutcomeRecordForm::SelfTestFailed => Outcome::Exited(PilotExit::SelfTest),
+            OutcomeRecordForm::CondorFailed => Outcome::Exited(PilotExit::CondorFailed),
+            OutcomeRecordForm::Signalled { signal } => match i32::try_from(signal) {
+                Ok(n) => Outcome::Exited(PilotExit::Signal(n)),
+                Err(_) => Outcome::Other {
+                    code: signal.saturating_add(128),
+                },
+            },
+            OutcomeRecordForm::OutOfMemory => Outcome::OutOfMemory,
+            OutcomeRecordForm::StartFailed { message } => Outcome::StartFailed { message },
+            OutcomeRecordForm::Other { code } => Outcome::Other { code },
+        }
+    }
+}
+
+impl From<Outcome> for OutcomeRecordForm {
+    fn from(o: Outcome) -> OutcomeRecordForm {
+        match o {
+            Outcome::Exited(PilotExit::RanJobs) => OutcomeRecordForm::RanJobs,
+            Outcome::Exited(PilotExit::Idle) => OutcomeRecordForm::Idle,
+            Outcome::Exited(PilotExit::Config) => OutcomeRecordForm::ConfigFailed,
+            Outcome::Exited(PilotExit::SelfTest) => OutcomeRecordForm::SelfTestFailed,
+            Outcome::Exited(PilotExit::CondorFailed) => OutcomeRecordForm::CondorFailed,
+            Outcome::Exited(PilotExit::Signal(n)) => OutcomeRecordForm::Signalled {
+                signal: i64::from(n),
+            },
+            Outcome::OutOfMemory => OutcomeRecordForm::OutOfMemory,
+            Outcome::StartFailed { message } => OutcomeRecordForm::StartFailed { message },
+            Outcome::Other { code } => OutcomeRecordForm::Other { code },
+        }
+    }
 }
 
 /// What an outcome does to the back-off.
@@ -248,16 +297,8 @@ impl Outcome {
         if oom_killed {
             return Outcome::OutOfMemory;
         }
-        match code {
-            Some(0) => Outcome::RanJobs,
-            Some(10) => Outcome::Idle,
-            Some(20) => Outcome::ConfigFailed,
-            Some(21) => Outcome::SelfTestFailed,
-            Some(30) => Outcome::CondorFailed,
-            Some(c) if c > 128 && c < 160 => Outcome::Signalled { signal: c - 128 },
-            Some(c) => Outcome::Other { code: c },
-            None => Outcome::Other { code: -1 },
-        }
+        let code = code.unwrap_or(-1);
+        PilotExit::from_code(code).map_or(Outcome::Other { code }, Outcome::Exited)
     }
 
     /// A worker that ran no job or could not start widens the delay before the next start;
@@ -265,8 +306,8 @@ impl Outcome {
     /// memory limit says nothing about the pool.
     pub fn effect(&self) -> BackoffEffect {
         match self {
-            Outcome::RanJobs => BackoffEffect::Reset,
-            Outcome::Signalled { .. } | Outcome::OutOfMemory => BackoffEffect::Neutral,
+            Outcome::Exited(PilotExit::RanJobs) => BackoffEffect::Reset,
+            Outcome::Exited(PilotExit::Signal(_)) | Outcome::OutOfMemory => BackoffEffect::Neutral,
             _ => BackoffEffect::Widen,
         }
     }
@@ -275,12 +316,7 @@ impl Outcome {
 impl fmt::Display for Outcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Outcome::RanJobs => write!(f, "exit 0: ran jobs"),
-            Outcome::Idle => write!(f, "exit 10: no job within the idle timeout"),
-            Outcome::ConfigFailed => write!(f, "exit 20: remote configuration failed"),
-            Outcome::SelfTestFailed => write!(f, "exit 21: self-test failed"),
-            Outcome::CondorFailed => write!(f, "exit 30: condor failed"),
-            Outcome::Signalled { signal } => write!(f, "exit {}: signal {signal}", 128 + signal),
+            Outcome::Exited(exit) => write!(f, "{exit}"),
             Outcome::OutOfMemory => write!(f, "killed: out of memory"),
             Outcome::StartFailed { message } => write!(f, "failed to start: {message}"),
             Outcome::Other { code } => write!(f, "exit {code}"),
@@ -1011,7 +1047,7 @@ mod tests {
                 backoff: Backoff {
                     failures: 2,
                     not_before: Some(t(20, 1)),
-                    last_outcome: Some(Outcome::Idle),
+                    last_outcome: Some(Outcome::Exited(PilotExit::Idle)),
                 },
                 ..case(
                     "back-off holds starts",
@@ -1024,7 +1060,7 @@ mod tests {
                 backoff: Backoff {
                     failures: 2,
                     not_before: Some(t(20, 0)),
-                    last_outcome: Some(Outcome::Idle),
+                    last_outcome: Some(Outcome::Exited(PilotExit::Idle)),
                 },
                 ..case(
                     "back-off over",
@@ -1144,10 +1180,13 @@ mod tests {
         );
         assert_eq!(start.failures, 1);
         assert_eq!(Outcome::from_exit(Some(137), true), Outcome::OutOfMemory);
-        assert_eq!(Outcome::from_exit(Some(21), false), Outcome::SelfTestFailed);
+        assert_eq!(
+            Outcome::from_exit(Some(21), false),
+            Outcome::Exited(PilotExit::SelfTest)
+        );
         assert_eq!(
             Outcome::from_exit(Some(137), false),
-            Outcome::Signalled { signal: 9 }
+            Outcome::Exited(PilotExit::Signal(9))
         );
         assert_eq!(
             Outcome::from_exit(Some(1), false).effect(),
@@ -1158,8 +1197,57 @@ mod tests {
             failures: u32::MAX - 1,
             ..Default::default()
         }
-        .after(&Outcome::Idle, now, base, max);
+        .after(&Outcome::Exited(PilotExit::Idle), now, base, max);
         assert_eq!((huge.not_before.unwrap() - now).num_seconds(), 300);
+    }
+
+    #[test]
+    fn outcomes_keep_their_status_file_spelling() {
+        for (o, json) in [
+            (Outcome::from_exit(Some(0), false), r#"{"kind":"ran_jobs"}"#),
+            (Outcome::from_exit(Some(10), false), r#"{"kind":"idle"}"#),
+            (
+                Outcome::from_exit(Some(20), false),
+                r#"{"kind":"config_failed"}"#,
+            ),
+            (
+                Outcome::from_exit(Some(21), false),
+                r#"{"kind":"self_test_failed"}"#,
+            ),
+            (
+                Outcome::from_exit(Some(30), false),
+                r#"{"kind":"condor_failed"}"#,
+            ),
+            (
+                Outcome::from_exit(Some(143), false),
+                r#"{"kind":"signalled","signal":15}"#,
+            ),
+            (
+                Outcome::from_exit(Some(1), true),
+                r#"{"kind":"out_of_memory"}"#,
+            ),
+            (
+                Outcome::from_exit(Some(3), false),
+                r#"{"kind":"other","code":3}"#,
+            ),
+            (
+                Outcome::from_exit(None, false),
+                r#"{"kind":"other","code":-1}"#,
+            ),
+            (
+                Outcome::StartFailed {
+                    message: "no".into(),
+                },
+                r#"{"kind":"start_failed","message":"no"}"#,
+            ),
+        ] {
+            assert_eq!(serde_json::to_string(&o).unwrap(), json);
+            assert_eq!(serde_json::from_str::<Outcome>(json).unwrap(), o);
+        }
+        assert_eq!(
+            Outcome::from_exit(Some(10), false).to_string(),
+            "exit 10: no job within the idle timeout"
+        );
     }
 
     #[test]
