@@ -5,8 +5,8 @@ mod fake_kube;
 
 use fake_kube::FakeKube;
 use k8s_openapi::api::batch::v1::Job;
-use pilotd::backend::kubernetes::{KubeBackend, KubeError};
 use pilotd::config::kubernetes::KubernetesConfig;
+use pilotd::kubernetes::client::{KubeBackend, KubeError};
 use serde_json::json;
 
 const NS: &str = "ns1";

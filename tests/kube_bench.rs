@@ -2,9 +2,9 @@
 //! judge them): the kubernetes-mode replay path alone — read the snapshot file, parse it,
 //! decide, render the JSON plan — with its wall time and the process's peak RSS.
 
-use pilotd::cmd::kubernetes::plan_from_snapshot;
 use pilotd::config::kubernetes::KubernetesConfig;
-use pilotd::observe::cluster::ClusterSnapshot;
+use pilotd::kubernetes::provisioner::plan_from_snapshot;
+use pilotd::kubernetes::snapshot::ClusterSnapshot;
 use std::time::Instant;
 
 fn peak_rss_kib() -> u64 {

@@ -6,11 +6,11 @@ mod fake_kube;
 
 use chrono::{DateTime, Utc};
 use fake_kube::FakeKube;
-use pilotd::backend::kubernetes::KubeBackend;
-use pilotd::cmd::kubernetes::{cycle, load_book, run_kubernetes};
 use pilotd::config::kubernetes::KubernetesConfig;
-use pilotd::demand::BackoffBook;
-use pilotd::observe::condor::CondorProbe;
+use pilotd::kubernetes::backoff::BackoffBook;
+use pilotd::kubernetes::client::KubeBackend;
+use pilotd::kubernetes::condor::CondorProbe;
+use pilotd::kubernetes::provisioner::{cycle, load_book, run_kubernetes};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 

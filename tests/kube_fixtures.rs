@@ -129,7 +129,7 @@ fn plan_replays_a_snapshot_offline_with_the_json_contract() {
         .map(|c| c["key"].as_str().unwrap())
         .collect();
     let mut sorted = keys.clone();
-    sorted.sort_by_key(|k| k.parse::<pilotd::demand::ShapeKey>().unwrap());
+    sorted.sort_by_key(|k| k.parse::<pilotd::kubernetes::shape::ShapeKey>().unwrap());
     assert_eq!(keys, sorted, "rows in key order");
     let mut submit = 0;
     for c in clusters {

@@ -9,8 +9,8 @@ use std::cell::RefCell;
 use std::path::Path;
 
 use chrono::{DateTime, TimeZone, Utc};
-use pilotd::observe::Session;
-use pilotd::observe::sessions::{HostLookup, SessionsError, sessions_from_entries};
+use pilotd::volunteer::sessions::{HostLookup, SessionsError, sessions_from_entries};
+use pilotd::volunteer::snapshot::Session;
 use record::{LOGIN_PROCESS, Record};
 use utmp_rs::UtmpParser;
 

@@ -10,8 +10,8 @@ mod record;
 use std::path::Path;
 
 use chrono::{DateTime, TimeZone, Utc};
-use pilotd::observe::Sessions;
-use pilotd::observe::sessions::{HostLookup, read_sessions, sessions_from_entries};
+use pilotd::volunteer::sessions::{HostLookup, read_sessions, sessions_from_entries};
+use pilotd::volunteer::snapshot::Sessions;
 use proptest::prelude::*;
 use record::{BOOT_TIME, RECORD_SIZE, Record};
 use utmp_rs::UtmpParser;

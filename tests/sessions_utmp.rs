@@ -18,8 +18,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime};
 
 use chrono::{DateTime, TimeZone, Utc};
-use pilotd::observe::sessions::read_sessions;
-use pilotd::observe::{Session, Sessions};
+use pilotd::volunteer::sessions::read_sessions;
+use pilotd::volunteer::snapshot::{Session, Sessions};
 use record::{RECORD_SIZE, Record};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/utmp");

@@ -6,11 +6,13 @@
 //! outcome (the back-off does not count it); that is the price of an on-demand pass.
 
 use super::{CmdError, load_config};
-use crate::backend::{Backend, split_reference};
 use crate::cli::{GcArgs, Global};
 use crate::config::SiteFile;
-use crate::daemon::{self, gc, state};
-use crate::plan::volunteer::WorkerSettings;
+use crate::volunteer::backend::{Backend, split_reference};
+use crate::volunteer::daemon;
+use crate::volunteer::gc;
+use crate::volunteer::plan::WorkerSettings;
+use crate::volunteer::status as state;
 use chrono::Utc;
 use std::fmt::Write;
 

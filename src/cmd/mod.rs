@@ -5,7 +5,6 @@ pub mod check;
 pub mod completions;
 pub mod gc;
 pub mod init;
-pub mod kubernetes;
 pub mod manpages;
 pub mod plan;
 pub mod run;
@@ -15,8 +14,8 @@ pub mod status;
 
 use crate::cli::Global;
 use crate::config::{self, Config, ConfigError, Machine, SiteFile};
-use crate::observe::HostSnapshot;
-use crate::observe::host::{Carry, HostProbe, ProbeConfig, ProbeError};
+use crate::volunteer::host::{Carry, HostProbe, ProbeConfig, ProbeError};
+use crate::volunteer::snapshot::HostSnapshot;
 use chrono::{DateTime, Utc};
 
 #[derive(Debug, thiserror::Error)]

@@ -4,9 +4,9 @@
 use super::{CmdError, describe_sources, load_config, observe_once, parse_now};
 use crate::cli::{Format, Global, PlanArgs};
 use crate::config::{Config, Machine, Mode, SiteFile};
-use crate::observe::HostSnapshot;
-use crate::observe::host::Carry;
-use crate::policy::{Limits, Supply, decide};
+use crate::volunteer::host::Carry;
+use crate::volunteer::policy::{Limits, Supply, decide};
+use crate::volunteer::snapshot::HostSnapshot;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use std::path::Path;
@@ -48,8 +48,13 @@ pub fn run(g: &Global, a: &PlanArgs) -> Result<String, CmdError> {
                 ));
             }
             let now = now.unwrap_or_else(Utc::now);
-            super::kubernetes::plan(&cfg, a.snapshot.as_deref(), now, a.format == Format::Json)
-                .map_err(|e| CmdError::Runtime(e.to_string()))
+            crate::kubernetes::provisioner::plan(
+                &cfg,
+                a.snapshot.as_deref(),
+                now,
+                a.format == Format::Json,
+            )
+            .map_err(|e| CmdError::Runtime(e.to_string()))
         }
         (Mode::Volunteer, Some(Snapshot::Cluster)) => Err(CmdError::Usage(format!(
             "{} is a kubernetes-mode snapshot, but the configuration is in volunteer mode\n  hint: pass -c with a kubernetes-mode pilotd.toml",
@@ -82,9 +87,9 @@ pub fn volunteer_plan(cfg: &Config, host: &HostSnapshot, now: DateTime<Utc>) -> 
     // The same prediction the daemon uses, when the site enabled it (`[history]
     // predict_die_at`); off by default, so replays depend only on the snapshot.
     let likely_free_until = cfg.site.history.predict_die_at.then(|| {
-        let h = crate::service::history::peek(&cfg.site.state_dir, cfg.policy.timezone).history;
+        let h = crate::volunteer::history::peek(&cfg.site.state_dir, cfg.policy.timezone).history;
         let free = h.likely_free_for(cfg.policy.timezone, now, cfg.site.history.free_threshold);
-        crate::service::history::likely_free_until(&cfg.site.history, free, now)
+        crate::volunteer::history::likely_free_until(&cfg.site.history, free, now)
     });
     let limits = Limits {
         max_lifetime: cfg.site.max_lifetime(),
@@ -95,7 +100,7 @@ pub fn volunteer_plan(cfg: &Config, host: &HostSnapshot, now: DateTime<Utc>) -> 
     // and the image the daemon last resolved (read-only: nothing is pulled or resolved here
     // beyond what the status file lacks). Without the engine there is no worker list, and
     // the output says so instead of planning from an empty one.
-    let actions = match crate::daemon::plan_actions(cfg, &supply, now) {
+    let actions = match crate::volunteer::daemon::plan_actions(cfg, &supply, now) {
         Ok(plan) => plan
             .actions
             .iter()

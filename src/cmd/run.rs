@@ -5,10 +5,10 @@
 use super::{CmdError, load_config, this_machine};
 use crate::cli::{Global, LogFormat, RunArgs};
 use crate::config::{Mode, SiteFile};
-use crate::daemon::{self, Hooks};
 use crate::service::detach::{self, Detached, Role};
 use crate::service::metrics::Metrics;
 use crate::service::notify;
+use crate::volunteer::daemon::{self, Hooks};
 use std::sync::{Arc, Mutex};
 
 pub fn run(g: &Global, a: &RunArgs) -> Result<String, CmdError> {
@@ -50,7 +50,7 @@ pub fn run(g: &Global, a: &RunArgs) -> Result<String, CmdError> {
                 {
                     d.ready();
                 }
-                super::kubernetes::run(cfg, shutdown_signal(), metrics)
+                crate::kubernetes::provisioner::run(cfg, shutdown_signal(), metrics)
                     .await
                     .map_err(|e| CmdError::Runtime(e.to_string()))
             }

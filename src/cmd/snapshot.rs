@@ -3,7 +3,7 @@
 use super::{CmdError, load_config, observe_once};
 use crate::cli::Global;
 use crate::config::{self, Config, ConfigError, Mode, Policy, SiteFile};
-use crate::observe::host::Carry;
+use crate::volunteer::host::Carry;
 
 pub fn run(g: &Global) -> Result<String, CmdError> {
     // The policy only names exclusive processes here; a host without one can still be observed.
@@ -22,11 +22,12 @@ pub fn run(g: &Global) -> Result<String, CmdError> {
         other => other?,
     };
     if cfg.site.mode == Mode::Kubernetes {
-        return super::kubernetes::snapshot(&cfg).map_err(|e| CmdError::Runtime(e.to_string()));
+        return crate::kubernetes::provisioner::snapshot(&cfg)
+            .map_err(|e| CmdError::Runtime(e.to_string()));
     }
     // Own workers' CPU from their stats, so a snapshot replays the daemon's owner-load view.
     let carry = Carry {
-        own_cpu: crate::daemon::own_cpu_blocking(&cfg).unwrap_or(0.0),
+        own_cpu: crate::volunteer::daemon::own_cpu_blocking(&cfg).unwrap_or(0.0),
         ..Carry::default()
     };
     let snap = observe_once(&cfg, carry)?;

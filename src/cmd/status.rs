@@ -3,11 +3,12 @@
 //! back-off, the image, and the last outcomes. Reads the daemon's status file; no IPC.
 
 use super::{CmdError, load_config};
-use crate::backend::{Backend, Worker, WorkerState};
 use crate::cli::{Format, Global, StatusArgs};
 use crate::config::{Mode, SiteFile};
-use crate::daemon::{self, state};
-use crate::service::{history, manifest};
+use crate::volunteer::backend::{Backend, Worker, WorkerState};
+use crate::volunteer::daemon;
+use crate::volunteer::status as state;
+use crate::volunteer::{history, manifest};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use std::fmt::Write;
@@ -51,7 +52,7 @@ struct HistoryView {
 pub fn run(g: &Global, a: &StatusArgs) -> Result<String, CmdError> {
     let cfg = load_config(g, SiteFile::Optional, None)?;
     if cfg.site.mode == Mode::Kubernetes {
-        return super::kubernetes::status(&cfg, a.format == Format::Json)
+        return crate::kubernetes::provisioner::status(&cfg, a.format == Format::Json)
             .map_err(|e| CmdError::Runtime(e.to_string()));
     }
     let path = state::path(&cfg.site.state_dir);
@@ -231,7 +232,7 @@ fn render(v: &StatusView<'_>, now: DateTime<Utc>, path: &std::path::Path) -> Str
             for w in list {
                 let exit = match (w.state, w.exit_code) {
                     (WorkerState::Exited | WorkerState::Dead, Some(c)) => {
-                        crate::plan::volunteer::Outcome::from_exit(Some(c), w.oom_killed)
+                        crate::volunteer::plan::Outcome::from_exit(Some(c), w.oom_killed)
                             .to_string()
                     }
                     _ => "-".into(),

@@ -2,7 +2,6 @@
 //! files; parsing and validation are pure and report every problem as `FILE:LINE:COL`.
 
 pub mod diag;
-pub mod ini;
 pub mod kubernetes;
 pub mod policy;
 pub mod site;

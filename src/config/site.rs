@@ -453,7 +453,7 @@ impl SiteConfig {
             );
         }
         for value in self.worker.env.values() {
-            if let Err((offset, message)) = crate::plan::volunteer::check_template(value.get_ref())
+            if let Err((offset, message)) = crate::volunteer::plan::check_template(value.get_ref())
             {
                 // +1: the span starts at the opening quote.
                 let at = value.span().start + 1 + offset;
@@ -462,7 +462,7 @@ impl SiteConfig {
                     message,
                     format!(
                         "known placeholders: {}; write {{{{ and }}}} for literal braces",
-                        crate::plan::volunteer::PLACEHOLDERS.join(", ")
+                        crate::volunteer::plan::PLACEHOLDERS.join(", ")
                     ),
                 );
             }

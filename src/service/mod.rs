@@ -2,7 +2,5 @@
 //! any tokio runtime exists), and talking to systemd (`Type=notify`) when it is there.
 
 pub mod detach;
-pub mod history;
-pub mod manifest;
 pub mod metrics;
 pub mod notify;

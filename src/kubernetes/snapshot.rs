@@ -5,7 +5,7 @@
 //! names match case-insensitively, as ClassAd attribute names do, and values are evaluated
 //! (null = undefined).
 
-use crate::demand::backoff::BackoffBook;
+use crate::kubernetes::backoff::BackoffBook;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;

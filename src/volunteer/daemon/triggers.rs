@@ -4,7 +4,7 @@
 //! watches) the file's mtime and size are polled every 250 ms instead — still well under the
 //! one-second goal, at the cost of a few stat calls per second.
 
-use crate::backend::{AnyBackend, Backend, BackendEvent};
+use crate::volunteer::backend::{AnyBackend, Backend, BackendEvent};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::path::{Path, PathBuf};

@@ -10,7 +10,7 @@ pub mod calendar;
 use crate::config::policy::{BatteryRule, SessionRule};
 use crate::config::units::format_duration;
 use crate::config::{Evict, Policy};
-use crate::observe::{HostSnapshot, Sessions};
+use crate::volunteer::snapshot::{HostSnapshot, Sessions};
 use calendar::Period;
 use chrono::{DateTime, Duration as ChronoDuration, Utc};
 use serde::Serialize;

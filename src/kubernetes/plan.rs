@@ -2,13 +2,14 @@
 //! → per-shape decisions, the Kubernetes Job bodies to create (one Job per worker pod, as the
 //! worker image expects them) and the finished Jobs to delete. No I/O, no clock.
 
-use crate::config::ini::parse_dict;
 use crate::config::kubernetes::{KubernetesConfig, is_label_key, is_label_value};
-use crate::demand::accounting::{account, observe_pods};
-use crate::demand::{
-    Accounting, BackoffBook, BackoffPolicy, Demand, Gate, ShapeKey, min_pods, pods_to_submit,
-};
-use crate::observe::cluster::ClusterSnapshot;
+use crate::kubernetes::accounting::Accounting;
+use crate::kubernetes::accounting::{account, observe_pods};
+use crate::kubernetes::backoff::{BackoffBook, BackoffPolicy, Gate};
+use crate::kubernetes::demand::{Demand, min_pods, pods_to_submit};
+use crate::kubernetes::ini::parse_dict;
+use crate::kubernetes::shape::ShapeKey;
+use crate::kubernetes::snapshot::ClusterSnapshot;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
@@ -647,7 +648,7 @@ pub fn render_text(plan: &KubePlan) -> String {
     for j in &plan.jobs {
         let labels = j.metadata.labels.as_ref();
         let shape = labels
-            .and_then(|l| l.get(crate::demand::shape::POD_SHAPE))
+            .and_then(|l| l.get(crate::kubernetes::shape::POD_SHAPE))
             .cloned()
             .unwrap_or_default();
         let _ = writeln!(

@@ -21,8 +21,8 @@
 //! provisioner built it; `C_STARTD` selects this provisioner's workers by their K8S* attrs.
 
 use crate::config::kubernetes::{KubernetesConfig, full_match_regex};
-use crate::observe::cluster::{AdValue, JobAd, StartdAd};
-use crate::plan::kubernetes::PROVISIONER_TYPE;
+use crate::kubernetes::plan::PROVISIONER_TYPE;
+use crate::kubernetes::snapshot::{AdValue, JobAd, StartdAd};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -65,7 +65,7 @@ pub enum CondorError {
 
 /// The job attributes queried, in output order: the snapshot's attributes without
 /// `ScheddName`, which condor_q does not print (the probe knows which schedd it asked).
-pub const JOB_ATTRS: &[&str] = super::cluster::JOB_ATTRS
+pub const JOB_ATTRS: &[&str] = super::snapshot::JOB_ATTRS
     .split_first()
     .expect("non-empty")
     .1;

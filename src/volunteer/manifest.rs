@@ -128,7 +128,7 @@ pub fn check(
         }
     }
     for (key, value) in &m.worker.env {
-        if let Err((_, e)) = crate::plan::volunteer::check_template(value) {
+        if let Err((_, e)) = crate::volunteer::plan::check_template(value) {
             why.push(format!("env {key}: {e}"));
         }
     }

@@ -5,7 +5,8 @@
 //! failure up to `max`; one pod reaching Claimed (or Succeeded after having been claimed)
 //! resets it. The book is plain data, carried between cycles and in snapshots.
 
-use super::{PodObservation, PodState, ShapeKey};
+use super::accounting::{PodObservation, PodState};
+use super::shape::ShapeKey;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};

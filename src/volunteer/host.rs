@@ -2,7 +2,8 @@
 //! processes, plus the session probe. One long-lived sysinfo `System`, because CPU usage is
 //! the difference between two refreshes.
 
-use super::{HostSnapshot, sessions};
+use super::sessions;
+use super::snapshot::HostSnapshot;
 use chrono::{DateTime, Utc};
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -2,8 +2,8 @@
 //! pod's worker advertises, as the NRP provisioner counts them (`count_states`): waiting,
 //! unmatched (running, startd not claimed), claimed, failed, unknown.
 
-use super::ShapeKey;
-use crate::observe::cluster::StartdAd;
+use super::shape::ShapeKey;
+use crate::kubernetes::snapshot::StartdAd;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Pod;
 use serde::Serialize;

@@ -2,11 +2,6 @@
 //! the contract `pilotd snapshot` prints and `pilotd plan --snapshot` reads. Probes (sysinfo,
 //! utmp, sysfs, procfs) live in submodules and hold no decisions.
 
-pub mod cluster;
-pub mod condor;
-pub mod host;
-pub mod sessions;
-
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 

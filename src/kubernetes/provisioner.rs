@@ -1,18 +1,18 @@
 //! Subcommands in kubernetes mode: `import-ini`, `plan`, `snapshot`, `status` and the reconcile
 //! loop of `run`. One cycle = observe (condor tools, then one paginated pod list and one Job
-//! list) → decide (pure `plan::kubernetes::decide`) → act (create Jobs in key order, delete
+//! list) → decide (pure `kubernetes::plan::decide`) → act (create Jobs in key order, delete
 //! finished Jobs). A cycle whose observation fails acts on nothing: a failed list is not an
 //! empty list.
 
-use crate::backend::kubernetes::{KubeBackend, KubeError};
 use crate::config::Config;
-use crate::config::ini::{self, IniError};
 use crate::config::kubernetes::KubernetesConfig;
-use crate::demand::BackoffBook;
-use crate::demand::shape::POD_SHAPE;
-use crate::observe::cluster::{ClusterSnapshot, SnapshotError};
-use crate::observe::condor::{CondorError, CondorProbe};
-use crate::plan::kubernetes::{ClusterDecision, KubePlan, decide, render_text};
+use crate::kubernetes::backoff::BackoffBook;
+use crate::kubernetes::client::{KubeBackend, KubeError};
+use crate::kubernetes::condor::{CondorError, CondorProbe};
+use crate::kubernetes::ini::{self, IniError};
+use crate::kubernetes::plan::{ClusterDecision, KubePlan, decide, render_text};
+use crate::kubernetes::shape::POD_SHAPE;
+use crate::kubernetes::snapshot::{ClusterSnapshot, SnapshotError};
 use crate::service::metrics::Metrics;
 use chrono::{DateTime, Utc};
 use std::collections::BTreeSet;

@@ -1,7 +1,7 @@
 //! The volunteer daemon: a tokio reconcile loop. Every `interval`, and at once when the utmp
 //! file changes, a worker exits, a long operation finishes or the decision's `next_change`
 //! arrives, it runs one cycle: observe (host probe, workers from the runtime, their CPU) →
-//! decide (`policy::decide`, pure) → plan (`plan::volunteer`, pure) → apply (backend).
+//! decide (`policy::decide`, pure) → plan (`volunteer::plan`, pure) → apply (backend).
 //!
 //! Crash safety: nothing about workers is kept in memory across cycles that the runtime does
 //! not also hold; each cycle starts from `list_workers`, so a restarted daemon adopts every
@@ -16,28 +16,26 @@
 //! get a short while to finish, the status is written, and workers are left to the next
 //! pilotd (or stopped gracefully with `[worker] on_shutdown = "stop"`).
 
-pub mod gc;
-pub mod image;
-pub mod state;
 pub mod triggers;
 
-use crate::backend::docker::DockerBackend;
-use crate::backend::{
-    AnyBackend, Backend, BackendError, CpuSample, Worker, WorkerSpec, WorkerState,
-};
 use crate::config::site::OnShutdown;
 use crate::config::{self, Config, SiteFile};
-use crate::observe::host::{Carry, HostProbe, ProbeConfig, ProbeError};
-use crate::observe::{HostSnapshot, Sessions};
-use crate::plan::volunteer::{
-    self, Action, ImageState, InFlight, Observed, Outcome, WorkerSettings,
-};
-use crate::policy::{Limits, Supply, decide};
-use crate::service::history::{self, History};
-use crate::service::manifest::{self, Manifest};
 use crate::service::metrics::Metrics;
+use crate::volunteer::backend::docker::DockerBackend;
+use crate::volunteer::backend::{
+    AnyBackend, Backend, BackendError, CpuSample, Worker, WorkerSpec, WorkerState,
+};
+use crate::volunteer::history::{self, History};
+use crate::volunteer::host::{Carry, HostProbe, ProbeConfig, ProbeError};
+use crate::volunteer::manifest::{self, Manifest};
+use crate::volunteer::plan::{
+    self as volunteer, Action, ImageState, InFlight, Observed, Outcome, WorkerSettings,
+};
+use crate::volunteer::policy::{Limits, Supply, decide};
+use crate::volunteer::snapshot::{HostSnapshot, Sessions};
+use crate::volunteer::status::{self as state, Decision, OutcomeRecord, PulledImage, Status};
+use crate::volunteer::{gc, image};
 use chrono::{DateTime, SecondsFormat, Utc};
-use state::{Decision, OutcomeRecord, PulledImage, Status};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -94,7 +92,7 @@ enum TaskDone {
     Pulled {
         pinned: String,
         digest: String,
-        result: Result<crate::backend::LocalImage, BackendError>,
+        result: Result<crate::volunteer::backend::LocalImage, BackendError>,
     },
     Manifest(Result<Manifest, manifest::ManifestError>),
 }
@@ -707,7 +705,7 @@ impl Daemon {
                     cpus = spec.nano_cpus / 1_000_000_000,
                     memory_mib = spec.memory_bytes >> 20,
                     image = %spec.image_pinned,
-                    die_at = spec.labels.get(crate::backend::labels::DIE_AT).map(String::as_str).unwrap_or("-"),
+                    die_at = spec.labels.get(crate::volunteer::backend::labels::DIE_AT).map(String::as_str).unwrap_or("-"),
                     "started"
                 );
                 Ok(())
@@ -854,7 +852,7 @@ impl Daemon {
             list,
             &self.settings.name_prefix(),
         );
-        let (repository, _, _) = crate::backend::split_reference(&self.settings.image);
+        let (repository, _, _) = crate::volunteer::backend::split_reference(&self.settings.image);
         match b.list_images(&repository).await {
             Ok(local) => items.extend(gc::images(
                 &local,
@@ -908,7 +906,7 @@ impl Daemon {
     /// owner and the host only (not the schedule), so the history shows when this machine is
     /// really free, including hours the policy does not open.
     fn learn(&mut self, now: DateTime<Utc>, supply: &Supply) {
-        use crate::policy::Cause;
+        use crate::volunteer::policy::Cause;
         let cap = chrono::Duration::from_std(self.cfg.site.interval.0 * 2).unwrap_or_default();
         // Whole seconds are counted and the remainder carried to the next cycle: cycles can
         // come less than a second apart (events), and dropping the fractions would lose them.

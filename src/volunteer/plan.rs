@@ -18,10 +18,10 @@
 //! - A new image digest is pulled only while workers may run (or when the site allows pulls
 //!   while the owner is present): downloads obey the schedule.
 
-use crate::backend::{Worker, WorkerSpec, WorkerState, labels};
 use crate::config::Evict;
 use crate::config::site::SiteConfig;
-use crate::policy::Supply;
+use crate::volunteer::backend::{Worker, WorkerSpec, WorkerState, labels};
+use crate::volunteer::policy::Supply;
 use chrono::{DateTime, Duration as ChronoDuration, SecondsFormat, Utc};
 use pilot_contract::PilotExit;
 use serde::{Deserialize, Serialize};
@@ -805,7 +805,7 @@ pub fn spec_hash(supply: &Supply, s: &WorkerSettings, digest: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::Resources;
+    use crate::volunteer::policy::Resources;
     use chrono::TimeZone;
 
     fn t(h: u32, m: u32) -> DateTime<Utc> {

@@ -4,10 +4,10 @@
 //! that cannot be reached changes nothing for running workers; it is retried with a growing
 //! delay and said clearly in the log.
 
-use super::state::ImageRecord;
-use crate::backend::{Backend, BackendError, split_reference};
+use super::status::ImageRecord;
 use crate::config::site::{image_allowed, is_fully_qualified};
-use crate::plan::volunteer::ImageState;
+use crate::volunteer::backend::{Backend, BackendError, split_reference};
+use crate::volunteer::plan::ImageState;
 use chrono::{DateTime, Duration as ChronoDuration, SecondsFormat, Utc};
 use std::time::Duration;
 

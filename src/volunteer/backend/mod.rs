@@ -12,7 +12,6 @@
 pub mod docker;
 #[cfg(any(test, feature = "test-fixtures"))]
 pub mod fake;
-pub mod kubernetes;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};

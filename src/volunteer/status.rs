@@ -6,10 +6,10 @@
 //! Written atomically (temporary file in the same directory, fsync, rename), so a reader or a
 //! crash never sees half a file.
 
-use crate::backend::Worker;
 use crate::config::Evict;
-use crate::plan::volunteer::{Backoff, Outcome};
-use crate::policy::Supply;
+use crate::volunteer::backend::Worker;
+use crate::volunteer::plan::{Backoff, Outcome};
+use crate::volunteer::policy::Supply;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::io::Write;

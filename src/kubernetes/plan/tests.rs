@@ -1,6 +1,6 @@
 use super::*;
-use crate::demand::shape::POD_GPU_TYPES;
-use crate::observe::cluster::{AdValue, JobAd, StartdAd};
+use crate::kubernetes::shape::POD_GPU_TYPES;
+use crate::kubernetes::snapshot::{AdValue, JobAd, StartdAd};
 use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;

@@ -3,15 +3,9 @@
 //! cycle, the accounting of existing pods per shape, and the per-shape back-off. No I/O and no
 //! clock: `now` arrives as an argument.
 
-pub mod accounting;
-pub mod backoff;
-pub mod shape;
-
-pub use accounting::{Accounting, PodObservation, PodState};
-pub use backoff::{BackoffBook, BackoffPolicy, Gate};
-pub use shape::ShapeKey;
-
-use crate::observe::cluster::JobAd;
+use super::accounting::Accounting;
+use super::shape::ShapeKey;
+use crate::kubernetes::snapshot::JobAd;
 use std::collections::BTreeMap;
 
 /// Idle jobs per shape, keys in sorted order (so logs, plans and tests are reproducible).
@@ -60,7 +54,7 @@ pub fn pods_to_submit(min_pods: u64, acc: &Accounting, max_submit_pods_per_clust
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::observe::cluster::AdValue;
+    use crate::kubernetes::snapshot::AdValue;
 
     #[test]
     fn formula_matches_the_provisioner_at_every_documented_point() {

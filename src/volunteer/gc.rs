@@ -4,8 +4,8 @@
 //! pilotd's labels or in its pull record, and only scratch dirs with this instance's name
 //! prefix, are ever candidates.
 
-use super::state::PulledImage;
-use crate::backend::{Backend, BackendError, LocalImage, Worker, WorkerState, labels};
+use super::status::PulledImage;
+use crate::volunteer::backend::{Backend, BackendError, LocalImage, Worker, WorkerState, labels};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
