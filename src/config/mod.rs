@@ -5,6 +5,7 @@ pub mod diag;
 pub mod kubernetes;
 pub mod policy;
 pub mod site;
+pub mod template;
 pub mod units;
 
 pub use diag::{Diagnostic, Diagnostics};

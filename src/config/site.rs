@@ -3,6 +3,7 @@
 
 use super::diag::Diagnostics;
 use super::kubernetes::KubernetesConfig;
+use super::template;
 use super::units::HumanDuration;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -453,16 +454,15 @@ impl SiteConfig {
             );
         }
         for value in self.worker.env.values() {
-            if let Err((offset, message)) = crate::volunteer::plan::check_template(value.get_ref())
-            {
+            if let Err(e) = template::check(value.get_ref()) {
                 // +1: the span starts at the opening quote.
-                let at = value.span().start + 1 + offset;
+                let at = value.span().start + 1 + e.offset();
                 d.error(
                     at..at,
-                    message,
+                    format!("[worker.env]: {e}"),
                     format!(
                         "known placeholders: {}; write {{{{ and }}}} for literal braces",
-                        crate::volunteer::plan::PLACEHOLDERS.join(", ")
+                        template::PLACEHOLDERS.join(", ")
                     ),
                 );
             }

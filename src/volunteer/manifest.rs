@@ -19,6 +19,7 @@
 
 use crate::config::SiteConfig;
 use crate::config::site::{image_allowed, is_fully_qualified};
+use crate::config::template;
 use crate::config::units::HumanDuration;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -128,8 +129,8 @@ pub fn check(
         }
     }
     for (key, value) in &m.worker.env {
-        if let Err((_, e)) = crate::volunteer::plan::check_template(value) {
-            why.push(format!("env {key}: {e}"));
+        if let Err(e) = template::check(value) {
+            why.push(format!("env {key}: [worker.env]: {e}"));
         }
     }
     if why.is_empty() { Ok(()) } else { Err(why) }

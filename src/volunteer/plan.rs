@@ -20,6 +20,7 @@
 
 use crate::config::Evict;
 use crate::config::site::SiteConfig;
+use crate::config::template;
 use crate::volunteer::backend::{Worker, WorkerSpec, WorkerState, labels};
 use crate::volunteer::policy::Supply;
 use chrono::{DateTime, Duration as ChronoDuration, SecondsFormat, Utc};
@@ -30,112 +31,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
-
-/// Placeholders a `[worker.env]` value may use.
-pub const PLACEHOLDERS: &[&str] = &[
-    "cpus",
-    "memory_mib",
-    "disk_kib",
-    "gpus",
-    "idle_minutes",
-    "idle_seconds",
-    "accept_until",
-    "accept_until_unix",
-    "die_at",
-    "die_at_unix",
-    "hours_left",
-    "accept_hours",
-    "retire_hours",
-    "worker_name",
-    "instance",
-    "token_path",
-    "scratch_path",
-    "free_hours",
-];
-
-/// Why a template is invalid.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TemplateError {
-    #[error("unknown placeholder `{{{name}}}`")]
-    Unknown { offset: usize, name: String },
-    #[error("`{{` is not closed by `}}`")]
-    Unclosed { offset: usize },
-    #[error("a lone `}}`")]
-    StrayClose { offset: usize },
-}
-
-/// One piece of a parsed template.
-enum Piece<'a> {
-    Text(&'a str),
-    Placeholder(&'a str),
-}
-
-fn parse_template(s: &str) -> Result<Vec<Piece<'_>>, TemplateError> {
-    let mut out = Vec::new();
-    let bytes = s.as_bytes();
-    let (mut i, mut text_start) = (0, 0);
-    while i < bytes.len() {
-        match bytes[i] {
-            b'{' if bytes.get(i + 1) == Some(&b'{') => {
-                out.push(Piece::Text(&s[text_start..=i]));
-                i += 2;
-                text_start = i;
-            }
-            b'}' if bytes.get(i + 1) == Some(&b'}') => {
-                out.push(Piece::Text(&s[text_start..=i]));
-                i += 2;
-                text_start = i;
-            }
-            b'{' => {
-                let close = s[i..]
-                    .find('}')
-                    .ok_or(TemplateError::Unclosed { offset: i })?;
-                let name = &s[i + 1..i + close];
-                if !PLACEHOLDERS.contains(&name) {
-                    return Err(TemplateError::Unknown {
-                        offset: i,
-                        name: name.to_string(),
-                    });
-                }
-                out.push(Piece::Text(&s[text_start..i]));
-                out.push(Piece::Placeholder(name));
-                i += close + 1;
-                text_start = i;
-            }
-            b'}' => return Err(TemplateError::StrayClose { offset: i }),
-            _ => i += 1,
-        }
-    }
-    out.push(Piece::Text(&s[text_start..]));
-    Ok(out)
-}
-
-/// Checks a `[worker.env]` value at load time: the byte offset of the problem and a message.
-pub fn check_template(s: &str) -> Result<(), (usize, String)> {
-    parse_template(s).map(|_| ()).map_err(|e| {
-        let offset = match &e {
-            TemplateError::Unknown { offset, .. }
-            | TemplateError::Unclosed { offset }
-            | TemplateError::StrayClose { offset } => *offset,
-        };
-        (offset, format!("[worker.env]: {e}"))
-    })
-}
-
-/// Renders a template; values come from `values` (every known placeholder is there). A
-/// template that does not parse (it was checked at load time) is passed through verbatim.
-fn render(template: &str, values: &BTreeMap<&'static str, String>) -> String {
-    let Ok(pieces) = parse_template(template) else {
-        return template.to_string();
-    };
-    pieces
-        .into_iter()
-        .map(|p| match p {
-            Piece::Text(t) => t.to_string(),
-            Piece::Placeholder(n) => values.get(n).cloned().unwrap_or_default(),
-        })
-        .collect()
-}
 
 /// The site's worker settings the plan needs (from pilotd.toml), as plain data.
 #[derive(Debug, Clone, PartialEq)]
@@ -734,7 +629,7 @@ pub fn worker_spec(
     let env = s
         .env
         .iter()
-        .map(|(k, v)| (k.clone(), render(v, &values)))
+        .map(|(k, v)| (k.clone(), template::render(v, &values)))
         .collect();
 
     let mut l = BTreeMap::new();
@@ -1248,18 +1143,6 @@ mod tests {
             Outcome::from_exit(Some(10), false).to_string(),
             "exit 10: no job within the idle timeout"
         );
-    }
-
-    #[test]
-    fn templates_are_checked_with_positions() {
-        assert_eq!(check_template("{cpus} CPUs, {{literal}}"), Ok(()));
-        assert_eq!(check_template("plain"), Ok(()));
-        let (at, msg) = check_template("x {cpu}").unwrap_err();
-        assert_eq!(at, 2);
-        assert!(msg.contains("unknown placeholder `{cpu}`"), "{msg}");
-        assert_eq!(check_template("ab {cpus").unwrap_err().0, 3);
-        assert_eq!(check_template("a}b").unwrap_err().0, 1);
-        assert_eq!(check_template("é{nope}").unwrap_err().0, 2, "byte offsets");
     }
 
     #[test]
