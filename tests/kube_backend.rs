@@ -6,16 +6,20 @@ mod fake_kube;
 use fake_kube::FakeKube;
 use k8s_openapi::api::batch::v1::Job;
 use pilotd::config::kubernetes::KubernetesConfig;
-use pilotd::kubernetes::client::{KubeBackend, KubeError};
+use pilotd::kubernetes::client::{Connection, KubeBackend, KubeError};
+use pilotd::kubernetes::settings::Settings;
 use serde_json::json;
 
 const NS: &str = "ns1";
 
-fn cfg(page: u32) -> KubernetesConfig {
-    KubernetesConfig::from_table_text(&format!(
+fn cfg(page: u32) -> Connection {
+    let table = KubernetesConfig::from_table_text(&format!(
         "namespace = \"{NS}\"\napp_name = \"osg-direct\"\nlist_page_size = {page}\n"
     ))
-    .unwrap()
+    .unwrap();
+    Settings::from_table(&table, std::path::Path::new("/nonexistent"))
+        .unwrap()
+        .connection
 }
 
 fn pod(name: &str, app: &str, ns: &str) -> serde_json::Value {

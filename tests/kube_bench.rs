@@ -3,7 +3,8 @@
 //! decide, render the JSON plan — with its wall time and the process's peak RSS.
 
 use pilotd::config::kubernetes::KubernetesConfig;
-use pilotd::kubernetes::provisioner::plan_from_snapshot;
+use pilotd::kubernetes::plan::decide;
+use pilotd::kubernetes::settings::Settings;
 use pilotd::kubernetes::snapshot::ClusterSnapshot;
 use std::time::Instant;
 
@@ -22,17 +23,19 @@ fn peak_rss_kib() -> u64 {
 #[ignore = "benchmark figure; run by tests/bench/kube_plan.sh with PILOTD_BENCH_SNAPSHOT"]
 fn plan_from_snapshot_figures() {
     let path = std::env::var("PILOTD_BENCH_SNAPSHOT").expect("PILOTD_BENCH_SNAPSHOT=FILE");
-    let cfg = KubernetesConfig::from_table_text(
+    let table = KubernetesConfig::from_table_text(
         "namespace = \"osg-opportunistic\"\napp_name = \"osg-direct\"\n",
     )
     .unwrap();
+    let cfg = Settings::from_table(&table, std::path::Path::new("/nonexistent")).unwrap();
     let now = "2026-12-01T21:30:00Z".parse().unwrap();
     let start = Instant::now();
     let text = std::fs::read_to_string(&path).unwrap();
     let snap = ClusterSnapshot::from_json(&path, &text).unwrap();
     drop(text);
     let parsed = start.elapsed();
-    let out = plan_from_snapshot(&cfg, &snap, now, true).unwrap();
+    let plan = decide(&snap, &cfg.plan, now).plan;
+    let out = serde_json::to_string_pretty(&plan).unwrap();
     let total = start.elapsed();
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     println!(

@@ -1,6 +1,6 @@
 //! Kubernetes mode end to end: the real `kube` client against the in-process fake API server
 //! (tests/fake_kube) and the fake `condor_status`/`condor_q` executables (tests/fake-condor),
-//! through `cmd::kubernetes::cycle` and the `run` loop.
+//! through `provisioner::cycle` and the `run` loop.
 
 mod fake_kube;
 
@@ -9,8 +9,8 @@ use fake_kube::FakeKube;
 use pilotd::config::kubernetes::KubernetesConfig;
 use pilotd::kubernetes::backoff::BackoffBook;
 use pilotd::kubernetes::client::KubeBackend;
-use pilotd::kubernetes::condor::CondorProbe;
-use pilotd::kubernetes::provisioner::{cycle, load_book, run_kubernetes};
+use pilotd::kubernetes::provisioner::{cycle, load_book, run};
+use pilotd::kubernetes::settings::Settings;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -78,15 +78,16 @@ impl Pool {
         std::fs::write(self.dir.path().join(name), text).unwrap();
     }
 
-    fn config(&self, extra: &str) -> KubernetesConfig {
-        KubernetesConfig::from_table_text(&format!(
+    fn config(&self, extra: &str) -> Settings {
+        let table = KubernetesConfig::from_table_text(&format!(
             "namespace = \"{NS}\"\napp_name = \"osg-direct\"\nk8s_domain = \"nrp-nautilus.io\"\n\
              schedd_whitelist = 'ap.*\\.osg-htc\\.org'\ncondor_status = '{}'\ncondor_q = '{}'\n\
              condor_timeout = \"20s\"\n{extra}",
             self.dir.path().join("condor_status").display(),
             self.dir.path().join("condor_q").display(),
         ))
-        .unwrap()
+        .unwrap();
+        Settings::from_table(&table, &self.dir.path().join("state")).unwrap()
     }
 
     fn calls(&self) -> String {
@@ -127,13 +128,10 @@ async fn full_cycle_creates_exactly_the_expected_jobs_and_a_second_creates_none(
     let pool = Pool::new();
     let fake = FakeKube::start().await;
     let cfg = pool.config("");
-    let backend = KubeBackend::from_client(fake.client(NS), &cfg);
-    let probe = CondorProbe::from_config(&cfg);
+    let backend = KubeBackend::from_client(fake.client(NS), &cfg.connection);
     let mut book = BackoffBook::default();
 
-    let (plan, report) = cycle(&cfg, &probe, &backend, &mut book, now())
-        .await
-        .unwrap();
+    let (plan, report) = cycle(&cfg, &backend, &mut book, now()).await.unwrap();
     // 10 default jobs → 1 + 10/4 = 3; 5 four-CPU jobs → 2; 1 GPU job → 1. rogue is not
     // whitelisted and ap22 has no identity, so neither is queried.
     assert_eq!(report.created.len(), 6, "{report:?}");
@@ -194,9 +192,7 @@ async fn full_cycle_creates_exactly_the_expected_jobs_and_a_second_creates_none(
     assert_eq!(plan.clusters.len(), 3);
 
     // Second cycle: the fake Job controller made one Pending pod per Job; nothing new.
-    let (plan2, report2) = cycle(&cfg, &probe, &backend, &mut book, now())
-        .await
-        .unwrap();
+    let (plan2, report2) = cycle(&cfg, &backend, &mut book, now()).await.unwrap();
     assert!(
         report2.created.is_empty(),
         "{report2:?} {:?}",
@@ -216,14 +212,11 @@ async fn one_failing_schedd_is_skipped_and_all_failing_submits_nothing() {
     let pool = Pool::new();
     let fake = FakeKube::start().await;
     let cfg = pool.config("");
-    let backend = KubeBackend::from_client(fake.client(NS), &cfg);
-    let probe = CondorProbe::from_config(&cfg);
+    let backend = KubeBackend::from_client(fake.client(NS), &cfg.connection);
     let mut book = BackoffBook::default();
 
     pool.write("fail-ap21.uc.osg-htc.org", "");
-    let (plan, report) = cycle(&cfg, &probe, &backend, &mut book, now())
-        .await
-        .unwrap();
+    let (plan, report) = cycle(&cfg, &backend, &mut book, now()).await.unwrap();
     assert_eq!(plan.failed_schedds, vec!["ap21.uc.osg-htc.org"]);
     assert_eq!(
         report.created.len(),
@@ -234,9 +227,7 @@ async fn one_failing_schedd_is_skipped_and_all_failing_submits_nothing() {
 
     pool.write("fail-ap20.uc.osg-htc.org", "");
     fake.clear_seen();
-    let err = cycle(&cfg, &probe, &backend, &mut book, now())
-        .await
-        .unwrap_err();
+    let err = cycle(&cfg, &backend, &mut book, now()).await.unwrap_err();
     assert!(
         err.to_string().contains("every whitelisted schedd failed"),
         "{err}"
@@ -249,11 +240,7 @@ async fn one_failing_schedd_is_skipped_and_all_failing_submits_nothing() {
 
     // An unreachable collector fails the cycle the same way.
     pool.write("collector-down", "");
-    assert!(
-        cycle(&cfg, &probe, &backend, &mut book, now())
-            .await
-            .is_err()
-    );
+    assert!(cycle(&cfg, &backend, &mut book, now()).await.is_err());
 }
 
 #[tokio::test]
@@ -264,12 +251,9 @@ async fn a_failing_create_for_one_key_does_not_stop_the_others() {
         job["metadata"]["labels"]["PodCPUs"].as_str() == Some("4")
     }));
     let cfg = pool.config("");
-    let backend = KubeBackend::from_client(fake.client(NS), &cfg);
-    let probe = CondorProbe::from_config(&cfg);
+    let backend = KubeBackend::from_client(fake.client(NS), &cfg.connection);
     let mut book = BackoffBook::default();
-    let (_, report) = cycle(&cfg, &probe, &backend, &mut book, now())
-        .await
-        .unwrap();
+    let (_, report) = cycle(&cfg, &backend, &mut book, now()).await.unwrap();
     assert_eq!(report.created.len(), 4, "{report:?}");
     assert_eq!(report.create_failed.len(), 2);
     assert!(
@@ -292,12 +276,9 @@ async fn a_failed_pod_list_is_not_an_empty_list() {
     let fake = FakeKube::start().await;
     fake.store.lock().unwrap().fail_list = true;
     let cfg = pool.config("");
-    let backend = KubeBackend::from_client(fake.client(NS), &cfg);
-    let probe = CondorProbe::from_config(&cfg);
+    let backend = KubeBackend::from_client(fake.client(NS), &cfg.connection);
     let mut book = BackoffBook::default();
-    let err = cycle(&cfg, &probe, &backend, &mut book, now())
-        .await
-        .unwrap_err();
+    let err = cycle(&cfg, &backend, &mut book, now()).await.unwrap_err();
     assert!(err.to_string().contains("listing pods"), "{err}");
     assert!(fake.jobs().is_empty());
 }
@@ -316,13 +297,10 @@ async fn failing_workers_put_their_shape_on_trial_and_finished_jobs_are_cleaned_
     pool.write("jobs-ap21.uc.osg-htc.org.txt", &many);
     let fake = FakeKube::start().await;
     let cfg = pool.config("cleanup_after = \"0s\"\n");
-    let backend = KubeBackend::from_client(fake.client(NS), &cfg);
-    let probe = CondorProbe::from_config(&cfg);
+    let backend = KubeBackend::from_client(fake.client(NS), &cfg.connection);
     let mut book = BackoffBook::default();
 
-    let (_, r1) = cycle(&cfg, &probe, &backend, &mut book, now())
-        .await
-        .unwrap();
+    let (_, r1) = cycle(&cfg, &backend, &mut book, now()).await.unwrap();
     assert_eq!(r1.created.len(), 11);
     // Every worker fails after starting; its Job is marked Failed by the controller.
     fake.set_all_pod_phases("Failed");
@@ -334,7 +312,7 @@ async fn failing_workers_put_their_shape_on_trial_and_finished_jobs_are_cleaned_
         }
     }
     let t2 = now() + chrono::Duration::minutes(2);
-    let (plan2, r2) = cycle(&cfg, &probe, &backend, &mut book, t2).await.unwrap();
+    let (plan2, r2) = cycle(&cfg, &backend, &mut book, t2).await.unwrap();
     let row = &plan2.clusters[0];
     assert_eq!(row.failed, 11);
     assert!(row.backoff.as_ref().unwrap().trial);
@@ -357,18 +335,12 @@ async fn failing_workers_put_their_shape_on_trial_and_finished_jobs_are_cleaned_
 
     // After the delay: exactly one trial pod.
     let t3 = t2 + chrono::Duration::minutes(6);
-    let (_, r3) = cycle(&cfg, &probe, &backend, &mut book, t3).await.unwrap();
+    let (_, r3) = cycle(&cfg, &backend, &mut book, t3).await.unwrap();
     assert_eq!(r3.created.len(), 1);
     // While it is out, no more.
-    let (_, r4) = cycle(
-        &cfg,
-        &probe,
-        &backend,
-        &mut book,
-        t3 + chrono::Duration::hours(2),
-    )
-    .await
-    .unwrap();
+    let (_, r4) = cycle(&cfg, &backend, &mut book, t3 + chrono::Duration::hours(2))
+        .await
+        .unwrap();
     assert!(r4.created.is_empty());
 }
 
@@ -384,7 +356,7 @@ async fn run_loop_connects_by_kubeconfig_and_keeps_the_backoff_state() {
         kubeconfig.display()
     ));
     let shutdown = tokio::time::sleep(std::time::Duration::from_millis(1500));
-    run_kubernetes(&cfg, &state, shutdown, None).await.unwrap();
+    run(&cfg, shutdown, None).await.unwrap();
     assert_eq!(fake.jobs().len(), 6, "one cycle ran before shutdown");
     assert!(state.exists());
     assert_eq!(load_book(&state), BackoffBook::default());
@@ -408,12 +380,9 @@ async fn api_requests_of_one_live_cycle() {
         );
     }
     let cfg = pool.config("");
-    let backend = KubeBackend::from_client(fake.client(NS), &cfg);
-    let probe = CondorProbe::from_config(&cfg);
+    let backend = KubeBackend::from_client(fake.client(NS), &cfg.connection);
     let mut book = BackoffBook::default();
-    let (_, report) = cycle(&cfg, &probe, &backend, &mut book, now())
-        .await
-        .unwrap();
+    let (_, report) = cycle(&cfg, &backend, &mut book, now()).await.unwrap();
     let seen = fake.seen();
     let pages = |p: &str| {
         seen.iter()
@@ -422,7 +391,7 @@ async fn api_requests_of_one_live_cycle() {
     };
     println!(
         "api requests of one live cycle with 5000 pods (page size {}): {} total = {} pod-list pages + {} Job-list pages + {} creates + {} deletes",
-        cfg.list_page_size.get_ref(),
+        cfg.connection.page_size,
         seen.len(),
         pages("/pods"),
         pages("/jobs"),

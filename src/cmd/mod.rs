@@ -4,6 +4,7 @@
 pub mod check;
 pub mod completions;
 pub mod gc;
+pub mod import_ini;
 pub mod init;
 pub mod manpages;
 pub mod plan;
@@ -30,14 +31,32 @@ pub enum CmdError {
     /// Something failed at run time: exit 1.
     #[error("{0}")]
     Runtime(String),
+    #[error("cannot start the async runtime: {0}")]
+    AsyncRuntime(std::io::Error),
+    #[error("cannot print JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error(transparent)]
+    ImportIni(#[from] crate::kubernetes::ini::IniError),
+    #[error(transparent)]
+    KubernetesSettings(#[from] crate::kubernetes::settings::SettingsError),
+    #[error(transparent)]
+    Snapshot(#[from] crate::kubernetes::snapshot::SnapshotError),
+    #[error(transparent)]
+    Provisioner(#[from] crate::kubernetes::provisioner::ProvisionerError),
 }
 
 impl CmdError {
     /// 0 ok, 1 runtime failure, 2 bad usage or invalid configuration.
     pub fn exit_code(&self) -> u8 {
         match self {
-            CmdError::Config(_) | CmdError::Usage(_) => 2,
-            CmdError::Probe(_) | CmdError::Runtime(_) => 1,
+            CmdError::Config(_) | CmdError::Usage(_) | CmdError::ImportIni(_) => 2,
+            CmdError::Probe(_)
+            | CmdError::Runtime(_)
+            | CmdError::AsyncRuntime(_)
+            | CmdError::Json(_)
+            | CmdError::KubernetesSettings(_)
+            | CmdError::Snapshot(_)
+            | CmdError::Provisioner(_) => 1,
         }
     }
 }
@@ -71,6 +90,16 @@ pub fn observe_once(cfg: &Config, carry: Carry) -> Result<HostSnapshot, CmdError
     let mut probe = HostProbe::new(ProbeConfig::of(cfg))?;
     std::thread::sleep(probe.prime());
     Ok(probe.observe(Utc::now(), carry)?)
+}
+
+/// Runs one future to completion on a single-threaded runtime: one-shot commands ask the
+/// engine or the cluster one thing and print the answer.
+pub fn block_on<F: std::future::Future>(f: F) -> Result<F::Output, CmdError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(CmdError::AsyncRuntime)?;
+    Ok(rt.block_on(f))
 }
 
 /// Parses `--now`: RFC 3339, or unix seconds.

@@ -1,11 +1,16 @@
 //! `pilotd plan`: observe (or replay a snapshot), decide, and print the decision and the
 //! actions the next cycle would take. Acts on nothing.
 
-use super::{CmdError, describe_sources, load_config, observe_once, parse_now};
+use super::{CmdError, block_on, describe_sources, load_config, observe_once, parse_now};
 use crate::cli::{Format, Global, PlanArgs};
 use crate::config::{Config, Machine, Mode, SiteFile};
+use crate::kubernetes::plan::decide;
+use crate::kubernetes::provisioner::live_snapshot;
+use crate::kubernetes::report;
+use crate::kubernetes::settings::Settings;
+use crate::kubernetes::snapshot::ClusterSnapshot;
 use crate::volunteer::host::Carry;
-use crate::volunteer::policy::{Limits, Supply, decide};
+use crate::volunteer::policy::{self, Limits, Supply};
 use crate::volunteer::snapshot::HostSnapshot;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -34,7 +39,7 @@ pub fn run(g: &Global, a: &PlanArgs) -> Result<String, CmdError> {
             cpus: h.cpus,
             memory_kib: h.memory_total_kib,
         },
-        Snapshot::Cluster => Machine {
+        Snapshot::Cluster(_) => Machine {
             cpus: u32::MAX,
             memory_kib: u64::MAX / 1024,
         },
@@ -47,16 +52,13 @@ pub fn run(g: &Global, a: &PlanArgs) -> Result<String, CmdError> {
                     "the snapshot is a volunteer-mode snapshot but pilotd.toml is in kubernetes mode".into(),
                 ));
             }
-            let now = now.unwrap_or_else(Utc::now);
-            crate::kubernetes::provisioner::plan(
-                &cfg,
-                a.snapshot.as_deref(),
-                now,
-                a.format == Format::Json,
-            )
-            .map_err(|e| CmdError::Runtime(e.to_string()))
+            let cluster = match (snap, a.snapshot.as_deref()) {
+                (Some(Snapshot::Cluster(text)), Some(path)) => Some((path, text)),
+                _ => None,
+            };
+            kubernetes_plan(&cfg, cluster, now.unwrap_or_else(Utc::now), a.format)
         }
-        (Mode::Volunteer, Some(Snapshot::Cluster)) => Err(CmdError::Usage(format!(
+        (Mode::Volunteer, Some(Snapshot::Cluster(_))) => Err(CmdError::Usage(format!(
             "{} is a kubernetes-mode snapshot, but the configuration is in volunteer mode\n  hint: pass -c with a kubernetes-mode pilotd.toml",
             a.snapshot
                 .as_deref()
@@ -83,6 +85,25 @@ pub fn run(g: &Global, a: &PlanArgs) -> Result<String, CmdError> {
     }
 }
 
+/// Kubernetes mode: decide from the replayed snapshot (path and text) or a live observation.
+fn kubernetes_plan(
+    cfg: &Config,
+    snapshot: Option<(&Path, String)>,
+    now: DateTime<Utc>,
+    format: Format,
+) -> Result<String, CmdError> {
+    let s = Settings::resolve(cfg)?;
+    let snap = match snapshot {
+        Some((path, text)) => ClusterSnapshot::from_json(&path.display().to_string(), &text)?,
+        None => block_on(live_snapshot(&s, now))??,
+    };
+    let plan = decide(&snap, &s.plan, now).plan;
+    Ok(match format {
+        Format::Json => serde_json::to_string_pretty(&plan)? + "\n",
+        Format::Text => report::plan_text(&plan),
+    })
+}
+
 pub fn volunteer_plan(cfg: &Config, host: &HostSnapshot, now: DateTime<Utc>) -> VolunteerPlan {
     // The same prediction the daemon uses, when the site enabled it (`[history]
     // predict_die_at`); off by default, so replays depend only on the snapshot.
@@ -95,7 +116,7 @@ pub fn volunteer_plan(cfg: &Config, host: &HostSnapshot, now: DateTime<Utc>) -> 
         max_lifetime: cfg.site.max_lifetime(),
         likely_free_until: likely_free_until.flatten(),
     };
-    let mut supply = decide(&cfg.policy, host, limits, now);
+    let mut supply = policy::decide(&cfg.policy, host, limits, now);
     // The actions the daemon's next cycle would take, from the workers the engine lists now
     // and the image the daemon last resolved (read-only: nothing is pulled or resolved here
     // beyond what the status file lacks). Without the engine there is no worker list, and
@@ -134,10 +155,10 @@ pub fn volunteer_plan(cfg: &Config, host: &HostSnapshot, now: DateTime<Utc>) -> 
 }
 
 /// A snapshot file: the mode field says which kind. A cluster snapshot (possibly 100,000
-/// jobs) is read by the kubernetes-mode replay itself, so it is not kept here.
+/// jobs) is kept as text and parsed once, by the kubernetes-mode replay.
 pub enum Snapshot {
     Host(HostSnapshot),
-    Cluster,
+    Cluster(String),
 }
 
 /// Only the `mode` of a snapshot; serde skips everything else without building it.
@@ -168,7 +189,7 @@ pub fn read_snapshot(path: &Path) -> Result<Snapshot, CmdError> {
         Some("volunteer") => serde_json::from_str::<HostSnapshot>(&src)
             .map(Snapshot::Host)
             .map_err(located),
-        Some("kubernetes") => Ok(Snapshot::Cluster),
+        Some("kubernetes") => Ok(Snapshot::Cluster(src)),
         other => Err(CmdError::Usage(format!(
             "{}: `mode` is {}, expected \"volunteer\" or \"kubernetes\"",
             path.display(),

@@ -5,6 +5,8 @@
 use super::{CmdError, load_config, this_machine};
 use crate::cli::{Global, LogFormat, RunArgs};
 use crate::config::{Mode, SiteFile};
+use crate::kubernetes::provisioner;
+use crate::kubernetes::settings::Settings;
 use crate::service::detach::{self, Detached, Role};
 use crate::service::metrics::Metrics;
 use crate::service::notify;
@@ -50,9 +52,9 @@ pub fn run(g: &Global, a: &RunArgs) -> Result<String, CmdError> {
                 {
                     d.ready();
                 }
-                crate::kubernetes::provisioner::run(cfg, shutdown_signal(), metrics)
-                    .await
-                    .map_err(|e| CmdError::Runtime(e.to_string()))
+                let s = Settings::resolve(&cfg)?;
+                provisioner::run(&s, shutdown_signal(), metrics.as_ref()).await?;
+                Ok(())
             }
         }
     });

@@ -1,9 +1,12 @@
 //! `pilotd snapshot`: print the current observation as JSON (what `plan --snapshot` reads).
 
-use super::{CmdError, load_config, observe_once};
+use super::{CmdError, block_on, load_config, observe_once};
 use crate::cli::Global;
 use crate::config::{self, Config, ConfigError, Mode, Policy, SiteFile};
+use crate::kubernetes::provisioner::live_snapshot;
+use crate::kubernetes::settings::Settings;
 use crate::volunteer::host::Carry;
+use chrono::Utc;
 
 pub fn run(g: &Global) -> Result<String, CmdError> {
     // The policy only names exclusive processes here; a host without one can still be observed.
@@ -22,8 +25,9 @@ pub fn run(g: &Global) -> Result<String, CmdError> {
         other => other?,
     };
     if cfg.site.mode == Mode::Kubernetes {
-        return crate::kubernetes::provisioner::snapshot(&cfg)
-            .map_err(|e| CmdError::Runtime(e.to_string()));
+        let s = Settings::resolve(&cfg)?;
+        let snap = block_on(live_snapshot(&s, Utc::now()))??;
+        return Ok(serde_json::to_string_pretty(&snap)? + "\n");
     }
     // Own workers' CPU from their stats, so a snapshot replays the daemon's owner-load view.
     let carry = Carry {

@@ -2,9 +2,13 @@
 //! else as the daemon last saw them — said so), the last decision with its reasons, the
 //! back-off, the image, and the last outcomes. Reads the daemon's status file; no IPC.
 
-use super::{CmdError, load_config};
+use super::{CmdError, block_on, load_config};
 use crate::cli::{Format, Global, StatusArgs};
 use crate::config::{Mode, SiteFile};
+use crate::kubernetes::plan::decide;
+use crate::kubernetes::provisioner::live_snapshot;
+use crate::kubernetes::report;
+use crate::kubernetes::settings::Settings;
 use crate::volunteer::backend::{Backend, Worker, WorkerState};
 use crate::volunteer::daemon;
 use crate::volunteer::status as state;
@@ -52,8 +56,7 @@ struct HistoryView {
 pub fn run(g: &Global, a: &StatusArgs) -> Result<String, CmdError> {
     let cfg = load_config(g, SiteFile::Optional, None)?;
     if cfg.site.mode == Mode::Kubernetes {
-        return crate::kubernetes::provisioner::status(&cfg, a.format == Format::Json)
-            .map_err(|e| CmdError::Runtime(e.to_string()));
+        return kubernetes_status(&cfg, a.format);
     }
     let path = state::path(&cfg.site.state_dir);
     let status = state::load(&path)
@@ -122,6 +125,18 @@ pub fn run(g: &Global, a: &StatusArgs) -> Result<String, CmdError> {
             .map_err(|e| CmdError::Runtime(e.to_string())),
         Format::Text => Ok(render(&view, now, &path)),
     }
+}
+
+/// Kubernetes mode: the live table by shape, with back-off.
+fn kubernetes_status(cfg: &crate::config::Config, format: Format) -> Result<String, CmdError> {
+    let s = Settings::resolve(cfg)?;
+    let now = Utc::now();
+    let snap = block_on(live_snapshot(&s, now))??;
+    let plan = decide(&snap, &s.plan, now).plan;
+    Ok(match format {
+        Format::Json => serde_json::to_string_pretty(&report::status_json(&plan))? + "\n",
+        Format::Text => report::status_text(&plan),
+    })
 }
 
 fn ago(now: DateTime<Utc>, t: DateTime<Utc>) -> String {

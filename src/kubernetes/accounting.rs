@@ -3,7 +3,7 @@
 //! unmatched (running, startd not claimed), claimed, failed, unknown.
 
 use super::shape::ShapeKey;
-use crate::kubernetes::snapshot::StartdAd;
+use crate::kubernetes::ads::StartdAd;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Pod;
 use serde::Serialize;

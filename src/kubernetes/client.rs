@@ -4,7 +4,7 @@
 //! page), create Jobs, and delete finished Jobs with background propagation (a plain delete
 //! orphans their pods). It decides nothing: the plan says what to create and delete.
 
-use crate::config::kubernetes::{ClientSource, KubernetesConfig};
+use crate::config::kubernetes::ClientSource;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
@@ -51,6 +51,21 @@ pub enum KubeError {
     },
 }
 
+/// Where the API server is and which of its objects are this provisioner's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Connection {
+    pub source: ClientSource,
+    /// With `ClientSource::Kubeconfig`: the file (else `$KUBECONFIG`, else `~/.kube/config`)
+    /// and the context (else the file's current one).
+    pub kubeconfig: Option<PathBuf>,
+    pub context: Option<String>,
+    pub namespace: String,
+    /// This provisioner's pods and Jobs (see `identity::selector`).
+    pub selector: String,
+    /// `limit` of one list request.
+    pub page_size: u32,
+}
+
 /// Client for one namespace and one provisioner's label selector.
 pub struct KubeBackend {
     jobs: Api<Job>,
@@ -64,17 +79,17 @@ pub struct KubeBackend {
 impl KubeBackend {
     /// Connects as the config says: the in-cluster account, or a kubeconfig (path and
     /// context optional).
-    pub async fn connect(cfg: &KubernetesConfig) -> Result<KubeBackend, KubeError> {
-        let config = match cfg.client.get_ref() {
+    pub async fn connect(cfg: &Connection) -> Result<KubeBackend, KubeError> {
+        let config = match cfg.source {
             ClientSource::InCluster => {
                 kube::Config::incluster().map_err(|e| KubeError::InCluster(e.to_string()))?
             }
             ClientSource::Kubeconfig => {
                 let options = KubeConfigOptions {
-                    context: cfg.context.as_ref().map(|c| c.get_ref().clone()),
+                    context: cfg.context.clone(),
                     ..KubeConfigOptions::default()
                 };
-                let path = cfg.kubeconfig.as_ref().map(|p| p.get_ref().clone());
+                let path = cfg.kubeconfig.clone();
                 let err = |e: kube::config::KubeconfigError| KubeError::Kubeconfig {
                     path: path.clone(),
                     message: e.to_string(),
@@ -95,14 +110,14 @@ impl KubeBackend {
         Ok(KubeBackend::from_client(client, cfg))
     }
 
-    pub fn from_client(client: kube::Client, cfg: &KubernetesConfig) -> KubeBackend {
-        let ns = cfg.namespace.get_ref();
+    pub fn from_client(client: kube::Client, cfg: &Connection) -> KubeBackend {
+        let ns = &cfg.namespace;
         KubeBackend {
             jobs: Api::namespaced(client.clone(), ns),
             pods: Api::namespaced(client, ns),
             namespace: ns.clone(),
-            selector: cfg.selector(),
-            page_size: *cfg.list_page_size.get_ref(),
+            selector: cfg.selector.clone(),
+            page_size: cfg.page_size,
             requests: AtomicU64::new(0),
         }
     }

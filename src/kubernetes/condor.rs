@@ -20,9 +20,9 @@
 //! `(JobStatus=?=1) && regexp(RequestK8SNamespace,"NS") && (ADDITIONAL)` as the NRP
 //! provisioner built it; `C_STARTD` selects this provisioner's workers by their K8S* attrs.
 
-use crate::config::kubernetes::{KubernetesConfig, full_match_regex};
-use crate::kubernetes::plan::PROVISIONER_TYPE;
-use crate::kubernetes::snapshot::{AdValue, JobAd, StartdAd};
+use crate::kubernetes::ads::{AdValue, JobAd, STARTD_ATTRS, StartdAd};
+use crate::kubernetes::identity::PROVISIONER_TYPE;
+use regex::Regex;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -48,28 +48,20 @@ pub enum CondorError {
         status: String,
         stderr: String,
     },
-    #[error("{} output line {line}: {message}: `{text}`\n  hint: pilotd reads `-af:V` output (one ad per line, ClassAd-quoted values)", path.display())]
+    #[error("{} output line {line}: {source}: `{text}`\n  hint: pilotd reads `-af:V` output (one ad per line, ClassAd-quoted values)", path.display())]
     Output {
         path: PathBuf,
         line: usize,
-        message: String,
+        source: AfLineError,
         text: String,
     },
-    #[error(
-        "bad schedd whitelist: {0}\n  hint: fix [kubernetes] schedd_whitelist / schedd_identity_whitelist"
-    )]
-    Whitelist(regex::Error),
     #[error("every whitelisted schedd failed ({}); nothing is submitted this cycle\n  hint: see the errors logged above for each schedd", .0.join(", "))]
     AllScheddsFailed(Vec<String>),
 }
 
 /// The job attributes queried, in output order: the snapshot's attributes without
 /// `ScheddName`, which condor_q does not print (the probe knows which schedd it asked).
-pub const JOB_ATTRS: &[&str] = super::snapshot::JOB_ATTRS
-    .split_first()
-    .expect("non-empty")
-    .1;
-pub const STARTD_ATTRS: [&str; 4] = ["Name", "State", "Activity", "K8SPodName"];
+pub const JOB_ATTRS: &[&str] = super::ads::JOB_ATTRS.split_first().expect("non-empty").1;
 
 /// A schedd ad from the collector.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,33 +80,39 @@ pub struct PoolObservation {
 }
 
 /// `(JobStatus=?=1)` + the namespace clause unless matching is off + the site's extra
-/// requirements, exactly as the provisioner built it.
-pub fn job_constraint(cfg: &KubernetesConfig) -> String {
+/// requirements, exactly as the provisioner built it. `namespace` is `None` when the site
+/// turned namespace matching off.
+pub fn job_constraint(namespace: Option<&str>, additional_requirements: &str) -> String {
     let mut c = String::from("(JobStatus=?=1)");
-    if cfg.force_namespace_matching {
-        c.push_str(&format!(
-            " && regexp(RequestK8SNamespace,\"{}\")",
-            cfg.namespace.get_ref()
-        ));
+    if let Some(ns) = namespace {
+        c.push_str(&format!(" && regexp(RequestK8SNamespace,\"{ns}\")"));
     }
-    if !cfg.additional_requirements.is_empty() {
-        c.push_str(&format!(" && ({})", cfg.additional_requirements));
+    if !additional_requirements.is_empty() {
+        c.push_str(&format!(" && ({additional_requirements})"));
     }
     c
 }
 
 /// Selects the startds of this provisioner's own workers.
-pub fn startd_constraint(cfg: &KubernetesConfig) -> String {
+pub fn startd_constraint(app_name: &str, namespace: &str, k8s_domain: &str) -> String {
     format!(
-        "(K8SProvisionerType=?=\"{PROVISIONER_TYPE}\")&&(K8SProvisionerName=?=\"{}\")&&(K8SNamespace=?=\"{}\")&&(K8SDomain=?=\"{}\")",
-        cfg.app_name.get_ref(),
-        cfg.namespace.get_ref(),
-        cfg.k8s_domain
+        "(K8SProvisionerType=?=\"{PROVISIONER_TYPE}\")&&(K8SProvisionerName=?=\"{app_name}\")&&(K8SNamespace=?=\"{namespace}\")&&(K8SDomain=?=\"{k8s_domain}\")"
     )
 }
 
+/// Why one line of `-af:V` output could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AfLineError {
+    #[error("unterminated string")]
+    Unterminated,
+    #[error("`{0}` is not a ClassAd value")]
+    NotAValue(String),
+    #[error("{got} values, expected {expected}")]
+    Count { got: usize, expected: usize },
+}
+
 /// Parses one `-af:V` line into exactly `n` values.
-pub fn parse_af_line(line: &str, n: usize) -> Result<Vec<AdValue>, String> {
+pub fn parse_af_line(line: &str, n: usize) -> Result<Vec<AdValue>, AfLineError> {
     let mut out = Vec::with_capacity(n);
     let b = line.as_bytes();
     let mut i = 0;
@@ -152,7 +150,7 @@ pub fn parse_af_line(line: &str, n: usize) -> Result<Vec<AdValue>, String> {
                 }
             }
             if !closed {
-                return Err("unterminated string".into());
+                return Err(AfLineError::Unterminated);
             }
             out.push(AdValue::Str(s));
             i = j;
@@ -195,7 +193,7 @@ pub fn parse_af_line(line: &str, n: usize) -> Result<Vec<AdValue>, String> {
                 } else if let Ok(r) = word.parse::<f64>() {
                     AdValue::Real(r)
                 } else {
-                    return Err(format!("`{word}` is not a ClassAd value"));
+                    return Err(AfLineError::NotAValue(word.to_string()));
                 }
             }
         };
@@ -203,30 +201,31 @@ pub fn parse_af_line(line: &str, n: usize) -> Result<Vec<AdValue>, String> {
         i = end;
     }
     if out.len() != n {
-        return Err(format!("{} values, expected {n}", out.len()));
+        return Err(AfLineError::Count {
+            got: out.len(),
+            expected: n,
+        });
     }
     Ok(out)
 }
 
-/// Runs the condor tools named in the config.
+/// Runs the condor tools named in the config, with what it asks them resolved once: the
+/// whitelists compiled, the constraints built.
 #[derive(Debug, Clone)]
 pub struct CondorProbe {
     pub condor_status: PathBuf,
     pub condor_q: PathBuf,
     pub pool: Option<String>,
     pub timeout: Duration,
+    /// Schedd `Name` must match entirely.
+    pub schedd_names: Regex,
+    /// Schedd `AuthenticatedIdentity` must match entirely.
+    pub schedd_identities: Regex,
+    pub job_constraint: String,
+    pub startd_constraint: String,
 }
 
 impl CondorProbe {
-    pub fn from_config(cfg: &KubernetesConfig) -> CondorProbe {
-        CondorProbe {
-            condor_status: cfg.condor_status.clone(),
-            condor_q: cfg.condor_q.clone(),
-            pool: cfg.pool.clone(),
-            timeout: cfg.condor_timeout.0,
-        }
-    }
-
     async fn run(
         &self,
         path: &Path,
@@ -290,10 +289,10 @@ impl CondorProbe {
             .enumerate()
             .filter(|(_, l)| !l.trim().is_empty())
             .map(move |(i, l)| {
-                parse_af_line(l, n).map_err(|message| CondorError::Output {
+                parse_af_line(l, n).map_err(|source| CondorError::Output {
                     path: path.to_path_buf(),
                     line: i + 1,
-                    message,
+                    source,
                     text: l.to_string(),
                 })
             })
@@ -373,20 +372,20 @@ impl CondorProbe {
     /// Schedds from the collector, kept when Name and AuthenticatedIdentity both match the
     /// whitelist entirely; their idle jobs (concurrently); the workers' startd ads. One failing
     /// schedd is logged and skipped; all failing is an error (the cycle submits nothing).
-    pub async fn observe(&self, cfg: &KubernetesConfig) -> Result<PoolObservation, CondorError> {
-        let name_re =
-            full_match_regex(cfg.schedd_whitelist.get_ref()).map_err(CondorError::Whitelist)?;
-        let id_re = full_match_regex(cfg.schedd_identity_whitelist.get_ref())
-            .map_err(CondorError::Whitelist)?;
+    pub async fn observe(&self) -> Result<PoolObservation, CondorError> {
         let schedds: Vec<ScheddAd> = self
             .schedds()
             .await?
             .into_iter()
-            .filter(|s| name_re.is_match(&s.name) && id_re.is_match(&s.authenticated_identity))
+            .filter(|s| {
+                self.schedd_names.is_match(&s.name)
+                    && self.schedd_identities.is_match(&s.authenticated_identity)
+            })
             .collect();
-        let constraint = job_constraint(cfg);
         let results = futures_util::future::join_all(
-            schedds.iter().map(|s| self.idle_jobs(&s.name, &constraint)),
+            schedds
+                .iter()
+                .map(|s| self.idle_jobs(&s.name, &self.job_constraint)),
         )
         .await;
         let mut obs = PoolObservation::default();
@@ -402,7 +401,7 @@ impl CondorProbe {
         if !schedds.is_empty() && obs.failed_schedds.len() == schedds.len() {
             return Err(CondorError::AllScheddsFailed(obs.failed_schedds));
         }
-        obs.startds = self.startds(&startd_constraint(cfg)).await?;
+        obs.startds = self.startds(&self.startd_constraint).await?;
         Ok(obs)
     }
 }
@@ -433,15 +432,18 @@ mod tests {
 
     #[test]
     fn malformed_lines_are_errors_not_panics() {
-        assert!(parse_af_line("1 2", 3).unwrap_err().contains("2 values"));
-        assert!(
-            parse_af_line("\"open", 1)
-                .unwrap_err()
-                .contains("unterminated")
+        assert_eq!(
+            parse_af_line("1 2", 3).unwrap_err().to_string(),
+            "2 values, expected 3"
+        );
+        assert_eq!(
+            parse_af_line("\"open", 1).unwrap_err(),
+            AfLineError::Unterminated
         );
         assert!(
             parse_af_line("foo", 1)
                 .unwrap_err()
+                .to_string()
                 .contains("not a ClassAd value")
         );
         assert!(parse_af_line("\"é\\", 1).is_err());
@@ -453,22 +455,14 @@ mod tests {
 
     #[test]
     fn constraints_are_the_provisioners() {
-        let cfg = KubernetesConfig::from_table_text(
-            "namespace = \"osg\"\napp_name = \"osg-direct\"\nk8s_domain = \"nrp-nautilus.io\"\nadditional_requirements = \"(ProjectName=?=\\\"x\\\")\"\n",
-        )
-        .unwrap();
         assert_eq!(
-            job_constraint(&cfg),
+            job_constraint(Some("osg"), "(ProjectName=?=\"x\")"),
             "(JobStatus=?=1) && regexp(RequestK8SNamespace,\"osg\") && ((ProjectName=?=\"x\"))"
         );
         assert_eq!(
-            startd_constraint(&cfg),
+            startd_constraint("osg-direct", "osg", "nrp-nautilus.io"),
             "(K8SProvisionerType=?=\"PRPHTCondorProvisioner\")&&(K8SProvisionerName=?=\"osg-direct\")&&(K8SNamespace=?=\"osg\")&&(K8SDomain=?=\"nrp-nautilus.io\")"
         );
-        let off = KubernetesConfig::from_table_text(
-            "namespace = \"osg\"\nforce_namespace_matching = false\n",
-        )
-        .unwrap();
-        assert_eq!(job_constraint(&off), "(JobStatus=?=1)");
+        assert_eq!(job_constraint(None, ""), "(JobStatus=?=1)");
     }
 }

@@ -5,7 +5,7 @@
 
 use super::accounting::Accounting;
 use super::shape::ShapeKey;
-use crate::kubernetes::snapshot::JobAd;
+use crate::kubernetes::ads::JobAd;
 use std::collections::BTreeMap;
 
 /// Idle jobs per shape, keys in sorted order (so logs, plans and tests are reproducible).
@@ -54,7 +54,7 @@ pub fn pods_to_submit(min_pods: u64, acc: &Accounting, max_submit_pods_per_clust
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kubernetes::snapshot::AdValue;
+    use crate::kubernetes::ads::AdValue;
 
     #[test]
     fn formula_matches_the_provisioner_at_every_documented_point() {

@@ -6,6 +6,7 @@
 //! writes the equivalent commented pilotd.toml in kubernetes mode. Every error names the file
 //! and the line of the offending value.
 
+use crate::kubernetes::encoding::{parse_dict, parse_list};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -213,41 +214,6 @@ impl IniFile {
     }
 }
 
-/// Decodes one list or dict element, in the provisioner's order: `&colon;` `&comma;` `&amp;`.
-pub fn decode(s: &str) -> String {
-    s.replace("&colon;", ":")
-        .replace("&comma;", ",")
-        .replace("&amp;", "&")
-}
-
-/// `parse_list`: split on `,`, decode each element. Empty input is an empty list.
-pub fn parse_list(s: &str) -> Vec<String> {
-    if s.trim().is_empty() {
-        return Vec::new();
-    }
-    s.split(',').map(|e| decode(e.trim())).collect()
-}
-
-/// `parse_dict`: split on `,`, each element on `:` (exactly one), decode key and value.
-/// Returns the pairs in file order; the error names the bad element.
-pub fn parse_dict(s: &str) -> Result<Vec<(String, String)>, String> {
-    if s.trim().is_empty() {
-        return Ok(Vec::new());
-    }
-    s.split(',')
-        .map(|e| {
-            let parts: Vec<&str> = e.split(':').collect();
-            if parts.len() != 2 {
-                return Err(format!(
-                    "`{e}` must be KEY:VALUE with exactly one `:` (found {})",
-                    parts.len() - 1
-                ));
-            }
-            Ok((decode(parts[0].trim()), decode(parts[1].trim())))
-        })
-        .collect()
-}
-
 /// The keys the provisioner reads, so anything else is reported as ignored in the output.
 const K8S_KEYS: &[&str] = &[
     "namespace",
@@ -344,11 +310,11 @@ impl Reader<'_> {
     fn dict(&self, key: &str) -> Result<Vec<(String, String)>, IniError> {
         match self.k8s(key)? {
             None => Ok(Vec::new()),
-            Some(v) => parse_dict(&v.raw).map_err(|m| {
+            Some(v) => parse_dict(&v.raw).map_err(|e| {
                 self.value_err(
                     &v,
                     key,
-                    m,
+                    e.to_string(),
                     "separate entries with `,` and key from value with one `:`; write a literal `:` as &colon; and `,` as &comma;",
                 )
             }),
@@ -707,20 +673,6 @@ additional_requirements=(!isUndefined(ProjectName))
 
     fn parse(src: &str) -> IniFile {
         IniFile::parse(Path::new("osg_provisioner.conf"), src).unwrap()
-    }
-
-    #[test]
-    fn decoding_order_is_colon_comma_amp() {
-        assert_eq!(decode("a&colon;b&comma;c&amp;d"), "a:b,c&d");
-        // `&amp;colon;` must come out as the literal text `&colon;`, not `:`.
-        assert_eq!(decode("&amp;colon;"), "&colon;");
-        assert_eq!(
-            parse_dict("a:1,b:x&colon;y").unwrap(),
-            vec![("a".into(), "1".into()), ("b".into(), "x:y".into())]
-        );
-        assert!(parse_dict("a:1:2").unwrap_err().contains("exactly one"));
-        assert!(parse_dict("novalue").is_err());
-        assert_eq!(parse_list("a,b&comma;c"), vec!["a", "b,c"]);
     }
 
     #[test]

@@ -1,65 +1,27 @@
-//! Subcommands in kubernetes mode: `import-ini`, `plan`, `snapshot`, `status` and the reconcile
-//! loop of `run`. One cycle = observe (condor tools, then one paginated pod list and one Job
-//! list) → decide (pure `kubernetes::plan::decide`) → act (create Jobs in key order, delete
-//! finished Jobs). A cycle whose observation fails acts on nothing: a failed list is not an
-//! empty list.
+//! The provisioner: kubernetes mode's reconcile loop. One cycle = observe (condor tools, then
+//! one paginated pod list and one Job list) → decide (pure `kubernetes::plan::decide`) → act
+//! (create Jobs in key order, delete finished Jobs). A cycle whose observation fails acts on
+//! nothing: a failed list is not an empty list.
 
-use crate::config::Config;
-use crate::config::kubernetes::KubernetesConfig;
 use crate::kubernetes::backoff::BackoffBook;
 use crate::kubernetes::client::{KubeBackend, KubeError};
 use crate::kubernetes::condor::{CondorError, CondorProbe};
-use crate::kubernetes::ini::{self, IniError};
-use crate::kubernetes::plan::{ClusterDecision, KubePlan, decide, render_text};
+use crate::kubernetes::plan::{ClusterDecision, KubePlan, decide};
+use crate::kubernetes::settings::Settings;
 use crate::kubernetes::shape::POD_SHAPE;
-use crate::kubernetes::snapshot::{ClusterSnapshot, SnapshotError};
+use crate::kubernetes::snapshot::ClusterSnapshot;
 use crate::service::metrics::Metrics;
 use chrono::{DateTime, Utc};
 use std::collections::BTreeSet;
-use std::fmt::Write as _;
 use std::future::Future;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 #[derive(Debug, thiserror::Error)]
-pub enum KubeCmdError {
-    #[error("{} has no [kubernetes] table\n  hint: set mode = \"kubernetes\" and add [kubernetes] (convert an NRP osg_provisioner.conf with `pilotd import-ini FILE`)", path.as_ref().map_or("pilotd.toml".to_string(), |p| p.display().to_string()))]
-    NotConfigured { path: Option<PathBuf> },
-    #[error("cannot read snapshot {}: {source}\n  hint: make one with `pilotd snapshot > FILE`", path.display())]
-    ReadSnapshot {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error(transparent)]
-    Snapshot(#[from] SnapshotError),
+pub enum ProvisionerError {
     #[error(transparent)]
     Condor(#[from] CondorError),
     #[error(transparent)]
     Kube(#[from] KubeError),
-    #[error("cannot start the async runtime: {0}")]
-    Runtime(std::io::Error),
-    #[error("cannot print JSON: {0}")]
-    Json(#[from] serde_json::Error),
-}
-
-/// `pilotd import-ini FILE`: the equivalent pilotd.toml, printed.
-pub fn import_ini(path: &Path) -> Result<String, IniError> {
-    ini::import_file(path)
-}
-
-fn kube_config(cfg: &Config) -> Result<&KubernetesConfig, KubeCmdError> {
-    cfg.site
-        .kubernetes
-        .as_ref()
-        .ok_or_else(|| KubeCmdError::NotConfigured {
-            path: cfg.site_path.clone(),
-        })
-}
-
-/// Where the back-off book survives restarts.
-pub fn state_file(cfg: &Config, k: &KubernetesConfig) -> PathBuf {
-    k.state_file
-        .clone()
-        .unwrap_or_else(|| cfg.site.state_dir.join("kubernetes-backoff.json"))
 }
 
 /// Reads the back-off book; a missing file is an empty book, a damaged one is reported and
@@ -87,23 +49,15 @@ pub fn save_book(path: &Path, book: &BackoffBook) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, KubeCmdError> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(KubeCmdError::Runtime)
-}
-
 /// One live observation: the pool first (all schedds failing fails the cycle), then the
 /// provisioner's pods and Jobs.
 pub async fn observe(
-    k: &KubernetesConfig,
     probe: &CondorProbe,
     backend: &KubeBackend,
     book: BackoffBook,
     now: DateTime<Utc>,
-) -> Result<ClusterSnapshot, KubeCmdError> {
-    let pool = probe.observe(k).await?;
+) -> Result<ClusterSnapshot, ProvisionerError> {
+    let pool = probe.observe().await?;
     let pods = backend.list_pods().await?;
     let kube_jobs = backend.list_jobs().await?;
     Ok(ClusterSnapshot {
@@ -175,14 +129,13 @@ pub async fn act(plan: &KubePlan, backend: &KubeBackend) -> ActReport {
 
 /// One reconcile cycle; `book` is updated only when the observation succeeded.
 pub async fn cycle(
-    k: &KubernetesConfig,
-    probe: &CondorProbe,
+    s: &Settings,
     backend: &KubeBackend,
     book: &mut BackoffBook,
     now: DateTime<Utc>,
-) -> Result<(KubePlan, ActReport), KubeCmdError> {
-    let snap = observe(k, probe, backend, book.clone(), now).await?;
-    let decision = decide(&snap, k, now);
+) -> Result<(KubePlan, ActReport), ProvisionerError> {
+    let snap = observe(&s.condor, backend, book.clone(), now).await?;
+    let decision = decide(&snap, &s.plan, now);
     for c in &decision.plan.clusters {
         log_cluster(c);
     }
@@ -202,21 +155,20 @@ fn log_cluster(c: &ClusterDecision) {
     }
 }
 
-/// The reconcile loop for one `[kubernetes]` table: a cycle every `cycle`, until `shutdown`
-/// completes (the current cycle finishes first). A failed cycle is logged and retried.
-pub async fn run_kubernetes(
-    k: &KubernetesConfig,
-    state: &Path,
+/// The reconcile loop: a cycle every `s.cycle`, until `shutdown` completes (the current cycle
+/// finishes first). A failed cycle is logged and retried.
+pub async fn run(
+    s: &Settings,
     shutdown: impl Future<Output = ()>,
     metrics: Option<&Metrics>,
-) -> Result<(), KubeCmdError> {
-    let backend = KubeBackend::connect(k).await?;
-    let probe = CondorProbe::from_config(k);
+) -> Result<(), ProvisionerError> {
+    let backend = KubeBackend::connect(&s.connection).await?;
+    let state = s.state_file.as_path();
     let mut book = load_book(state);
     tokio::pin!(shutdown);
     loop {
         let started = tokio::time::Instant::now();
-        let cycle_fut = cycle(k, &probe, &backend, &mut book, Utc::now());
+        let cycle_fut = cycle(s, &backend, &mut book, Utc::now());
         match cycle_fut.await {
             Ok((plan, report)) => {
                 if let Some(m) = metrics {
@@ -238,7 +190,7 @@ pub async fn run_kubernetes(
         }
         tokio::select! {
             () = &mut shutdown => return Ok(()),
-            () = tokio::time::sleep_until(started + k.cycle()) => {}
+            () = tokio::time::sleep_until(started + s.cycle) => {}
         }
     }
 }
@@ -273,140 +225,12 @@ fn export(m: &Metrics, plan: &KubePlan, took: std::time::Duration) {
     }
 }
 
-/// `pilotd run` in kubernetes mode.
-pub async fn run(
-    cfg: Config,
-    shutdown: impl Future<Output = ()>,
-    metrics: Option<Metrics>,
-) -> Result<(), KubeCmdError> {
-    let k = kube_config(&cfg)?;
-    let state = state_file(&cfg, k);
-    run_kubernetes(k, &state, shutdown, metrics.as_ref()).await
-}
-
-async fn live_snapshot(
-    k: &KubernetesConfig,
-    book: BackoffBook,
+/// One live observation for a one-shot command (`snapshot`, `plan`, `status`), with the back-off
+/// book the running provisioner saved.
+pub async fn live_snapshot(
+    s: &Settings,
     now: DateTime<Utc>,
-) -> Result<ClusterSnapshot, KubeCmdError> {
-    let backend = KubeBackend::connect(k).await?;
-    observe(k, &CondorProbe::from_config(k), &backend, book, now).await
-}
-
-/// `pilotd plan [--snapshot FILE] [--format json]`: decides and prints, acts on nothing.
-pub fn plan(
-    cfg: &Config,
-    snapshot: Option<&Path>,
-    now: DateTime<Utc>,
-    json: bool,
-) -> Result<String, KubeCmdError> {
-    let k = kube_config(cfg)?;
-    let snap = match snapshot {
-        Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|e| KubeCmdError::ReadSnapshot {
-                path: path.to_path_buf(),
-                source: e,
-            })?;
-            ClusterSnapshot::from_json(&path.display().to_string(), &text)?
-        }
-        None => {
-            let book = load_book(&state_file(cfg, k));
-            runtime()?.block_on(live_snapshot(k, book, now))?
-        }
-    };
-    plan_from_snapshot(k, &snap, now, json)
-}
-
-/// The offline half of `plan`, also used by the benchmark.
-pub fn plan_from_snapshot(
-    k: &KubernetesConfig,
-    snap: &ClusterSnapshot,
-    now: DateTime<Utc>,
-    json: bool,
-) -> Result<String, KubeCmdError> {
-    let decision = decide(snap, k, now);
-    if json {
-        Ok(serde_json::to_string_pretty(&decision.plan)? + "\n")
-    } else {
-        Ok(render_text(&decision.plan))
-    }
-}
-
-/// `pilotd snapshot`: the live observation, in the format `plan --snapshot` reads.
-pub fn snapshot(cfg: &Config) -> Result<String, KubeCmdError> {
-    let k = kube_config(cfg)?;
-    let book = load_book(&state_file(cfg, k));
-    let snap = runtime()?.block_on(live_snapshot(k, book, Utc::now()))?;
-    Ok(serde_json::to_string_pretty(&snap)? + "\n")
-}
-
-/// `pilotd status`: the table by shape (rows sorted, all-zero rows hidden) with back-off.
-pub fn status(cfg: &Config, json: bool) -> Result<String, KubeCmdError> {
-    let k = kube_config(cfg)?;
-    let book = load_book(&state_file(cfg, k));
-    let now = Utc::now();
-    let snap = runtime()?.block_on(live_snapshot(k, book, now))?;
-    render_status(&decide(&snap, k, now).plan, json)
-}
-
-/// Renders `status` from a plan (shared by the live command and tests).
-pub fn render_status(plan: &KubePlan, json: bool) -> Result<String, KubeCmdError> {
-    let rows: Vec<&ClusterDecision> = plan
-        .clusters
-        .iter()
-        .filter(|c| {
-            c.idle_jobs + c.waiting + c.unmatched + c.claimed + c.failed + c.unknown > 0
-                || c.backoff.is_some()
-        })
-        .collect();
-    if json {
-        let v = serde_json::json!({
-            "mode": "kubernetes",
-            "now": plan.now,
-            "clusters": rows,
-            "failed_schedds": plan.failed_schedds,
-        });
-        return Ok(serde_json::to_string_pretty(&v)? + "\n");
-    }
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{:<39}{:>9}{:>9}{:>9}{:>9}{:>9}{:>9}  Back-off",
-        "Cluster (CPUs;MEM;DISK;VOLS;GPUs;TYPES;LABELS)",
-        "Idle Jobs",
-        "Wait Pods",
-        "Unmatched",
-        "Run Pods",
-        "Failed P",
-        "Unknown P"
-    );
-    let _ = writeln!(out, "{}", "=".repeat(99));
-    for c in rows {
-        let backoff = c.backoff.as_ref().map_or("-".to_string(), |b| {
-            let mut s = format!("{} failures", b.failures);
-            if b.trial {
-                s.push_str(", trial");
-            }
-            if let Some(t) = b.next_trial_at {
-                s.push_str(&format!(" until {}", t.to_rfc3339()));
-            }
-            s
-        });
-        let _ = writeln!(
-            out,
-            "{:<39}{:>9}{:>9}{:>9}{:>9}{:>9}{:>9}  {}",
-            c.key.to_string(),
-            c.idle_jobs,
-            c.waiting,
-            c.unmatched,
-            c.claimed,
-            c.failed,
-            c.unknown,
-            backoff
-        );
-    }
-    if !plan.failed_schedds.is_empty() {
-        let _ = writeln!(out, "skipped schedds: {}", plan.failed_schedds.join(", "));
-    }
-    Ok(out)
+) -> Result<ClusterSnapshot, ProvisionerError> {
+    let backend = KubeBackend::connect(&s.connection).await?;
+    observe(&s.condor, &backend, load_book(&s.state_file), now).await
 }

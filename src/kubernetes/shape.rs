@@ -6,7 +6,7 @@
 //! pods every cycle without limit (the provisioner's GPUTypes/Labels defect).
 
 use crate::config::kubernetes::is_label_value;
-use crate::kubernetes::snapshot::JobAd;
+use crate::kubernetes::ads::JobAd;
 use k8s_openapi::api::core::v1::Pod;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use sha2::{Digest, Sha256};
@@ -225,7 +225,7 @@ impl<'de> Deserialize<'de> for ShapeKey {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kubernetes::snapshot::AdValue;
+    use crate::kubernetes::ads::AdValue;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     fn job(attrs: &[(&str, AdValue)]) -> JobAd {
