@@ -8,11 +8,12 @@
 use super::{CmdError, load_config};
 use crate::cli::{GcArgs, Global};
 use crate::config::SiteFile;
-use crate::volunteer::backend::{Backend, split_reference};
+use crate::volunteer::backend::Backend;
 use crate::volunteer::daemon;
 use crate::volunteer::gc;
 use crate::volunteer::plan::WorkerSettings;
 use crate::volunteer::status as state;
+use crate::volunteer::worker::split_reference;
 use chrono::Utc;
 use std::fmt::Write;
 

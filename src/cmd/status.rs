@@ -9,9 +9,10 @@ use crate::kubernetes::plan::decide;
 use crate::kubernetes::provisioner::live_snapshot;
 use crate::kubernetes::report;
 use crate::kubernetes::settings::Settings;
-use crate::volunteer::backend::{Backend, Worker, WorkerState};
+use crate::volunteer::backend::Backend;
 use crate::volunteer::daemon;
 use crate::volunteer::status as state;
+use crate::volunteer::worker::{Worker, WorkerState};
 use crate::volunteer::{history, manifest};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -247,7 +248,7 @@ fn render(v: &StatusView<'_>, now: DateTime<Utc>, path: &std::path::Path) -> Str
             for w in list {
                 let exit = match (w.state, w.exit_code) {
                     (WorkerState::Exited | WorkerState::Dead, Some(c)) => {
-                        crate::volunteer::plan::Outcome::from_exit(Some(c), w.oom_killed)
+                        crate::volunteer::outcome::Outcome::from_exit(Some(c), w.oom_killed)
                             .to_string()
                     }
                     _ => "-".into(),

@@ -5,7 +5,8 @@
 //! prefix, are ever candidates.
 
 use super::status::PulledImage;
-use crate::volunteer::backend::{Backend, BackendError, LocalImage, Worker, WorkerState, labels};
+use crate::volunteer::backend::{Backend, BackendError};
+use crate::volunteer::worker::{LocalImage, Worker, WorkerState, labels};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use std::path::{Path, PathBuf};

@@ -6,8 +6,9 @@
 
 use super::status::ImageRecord;
 use crate::config::site::{image_allowed, is_fully_qualified};
-use crate::volunteer::backend::{Backend, BackendError, split_reference};
-use crate::volunteer::plan::ImageState;
+use crate::volunteer::backend::{Backend, BackendError};
+use crate::volunteer::worker::ImageState;
+use crate::volunteer::worker::split_reference;
 use chrono::{DateTime, Duration as ChronoDuration, SecondsFormat, Utc};
 use std::time::Duration;
 

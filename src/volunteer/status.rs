@@ -7,9 +7,9 @@
 //! crash never sees half a file.
 
 use crate::config::Evict;
-use crate::volunteer::backend::Worker;
-use crate::volunteer::plan::{Backoff, Outcome};
+use crate::volunteer::outcome::{Backoff, Outcome};
 use crate::volunteer::policy::Supply;
+use crate::volunteer::worker::Worker;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::io::Write;

@@ -9,9 +9,9 @@
 //!   long grace needs a client with a longer timeout;
 //! - a list that fails to decode fails as a whole and is reported as an error, never as empty.
 
-use super::{
-    Backend, BackendError, BackendEvent, CpuSample, LocalImage, Worker, WorkerSpec, WorkerState,
-    labels, parse_instant,
+use super::{Backend, BackendError, BackendEvent};
+use crate::volunteer::worker::{
+    CpuSample, LocalImage, Worker, WorkerSpec, WorkerState, labels, parse_instant,
 };
 use bollard::Docker;
 use bollard::errors::Error as DockerError;

@@ -1,9 +1,9 @@
 //! A recording in-memory backend for unit tests of the daemon's apply step: it keeps workers
 //! and images in a table, records every call, and can be told to fail.
 
-use super::{
-    Backend, BackendError, BackendEvent, CpuSample, LocalImage, Worker, WorkerSpec, WorkerState,
-    split_reference,
+use super::{Backend, BackendError, BackendEvent};
+use crate::volunteer::worker::{
+    CpuSample, LocalImage, Worker, WorkerSpec, WorkerState, split_reference,
 };
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -161,12 +161,21 @@ impl Backend for FakeBackend {
             id: id.clone(),
             name: spec.name.clone(),
             state: WorkerState::Running,
-            created: super::parse_instant(l.get(super::labels::CREATED)),
-            accept_until: super::parse_instant(l.get(super::labels::ACCEPT_UNTIL)),
-            die_at: super::parse_instant(l.get(super::labels::DIE_AT)),
+            created: crate::volunteer::worker::parse_instant(
+                l.get(crate::volunteer::worker::labels::CREATED),
+            ),
+            accept_until: crate::volunteer::worker::parse_instant(
+                l.get(crate::volunteer::worker::labels::ACCEPT_UNTIL),
+            ),
+            die_at: crate::volunteer::worker::parse_instant(
+                l.get(crate::volunteer::worker::labels::DIE_AT),
+            ),
             image: spec.image.clone(),
             image_digest: spec.image_digest.clone(),
-            spec_hash: l.get(super::labels::SPEC_HASH).cloned().unwrap_or_default(),
+            spec_hash: l
+                .get(crate::volunteer::worker::labels::SPEC_HASH)
+                .cloned()
+                .unwrap_or_default(),
             exit_code: None,
             finished_at: None,
             oom_killed: false,

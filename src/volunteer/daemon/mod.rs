@@ -22,18 +22,17 @@ use crate::config::site::OnShutdown;
 use crate::config::{self, Config, SiteFile};
 use crate::service::metrics::Metrics;
 use crate::volunteer::backend::docker::DockerBackend;
-use crate::volunteer::backend::{
-    AnyBackend, Backend, BackendError, CpuSample, Worker, WorkerSpec, WorkerState,
-};
+use crate::volunteer::backend::{AnyBackend, Backend, BackendError};
 use crate::volunteer::history::{self, History};
 use crate::volunteer::host::{Carry, HostProbe, ProbeConfig, ProbeError};
 use crate::volunteer::manifest::{self, Manifest};
-use crate::volunteer::plan::{
-    self as volunteer, Action, ImageState, InFlight, Observed, Outcome, WorkerSettings,
-};
+use crate::volunteer::outcome::Outcome;
+use crate::volunteer::plan::{self as volunteer, Action, InFlight, Observed, WorkerSettings};
 use crate::volunteer::policy::{Limits, Supply, decide};
 use crate::volunteer::snapshot::{HostSnapshot, Sessions};
 use crate::volunteer::status::{self as state, Decision, OutcomeRecord, PulledImage, Status};
+use crate::volunteer::worker::ImageState;
+use crate::volunteer::worker::{CpuSample, Worker, WorkerSpec, WorkerState};
 use crate::volunteer::{gc, image};
 use chrono::{DateTime, SecondsFormat, Utc};
 use std::collections::HashMap;
@@ -92,7 +91,7 @@ enum TaskDone {
     Pulled {
         pinned: String,
         digest: String,
-        result: Result<crate::volunteer::backend::LocalImage, BackendError>,
+        result: Result<crate::volunteer::worker::LocalImage, BackendError>,
     },
     Manifest(Result<Manifest, manifest::ManifestError>),
 }
@@ -705,7 +704,7 @@ impl Daemon {
                     cpus = spec.nano_cpus / 1_000_000_000,
                     memory_mib = spec.memory_bytes >> 20,
                     image = %spec.image_pinned,
-                    die_at = spec.labels.get(crate::volunteer::backend::labels::DIE_AT).map(String::as_str).unwrap_or("-"),
+                    die_at = spec.labels.get(crate::volunteer::worker::labels::DIE_AT).map(String::as_str).unwrap_or("-"),
                     "started"
                 );
                 Ok(())
@@ -852,7 +851,7 @@ impl Daemon {
             list,
             &self.settings.name_prefix(),
         );
-        let (repository, _, _) = crate::volunteer::backend::split_reference(&self.settings.image);
+        let (repository, _, _) = crate::volunteer::worker::split_reference(&self.settings.image);
         match b.list_images(&repository).await {
             Ok(local) => items.extend(gc::images(
                 &local,
