@@ -4,6 +4,7 @@
 //! function of an observation, the configuration and the clock, so it can be printed,
 //! replayed and unit-tested.
 
+pub mod backoff;
 pub mod cli;
 pub mod cmd;
 pub mod config;

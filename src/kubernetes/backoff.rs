@@ -7,17 +7,18 @@
 
 use super::accounting::{PodObservation, PodState};
 use super::shape::ShapeKey;
+use crate::backoff::Backoff;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
 
+/// When a shape goes on trial, and how long it waits between trial pods.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BackoffPolicy {
+pub struct TrialPolicy {
     /// Consecutive bad outcomes before the shape goes on trial.
     pub after: u32,
-    pub initial: Duration,
-    pub max: Duration,
+    /// The wait before the next trial pod, by strikes.
+    pub delay: Backoff,
 }
 
 /// One shape's history.
@@ -68,23 +69,17 @@ impl Gate {
 }
 
 impl KeyBackoff {
-    pub fn on_trial(&self, p: &BackoffPolicy) -> bool {
+    pub fn on_trial(&self, p: &TrialPolicy) -> bool {
         self.failures >= p.after
     }
 
-    /// When the next trial pod may start: last failure + initial × 2^(strikes − 1), capped
-    /// at `max`.
-    pub fn next_trial_at(&self, p: &BackoffPolicy) -> Option<DateTime<Utc>> {
+    /// When the next trial pod may start: the last failure plus the policy's delay for the
+    /// shape's strikes.
+    pub fn next_trial_at(&self, p: &TrialPolicy) -> Option<DateTime<Utc>> {
         if !self.on_trial(p) {
             return None;
         }
-        let doublings = self.strikes.saturating_sub(1).min(30);
-        let delay = p
-            .initial
-            .checked_mul(1u32 << doublings)
-            .unwrap_or(p.max)
-            .min(p.max);
-        let delay = chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::MAX);
+        let delay = p.delay.delay_chrono(self.strikes);
         self.last_failure.and_then(|t| t.checked_add_signed(delay))
     }
 }
@@ -92,7 +87,7 @@ impl KeyBackoff {
 impl BackoffBook {
     /// Folds one cycle's pod observations into the book. Pods no longer listed are forgotten
     /// (their outcome was counted while they were visible).
-    pub fn observe(&mut self, pods: &[PodObservation], now: DateTime<Utc>, p: &BackoffPolicy) {
+    pub fn observe(&mut self, pods: &[PodObservation], now: DateTime<Utc>, p: &TrialPolicy) {
         let mut by_key: BTreeMap<&ShapeKey, Vec<&PodObservation>> = BTreeMap::new();
         for p in pods {
             by_key.entry(&p.key).or_default().push(p);
@@ -153,7 +148,7 @@ impl BackoffBook {
         key: &ShapeKey,
         outstanding: u64,
         now: DateTime<Utc>,
-        p: &BackoffPolicy,
+        p: &TrialPolicy,
     ) -> Gate {
         let Some(entry) = self.keys.get(key) else {
             return Gate::Open;
@@ -175,11 +170,11 @@ impl BackoffBook {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
-    const P: BackoffPolicy = BackoffPolicy {
+    const P: TrialPolicy = TrialPolicy {
         after: 2,
-        initial: Duration::from_secs(300),
-        max: Duration::from_secs(3600),
+        delay: Backoff::new(Duration::from_secs(300), Duration::from_secs(3600)),
     };
 
     fn t(min: i64) -> DateTime<Utc> {

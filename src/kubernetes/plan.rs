@@ -3,7 +3,7 @@
 //! to delete. No I/O, no clock.
 
 use crate::kubernetes::accounting::{Accounting, account, observe_pods};
-use crate::kubernetes::backoff::{BackoffBook, BackoffPolicy, Gate};
+use crate::kubernetes::backoff::{BackoffBook, Gate, TrialPolicy};
 use crate::kubernetes::demand::{Demand, min_pods, pods_to_submit};
 use crate::kubernetes::jobs::{PodTemplate, job_body, job_name};
 use crate::kubernetes::shape::ShapeKey;
@@ -68,7 +68,7 @@ pub struct PlanSettings {
     pub max_submit_pods_per_cluster: u64,
     /// A pod in an odd phase counts as waiting this long after its start, then as unknown.
     pub unknown_after: Duration,
-    pub backoff: BackoffPolicy,
+    pub backoff: TrialPolicy,
     /// Finished Jobs are deleted this long after they finished, at most this many a cycle.
     pub cleanup_after: Duration,
     pub cleanup_max_per_cycle: u64,

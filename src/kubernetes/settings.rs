@@ -3,9 +3,10 @@
 //! API server is, what the condor probe asks, the plan's limits and the worker pod template.
 //! Nothing past this file reads the table's file structure (spans, units, defaults).
 
+use crate::backoff::Backoff;
 use crate::config::Config;
 use crate::config::kubernetes::{KubernetesConfig, full_match_regex};
-use crate::kubernetes::backoff::BackoffPolicy;
+use crate::kubernetes::backoff::TrialPolicy;
 use crate::kubernetes::client::Connection;
 use crate::kubernetes::condor::{CondorProbe, job_constraint, startd_constraint};
 use crate::kubernetes::identity;
@@ -108,10 +109,9 @@ impl Settings {
             max_pods_per_cluster: *k.max_pods_per_cluster.get_ref(),
             max_submit_pods_per_cluster: *k.max_submit_pods_per_cluster.get_ref(),
             unknown_after: k.unknown_after.0,
-            backoff: BackoffPolicy {
+            backoff: TrialPolicy {
                 after: *k.backoff_after.get_ref(),
-                initial: k.backoff_initial.0,
-                max: k.backoff_max.0,
+                delay: Backoff::new(k.backoff_initial.0, k.backoff_max.0),
             },
             cleanup_after: k.cleanup_after.0,
             cleanup_max_per_cycle: k.cleanup_max_per_cycle,

@@ -5,6 +5,7 @@
 //! delay and said clearly in the log.
 
 use super::status::ImageRecord;
+use crate::backoff::Backoff;
 use crate::config::site::{image_allowed, is_fully_qualified};
 use crate::volunteer::backend::{Backend, BackendError};
 use crate::volunteer::worker::ImageState;
@@ -13,7 +14,7 @@ use chrono::{DateTime, Duration as ChronoDuration, SecondsFormat, Utc};
 use std::time::Duration;
 
 /// First retry delay after a failed registry request; doubles, capped at `refresh`.
-const RETRY_BASE: Duration = Duration::from_secs(30);
+const RETRY_FIRST: Duration = Duration::from_secs(30);
 
 fn chrono(d: Duration) -> ChronoDuration {
     ChronoDuration::from_std(d).unwrap_or(ChronoDuration::MAX)
@@ -35,13 +36,10 @@ pub fn check_due(
     }
 }
 
-/// The delay before the next registry request after `failures` consecutive failures.
-pub fn retry_delay(failures: u32, refresh: Duration) -> Duration {
-    let factor = 1u32
-        .checked_shl(failures.saturating_sub(1))
-        .unwrap_or(u32::MAX);
-    // Doubling from 30 s (or `refresh`, when shorter), never longer than `refresh`.
-    RETRY_BASE.min(refresh).saturating_mul(factor).min(refresh)
+/// How registry requests are retried: doubling from 30 s (or `refresh`, when shorter), never
+/// longer than `refresh`.
+pub fn retry_backoff(refresh: Duration) -> Backoff {
+    Backoff::new(RETRY_FIRST.min(refresh), refresh)
 }
 
 /// Records a failed registry request (check or pull) and says so in the log.
@@ -53,7 +51,7 @@ pub fn record_failure(
     refresh: Duration,
 ) {
     r.failures = r.failures.saturating_add(1);
-    let retry = now + chrono(retry_delay(r.failures, refresh));
+    let retry = now + retry_backoff(refresh).delay_chrono(r.failures);
     r.retry_at = Some(retry);
     r.last_error = Some(format!("{what}: {e}"));
     tracing::warn!(
@@ -196,11 +194,12 @@ mod tests {
         assert!(check_due(&r, now, refresh, age), "refresh elapsed");
         r.retry_at = Some(now + ChronoDuration::seconds(1));
         assert!(!check_due(&r, now, refresh, age), "retry pending");
-        assert_eq!(retry_delay(1, refresh), Duration::from_secs(30));
-        assert_eq!(retry_delay(3, refresh), Duration::from_secs(120));
-        assert_eq!(retry_delay(40, refresh), refresh);
+        let retry = retry_backoff(refresh);
+        assert_eq!(retry.delay(1), Duration::from_secs(30));
+        assert_eq!(retry.delay(3), Duration::from_secs(120));
+        assert_eq!(retry.delay(40), refresh);
         assert_eq!(
-            retry_delay(5, Duration::from_secs(2)),
+            retry_backoff(Duration::from_secs(2)).delay(5),
             Duration::from_secs(2)
         );
     }

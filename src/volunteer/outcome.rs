@@ -2,11 +2,11 @@
 //! is read through its contract (`pilot_contract::PilotExit`); the outcome feeds the start
 //! back-off: a worker that ran no job widens it, one that ran a job resets it.
 
-use chrono::{DateTime, Duration as ChronoDuration, Utc};
+use crate::backoff::Backoff;
+use chrono::{DateTime, Utc};
 use pilot_contract::PilotExit;
 use serde::{Deserialize, Serialize};
 use std::fmt;
-use std::time::Duration;
 
 /// How a finished worker ended: the pilot's exit code read through its contract, or what
 /// happened around it (the memory limit, a start that failed, an image that does not follow
@@ -120,43 +120,33 @@ impl fmt::Display for Outcome {
     }
 }
 
-/// Consecutive failures and the earliest next start.
+/// The start back-off as it stands: consecutive failures and the earliest next start.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct Backoff {
+pub struct StartBackoff {
     pub failures: u32,
     pub not_before: Option<DateTime<Utc>>,
     pub last_outcome: Option<Outcome>,
 }
 
-impl Backoff {
-    /// The back-off after `outcome` was observed at `now`: the delay is `base · 2^(n-1)` after
-    /// the n-th consecutive failure, capped at `max`.
-    pub fn after(
-        &self,
-        outcome: &Outcome,
-        now: DateTime<Utc>,
-        base: Duration,
-        max: Duration,
-    ) -> Backoff {
+impl StartBackoff {
+    /// The back-off after `outcome` was observed at `now`, delayed by `policy` after the n-th
+    /// consecutive failure.
+    pub fn after(&self, outcome: &Outcome, now: DateTime<Utc>, policy: Backoff) -> StartBackoff {
         match outcome.effect() {
-            BackoffEffect::Reset => Backoff {
+            BackoffEffect::Reset => StartBackoff {
                 failures: 0,
                 not_before: None,
                 last_outcome: Some(outcome.clone()),
             },
-            BackoffEffect::Neutral => Backoff {
+            BackoffEffect::Neutral => StartBackoff {
                 last_outcome: Some(outcome.clone()),
                 ..self.clone()
             },
             BackoffEffect::Widen => {
                 let failures = self.failures.saturating_add(1);
-                let factor = 1u32.checked_shl(failures - 1).unwrap_or(u32::MAX);
-                let delay = base.saturating_mul(factor).min(max);
-                Backoff {
+                StartBackoff {
                     failures,
-                    not_before: Some(
-                        now + ChronoDuration::from_std(delay).unwrap_or(ChronoDuration::MAX),
-                    ),
+                    not_before: Some(now + policy.delay_chrono(failures)),
                     last_outcome: Some(outcome.clone()),
                 }
             }
@@ -172,6 +162,7 @@ impl Backoff {
 mod tests {
     use super::*;
     use chrono::TimeZone;
+    use std::time::Duration;
 
     fn t(h: u32, m: u32) -> DateTime<Utc> {
         Utc.with_ymd_and_hms(2026, 12, 1, h, m, 0).unwrap()
@@ -179,29 +170,28 @@ mod tests {
 
     #[test]
     fn outcomes_and_backoff() {
-        let (base, max) = (Duration::from_secs(60), Duration::from_secs(300));
+        let policy = Backoff::new(Duration::from_secs(60), Duration::from_secs(300));
         let now = t(20, 0);
-        let mut b = Backoff::default();
+        let mut b = StartBackoff::default();
         let mut delays = vec![];
         for _ in 0..5 {
-            b = b.after(&Outcome::from_exit(Some(10), false), now, base, max);
+            b = b.after(&Outcome::from_exit(Some(10), false), now, policy);
             delays.push((b.not_before.unwrap() - now).num_seconds());
         }
         assert_eq!(delays, vec![60, 120, 240, 300, 300]);
-        let neutral = b.after(&Outcome::from_exit(Some(143), false), now, base, max);
+        let neutral = b.after(&Outcome::from_exit(Some(143), false), now, policy);
         assert_eq!(
             neutral.failures, 5,
             "our own SIGTERM says nothing about the pool"
         );
-        let reset = b.after(&Outcome::from_exit(Some(0), false), now, base, max);
+        let reset = b.after(&Outcome::from_exit(Some(0), false), now, policy);
         assert_eq!((reset.failures, reset.not_before), (0, None));
-        let start = Backoff::default().after(
+        let start = StartBackoff::default().after(
             &Outcome::StartFailed {
                 message: "x".into(),
             },
             now,
-            base,
-            max,
+            policy,
         );
         assert_eq!(start.failures, 1);
         assert_eq!(Outcome::from_exit(Some(137), true), Outcome::OutOfMemory);
@@ -218,11 +208,11 @@ mod tests {
             BackoffEffect::Widen
         );
         // Far too many failures never overflow.
-        let huge = Backoff {
+        let huge = StartBackoff {
             failures: u32::MAX - 1,
             ..Default::default()
         }
-        .after(&Outcome::Exited(PilotExit::Idle), now, base, max);
+        .after(&Outcome::Exited(PilotExit::Idle), now, policy);
         assert_eq!((huge.not_before.unwrap() - now).num_seconds(), 300);
     }
 

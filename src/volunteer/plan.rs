@@ -18,10 +18,11 @@
 //! - A new image digest is pulled only while workers may run (or when the site allows pulls
 //!   while the owner is present): downloads obey the schedule.
 
+use crate::backoff::Backoff;
 use crate::config::Evict;
 use crate::config::site::SiteConfig;
 use crate::config::template;
-use crate::volunteer::outcome::{Backoff, Outcome};
+use crate::volunteer::outcome::{Outcome, StartBackoff};
 use crate::volunteer::policy::Supply;
 use crate::volunteer::worker::ImageState;
 use crate::volunteer::worker::{Worker, WorkerSpec, WorkerState, labels};
@@ -52,8 +53,8 @@ pub struct WorkerSettings {
     pub user: Option<String>,
     pub network: Option<String>,
     pub pull_while_owner_present: bool,
-    pub backoff_base: Duration,
-    pub backoff_max: Duration,
+    /// Delays the next start after workers that ran no job or could not start.
+    pub backoff: Backoff,
     /// How many hours the host is usually free from now (learned history); advertised to
     /// workers as `{free_hours}` so the pool can prefer long-free machines for long jobs.
     pub likely_free_hours: Option<u64>,
@@ -82,8 +83,7 @@ impl WorkerSettings {
             user: w.user.clone(),
             network: w.network.clone(),
             pull_while_owner_present: w.pull_while_owner_present,
-            backoff_base: w.backoff_base.0,
-            backoff_max: w.backoff_max.0,
+            backoff: Backoff::new(w.backoff_base.0, w.backoff_max.0),
             likely_free_hours: None,
         }
     }
@@ -176,7 +176,7 @@ pub struct InFlight {
 pub struct Observed<'a> {
     pub workers: &'a [Worker],
     pub in_flight: &'a InFlight,
-    pub backoff: &'a Backoff,
+    pub backoff: &'a StartBackoff,
     pub image: &'a ImageState,
 }
 
@@ -582,8 +582,7 @@ mod tests {
             user: None,
             network: None,
             pull_while_owner_present: false,
-            backoff_base: Duration::from_secs(60),
-            backoff_max: Duration::from_secs(3600),
+            backoff: Backoff::new(Duration::from_secs(60), Duration::from_secs(3600)),
             likely_free_hours: None,
         }
     }
@@ -633,7 +632,7 @@ mod tests {
         supply: Supply,
         workers: Vec<Worker>,
         image: ImageState,
-        backoff: Backoff,
+        backoff: StartBackoff,
         stopping: &'static [&'static str],
         max_starts: u32,
         pull_while_owner_present: bool,
@@ -652,7 +651,7 @@ mod tests {
             supply,
             workers,
             image: ready(),
-            backoff: Backoff::default(),
+            backoff: StartBackoff::default(),
             stopping: &[],
             max_starts: 1,
             pull_while_owner_present: false,
@@ -767,7 +766,7 @@ mod tests {
                 )
             },
             Case {
-                backoff: Backoff {
+                backoff: StartBackoff {
                     failures: 2,
                     not_before: Some(t(20, 1)),
                     last_outcome: Some(Outcome::Exited(PilotExit::Idle)),
@@ -780,7 +779,7 @@ mod tests {
                 )
             },
             Case {
-                backoff: Backoff {
+                backoff: StartBackoff {
                     failures: 2,
                     not_before: Some(t(20, 0)),
                     last_outcome: Some(Outcome::Exited(PilotExit::Idle)),

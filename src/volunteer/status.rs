@@ -7,7 +7,7 @@
 //! crash never sees half a file.
 
 use crate::config::Evict;
-use crate::volunteer::outcome::{Backoff, Outcome};
+use crate::volunteer::outcome::{Outcome, StartBackoff};
 use crate::volunteer::policy::Supply;
 use crate::volunteer::worker::Worker;
 use chrono::{DateTime, Utc};
@@ -118,7 +118,7 @@ pub struct Status {
     pub own_cpu: f64,
     /// As listed in the last cycle; `None` when the list failed (unknown, not empty).
     pub workers: Option<Vec<Worker>>,
-    pub backoff: Backoff,
+    pub backoff: StartBackoff,
     pub image: ImageRecord,
     pub pulled_images: Vec<PulledImage>,
     /// Ids of finished workers whose outcome is already counted (a failed remove must not

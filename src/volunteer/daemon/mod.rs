@@ -737,12 +737,10 @@ impl Daemon {
             return;
         }
         let before = self.status.backoff.failures;
-        self.status.backoff = self.status.backoff.after(
-            &outcome,
-            now,
-            self.settings.backoff_base,
-            self.settings.backoff_max,
-        );
+        self.status.backoff = self
+            .status
+            .backoff
+            .after(&outcome, now, self.settings.backoff);
         let b = &self.status.backoff;
         if b.failures > before {
             tracing::warn!(

@@ -4,6 +4,7 @@
 //! watches) the file's mtime and size are polled every 250 ms instead — still well under the
 //! one-second goal, at the cost of a few stat calls per second.
 
+use crate::backoff::Backoff;
 use crate::volunteer::backend::{AnyBackend, Backend, BackendEvent};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use std::os::fd::{AsFd, AsRawFd, RawFd};
@@ -107,10 +108,15 @@ async fn poll_watch(utmp: &Path, tx: &mpsc::Sender<Trigger>) {
     }
 }
 
+/// How a broken event stream is reconnected: 2 s after the first failure, doubling to 30 s.
+const RECONNECT: Backoff = Backoff::new(Duration::from_secs(2), Duration::from_secs(30));
+/// After a stream that ended cleanly (the engine closed it), reconnect soon.
+const RECONNECT_CLEAN: Duration = Duration::from_secs(1);
+
 /// Forwards "a worker exited" from the engine, reconnecting with a delay when the stream
 /// breaks (engine restart). Missing an event only delays the reaction to the next tick.
 pub async fn watch_workers(backend: AnyBackend, tx: mpsc::Sender<Trigger>) {
-    let mut delay = Duration::from_secs(1);
+    let mut failures = 0u32;
     loop {
         let (etx, mut erx) = mpsc::channel::<BackendEvent>(16);
         let forward = async {
@@ -126,13 +132,18 @@ pub async fn watch_workers(backend: AnyBackend, tx: mpsc::Sender<Trigger>) {
         if tx.is_closed() {
             return;
         }
-        match result {
-            Ok(()) => delay = Duration::from_secs(1),
-            Err(e) => {
-                tracing::debug!("worker event stream broke ({e}); reconnecting in {delay:?}");
-                delay = (delay * 2).min(Duration::from_secs(30));
+        let wait = match result {
+            Ok(()) => {
+                failures = 0;
+                RECONNECT_CLEAN
             }
-        }
-        tokio::time::sleep(delay).await;
+            Err(e) => {
+                failures = failures.saturating_add(1);
+                let wait = RECONNECT.delay(failures);
+                tracing::debug!("worker event stream broke ({e}); reconnecting in {wait:?}");
+                wait
+            }
+        };
+        tokio::time::sleep(wait).await;
     }
 }
