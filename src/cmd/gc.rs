@@ -5,13 +5,12 @@
 //! Beside a running daemon, removing a finished worker here means the daemon does not see its
 //! outcome (the back-off does not count it); that is the price of an on-demand pass.
 
-use super::{CmdError, load_config};
+use super::{CmdError, block_on, load_config};
 use crate::cli::{GcArgs, Global};
 use crate::config::SiteFile;
-use crate::volunteer::backend::Backend;
-use crate::volunteer::daemon;
+use crate::volunteer::backend::{self, Backend};
 use crate::volunteer::gc;
-use crate::volunteer::plan::WorkerSettings;
+use crate::volunteer::settings::Settings;
 use crate::volunteer::status as state;
 use crate::volunteer::worker::split_reference;
 use chrono::Utc;
@@ -19,17 +18,14 @@ use std::fmt::Write;
 
 pub fn run(g: &Global, a: &GcArgs) -> Result<String, CmdError> {
     let cfg = load_config(g, SiteFile::Optional, None)?;
-    let settings = WorkerSettings::from_site(&cfg.site);
-    let status = state::load(&state::path(&cfg.site.state_dir))
+    let s = Settings::resolve(&cfg);
+    let settings = &s.worker;
+    let status = state::load(&state::path(&s.state_dir))
         .ok()
         .flatten()
         .unwrap_or_default();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| CmdError::Runtime(format!("cannot start the async runtime: {e}")))?;
-    rt.block_on(async {
-        let b = daemon::connect(&cfg).map_err(|e| CmdError::Runtime(e.to_string()))?;
+    block_on(async {
+        let b = backend::connect(&s.engine).map_err(|e| CmdError::Runtime(e.to_string()))?;
         let list = b.list_workers().await.map_err(|e| {
             CmdError::Runtime(format!(
                 "{e}\n  (a failed list is not an empty list: nothing was removed)"
@@ -72,7 +68,7 @@ pub fn run(g: &Global, a: &GcArgs) -> Result<String, CmdError> {
             return Ok(out);
         }
         let mut failed = 0;
-        for r in gc::apply(&b, &items, cfg.policy.grace).await {
+        for r in gc::apply(&b, &items, s.policy.grace).await {
             match r {
                 Ok(line) => {
                     let _ = writeln!(out, "done: {line}");
@@ -89,5 +85,5 @@ pub fn run(g: &Global, a: &GcArgs) -> Result<String, CmdError> {
             )));
         }
         Ok(out)
-    })
+    })?
 }

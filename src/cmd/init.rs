@@ -332,7 +332,7 @@ pub fn run(g: &Global, args: &InitArgs) -> Result<String, CmdError> {
         &path,
         &text,
         &site,
-        super::this_machine(),
+        crate::volunteer::host::this_machine(),
         config::local_timezone(),
     )?;
     write_policy(&path, &text)?;

@@ -15,7 +15,8 @@ pub mod status;
 
 use crate::cli::Global;
 use crate::config::{self, Config, ConfigError, Machine, SiteFile};
-use crate::volunteer::host::{Carry, HostProbe, ProbeConfig, ProbeError};
+use crate::volunteer::host::{Carry, HostProbe, ProbeError};
+use crate::volunteer::settings::ProbeSettings;
 use crate::volunteer::snapshot::HostSnapshot;
 use chrono::{DateTime, Utc};
 
@@ -70,24 +71,9 @@ pub fn load_config(
     Ok(config::load(&g.config, site, g.policy.as_deref(), machine)?)
 }
 
-/// The machine's CPU count and memory, for checking shares; cheap (no CPU sampling).
-pub fn this_machine() -> Option<Machine> {
-    let mut sys = sysinfo::System::new_with_specifics(
-        sysinfo::RefreshKind::nothing()
-            .with_memory(sysinfo::MemoryRefreshKind::nothing().with_ram()),
-    )
-    .ok()?;
-    sys.refresh_memory();
-    let cpus = std::thread::available_parallelism().ok()?.get() as u32;
-    Some(Machine {
-        cpus,
-        memory_kib: sys.total_memory() / 1024,
-    })
-}
-
 /// One observation of this host for a one-shot command: samples CPU over a short interval.
-pub fn observe_once(cfg: &Config, carry: Carry) -> Result<HostSnapshot, CmdError> {
-    let mut probe = HostProbe::new(ProbeConfig::of(cfg))?;
+pub fn observe_once(probe: &ProbeSettings, carry: Carry) -> Result<HostSnapshot, CmdError> {
+    let mut probe = HostProbe::new(probe.clone())?;
     std::thread::sleep(probe.prime());
     Ok(probe.observe(Utc::now(), carry)?)
 }

@@ -7,11 +7,17 @@ use crate::config::{Config, Machine, Mode, SiteFile};
 use crate::kubernetes::plan::decide;
 use crate::kubernetes::provisioner::live_snapshot;
 use crate::kubernetes::report;
-use crate::kubernetes::settings::Settings;
+use crate::kubernetes::settings::Settings as KubernetesSettings;
 use crate::kubernetes::snapshot::ClusterSnapshot;
+use crate::volunteer::backend;
+use crate::volunteer::history::{self, History, Outlook};
 use crate::volunteer::host::Carry;
-use crate::volunteer::policy::{self, Limits, Supply};
+use crate::volunteer::host::this_machine;
+use crate::volunteer::inspect;
+use crate::volunteer::policy::{self, Supply};
+use crate::volunteer::settings::Settings;
 use crate::volunteer::snapshot::HostSnapshot;
+use crate::volunteer::status;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use std::path::Path;
@@ -44,7 +50,7 @@ pub fn run(g: &Global, a: &PlanArgs) -> Result<String, CmdError> {
             memory_kib: u64::MAX / 1024,
         },
     });
-    let cfg = load_config(g, SiteFile::Optional, machine.or_else(super::this_machine))?;
+    let cfg = load_config(g, SiteFile::Optional, machine.or_else(this_machine))?;
     match (cfg.site.mode, snap) {
         (Mode::Kubernetes, snap) => {
             if matches!(snap, Some(Snapshot::Host(_))) {
@@ -69,7 +75,7 @@ pub fn run(g: &Global, a: &PlanArgs) -> Result<String, CmdError> {
         (Mode::Volunteer, snap) => {
             let host = match snap {
                 Some(Snapshot::Host(h)) => h,
-                _ => observe_once(&cfg, Carry::default())?,
+                _ => observe_once(&Settings::resolve(&cfg).probe, Carry::default())?,
             };
             let now = now.unwrap_or(host.taken_at);
             let plan = volunteer_plan(&cfg, &host, now);
@@ -92,7 +98,7 @@ fn kubernetes_plan(
     now: DateTime<Utc>,
     format: Format,
 ) -> Result<String, CmdError> {
-    let s = Settings::resolve(cfg)?;
+    let s = KubernetesSettings::resolve(cfg)?;
     let snap = match snapshot {
         Some((path, text)) => ClusterSnapshot::from_json(&path.display().to_string(), &text)?,
         None => block_on(live_snapshot(&s, now))??,
@@ -105,23 +111,31 @@ fn kubernetes_plan(
 }
 
 pub fn volunteer_plan(cfg: &Config, host: &HostSnapshot, now: DateTime<Utc>) -> VolunteerPlan {
+    let s = Settings::resolve(cfg);
     // The same prediction the daemon uses, when the site enabled it (`[history]
     // predict_die_at`); off by default, so replays depend only on the snapshot.
-    let likely_free_until = cfg.site.history.predict_die_at.then(|| {
-        let h = crate::volunteer::history::peek(&cfg.site.state_dir, cfg.policy.timezone).history;
-        let free = h.likely_free_for(cfg.policy.timezone, now, cfg.site.history.free_threshold);
-        crate::volunteer::history::likely_free_until(&cfg.site.history, free, now)
-    });
-    let limits = Limits {
-        max_lifetime: cfg.site.max_lifetime(),
-        likely_free_until: likely_free_until.flatten(),
+    let learned = if s.history.predict_die_at {
+        history::peek(&s.state_dir, s.policy.timezone).history
+    } else {
+        History::new(s.policy.timezone)
     };
-    let mut supply = policy::decide(&cfg.policy, host, limits, now);
+    let outlook = Outlook::at(&s, &learned, now);
+    let mut supply = policy::decide(&s.policy, host, outlook.limits, now);
     // The actions the daemon's next cycle would take, from the workers the engine lists now
     // and the image the daemon last resolved (read-only: nothing is pulled or resolved here
     // beyond what the status file lacks). Without the engine there is no worker list, and
     // the output says so instead of planning from an empty one.
-    let actions = match crate::volunteer::daemon::plan_actions(cfg, &supply, now) {
+    let status = status::load(&status::path(&s.state_dir))
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    let next = block_on(async {
+        let b = backend::connect(&s.engine)?;
+        inspect::next_plan(&b, &s, (&status.image, &status.backoff), &supply, now).await
+    })
+    .map_err(|e| e.to_string())
+    .and_then(|r| r.map_err(|e| e.to_string()));
+    let actions = match next {
         Ok(plan) => plan
             .actions
             .iter()

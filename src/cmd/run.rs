@@ -2,7 +2,7 @@
 //! loaded and checked before anything else, then the tokio runtime is built by hand — never
 //! `#[tokio::main]` — because detaching (`--daemon`) must happen before any runtime exists.
 
-use super::{CmdError, load_config, this_machine};
+use super::{CmdError, load_config};
 use crate::cli::{Global, LogFormat, RunArgs};
 use crate::config::{Mode, SiteFile};
 use crate::kubernetes::provisioner;
@@ -11,6 +11,7 @@ use crate::service::detach::{self, Detached, Role};
 use crate::service::metrics::Metrics;
 use crate::service::notify;
 use crate::volunteer::daemon::{self, Hooks};
+use crate::volunteer::host::this_machine;
 use std::sync::{Arc, Mutex};
 
 pub fn run(g: &Global, a: &RunArgs) -> Result<String, CmdError> {

@@ -2,10 +2,11 @@
 //! look than read: when the machine computes, the guard band before each period ends, and how
 //! much of the machine it uses.
 
-use super::{CmdError, load_config, parse_now, this_machine};
+use super::{CmdError, load_config, parse_now};
 use crate::cli::{Global, ScheduleArgs};
 use crate::config::units::{Share, format_duration, format_size};
 use crate::config::{Policy, SiteFile};
+use crate::volunteer::host::this_machine;
 use crate::volunteer::policy::calendar::{self, Period};
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use std::fmt::Write;

@@ -9,7 +9,7 @@ pub mod template;
 pub mod units;
 
 pub use diag::{Diagnostic, Diagnostics};
-pub use policy::{Evict, Policy};
+pub use policy::{Evict, Policy, PolicySpans};
 pub use site::{Mode, SiteConfig};
 
 use chrono_tz::Tz;
@@ -155,10 +155,10 @@ pub fn parse_policy(
             return Err(ConfigError::Invalid(d.into_vec()));
         }
     };
-    let p = policy::validate(raw, local_tz, &mut d);
+    let (p, spans) = policy::validate(raw, local_tz, &mut d);
     if p.longest_job > site.max_lifetime() {
         d.error(
-            p.spans.longest_job.clone(),
+            spans.longest_job.clone(),
             format!(
                 "longest_job {} is longer than the workers' max_lifetime {} in pilotd.toml",
                 units::format_duration(p.longest_job),
@@ -168,7 +168,7 @@ pub fn parse_policy(
         );
     }
     if let Some(m) = machine {
-        check_against_machine(&p, m, &mut d);
+        check_against_machine(&p, &spans, m, &mut d);
     }
     if d.is_empty() {
         Ok(p)
@@ -178,11 +178,11 @@ pub fn parse_policy(
 }
 
 /// A share larger than the machine is an error the owner should see, not a silent clamp.
-pub fn check_against_machine(p: &Policy, m: Machine, d: &mut Diagnostics) {
+pub fn check_against_machine(p: &Policy, spans: &PolicySpans, m: Machine, d: &mut Diagnostics) {
     let cpus = p.share.cpus.of(u64::from(m.cpus));
     if cpus > u64::from(m.cpus) {
         d.error(
-            p.spans.cpus.clone(),
+            spans.cpus.clone(),
             format!(
                 "cpus share {cpus} is more than this machine's {} CPUs",
                 m.cpus
@@ -193,7 +193,7 @@ pub fn check_against_machine(p: &Policy, m: Machine, d: &mut Diagnostics) {
     let mem = p.share.memory.of(m.memory_kib * 1024);
     if mem > m.memory_kib * 1024 {
         d.error(
-            p.spans.memory.clone(),
+            spans.memory.clone(),
             format!(
                 "memory share {} is more than this machine's {}",
                 units::format_size(mem),

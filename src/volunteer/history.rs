@@ -5,6 +5,8 @@
 //!
 //! The counters are pure data; only `load` and `save` touch the filesystem.
 
+use crate::volunteer::policy::Limits;
+use crate::volunteer::settings::Settings;
 use chrono::{DateTime, Datelike, Duration, Timelike, Utc};
 use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};
@@ -104,14 +106,35 @@ impl History {
     }
 }
 
-/// The instant to cap `die_at` at, when the site asked for predictions
-/// (`[history] predict_die_at`) and the history has evidence (at least an hour).
-pub fn likely_free_until(
-    cfg: &crate::config::site::HistoryConfig,
-    likely_free: Duration,
-    now: DateTime<Utc>,
-) -> Option<DateTime<Utc>> {
-    (cfg.predict_die_at && likely_free >= Duration::hours(1)).then(|| now + likely_free)
+/// What the learned history says for a decision at `now`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outlook {
+    /// How long the host is usually free from now.
+    pub likely_free: Duration,
+    /// The site limits the policy decides with: `max_lifetime`, and the learned free stretch
+    /// when the site asked to predict with it (`[history] predict_die_at`) and the history
+    /// has evidence (at least an hour).
+    pub limits: Limits,
+}
+
+impl Outlook {
+    /// The daemon and `pilotd plan` both ask here, so they decide with the same limits.
+    pub fn at(s: &Settings, h: &History, now: DateTime<Utc>) -> Outlook {
+        let likely_free = h.likely_free_for(s.policy.timezone, now, s.history.free_threshold);
+        let predicted = s.history.predict_die_at && likely_free >= Duration::hours(1);
+        Outlook {
+            likely_free,
+            limits: Limits {
+                max_lifetime: s.max_lifetime,
+                likely_free_until: predicted.then(|| now + likely_free),
+            },
+        }
+    }
+
+    /// Whole hours of `likely_free`, as workers see it (`{free_hours}`).
+    pub fn free_hours(&self) -> u64 {
+        self.likely_free.num_hours().max(0) as u64
+    }
 }
 
 /// What `load` found.

@@ -3,7 +3,9 @@
 //! the difference between two refreshes.
 
 use super::sessions;
+use super::settings::ProbeSettings;
 use super::snapshot::HostSnapshot;
+use crate::config::Machine;
 use chrono::{DateTime, Utc};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -17,34 +19,9 @@ pub enum ProbeError {
     Scratch { path: PathBuf, source: nix::Error },
 }
 
-/// Where the probes look; from pilotd.toml `[host]` and the policy's exclusive processes.
-#[derive(Debug, Clone)]
-pub struct ProbeConfig {
-    pub utmp: PathBuf,
-    pub dev: PathBuf,
-    pub power_supply: PathBuf,
-    pub scratch: PathBuf,
-    pub proc: PathBuf,
-    pub exclusive_processes: Vec<String>,
-}
-
-impl ProbeConfig {
-    /// Where to look, from pilotd.toml `[host]` and the policy.
-    pub fn of(cfg: &crate::config::Config) -> ProbeConfig {
-        ProbeConfig {
-            utmp: cfg.site.host.utmp.clone(),
-            dev: cfg.site.host.dev.clone(),
-            power_supply: cfg.site.host.power_supply.clone(),
-            scratch: cfg.site.scratch(),
-            proc: "/proc".into(),
-            exclusive_processes: cfg.policy.exclusive_processes.clone(),
-        }
-    }
-}
-
 pub struct HostProbe {
     system: System,
-    cfg: ProbeConfig,
+    cfg: ProbeSettings,
 }
 
 /// State carried between observations (the policy's latches) and pilotd's own usage.
@@ -57,7 +34,7 @@ pub struct Carry {
 }
 
 impl HostProbe {
-    pub fn new(cfg: ProbeConfig) -> Result<HostProbe, ProbeError> {
+    pub fn new(cfg: ProbeSettings) -> Result<HostProbe, ProbeError> {
         let system = System::new_with_specifics(
             RefreshKind::nothing()
                 .with_cpu(CpuRefreshKind::nothing().with_usage())
@@ -65,14 +42,6 @@ impl HostProbe {
         )
         .map_err(|e| ProbeError::System(e.to_string()))?;
         Ok(HostProbe { system, cfg })
-    }
-
-    pub fn config(&self) -> &ProbeConfig {
-        &self.cfg
-    }
-
-    pub fn set_exclusive_processes(&mut self, names: Vec<String>) {
-        self.cfg.exclusive_processes = names;
     }
 
     /// CPU usage is measured since the previous refresh; a one-shot command calls this
@@ -111,6 +80,21 @@ impl HostProbe {
             host_free_since: carry.host_free_since,
         })
     }
+}
+
+/// The machine's CPU count and memory, for checking the policy's shares against it; cheap (no
+/// CPU sampling).
+pub fn this_machine() -> Option<Machine> {
+    let mut sys = System::new_with_specifics(
+        RefreshKind::nothing().with_memory(MemoryRefreshKind::nothing().with_ram()),
+    )
+    .ok()?;
+    sys.refresh_memory();
+    let cpus = std::thread::available_parallelism().ok()?.get() as u32;
+    Some(Machine {
+        cpus,
+        memory_kib: sys.total_memory() / 1024,
+    })
 }
 
 /// Free space for unprivileged use on the filesystem holding `path` (or its nearest existing

@@ -4,6 +4,7 @@
 //! that cannot be reached changes nothing for running workers; it is retried with a growing
 //! delay and said clearly in the log.
 
+use super::settings::ImageSettings;
 use super::status::ImageRecord;
 use crate::backoff::Backoff;
 use crate::config::site::{image_allowed, is_fully_qualified};
@@ -21,18 +22,13 @@ fn chrono(d: Duration) -> ChronoDuration {
 }
 
 /// Whether the registry should be asked now (pure).
-pub fn check_due(
-    r: &ImageRecord,
-    now: DateTime<Utc>,
-    refresh: Duration,
-    max_age: Duration,
-) -> bool {
+pub fn check_due(r: &ImageRecord, now: DateTime<Utc>, s: &ImageSettings) -> bool {
     if r.retry_at.is_some_and(|t| t > now) {
         return false;
     }
     match (r.checked_at, r.verified_at) {
         (None, _) | (_, None) => true,
-        (Some(c), Some(v)) => now - c >= chrono(refresh) || now - v >= chrono(max_age),
+        (Some(c), Some(v)) => now - c >= chrono(s.refresh) || now - v >= chrono(s.max_age),
     }
 }
 
@@ -68,8 +64,7 @@ pub async fn refresh<B: Backend>(
     r: &mut ImageRecord,
     reference: &str,
     now: DateTime<Utc>,
-    refresh: Duration,
-    max_age: Duration,
+    s: &ImageSettings,
 ) {
     if r.reference != reference {
         // A new reference (config reload): nothing known about it yet.
@@ -85,7 +80,7 @@ pub async fn refresh<B: Backend>(
         r.checked_at = Some(now);
         return;
     }
-    if !check_due(r, now, refresh, max_age) {
+    if !check_due(r, now, s) {
         return;
     }
     r.checked_at = Some(now);
@@ -112,22 +107,22 @@ pub async fn refresh<B: Backend>(
             &format!("resolving {reference} at its registry"),
             &e,
             now,
-            refresh,
+            s.refresh,
         ),
     }
 }
 
-/// What new workers can use now. `allowed` is the `[worker] allowed_images` list.
+/// What new workers can use now: an allowed reference, resolved, confirmed within
+/// `max_age`, pulled.
 pub async fn state<B: Backend>(
     backend: &B,
     r: &ImageRecord,
-    allowed: &[String],
+    s: &ImageSettings,
     pulling: Option<&str>,
     now: DateTime<Utc>,
-    max_age: Duration,
 ) -> Result<ImageState, BackendError> {
     let reference = r.reference.as_str();
-    if !is_fully_qualified(reference) || !image_allowed(reference, allowed) {
+    if !is_fully_qualified(reference) || !image_allowed(reference, &s.allowed) {
         return Ok(ImageState::Unavailable {
             reason: format!(
                 "image {reference} is not a fully qualified reference in allowed_images"
@@ -146,7 +141,7 @@ pub async fn state<B: Backend>(
             ),
         });
     };
-    if r.verified_at.is_none_or(|v| now - v >= chrono(max_age)) {
+    if r.verified_at.is_none_or(|v| now - v >= chrono(s.max_age)) {
         return Ok(ImageState::Unavailable {
             reason: format!(
                 "{reference} was last confirmed by its registry {}, longer ago than max_image_age",
@@ -181,19 +176,21 @@ mod tests {
     fn checks_are_due_by_refresh_age_and_retry() {
         let now = Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).unwrap();
         let h = |n: i64| now - ChronoDuration::hours(n);
-        let (refresh, age) = (
-            Duration::from_secs(6 * 3600),
-            Duration::from_secs(72 * 3600),
-        );
+        let refresh = Duration::from_secs(6 * 3600);
+        let s = ImageSettings {
+            allowed: vec![],
+            refresh,
+            max_age: Duration::from_secs(72 * 3600),
+        };
         let mut r = ImageRecord::default();
-        assert!(check_due(&r, now, refresh, age), "never checked");
+        assert!(check_due(&r, now, &s), "never checked");
         r.checked_at = Some(h(1));
         r.verified_at = Some(h(1));
-        assert!(!check_due(&r, now, refresh, age));
+        assert!(!check_due(&r, now, &s));
         r.checked_at = Some(h(6));
-        assert!(check_due(&r, now, refresh, age), "refresh elapsed");
+        assert!(check_due(&r, now, &s), "refresh elapsed");
         r.retry_at = Some(now + ChronoDuration::seconds(1));
-        assert!(!check_due(&r, now, refresh, age), "retry pending");
+        assert!(!check_due(&r, now, &s), "retry pending");
         let retry = retry_backoff(refresh);
         assert_eq!(retry.delay(1), Duration::from_secs(30));
         assert_eq!(retry.delay(3), Duration::from_secs(120));

@@ -17,10 +17,10 @@
 //! ```
 //! `check` is pure; `fetch`, `load_last_good` and `store` do the I/O.
 
-use crate::config::SiteConfig;
 use crate::config::site::{image_allowed, is_fully_qualified};
 use crate::config::template;
 use crate::config::units::HumanDuration;
+use crate::volunteer::settings::WorkerSettings;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -227,28 +227,30 @@ pub async fn fetch(
     Ok(m)
 }
 
-/// pilotd.toml with the manifest's choices laid over it. Only what `check` allowed is taken:
-/// the image, idle timeout, config URLs (as the pilot's `PILOT_CONFIG_URLS`) and env names the
-/// site did not set itself.
-pub fn overlay(site: &SiteConfig, m: &Manifest) -> SiteConfig {
-    let mut s = site.clone();
-    if let Some(img) = &m.worker.image {
-        s.worker.image = toml::Spanned::new(0..0, img.clone());
+impl Manifest {
+    /// The site's worker settings with the manifest's choices laid over them. Only what
+    /// `check` allowed is taken: the image, idle timeout, config URLs (as the pilot's
+    /// `PILOT_CONFIG_URLS`) and env names the site did not set itself.
+    pub fn overlay(&self, site: &WorkerSettings) -> WorkerSettings {
+        let mut w = site.clone();
+        if let Some(img) = &self.worker.image {
+            w.image = img.clone();
+        }
+        if let Some(t) = self.worker.idle_timeout {
+            w.idle_timeout = t.0;
+        }
+        let mut env = self.worker.env.clone();
+        if !self.worker.config_urls.is_empty() {
+            env.insert(
+                "PILOT_CONFIG_URLS".into(),
+                self.worker.config_urls.join(","),
+            );
+        }
+        for (k, v) in env {
+            w.env.entry(k).or_insert(v);
+        }
+        w
     }
-    if let Some(t) = m.worker.idle_timeout {
-        s.worker.idle_timeout = t;
-    }
-    let mut env = m.worker.env.clone();
-    if !m.worker.config_urls.is_empty() {
-        env.insert("PILOT_CONFIG_URLS".into(), m.worker.config_urls.join(","));
-    }
-    for (k, v) in env {
-        s.worker
-            .env
-            .entry(k)
-            .or_insert_with(|| toml::Spanned::new(0..0, v));
-    }
-    s
 }
 
 pub fn path(state_dir: &Path) -> PathBuf {
@@ -346,10 +348,17 @@ GLIDEIN_ResourceName = "LAB-42"
 
     #[test]
     fn overlay_takes_only_what_the_site_left_open() {
-        let site: SiteConfig = toml::from_str(
+        let site: crate::config::SiteConfig = toml::from_str(
             "[worker]\nimage = \"hub.opensciencegrid.org/osg-htc/ospool-ep:24\"\n[worker.env]\nGLIDEIN_Site = \"MINE\"\n",
         )
         .unwrap();
+        let cfg = crate::config::Config {
+            site,
+            site_path: None,
+            policy: crate::config::Policy::defaults(chrono_tz::UTC),
+            policy_path: "p".into(),
+        };
+        let site = crate::volunteer::settings::Settings::resolve(&cfg).worker;
         let m = parse(
             "u",
             br#"version = "3"
@@ -362,22 +371,16 @@ GLIDEIN_ResourceName = "LAB"
 "#,
         )
         .unwrap();
-        let o = overlay(&site, &m);
-        assert_eq!(
-            o.worker.image.get_ref(),
-            "hub.opensciencegrid.org/osg-htc/ospool-ep:25"
-        );
-        assert_eq!(o.worker.idle_timeout.0, Duration::from_secs(420));
-        assert_eq!(o.worker.env["GLIDEIN_Site"].get_ref(), "MINE");
-        assert_eq!(o.worker.env["GLIDEIN_ResourceName"].get_ref(), "LAB");
-        assert_eq!(
-            o.worker.env["PILOT_CONFIG_URLS"].get_ref(),
-            "https://a/1,https://a/2"
-        );
-        // The limits the owner and site set are untouched.
-        assert_eq!(o.worker.allowed_images, site.worker.allowed_images);
-        assert_eq!(o.worker.cap_add, site.worker.cap_add);
-        assert_eq!(o.worker.pids_limit, site.worker.pids_limit);
+        let o = m.overlay(&site);
+        assert_eq!(o.image, "hub.opensciencegrid.org/osg-htc/ospool-ep:25");
+        assert_eq!(o.idle_timeout, Duration::from_secs(420));
+        assert_eq!(o.env["GLIDEIN_Site"], "MINE");
+        assert_eq!(o.env["GLIDEIN_ResourceName"], "LAB");
+        assert_eq!(o.env["PILOT_CONFIG_URLS"], "https://a/1,https://a/2");
+        // What the owner and site set beyond the manifest's reach is untouched.
+        assert_eq!(o.cap_add, site.cap_add);
+        assert_eq!(o.pids_limit, site.pids_limit);
+        assert_eq!(o.token_file, site.token_file);
     }
 
     #[test]

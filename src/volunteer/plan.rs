@@ -18,12 +18,11 @@
 //! - A new image digest is pulled only while workers may run (or when the site allows pulls
 //!   while the owner is present): downloads obey the schedule.
 
-use crate::backoff::Backoff;
 use crate::config::Evict;
-use crate::config::site::SiteConfig;
 use crate::config::template;
 use crate::volunteer::outcome::{Outcome, StartBackoff};
 use crate::volunteer::policy::Supply;
+use crate::volunteer::settings::WorkerSettings;
 use crate::volunteer::worker::ImageState;
 use crate::volunteer::worker::{Worker, WorkerSpec, WorkerState, labels};
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -31,68 +30,6 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::path::PathBuf;
-use std::time::Duration;
-
-/// The site's worker settings the plan needs (from pilotd.toml), as plain data.
-#[derive(Debug, Clone, PartialEq)]
-pub struct WorkerSettings {
-    pub instance: String,
-    /// The configured reference (tag or digest form).
-    pub image: String,
-    pub max_starts_per_cycle: u32,
-    pub idle_timeout: Duration,
-    pub env: BTreeMap<String, String>,
-    pub token_file: Option<PathBuf>,
-    pub token_mount: PathBuf,
-    pub scratch_root: PathBuf,
-    pub scratch_mount: PathBuf,
-    pub cvmfs: Option<PathBuf>,
-    pub cap_add: Vec<String>,
-    pub pids_limit: i64,
-    pub user: Option<String>,
-    pub network: Option<String>,
-    pub pull_while_owner_present: bool,
-    /// Delays the next start after workers that ran no job or could not start.
-    pub backoff: Backoff,
-    /// How many hours the host is usually free from now (learned history); advertised to
-    /// workers as `{free_hours}` so the pool can prefer long-free machines for long jobs.
-    pub likely_free_hours: Option<u64>,
-}
-
-impl WorkerSettings {
-    pub fn from_site(site: &SiteConfig) -> WorkerSettings {
-        let w = &site.worker;
-        WorkerSettings {
-            instance: site.docker.instance.get_ref().clone(),
-            image: w.image.get_ref().clone(),
-            max_starts_per_cycle: w.max_starts_per_cycle,
-            idle_timeout: w.idle_timeout.0,
-            env: w
-                .env
-                .iter()
-                .map(|(k, v)| (k.clone(), v.get_ref().clone()))
-                .collect(),
-            token_file: w.token_file.clone(),
-            token_mount: w.token_mount.clone(),
-            scratch_root: site.scratch(),
-            scratch_mount: w.scratch_mount.clone(),
-            cvmfs: w.cvmfs.clone(),
-            cap_add: w.cap_add.clone(),
-            pids_limit: w.pids_limit,
-            user: w.user.clone(),
-            network: w.network.clone(),
-            pull_while_owner_present: w.pull_while_owner_present,
-            backoff: Backoff::new(w.backoff_base.0, w.backoff_max.0),
-            likely_free_hours: None,
-        }
-    }
-
-    /// The prefix of every worker (and scratch dir) name of this instance.
-    pub fn name_prefix(&self) -> String {
-        format!("pilotd-{}-", self.instance)
-    }
-}
 
 /// One thing the daemon will do. The order of a plan is the order of execution.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -178,6 +115,9 @@ pub struct Observed<'a> {
     pub in_flight: &'a InFlight,
     pub backoff: &'a StartBackoff,
     pub image: &'a ImageState,
+    /// How many hours the host is usually free from now (learned history); workers get it as
+    /// `{free_hours}` so the pool can prefer long-free machines for long jobs.
+    pub free_hours: Option<u64>,
 }
 
 /// The actions of one cycle and why nothing more is done.
@@ -360,7 +300,15 @@ pub fn plan(supply: &Supply, obs: Observed<'_>, s: &WorkerSettings, now: DateTim
                     let n = missing.min(s.max_starts_per_cycle as usize);
                     for i in 0..n {
                         actions.push(Action::Start {
-                            spec: Box::new(worker_spec(supply, s, digest, pinned, now, i)),
+                            spec: Box::new(worker_spec(
+                                supply,
+                                s,
+                                digest,
+                                pinned,
+                                now,
+                                i,
+                                obs.free_hours,
+                            )),
                         });
                     }
                     if n < missing {
@@ -392,6 +340,7 @@ pub fn worker_spec(
     pinned: &str,
     now: DateTime<Utc>,
     index: usize,
+    free_hours: Option<u64>,
 ) -> WorkerSpec {
     let r = supply.per_worker;
     let name = format!(
@@ -449,9 +398,7 @@ pub fn worker_spec(
     values.insert("scratch_path", s.scratch_mount.display().to_string());
     values.insert(
         "free_hours",
-        s.likely_free_hours
-            .map(|h| h.to_string())
-            .unwrap_or_default(),
+        free_hours.map(|h| h.to_string()).unwrap_or_default(),
     );
     let env = s
         .env
@@ -527,9 +474,12 @@ pub fn spec_hash(supply: &Supply, s: &WorkerSettings, digest: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backoff::Backoff;
     use crate::volunteer::policy::Resources;
     use chrono::TimeZone;
     use pilot_contract::PilotExit;
+    use std::path::PathBuf;
+    use std::time::Duration;
 
     fn t(h: u32, m: u32) -> DateTime<Utc> {
         Utc.with_ymd_and_hms(2026, 12, 1, h, m, 0).unwrap()
@@ -583,7 +533,6 @@ mod tests {
             network: None,
             pull_while_owner_present: false,
             backoff: Backoff::new(Duration::from_secs(60), Duration::from_secs(3600)),
-            likely_free_hours: None,
         }
     }
 
@@ -866,6 +815,7 @@ mod tests {
                     in_flight: &in_flight,
                     backoff: &c.backoff,
                     image: &c.image,
+                    free_hours: None,
                 },
                 &s,
                 c.now,
@@ -885,6 +835,7 @@ mod tests {
             "r/w@sha256:aa",
             now,
             0,
+            None,
         );
         assert_eq!(spec.name, "pilotd-test-20261201-200000000-0");
         assert_eq!(spec.nano_cpus, 2_000_000_000);
@@ -918,6 +869,7 @@ mod tests {
             "r/w@sha256:bb",
             now,
             0,
+            None,
         );
         assert_ne!(
             spec.labels[labels::SPEC_HASH],

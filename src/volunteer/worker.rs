@@ -223,6 +223,25 @@ mod tests {
     }
 
     #[test]
+    fn cpu_fraction_is_a_share_of_the_machine() {
+        let a = CpuSample {
+            worker_ns: 1_000,
+            system_ns: 10_000,
+        };
+        let b = CpuSample {
+            worker_ns: 3_000,
+            system_ns: 18_000,
+        };
+        assert_eq!(b.fraction_since(a), Some(0.25));
+        assert_eq!(
+            a.fraction_since(b),
+            None,
+            "counters went backwards (restart)"
+        );
+        assert_eq!(a.fraction_since(a), None);
+    }
+
+    #[test]
     fn unknown_states_are_not_errors() {
         assert_eq!(WorkerState::parse("stopped"), WorkerState::Exited);
         assert_eq!(WorkerState::parse("weird"), WorkerState::Unknown);

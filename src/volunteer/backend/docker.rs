@@ -10,6 +10,7 @@
 //! - a list that fails to decode fails as a whole and is reported as an error, never as empty.
 
 use super::{Backend, BackendError, BackendEvent};
+use crate::volunteer::settings::EngineSettings;
 use crate::volunteer::worker::{
     CpuSample, LocalImage, Worker, WorkerSpec, WorkerState, labels, parse_instant,
 };
@@ -42,11 +43,8 @@ pub struct DockerBackend {
 impl DockerBackend {
     /// Connects (lazily: no request is made) to `socket`, a `unix://` path or `tcp://`/`http://`
     /// URL. A missing socket file is reported here, with what to check.
-    pub fn connect(
-        socket: &str,
-        instance: &str,
-        timeout: Duration,
-    ) -> Result<DockerBackend, BackendError> {
+    pub fn connect(engine: &EngineSettings) -> Result<DockerBackend, BackendError> {
+        let (socket, timeout) = (engine.socket.as_str(), engine.timeout);
         let secs = timeout.as_secs().max(1);
         let result = if let Some(rest) = socket
             .strip_prefix("tcp://")
@@ -61,7 +59,7 @@ impl DockerBackend {
         Ok(DockerBackend {
             docker,
             endpoint: socket.to_string(),
-            instance: instance.to_string(),
+            instance: engine.instance.clone(),
             timeout,
         })
     }

@@ -13,6 +13,7 @@ pub mod docker;
 #[cfg(any(test, feature = "test-fixtures"))]
 pub mod fake;
 
+use crate::volunteer::settings::EngineSettings;
 use crate::volunteer::worker::{CpuSample, LocalImage, Worker, WorkerSpec};
 use std::future::Future;
 use std::time::Duration;
@@ -116,6 +117,11 @@ pub trait Backend: Send + Sync {
         &self,
         tx: tokio::sync::mpsc::Sender<BackendEvent>,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
+}
+
+/// Connects the engine pilotd.toml names (no request is made yet).
+pub fn connect(engine: &EngineSettings) -> Result<AnyBackend, BackendError> {
+    docker::DockerBackend::connect(engine).map(AnyBackend::Docker)
 }
 
 /// Enum dispatch over the backends (the trait is not dyn-compatible).

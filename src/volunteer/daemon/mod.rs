@@ -21,14 +21,14 @@ pub mod triggers;
 use crate::config::site::OnShutdown;
 use crate::config::{self, Config, SiteFile};
 use crate::service::metrics::Metrics;
-use crate::volunteer::backend::docker::DockerBackend;
-use crate::volunteer::backend::{AnyBackend, Backend, BackendError};
-use crate::volunteer::history::{self, History};
-use crate::volunteer::host::{Carry, HostProbe, ProbeConfig, ProbeError};
+use crate::volunteer::backend::{self, AnyBackend, Backend, BackendError};
+use crate::volunteer::history::{self, History, Outlook};
+use crate::volunteer::host::{Carry, HostProbe, ProbeError};
 use crate::volunteer::manifest::{self, Manifest};
 use crate::volunteer::outcome::Outcome;
-use crate::volunteer::plan::{self as volunteer, Action, InFlight, Observed, WorkerSettings};
-use crate::volunteer::policy::{Limits, Supply, decide};
+use crate::volunteer::plan::{self as volunteer, Action, InFlight, Observed};
+use crate::volunteer::policy::{Supply, decide};
+use crate::volunteer::settings::{Settings, WorkerSettings};
 use crate::volunteer::snapshot::{HostSnapshot, Sessions};
 use crate::volunteer::status::{self as state, Decision, OutcomeRecord, PulledImage, Status};
 use crate::volunteer::worker::ImageState;
@@ -96,52 +96,17 @@ enum TaskDone {
     Manifest(Result<Manifest, manifest::ManifestError>),
 }
 
-/// The fraction of the whole machine a worker used between two samples.
-pub fn cpu_fraction(prev: CpuSample, cur: CpuSample) -> Option<f64> {
-    let worker = cur.worker_ns.checked_sub(prev.worker_ns)?;
-    let system = cur.system_ns.checked_sub(prev.system_ns)?;
-    (system > 0).then(|| (worker as f64 / system as f64).clamp(0.0, 1.0))
-}
-
-/// Connects the backend named by pilotd.toml (no request is made yet).
-pub fn connect(cfg: &Config) -> Result<AnyBackend, BackendError> {
-    let d = &cfg.site.docker;
-    DockerBackend::connect(&d.socket, d.instance.get_ref(), d.timeout.0).map(AnyBackend::Docker)
-}
-
-/// Own-load accounting for one-shot commands (`pilotd snapshot`, `pilotd plan`): two CPU
-/// samples of every running worker `gap` apart. `None` when the engine cannot be asked.
-pub async fn own_cpu_once(backend: &AnyBackend, gap: Duration) -> Option<f64> {
-    let workers = backend.list_workers().await.ok()?;
-    let running: Vec<&Worker> = workers
-        .iter()
-        .filter(|w| w.state == WorkerState::Running)
-        .collect();
-    if running.is_empty() {
-        return Some(0.0);
-    }
-    let sample =
-        || futures_util::future::join_all(running.iter().map(|w| backend.cpu_sample(&w.id)));
-    let first = sample().await;
-    tokio::time::sleep(gap).await;
-    let second = sample().await;
-    let total: f64 = first
-        .into_iter()
-        .zip(second)
-        .filter_map(|(a, b)| cpu_fraction(a.ok()?, b.ok()?))
-        .sum();
-    Some(total.clamp(0.0, 1.0))
-}
-
 fn rfc3339(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Secs, true)
 }
 
 struct Daemon {
-    cfg: Config,
+    /// pilotd.toml's settings (the manifest may lay choices over `worker`).
+    s: Settings,
     site_path: PathBuf,
     policy_override: Option<PathBuf>,
-    settings: WorkerSettings,
+    /// The worker template in force: pilotd.toml's, with the manifest laid over it.
+    worker: WorkerSettings,
     backend: Option<AnyBackend>,
     probe: HostProbe,
     last_snapshot: Option<HostSnapshot>,
@@ -175,6 +140,7 @@ pub async fn run(
     if cfg.site.mode != config::Mode::Volunteer {
         return Err(DaemonError::Mode(cfg.site.mode.as_str()));
     }
+    let s = Settings::resolve(&cfg);
     let sig = |kind: SignalKind, which: &'static str| {
         signal(kind).map_err(|source| DaemonError::Signal { which, source })
     };
@@ -183,15 +149,15 @@ pub async fn run(
     let mut int = sig(SignalKind::interrupt(), "SIGINT")?;
 
     let (tx, mut rx) = mpsc::channel::<Trigger>(8);
-    let mut probe = HostProbe::new(ProbeConfig::of(&cfg))?;
+    let mut probe = HostProbe::new(s.probe.clone())?;
     probe.prime();
-    let status_path = state::path(&cfg.site.state_dir);
-    let loaded = history::load(&cfg.site.state_dir, cfg.policy.timezone);
+    let status_path = state::path(&s.state_dir);
+    let loaded = history::load(&s.state_dir, s.policy.timezone);
     if let Some(w) = &loaded.warning {
         tracing::warn!("{w}");
     }
-    let last_manifest = if cfg.site.remote.url.is_some() {
-        match manifest::load_last_good(&cfg.site.state_dir) {
+    let last_manifest = if s.remote.is_some() {
+        match manifest::load_last_good(&s.state_dir) {
             Ok(m) => m,
             Err(e) => {
                 tracing::warn!("{e}; waiting for a fresh manifest");
@@ -202,7 +168,7 @@ pub async fn run(
         None
     };
     let mut d = Daemon {
-        settings: settings_for(&cfg, last_manifest.as_ref()),
+        worker: worker_for(&s, last_manifest.as_ref()),
         history: loaded.history,
         last_cycle: None,
         manifest: last_manifest,
@@ -210,7 +176,7 @@ pub async fn run(
         manifest_fetching: false,
         metrics: hooks.metrics.take(),
         last_decision: None,
-        status: restore(&status_path, &cfg, Utc::now()),
+        status: restore(&status_path, &s, Utc::now()),
         status_path,
         site_path,
         policy_override,
@@ -223,21 +189,18 @@ pub async fn run(
         last_gc: None,
         next_change: None,
         triggers: tx.clone(),
-        cfg,
+        s,
     };
     tracing::info!(
-        instance = %d.settings.instance,
-        image = %d.settings.image,
-        socket = %d.cfg.site.docker.socket,
+        instance = %d.worker.instance,
+        image = %d.worker.image,
+        socket = %d.s.engine.socket,
         state = %d.status_path.display(),
         "pilotd starting in volunteer mode"
     );
-    tokio::spawn(triggers::watch_utmp(
-        d.cfg.site.host.utmp.clone(),
-        tx.clone(),
-    ));
+    tokio::spawn(triggers::watch_utmp(d.s.probe.utmp.clone(), tx.clone()));
 
-    let mut interval = tokio::time::interval(d.cfg.site.interval.0);
+    let mut interval = tokio::time::interval(d.s.interval);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut first = true;
     loop {
@@ -298,11 +261,8 @@ pub async fn run(
 }
 
 /// Worker settings from pilotd.toml with the pool's manifest laid over it.
-fn settings_for(cfg: &Config, m: Option<&Manifest>) -> WorkerSettings {
-    match m {
-        Some(m) => WorkerSettings::from_site(&manifest::overlay(&cfg.site, m)),
-        None => WorkerSettings::from_site(&cfg.site),
-    }
+fn worker_for(s: &Settings, m: Option<&Manifest>) -> WorkerSettings {
+    m.map_or_else(|| s.worker.clone(), |m| m.overlay(&s.worker))
 }
 
 fn metric_state(s: &WorkerState) -> &'static str {
@@ -317,15 +277,15 @@ fn metric_state(s: &WorkerState) -> &'static str {
 
 /// Takes back what a previous pilotd recorded. Latches only when recent: an old "host free
 /// since" would start workers without the owner's `free_for`.
-fn restore(path: &Path, cfg: &Config, now: DateTime<Utc>) -> Status {
+fn restore(path: &Path, cfg: &Settings, now: DateTime<Utc>) -> Status {
     let mut s = Status {
         pid: std::process::id(),
-        instance: cfg.site.docker.instance.get_ref().clone(),
+        instance: cfg.engine.instance.clone(),
         ..Default::default()
     };
     match state::load(path) {
         Ok(Some(prev)) => {
-            let fresh_for = chrono::Duration::from_std(cfg.site.interval.0 * 3)
+            let fresh_for = chrono::Duration::from_std(cfg.interval * 3)
                 .unwrap_or_default()
                 .max(chrono::Duration::minutes(2));
             if prev.updated_at.is_some_and(|t| now - t <= fresh_for) {
@@ -351,7 +311,7 @@ impl Daemon {
         if let Some(b) = &self.backend {
             return Ok(b.clone());
         }
-        let b = connect(&self.cfg)?;
+        let b = backend::connect(&self.s.engine)?;
         tokio::spawn(triggers::watch_workers(b.clone(), self.triggers.clone()));
         self.backend = Some(b.clone());
         Ok(b)
@@ -362,7 +322,7 @@ impl Daemon {
         let started = std::time::Instant::now();
         let summary = self.cycle_inner(now, urgent).await;
         // Written after the cycle acted: an fsync must never delay the eviction of a login.
-        if let Err(e) = history::save(&self.cfg.site.state_dir, &self.history) {
+        if let Err(e) = history::save(&self.s.state_dir, &self.history) {
             tracing::error!("{e}");
         }
         if let Some(m) = &self.metrics {
@@ -450,17 +410,8 @@ impl Daemon {
                 }
             }
         };
-        let likely_free = self.history.likely_free_for(
-            self.cfg.policy.timezone,
-            now,
-            self.cfg.site.history.free_threshold,
-        );
-        let limits = Limits {
-            max_lifetime: self.cfg.site.max_lifetime(),
-            likely_free_until: history::likely_free_until(&self.cfg.site.history, likely_free, now),
-        };
-        let supply = decide(&self.cfg.policy, &snapshot, limits, now);
-        self.settings.likely_free_hours = Some(likely_free.num_hours().max(0) as u64);
+        let outlook = Outlook::at(&self.s, &self.history, now);
+        let supply = decide(&self.s.policy, &snapshot, outlook.limits, now);
         self.learn(now, &supply);
         self.log_decision_change(&supply);
         self.last_snapshot = Some(snapshot);
@@ -478,24 +429,20 @@ impl Daemon {
             return summary;
         };
 
-        let w = &self.cfg.site.worker;
-        let (refresh, max_age) = (w.refresh.0, w.max_image_age.0);
         image::refresh(
             &b,
             &mut self.status.image,
-            &self.settings.image,
+            &self.worker.image,
             now,
-            refresh,
-            max_age,
+            &self.s.image,
         )
         .await;
         let image_state = match image::state(
             &b,
             &self.status.image,
-            &w.allowed_images,
+            &self.s.image,
             self.in_flight.pulling.as_deref(),
             now,
-            max_age,
         )
         .await
         {
@@ -511,8 +458,9 @@ impl Daemon {
                 in_flight: &self.in_flight,
                 backoff: &self.status.backoff,
                 image: &image_state,
+                free_hours: Some(outlook.free_hours()),
             },
-            &self.settings,
+            &self.worker,
             now,
         );
         let done = self.apply(&b, &plan.actions, now).await;
@@ -571,7 +519,7 @@ impl Daemon {
             match s {
                 Ok(s) => {
                     if let Some(p) = self.cpu_prev.get(&w.id) {
-                        total += cpu_fraction(*p, s).unwrap_or(0.0);
+                        total += s.fraction_since(*p).unwrap_or(0.0);
                     }
                     next.insert(w.id.clone(), s);
                 }
@@ -718,10 +666,10 @@ impl Daemon {
 
     fn remove_scratch(&self, name: &str) {
         // Only ever a dir named after one of this instance's workers.
-        if !name.starts_with(&self.settings.name_prefix()) || name.contains('/') {
+        if !name.starts_with(&self.worker.name_prefix()) || name.contains('/') {
             return;
         }
-        let dir = self.settings.scratch_root.join(name);
+        let dir = self.worker.scratch_root.join(name);
         if let Err(e) = std::fs::remove_dir_all(&dir)
             && e.kind() != std::io::ErrorKind::NotFound
         {
@@ -740,7 +688,7 @@ impl Daemon {
         self.status.backoff = self
             .status
             .backoff
-            .after(&outcome, now, self.settings.backoff);
+            .after(&outcome, now, self.worker.backoff);
         let b = &self.status.backoff;
         if b.failures > before {
             tracing::warn!(
@@ -781,11 +729,11 @@ impl Daemon {
                     Ok(m) => {
                         let changed = self.manifest.as_ref() != Some(&m);
                         if changed {
-                            if let Err(e) = manifest::store(&self.cfg.site.state_dir, &m) {
+                            if let Err(e) = manifest::store(&self.s.state_dir, &m) {
                                 tracing::error!("{e}");
                             }
                             tracing::info!(version = %m.version, "remote manifest applied");
-                            self.settings = settings_for(&self.cfg, Some(&m));
+                            self.worker = worker_for(&self.s, Some(&m));
                             self.manifest = Some(m);
                         }
                     }
@@ -822,7 +770,7 @@ impl Daemon {
                         });
                     }
                     Err(e) => {
-                        let refresh = self.cfg.site.worker.refresh.0;
+                        let refresh = self.s.image.refresh;
                         image::record_failure(
                             &mut self.status.image,
                             &format!("pulling {pinned}"),
@@ -837,19 +785,18 @@ impl Daemon {
     }
 
     async fn gc_if_due(&mut self, b: &AnyBackend, list: &[Worker], now: DateTime<Utc>) {
-        let every =
-            chrono::Duration::from_std(self.cfg.site.worker.gc_interval.0).unwrap_or_default();
+        let every = chrono::Duration::from_std(self.s.gc_interval).unwrap_or_default();
         if self.last_gc.is_some_and(|t| now - t < every) {
             return;
         }
         self.last_gc = Some(now);
         let mut items = gc::scratch(
-            &self.settings.scratch_root,
-            &gc::scratch_entries(&self.settings.scratch_root),
+            &self.worker.scratch_root,
+            &gc::scratch_entries(&self.worker.scratch_root),
             list,
-            &self.settings.name_prefix(),
+            &self.worker.name_prefix(),
         );
-        let (repository, _, _) = crate::volunteer::worker::split_reference(&self.settings.image);
+        let (repository, _, _) = crate::volunteer::worker::split_reference(&self.worker.image);
         match b.list_images(&repository).await {
             Ok(local) => items.extend(gc::images(
                 &local,
@@ -859,7 +806,7 @@ impl Daemon {
             )),
             Err(e) => tracing::warn!("{e}; image GC skipped this time"),
         }
-        for r in gc::apply(b, &items, self.cfg.policy.grace).await {
+        for r in gc::apply(b, &items, self.s.policy.grace).await {
             match r {
                 Ok(line) => tracing::info!("gc: {line}"),
                 Err(line) => tracing::warn!("gc: {line}"),
@@ -875,27 +822,20 @@ impl Daemon {
 
     /// Starts a manifest fetch beside the loop when one is due (never blocks a cycle).
     fn fetch_manifest_if_due(&mut self, now: DateTime<Utc>) {
-        let r = &self.cfg.site.remote;
-        let Some(url) = r.url.as_ref().map(|u| u.get_ref().clone()) else {
+        let Some(r) = self.s.remote.clone() else {
             return;
         };
         if self.manifest_fetching || self.manifest_due.is_some_and(|t| now < t) {
             return;
         }
-        self.manifest_due = Some(now + chrono::Duration::from_std(r.refresh.0).unwrap_or_default());
+        self.manifest_due = Some(now + chrono::Duration::from_std(r.refresh).unwrap_or_default());
         self.manifest_fetching = true;
-        let (max, timeout) = (r.max_bytes, r.timeout.0);
-        let allowed = self.cfg.site.worker.allowed_images.clone();
-        let local_env = self
-            .cfg
-            .site
-            .worker
-            .env
-            .iter()
-            .map(|(k, v)| (k.clone(), v.get_ref().clone()))
-            .collect();
+        let allowed = self.s.image.allowed.clone();
+        let local_env = self.s.worker.env.clone();
         self.tasks.spawn(async move {
-            TaskDone::Manifest(manifest::fetch(&url, max, timeout, &allowed, &local_env).await)
+            TaskDone::Manifest(
+                manifest::fetch(&r.url, r.max_bytes, r.timeout, &allowed, &local_env).await,
+            )
         });
     }
 
@@ -904,7 +844,7 @@ impl Daemon {
     /// really free, including hours the policy does not open.
     fn learn(&mut self, now: DateTime<Utc>, supply: &Supply) {
         use crate::volunteer::policy::Cause;
-        let cap = chrono::Duration::from_std(self.cfg.site.interval.0 * 2).unwrap_or_default();
+        let cap = chrono::Duration::from_std(self.s.interval * 2).unwrap_or_default();
         // Whole seconds are counted and the remainder carried to the next cycle: cycles can
         // come less than a second apart (events), and dropping the fractions would lose them.
         let (elapsed, counted_until) = match self.last_cycle {
@@ -929,7 +869,7 @@ impl Daemon {
             )
         });
         self.history
-            .record(self.cfg.policy.timezone, now, elapsed, !busy);
+            .record(self.s.policy.timezone, now, elapsed, !busy);
         if let Some(m) = &self.metrics {
             m.allowed.set(i64::from(supply.allowed));
             for c in &supply.causes {
@@ -958,7 +898,7 @@ impl Daemon {
     }
 
     fn reload(&mut self) {
-        let machine = crate::cmd::this_machine();
+        let machine = crate::volunteer::host::this_machine();
         match config::load(
             &self.site_path,
             SiteFile::Required,
@@ -970,21 +910,17 @@ impl Daemon {
                 cfg.site.mode.as_str()
             ),
             Ok(cfg) => {
-                let d_old = &self.cfg.site.docker;
-                let d_new = &cfg.site.docker;
-                if d_old.socket != d_new.socket
-                    || d_old.instance.get_ref() != d_new.instance.get_ref()
-                    || d_old.timeout != d_new.timeout
-                {
+                let s = Settings::resolve(&cfg);
+                if s.engine != self.s.engine {
                     self.backend = None;
                     self.status.engine = None;
                 }
-                if cfg.site.host.utmp != self.cfg.site.host.utmp {
+                if s.probe.utmp != self.s.probe.utmp {
                     tracing::warn!(
                         "reload: the utmp path changed; it is read from now on, but watched for changes only after a restart"
                     );
                 }
-                self.probe = match HostProbe::new(ProbeConfig::of(&cfg)) {
+                self.probe = match HostProbe::new(s.probe.clone()) {
                     Ok(p) => p,
                     Err(e) => {
                         tracing::error!("reload: {e}; keeping the last good configuration");
@@ -992,8 +928,8 @@ impl Daemon {
                     }
                 };
                 self.probe.prime();
-                self.settings = settings_for(&cfg, self.manifest.as_ref());
-                self.cfg = cfg;
+                self.worker = worker_for(&s, self.manifest.as_ref());
+                self.s = s;
                 // A new URL or refresh takes effect at once.
                 self.manifest_due = None;
                 tracing::info!("configuration reloaded");
@@ -1006,10 +942,10 @@ impl Daemon {
     /// write the status, return.
     async fn drain(&mut self) {
         let mut wait = Duration::from_secs(5);
-        if self.cfg.site.worker.on_shutdown == OnShutdown::Stop
+        if self.s.on_shutdown == OnShutdown::Stop
             && let Some(b) = self.backend.clone()
         {
-            let grace = self.cfg.policy.grace;
+            let grace = self.s.policy.grace;
             wait = grace + Duration::from_secs(10);
             if let Ok(list) = b.list_workers().await {
                 for w in list
@@ -1078,100 +1014,4 @@ fn prepare_scratch(dir: &Path, user: Option<&str>) -> Result<(), String> {
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
         .map_err(|e| format!("cannot set permissions of {}: {e}", dir.display()))?;
     Ok(())
-}
-
-/// `own_cpu_once` for synchronous commands; `None` when the engine cannot be asked.
-pub fn own_cpu_blocking(cfg: &Config) -> Option<f64> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .ok()?;
-    let b = connect(cfg).ok()?;
-    rt.block_on(own_cpu_once(&b, Duration::from_millis(500)))
-}
-
-/// The plan the daemon's next cycle would make (for `pilotd plan`): workers listed from the
-/// engine now, the image from the daemon's status file (resolved at the registry only when
-/// the file knows nothing). Acts on nothing. `Err` says why the workers are unknown.
-pub fn plan_actions(
-    cfg: &Config,
-    supply: &Supply,
-    now: DateTime<Utc>,
-) -> Result<volunteer::Plan, String> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
-    let b = connect(cfg).map_err(|e| e.to_string())?;
-    let settings = WorkerSettings::from_site(&cfg.site);
-    let status = state::load(&state::path(&cfg.site.state_dir))
-        .ok()
-        .flatten()
-        .unwrap_or_default();
-    rt.block_on(async {
-        let list = tokio::time::timeout(Duration::from_secs(5), b.list_workers())
-            .await
-            .map_err(|_| {
-                format!(
-                    "the engine at {} did not answer within 5s",
-                    cfg.site.docker.socket
-                )
-            })?
-            .map_err(|e| e.to_string())?;
-        let w = &cfg.site.worker;
-        let mut record = status.image.clone();
-        if record.reference != settings.image || record.digest.is_none() {
-            image::refresh(
-                &b,
-                &mut record,
-                &settings.image,
-                now,
-                w.refresh.0,
-                w.max_image_age.0,
-            )
-            .await;
-        }
-        let image_state =
-            image::state(&b, &record, &w.allowed_images, None, now, w.max_image_age.0)
-                .await
-                .unwrap_or_else(|e| ImageState::Unavailable {
-                    reason: e.to_string(),
-                });
-        let in_flight = InFlight::default();
-        Ok(volunteer::plan(
-            supply,
-            Observed {
-                workers: &list,
-                in_flight: &in_flight,
-                backoff: &status.backoff,
-                image: &image_state,
-            },
-            &settings,
-            now,
-        ))
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cpu_fraction_is_a_share_of_the_machine() {
-        let a = CpuSample {
-            worker_ns: 1_000,
-            system_ns: 10_000,
-        };
-        let b = CpuSample {
-            worker_ns: 3_000,
-            system_ns: 18_000,
-        };
-        assert_eq!(cpu_fraction(a, b), Some(0.25));
-        assert_eq!(
-            cpu_fraction(b, a),
-            None,
-            "counters went backwards (restart)"
-        );
-        assert_eq!(cpu_fraction(a, a), None);
-    }
 }
