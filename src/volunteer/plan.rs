@@ -31,6 +31,59 @@ use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
+/// Why the plan acts on a worker. Logs and status show it as a sentence; metrics count only
+/// evictions as evictions (a surplus worker or one past its `die_at` is stopped, not evicted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// The owner needs the machine; the decision says how.
+    Eviction(Evict),
+    /// Past its `die_at`: stopped gracefully.
+    PastDieAt,
+    /// Paused past its `die_at`: killed (thawing it on the owner's machine only to let it
+    /// drain is not worth it).
+    PausedPastDieAt,
+    /// Resumed only so that a graceful eviction can let it drain.
+    ResumeToDrain,
+    /// Resumed: the host is free again.
+    HostFree,
+    /// The target shrank (policy reload, less memory): more workers than it.
+    Surplus { target: u32 },
+    /// pilotd is shutting down with `[worker] on_shutdown = "stop"`.
+    Shutdown,
+}
+
+impl Reason {
+    /// The eviction mode when this is an eviction, for the `evictions` metric.
+    pub fn eviction(self) -> Option<Evict> {
+        match self {
+            Reason::Eviction(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reason::Eviction(Evict::Pause | Evict::None) => f.write_str("owner needs the machine"),
+            Reason::Eviction(e) => write!(f, "eviction: {}", e.as_str()),
+            Reason::PastDieAt => f.write_str("past its die_at"),
+            Reason::PausedPastDieAt => f.write_str("paused past its die_at"),
+            Reason::ResumeToDrain => f.write_str("to let it drain"),
+            Reason::HostFree => f.write_str("the host is free again"),
+            Reason::Surplus { target } => write!(f, "more workers than the target of {target}"),
+            Reason::Shutdown => f.write_str("pilotd is shutting down (on_shutdown = \"stop\")"),
+        }
+    }
+}
+
+/// In `plan --format json` a reason is its sentence, as it always was.
+impl Serialize for Reason {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
 /// One thing the daemon will do. The order of a plan is the order of execution.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "action", rename_all = "snake_case")]
@@ -38,24 +91,24 @@ pub enum Action {
     Pause {
         id: String,
         name: String,
-        why: String,
+        why: Reason,
     },
     Unpause {
         id: String,
         name: String,
-        why: String,
+        why: Reason,
     },
     /// SIGTERM, then SIGKILL after `grace_s`.
     Stop {
         id: String,
         name: String,
         grace_s: u64,
-        why: String,
+        why: Reason,
     },
     Kill {
         id: String,
         name: String,
-        why: String,
+        why: Reason,
     },
     /// Record `outcome` (feeds the back-off), then remove the container and its scratch dir.
     Remove {
@@ -70,6 +123,19 @@ pub enum Action {
     Start {
         spec: Box<WorkerSpec>,
     },
+}
+
+impl Action {
+    /// Why this action acts on a worker (`None` for removals, pulls and starts).
+    pub fn reason(&self) -> Option<Reason> {
+        match self {
+            Action::Pause { why, .. }
+            | Action::Unpause { why, .. }
+            | Action::Stop { why, .. }
+            | Action::Kill { why, .. } => Some(*why),
+            Action::Remove { .. } | Action::Pull { .. } | Action::Start { .. } => None,
+        }
+    }
 }
 
 impl fmt::Display for Action {
@@ -173,7 +239,7 @@ pub fn plan(supply: &Supply, obs: Observed<'_>, s: &WorkerSettings, now: DateTim
                         id,
                         name,
                         grace_s,
-                        why: "past its die_at".into(),
+                        why: Reason::PastDieAt,
                     });
                     continue;
                 }
@@ -182,18 +248,18 @@ pub fn plan(supply: &Supply, obs: Observed<'_>, s: &WorkerSettings, now: DateTim
                     Evict::Pause => evictions.push(Action::Pause {
                         id,
                         name,
-                        why: "owner needs the machine".into(),
+                        why: Reason::Eviction(Evict::Pause),
                     }),
                     Evict::Graceful => evictions.push(Action::Stop {
                         id,
                         name,
                         grace_s,
-                        why: "eviction: graceful".into(),
+                        why: Reason::Eviction(Evict::Graceful),
                     }),
                     Evict::Fast => evictions.push(Action::Kill {
                         id,
                         name,
-                        why: "eviction: fast".into(),
+                        why: Reason::Eviction(Evict::Fast),
                     }),
                 }
             }
@@ -202,7 +268,7 @@ pub fn plan(supply: &Supply, obs: Observed<'_>, s: &WorkerSettings, now: DateTim
                     evictions.push(Action::Kill {
                         id,
                         name,
-                        why: "paused past its die_at".into(),
+                        why: Reason::PausedPastDieAt,
                     });
                     continue;
                 }
@@ -212,19 +278,19 @@ pub fn plan(supply: &Supply, obs: Observed<'_>, s: &WorkerSettings, now: DateTim
                         evictions.push(Action::Unpause {
                             id: id.clone(),
                             name: name.clone(),
-                            why: "to let it drain".into(),
+                            why: Reason::ResumeToDrain,
                         });
                         evictions.push(Action::Stop {
                             id,
                             name,
                             grace_s,
-                            why: "eviction: graceful".into(),
+                            why: Reason::Eviction(Evict::Graceful),
                         });
                     }
                     Evict::Fast => evictions.push(Action::Kill {
                         id,
                         name,
-                        why: "eviction: fast".into(),
+                        why: Reason::Eviction(Evict::Fast),
                     }),
                     Evict::None if supply.allowed => staying.push(w),
                     Evict::None => held_paused += 1,
@@ -249,7 +315,9 @@ pub fn plan(supply: &Supply, obs: Observed<'_>, s: &WorkerSettings, now: DateTim
                 id: w.id.clone(),
                 name: w.name.clone(),
                 grace_s,
-                why: format!("more workers than the target of {target}"),
+                why: Reason::Surplus {
+                    target: supply.workers,
+                },
             });
         }
         for w in &staying {
@@ -257,7 +325,7 @@ pub fn plan(supply: &Supply, obs: Observed<'_>, s: &WorkerSettings, now: DateTim
                 actions.push(Action::Unpause {
                     id: w.id.clone(),
                     name: w.name.clone(),
-                    why: "the host is free again".into(),
+                    why: Reason::HostFree,
                 });
             }
         }
@@ -822,6 +890,59 @@ mod tests {
             );
             assert_eq!(short(&p), c.want, "case: {} (notes: {:?})", c.name, p.notes);
         }
+    }
+
+    #[test]
+    fn only_evictions_are_evictions() {
+        let mut expired = worker("x", WorkerState::Running, t(19, 0));
+        expired.die_at = Some(t(19, 59));
+        let workers = vec![
+            expired,
+            worker("a", WorkerState::Running, t(19, 0)),
+            worker("b", WorkerState::Running, t(19, 30)),
+        ];
+        let in_flight = InFlight::default();
+        let backoff = StartBackoff::default();
+        let image = ready();
+        let obs = |workers| Observed {
+            workers,
+            in_flight: &in_flight,
+            backoff: &backoff,
+            image: &image,
+            free_hours: None,
+        };
+        // The target shrank to one: the newest is a surplus, the expired one past die_at.
+        let p = plan(
+            &supply(true, 1, Evict::None),
+            obs(&workers),
+            &settings(),
+            t(20, 0),
+        );
+        let reasons: Vec<Reason> = p.actions.iter().filter_map(Action::reason).collect();
+        assert_eq!(
+            reasons,
+            vec![Reason::PastDieAt, Reason::Surplus { target: 1 }]
+        );
+        assert!(reasons.iter().all(|r| r.eviction().is_none()));
+        // The owner is back: every running worker is evicted, and counted as such.
+        let p = plan(
+            &supply(false, 0, Evict::Fast),
+            obs(&workers[1..]),
+            &settings(),
+            t(20, 0),
+        );
+        let modes: Vec<Evict> = p
+            .actions
+            .iter()
+            .filter_map(|a| a.reason()?.eviction())
+            .collect();
+        assert_eq!(modes, vec![Evict::Fast, Evict::Fast]);
+        assert_eq!(
+            p.actions[0].to_string(),
+            "kill pilotd-test-a (eviction: fast)"
+        );
+        let json = serde_json::to_value(&p.actions[0]).unwrap();
+        assert_eq!(json["why"], "eviction: fast", "the JSON keeps the sentence");
     }
 
     #[test]

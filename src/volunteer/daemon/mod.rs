@@ -26,7 +26,7 @@ use crate::volunteer::history::{self, History, Outlook};
 use crate::volunteer::host::{Carry, HostProbe, ProbeError};
 use crate::volunteer::manifest::{self, Manifest};
 use crate::volunteer::outcome::Outcome;
-use crate::volunteer::plan::{self as volunteer, Action, InFlight, Observed};
+use crate::volunteer::plan::{self as volunteer, Action, InFlight, Observed, Reason};
 use crate::volunteer::policy::{Supply, decide};
 use crate::volunteer::settings::{Settings, WorkerSettings};
 use crate::volunteer::snapshot::{HostSnapshot, Sessions};
@@ -540,13 +540,8 @@ impl Daemon {
         let mut start_failed = false;
         for a in actions {
             let line = a.to_string();
-            if let Some(m) = &self.metrics {
-                match a {
-                    Action::Pause { .. } => m.count_eviction("pause"),
-                    Action::Stop { .. } => m.count_eviction("graceful"),
-                    Action::Kill { .. } => m.count_eviction("fast"),
-                    _ => {}
-                }
+            if let (Some(m), Some(mode)) = (&self.metrics, a.reason().and_then(Reason::eviction)) {
+                m.count_eviction(mode.as_str());
             }
             let result: Result<(), String> = match a {
                 Action::Pause { id, name, why } => b
@@ -955,7 +950,7 @@ impl Daemon {
                     if w.state == WorkerState::Paused {
                         let _ = b.unpause(&w.id).await;
                     }
-                    tracing::info!(worker = %w.name, "stopping: pilotd is shutting down (on_shutdown = \"stop\")");
+                    tracing::info!(worker = %w.name, "stopping: {}", Reason::Shutdown);
                     let (b, id, name) = (b.clone(), w.id.clone(), w.name.clone());
                     self.tasks.spawn(async move {
                         let result = b.stop(&id, grace).await;
