@@ -68,15 +68,12 @@ pub fn run(g: &Global, a: &GcArgs) -> Result<String, CmdError> {
             return Ok(out);
         }
         let mut failed = 0;
-        for r in gc::apply(&b, &items, s.policy.grace).await {
-            match r {
-                Ok(line) => {
-                    let _ = writeln!(out, "done: {line}");
-                }
-                Err(line) => {
-                    failed += 1;
-                    let _ = writeln!(out, "not done: {line}");
-                }
+        for c in gc::apply(&b, &items, s.policy.grace).await {
+            if c.result.is_ok() {
+                let _ = writeln!(out, "done: {c}");
+            } else {
+                failed += 1;
+                let _ = writeln!(out, "not done: {c}");
             }
         }
         if failed > 0 {

@@ -7,7 +7,7 @@
 
 use super::diag::Diagnostics;
 use super::units::{
-    DaySet, Minute, Share, ShareUnit, StrOrInt, parse_days, parse_duration, parse_share,
+    DaySet, Minute, Share, ShareUnit, StrOrInt, UnitError, parse_days, parse_duration, parse_share,
     parse_time_of_day,
 };
 use chrono_tz::Tz;
@@ -374,7 +374,7 @@ fn dur(v: &Option<Spanned<StrOrInt>>, out: &mut Duration, d: &mut Diagnostics) {
     let Some(v) = v else { return };
     let parsed = match v.get_ref() {
         StrOrInt::Int(n) if *n >= 0 => Ok(Duration::from_secs(*n as u64)),
-        StrOrInt::Int(n) => Err(format!("a duration cannot be negative ({n})")),
+        StrOrInt::Int(n) => Err(UnitError::NegativeDuration(*n)),
         StrOrInt::Str(s) => parse_duration(s),
     };
     match parsed {

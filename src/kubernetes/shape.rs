@@ -183,19 +183,32 @@ impl fmt::Display for ShapeKey {
     }
 }
 
+/// Why text is not a shape key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShapeKeyError {
+    #[error("`{0}` is not a shape key (CPUs;Memory;Disk;DiskVolumes;GPUs;GPUTypes;Labels)")]
+    Fields(String),
+    #[error("`{key}`: {field} `{value}` is not a number")]
+    Number {
+        key: String,
+        field: &'static str,
+        value: String,
+    },
+}
+
 impl FromStr for ShapeKey {
-    type Err = String;
-    fn from_str(s: &str) -> Result<ShapeKey, String> {
+    type Err = ShapeKeyError;
+    fn from_str(s: &str) -> Result<ShapeKey, ShapeKeyError> {
         let parts: Vec<&str> = s.split(';').collect();
         if parts.len() != 7 {
-            return Err(format!(
-                "`{s}` is not a shape key (CPUs;Memory;Disk;DiskVolumes;GPUs;GPUTypes;Labels)"
-            ));
+            return Err(ShapeKeyError::Fields(s.to_string()));
         }
-        let num = |i: usize, what: &str| {
-            parts[i]
-                .parse::<u64>()
-                .map_err(|_| format!("`{s}`: {what} `{}` is not a number", parts[i]))
+        let num = |i: usize, field: &'static str| {
+            parts[i].parse::<u64>().map_err(|_| ShapeKeyError::Number {
+                key: s.to_string(),
+                field,
+                value: parts[i].to_string(),
+            })
         };
         Ok(ShapeKey {
             cpus: num(0, "CPUs")?,

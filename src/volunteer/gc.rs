@@ -150,33 +150,63 @@ pub fn scratch_entries(root: &Path) -> Vec<(String, Duration)> {
         .collect()
 }
 
-/// Carries out GC items; returns one line per item (done or why not).
-pub async fn apply<B: Backend>(
+/// Why one item was not collected.
+#[derive(Debug, thiserror::Error)]
+pub enum GcError {
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    #[error("cannot remove {}: {source}", path.display())]
+    Scratch {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// An image still used by a container (possibly a foreign one) is kept.
+    #[error("kept: {0}")]
+    InUse(String),
+}
+
+/// What became of one item; shown as the item, or the item and why it was not done.
+#[derive(Debug)]
+pub struct Collected<'a> {
+    pub item: &'a Item,
+    pub result: Result<(), GcError>,
+}
+
+impl std::fmt::Display for Collected<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.result {
+            Ok(()) => write!(f, "{}", self.item),
+            Err(e) => write!(f, "{}: {e}", self.item),
+        }
+    }
+}
+
+/// Carries out GC items, each whatever became of the others.
+pub async fn apply<'a, B: Backend>(
     backend: &B,
-    items: &[Item],
+    items: &'a [Item],
     grace: Duration,
-) -> Vec<Result<String, String>> {
+) -> Vec<Collected<'a>> {
     let mut out = Vec::new();
     for item in items {
-        let r: Result<(), String> = match item {
-            Item::RemoveWorker { id, .. } => backend.remove(id).await.map_err(|e| e.to_string()),
-            Item::StopWorker { id, .. } => backend.stop(id, grace).await.map_err(|e| e.to_string()),
+        let result = match item {
+            Item::RemoveWorker { id, .. } => backend.remove(id).await.map_err(GcError::from),
+            Item::StopWorker { id, .. } => backend.stop(id, grace).await.map_err(GcError::from),
             Item::RemoveScratch { path } => match std::fs::remove_dir_all(path) {
                 Ok(()) => Ok(()),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-                Err(e) => Err(format!("cannot remove {}: {e}", path.display())),
+                Err(source) => Err(GcError::Scratch {
+                    path: path.clone(),
+                    source,
+                }),
             },
             Item::RemoveImage { id, .. } => match backend.remove_image(id).await {
                 Ok(()) => Ok(()),
-                // In use by a container (possibly a foreign one): keep it.
-                Err(BackendError::Conflict { message, .. }) => Err(format!("kept: {message}")),
-                Err(e) => Err(e.to_string()),
+                Err(BackendError::Conflict { message, .. }) => Err(GcError::InUse(message)),
+                Err(e) => Err(e.into()),
             },
         };
-        out.push(
-            r.map(|()| item.to_string())
-                .map_err(|e| format!("{item}: {e}")),
-        );
+        out.push(Collected { item, result });
     }
     out
 }

@@ -40,8 +40,8 @@ pub enum ManifestError {
         "remote manifest {url} is invalid: {why}\n  hint: the pool's manifest must follow the format in pilotd's README"
     )]
     Invalid { url: String, why: String },
-    #[error("remote manifest {url} was refused: {}", .why.join("; "))]
-    Refused { url: String, why: Vec<String> },
+    #[error("remote manifest {url} was refused: {}", .why.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Refused { url: String, why: Vec<Refusal> },
     #[error("cannot store the manifest in {}: {source}", path.display())]
     Store {
         path: PathBuf,
@@ -94,6 +94,28 @@ pub const RESERVED_ENV: &[&str] = &[
     "ACCEPT_IDLE_MINUTES",
 ];
 
+/// One thing a manifest may not do.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("image `{0}` is not fully qualified")]
+    ImageNotQualified(String),
+    #[error("image `{0}` is not in this host's allowed_images")]
+    ImageNotAllowed(String),
+    #[error("config URL `{0}` is not https")]
+    ConfigUrlNotHttps(String),
+    #[error("env {0} is set by pilotd from the owner's decision, not by the pool")]
+    ReservedEnv(String),
+    #[error("env {0} is set by this site's pilotd.toml")]
+    SiteEnv(String),
+    #[error("env name `{0}` is not a valid variable name")]
+    EnvName(String),
+    #[error("env {key}: [worker.env]: {source}")]
+    Template {
+        key: String,
+        source: template::TemplateError,
+    },
+}
+
 /// Checks a manifest against the local limits. Every problem is listed; one problem refuses
 /// the whole manifest (half a pool configuration is worse than the last good one).
 /// `local_env` is `[worker.env]` of pilotd.toml: keys the site templated or set stay the site's.
@@ -101,36 +123,35 @@ pub fn check(
     m: &Manifest,
     allowed_images: &[String],
     local_env: &BTreeMap<String, String>,
-) -> Result<(), Vec<String>> {
+) -> Result<(), Vec<Refusal>> {
     let mut why = Vec::new();
     if let Some(img) = &m.worker.image {
         if !is_fully_qualified(img) {
-            why.push(format!("image `{img}` is not fully qualified"));
+            why.push(Refusal::ImageNotQualified(img.clone()));
         } else if !image_allowed(img, allowed_images) {
-            why.push(format!(
-                "image `{img}` is not in this host's allowed_images"
-            ));
+            why.push(Refusal::ImageNotAllowed(img.clone()));
         }
     }
     for url in &m.worker.config_urls {
         if !url.starts_with("https://") && !is_loopback_http(url) {
-            why.push(format!("config URL `{url}` is not https"));
+            why.push(Refusal::ConfigUrlNotHttps(url.clone()));
         }
     }
     for key in m.worker.env.keys() {
         if RESERVED_ENV.contains(&key.as_str()) || key.starts_with("PILOTD_") {
-            why.push(format!(
-                "env {key} is set by pilotd from the owner's decision, not by the pool"
-            ));
+            why.push(Refusal::ReservedEnv(key.clone()));
         } else if local_env.contains_key(key) {
-            why.push(format!("env {key} is set by this site's pilotd.toml"));
+            why.push(Refusal::SiteEnv(key.clone()));
         } else if key.is_empty() || !key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-            why.push(format!("env name `{key}` is not a valid variable name"));
+            why.push(Refusal::EnvName(key.clone()));
         }
     }
     for (key, value) in &m.worker.env {
-        if let Err(e) = template::check(value) {
-            why.push(format!("env {key}: [worker.env]: {e}"));
+        if let Err(source) = template::check(value) {
+            why.push(Refusal::Template {
+                key: key.clone(),
+                source,
+            });
         }
     }
     if why.is_empty() { Ok(()) } else { Err(why) }
@@ -312,13 +333,25 @@ OK_VAR = "1"
             [("GLIDEIN_Site".to_string(), "MINE".to_string())].into();
         let why = check(&m, &allowed(), &local).unwrap_err();
         assert_eq!(why.len(), 5, "{why:?}");
-        assert!(why[0].contains("not in this host's allowed_images"));
-        assert!(why[1].contains("http://pool.example.org/x"));
-        assert!(why.iter().any(|w| w.contains("NUM_CPUS")));
-        assert!(why.iter().any(|w| w.contains("PILOT_TOKEN_FILE")));
+        assert_eq!(
+            why[0],
+            Refusal::ImageNotAllowed("docker.io/evil/miner:latest".into())
+        );
+        assert_eq!(
+            why[1],
+            Refusal::ConfigUrlNotHttps("http://pool.example.org/x".into())
+        );
+        assert!(why.contains(&Refusal::ReservedEnv("NUM_CPUS".into())));
+        assert!(why.contains(&Refusal::ReservedEnv("PILOT_TOKEN_FILE".into())));
+        assert!(why.contains(&Refusal::SiteEnv("GLIDEIN_Site".into())));
+        let text = ManifestError::Refused {
+            url: "u".into(),
+            why,
+        }
+        .to_string();
         assert!(
-            why.iter()
-                .any(|w| w.contains("GLIDEIN_Site is set by this site"))
+            text.contains("; env GLIDEIN_Site is set by this site"),
+            "{text}"
         );
     }
 

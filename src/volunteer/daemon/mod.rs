@@ -801,10 +801,10 @@ impl Daemon {
             )),
             Err(e) => tracing::warn!("{e}; image GC skipped this time"),
         }
-        for r in gc::apply(b, &items, self.s.policy.grace).await {
-            match r {
-                Ok(line) => tracing::info!("gc: {line}"),
-                Err(line) => tracing::warn!("gc: {line}"),
+        for c in gc::apply(b, &items, self.s.policy.grace).await {
+            match c.result {
+                Ok(()) => tracing::info!("gc: {c}"),
+                Err(_) => tracing::warn!("gc: {c}"),
             }
         }
         // Forget pulls whose image is gone.

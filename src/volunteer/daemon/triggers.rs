@@ -46,14 +46,29 @@ pub async fn watch_utmp(utmp: PathBuf, tx: mpsc::Sender<Trigger>) {
     poll_watch(&utmp, &tx).await;
 }
 
-async fn inotify_watch(utmp: &Path, tx: &mpsc::Sender<Trigger>) -> Result<(), String> {
+/// Why the utmp file cannot be watched with inotify (polling takes over).
+#[derive(Debug, thiserror::Error)]
+enum WatchError {
+    #[error("inotify: {0}")]
+    Init(nix::Error),
+    #[error("watching {}: {source}", dir.display())]
+    Watch { dir: PathBuf, source: nix::Error },
+    #[error("registering the inotify descriptor: {0}")]
+    Register(std::io::Error),
+    #[error("reading inotify events: {0}")]
+    Read(nix::Error),
+    #[error("waiting for inotify events: {0}")]
+    Wait(std::io::Error),
+}
+
+async fn inotify_watch(utmp: &Path, tx: &mpsc::Sender<Trigger>) -> Result<(), WatchError> {
     let dir = utmp
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
     let file_name = utmp.file_name().map(|n| n.to_os_string());
     let ino =
-        Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).map_err(|e| e.to_string())?;
+        Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).map_err(WatchError::Init)?;
     ino.add_watch(
         dir,
         AddWatchFlags::IN_CLOSE_WRITE
@@ -62,13 +77,16 @@ async fn inotify_watch(utmp: &Path, tx: &mpsc::Sender<Trigger>) -> Result<(), St
             | AddWatchFlags::IN_MOVED_TO
             | AddWatchFlags::IN_DELETE,
     )
-    .map_err(|e| format!("watching {}: {e}", dir.display()))?;
+    .map_err(|source| WatchError::Watch {
+        dir: dir.to_path_buf(),
+        source,
+    })?;
     // SAFETY: the descriptor is owned by the `Inotify` inside the `AsyncFd`, so it stays open
     // and the same for the `AsyncFd`'s whole life, and `as_raw_fd` always returns it.
-    let fd = unsafe { AsyncFd::register(InotifyFd(ino)) }
-        .map_err(|e| format!("registering the inotify descriptor: {e}"))?;
+    let fd =
+        unsafe { AsyncFd::register(InotifyFd(ino)) }.map_err(|e| WatchError::Register(e.into()))?;
     loop {
-        let mut guard = fd.readable().await.map_err(|e| e.to_string())?;
+        let mut guard = fd.readable().await.map_err(WatchError::Wait)?;
         match guard.get_inner().0.read_events() {
             Ok(events) => {
                 let ours = events
@@ -84,7 +102,7 @@ async fn inotify_watch(utmp: &Path, tx: &mpsc::Sender<Trigger>) -> Result<(), St
                 }
             }
             Err(nix::errno::Errno::EAGAIN) => guard.clear_ready(),
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(WatchError::Read(e)),
         }
     }
 }
