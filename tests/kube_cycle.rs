@@ -11,6 +11,7 @@ use pilotd::kubernetes::backoff::BackoffBook;
 use pilotd::kubernetes::client::KubeBackend;
 use pilotd::kubernetes::provisioner::{cycle, load_book, run};
 use pilotd::kubernetes::settings::Settings;
+use pilotd::service::lifecycle::Hooks;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -356,7 +357,10 @@ async fn run_loop_connects_by_kubeconfig_and_keeps_the_backoff_state() {
         kubeconfig.display()
     ));
     let shutdown = tokio::time::sleep(std::time::Duration::from_millis(1500));
-    run(&cfg, shutdown, None).await.unwrap();
+    let (_reload, reloads) = tokio::sync::mpsc::channel(1);
+    run(cfg, None, Hooks::default(), shutdown, reloads)
+        .await
+        .unwrap();
     assert_eq!(fake.jobs().len(), 6, "one cycle ran before shutdown");
     assert!(state.exists());
     assert_eq!(load_book(&state), BackoffBook::default());

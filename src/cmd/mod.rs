@@ -44,6 +44,8 @@ pub enum CmdError {
     Snapshot(#[from] crate::kubernetes::snapshot::SnapshotError),
     #[error(transparent)]
     Provisioner(#[from] crate::kubernetes::provisioner::ProvisionerError),
+    #[error(transparent)]
+    Daemon(#[from] crate::volunteer::daemon::DaemonError),
 }
 
 impl CmdError {
@@ -57,7 +59,8 @@ impl CmdError {
             | CmdError::Json(_)
             | CmdError::KubernetesSettings(_)
             | CmdError::Snapshot(_)
-            | CmdError::Provisioner(_) => 1,
+            | CmdError::Provisioner(_)
+            | CmdError::Daemon(_) => 1,
         }
     }
 }

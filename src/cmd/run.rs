@@ -4,15 +4,18 @@
 
 use super::{CmdError, load_config};
 use crate::cli::{Global, LogFormat, RunArgs};
-use crate::config::{Mode, SiteFile};
-use crate::kubernetes::provisioner;
-use crate::kubernetes::settings::Settings;
+use crate::config::{self, Mode, SiteFile};
+use crate::kubernetes::{self, provisioner};
 use crate::service::detach::{self, Detached, Role};
+use crate::service::lifecycle::{Hooks, Reload};
 use crate::service::metrics::Metrics;
 use crate::service::notify;
-use crate::volunteer::daemon::{self, Hooks};
 use crate::volunteer::host::this_machine;
+use crate::volunteer::{self, daemon};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use tokio::signal::unix::{Signal, SignalKind, signal};
+use tokio::sync::mpsc;
 
 pub fn run(g: &Global, a: &RunArgs) -> Result<String, CmdError> {
     let cfg = load_config(g, SiteFile::Required, this_machine())?;
@@ -32,32 +35,27 @@ pub fn run(g: &Global, a: &RunArgs) -> Result<String, CmdError> {
         .map_err(|e| CmdError::Runtime(format!("cannot start the async runtime: {e}")))?;
     let detached = service.detached.clone();
     let result = runtime.block_on(async {
+        // Signals first: from here on SIGTERM drains instead of killing, SIGHUP reloads.
+        let shutdown = shutdown_signal()?;
+        let reloads = reload_on_hangup(g.config.clone(), g.policy.clone())?;
         let metrics = match cfg.site.metrics.listen {
             Some(addr) => Some(start_metrics(addr).await?),
             None => None,
         };
+        let hooks = hooks(service.detached.clone());
         match cfg.site.mode {
-            Mode::Volunteer => daemon::run(
-                cfg,
-                g.config.clone(),
-                g.policy.clone(),
-                hooks(service.detached.clone(), metrics),
-            )
-            .await
-            .map_err(|e| CmdError::Runtime(e.to_string())),
+            Mode::Volunteer => {
+                let s = volunteer::settings::Settings::resolve(&cfg);
+                daemon::run(s, metrics, hooks, shutdown, reloads).await?;
+            }
             Mode::Kubernetes => {
                 // kube's TLS uses ring; installing it twice is harmless, two providers panic.
                 let _ = rustls::crypto::ring::default_provider().install_default();
-                if let Some(d) = &service.detached
-                    && let Ok(mut d) = d.lock()
-                {
-                    d.ready();
-                }
-                let s = Settings::resolve(&cfg)?;
-                provisioner::run(&s, shutdown_signal(), metrics.as_ref()).await?;
-                Ok(())
+                let s = kubernetes::settings::Settings::resolve(&cfg)?;
+                provisioner::run(s, metrics, hooks, shutdown, reloads).await?;
             }
         }
+        Ok::<(), CmdError>(())
     });
     notify::stopping();
     if let (Err(e), Some(d)) = (&result, &detached)
@@ -114,8 +112,8 @@ fn prepare_process(cfg: &crate::config::Config, a: &RunArgs) -> Result<Prepared,
     }
 }
 
-/// systemd notifications and the detached parent's readiness, wired to the daemon's hooks.
-fn hooks(detached: Option<Arc<Mutex<Detached>>>, metrics: Option<Metrics>) -> Hooks {
+/// systemd notifications and the detached parent's readiness, wired to the loop's hooks.
+fn hooks(detached: Option<Arc<Mutex<Detached>>>) -> Hooks {
     let watchdog = notify::watchdog_interval().is_some();
     Hooks {
         ready: Some(Box::new(move |summary: &str| {
@@ -135,7 +133,6 @@ fn hooks(detached: Option<Arc<Mutex<Detached>>>, metrics: Option<Metrics>) -> Ho
         })),
         reloading: Some(Box::new(notify::reloading)),
         stopping: Some(Box::new(notify::stopping)),
-        metrics,
     }
 }
 
@@ -152,23 +149,40 @@ async fn start_metrics(addr: std::net::SocketAddr) -> Result<Metrics, CmdError> 
     Ok(metrics)
 }
 
-/// Completes on SIGTERM or SIGINT (kubernetes mode's loop takes a shutdown future).
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) {
-        (Ok(mut term), Ok(mut int)) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
+fn handler(kind: SignalKind, which: &'static str) -> Result<Signal, CmdError> {
+    signal(kind)
+        .map_err(|e| CmdError::Runtime(format!("cannot install the {which} signal handler: {e}")))
+}
+
+/// Installs the SIGTERM and SIGINT handlers now; the future completes on either.
+fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>, CmdError> {
+    let mut term = handler(SignalKind::terminate(), "SIGTERM")?;
+    let mut int = handler(SignalKind::interrupt(), "SIGINT")?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    })
+}
+
+/// Installs the SIGHUP handler now; each SIGHUP reads pilotd.toml and the policy again and
+/// hands the result (or why it is invalid) to the loop, which keeps the last good one.
+fn reload_on_hangup(
+    site: PathBuf,
+    policy: Option<PathBuf>,
+) -> Result<mpsc::Receiver<Reload>, CmdError> {
+    let mut hup = handler(SignalKind::hangup(), "SIGHUP")?;
+    let (tx, rx) = mpsc::channel(1);
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            let reload = config::load(&site, SiteFile::Required, policy.as_deref(), this_machine());
+            if tx.send(reload).await.is_err() {
+                return;
             }
         }
-        _ => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
+    });
+    Ok(rx)
 }
 
 /// Logs go to the journal when stderr is connected to it (systemd sets `JOURNAL_STREAM`), with

@@ -1,8 +1,10 @@
-//! The provisioner: kubernetes mode's reconcile loop. One cycle = observe (condor tools, then
+//! The provisioner: kubernetes mode's reconcile loop, driven by the service skeleton
+//! (`service::lifecycle::serve`) like the volunteer daemon. One cycle = observe (condor tools, then
 //! one paginated pod list and one Job list) → decide (pure `kubernetes::plan::decide`) → act
 //! (create Jobs in key order, delete finished Jobs). A cycle whose observation fails acts on
 //! nothing: a failed list is not an empty list.
 
+use crate::config::Mode;
 use crate::kubernetes::backoff::BackoffBook;
 use crate::kubernetes::client::{KubeBackend, KubeError};
 use crate::kubernetes::condor::{CondorError, CondorProbe};
@@ -10,11 +12,13 @@ use crate::kubernetes::plan::{ClusterDecision, KubePlan, decide};
 use crate::kubernetes::settings::Settings;
 use crate::kubernetes::shape::POD_SHAPE;
 use crate::kubernetes::snapshot::ClusterSnapshot;
+use crate::service::lifecycle::{self, Hooks, Reconciler, Reload, Wake};
 use crate::service::metrics::Metrics;
 use chrono::{DateTime, Utc};
 use std::collections::BTreeSet;
 use std::future::Future;
 use std::path::Path;
+use tokio::sync::mpsc;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProvisionerError {
@@ -155,23 +159,64 @@ fn log_cluster(c: &ClusterDecision) {
     }
 }
 
-/// The reconcile loop: a cycle every `s.cycle`, until `shutdown` completes (the current cycle
-/// finishes first). A failed cycle is logged and retried.
-pub async fn run(
-    s: &Settings,
-    shutdown: impl Future<Output = ()>,
-    metrics: Option<&Metrics>,
-) -> Result<(), ProvisionerError> {
-    let backend = KubeBackend::connect(&s.connection).await?;
-    let state = s.state_file.as_path();
-    let mut book = load_book(state);
-    tokio::pin!(shutdown);
-    loop {
+/// Kubernetes mode's reconcile loop, as the service skeleton drives it: a cycle every
+/// `cycle`; a failed cycle is logged and retried at the next one.
+pub struct Provisioner {
+    s: Settings,
+    backend: KubeBackend,
+    book: BackoffBook,
+    metrics: Option<Metrics>,
+    /// When the next cycle is due: `cycle` after the last one started.
+    next: Option<tokio::time::Instant>,
+    /// A reload changed where the API server is: connect again before the next cycle.
+    reconnect: bool,
+}
+
+impl Provisioner {
+    /// Connects to the API server and takes back the saved back-off book.
+    pub async fn connect(
+        s: Settings,
+        metrics: Option<Metrics>,
+    ) -> Result<Provisioner, ProvisionerError> {
+        let backend = KubeBackend::connect(&s.connection).await?;
+        let book = load_book(&s.state_file);
+        Ok(Provisioner {
+            s,
+            backend,
+            book,
+            metrics,
+            next: None,
+            reconnect: false,
+        })
+    }
+}
+
+impl Reconciler for Provisioner {
+    async fn wake(&mut self) -> Wake {
+        if let Some(t) = self.next {
+            tokio::time::sleep_until(t).await;
+        }
+        Wake::default()
+    }
+
+    async fn reconcile(&mut self, _: Wake) -> String {
         let started = tokio::time::Instant::now();
-        let cycle_fut = cycle(s, &backend, &mut book, Utc::now());
-        match cycle_fut.await {
+        self.next = Some(started + self.s.cycle);
+        if self.reconnect {
+            match KubeBackend::connect(&self.s.connection).await {
+                Ok(b) => {
+                    self.backend = b;
+                    self.reconnect = false;
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "cycle failed; nothing submitted");
+                    return format!("cannot reach the API server: {e}");
+                }
+            }
+        }
+        match cycle(&self.s, &self.backend, &mut self.book, Utc::now()).await {
             Ok((plan, report)) => {
-                if let Some(m) = metrics {
+                if let Some(m) = &self.metrics {
                     export(m, &plan, started.elapsed());
                 }
                 tracing::info!(
@@ -179,20 +224,65 @@ pub async fn run(
                     create_failed = report.create_failed.len(),
                     deleted = report.deleted.len(),
                     skipped_schedds = plan.failed_schedds.len(),
-                    requests = backend.requests(),
+                    requests = self.backend.requests(),
                     "cycle done"
                 );
-                if let Err(e) = save_book(state, &book) {
+                let state = &self.s.state_file;
+                if let Err(e) = save_book(state, &self.book) {
                     tracing::warn!(file = %state.display(), error = %e, "cannot save back-off state");
                 }
+                format!(
+                    "{} shape(s); created {} Job(s), deleted {}",
+                    plan.clusters.len(),
+                    report.created.len(),
+                    report.deleted.len()
+                )
             }
-            Err(e) => tracing::error!(error = %e, "cycle failed; nothing submitted"),
-        }
-        tokio::select! {
-            () = &mut shutdown => return Ok(()),
-            () = tokio::time::sleep_until(started + s.cycle) => {}
+            Err(e) => {
+                tracing::error!(error = %e, "cycle failed; nothing submitted");
+                format!("cycle failed: {e}")
+            }
         }
     }
+
+    fn reload(&mut self, reload: Reload) {
+        let resolved = match reload {
+            Ok(cfg) if cfg.site.mode != Mode::Kubernetes => {
+                tracing::error!(
+                    "reload: pilotd.toml now says mode = \"{}\", which needs a restart; keeping the last good configuration",
+                    cfg.site.mode.as_str()
+                );
+                return;
+            }
+            Ok(cfg) => Settings::resolve(&cfg).map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        match resolved {
+            Ok(s) => {
+                self.reconnect = s.connection != self.s.connection;
+                self.s = s;
+                tracing::info!("configuration reloaded");
+            }
+            Err(e) => tracing::error!("reload failed, keeping the last good configuration:\n{e}"),
+        }
+    }
+
+    /// Nothing runs beside the loop: the last cycle finished and saved its book.
+    async fn drain(&mut self) {}
+}
+
+/// Runs the provisioner for `s` until `shutdown` completes (the current cycle finishes
+/// first): readiness, watchdog and reloads are the service skeleton's.
+pub async fn run(
+    s: Settings,
+    metrics: Option<Metrics>,
+    hooks: Hooks,
+    shutdown: impl Future<Output = ()>,
+    reloads: mpsc::Receiver<Reload>,
+) -> Result<(), ProvisionerError> {
+    let mut p = Provisioner::connect(s, metrics).await?;
+    lifecycle::serve(&mut p, hooks, shutdown, reloads).await;
+    Ok(())
 }
 
 /// Idle jobs and pods by shape, for operators' dashboards.

@@ -2,5 +2,6 @@
 //! any tokio runtime exists), and talking to systemd (`Type=notify`) when it is there.
 
 pub mod detach;
+pub mod lifecycle;
 pub mod metrics;
 pub mod notify;

@@ -106,6 +106,41 @@ impl History {
     }
 }
 
+/// Counts each cycle's time into the history: whole seconds since the last cycle (the
+/// remainder is carried, since cycles can come less than a second apart), and a gap (suspend,
+/// stopped daemon) as at most two intervals.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Learner {
+    pub history: History,
+    counted_until: Option<DateTime<Utc>>,
+}
+
+impl Learner {
+    pub fn new(history: History) -> Learner {
+        Learner {
+            history,
+            counted_until: None,
+        }
+    }
+
+    /// Counts the time up to `now` as watched, and as free when `free` (the owner away and the
+    /// host free, whatever the schedule says: the history shows when this machine is really
+    /// free, including hours the policy does not open).
+    pub fn learn(&mut self, tz: Tz, now: DateTime<Utc>, interval: std::time::Duration, free: bool) {
+        let cap = Duration::from_std(interval * 2).unwrap_or_default();
+        let (elapsed, counted_until) = match self.counted_until {
+            None => (Duration::zero(), now),
+            Some(t) if now - t > cap => (cap, now),
+            Some(t) => {
+                let whole = Duration::seconds((now - t).num_seconds().max(0));
+                (whole, t + whole)
+            }
+        };
+        self.counted_until = Some(counted_until);
+        self.history.record(tz, now, elapsed, free);
+    }
+}
+
 /// What the learned history says for a decision at `now`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Outlook {

@@ -21,6 +21,7 @@ use crate::config::site::{image_allowed, is_fully_qualified};
 use crate::config::template;
 use crate::config::units::HumanDuration;
 use crate::volunteer::settings::WorkerSettings;
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -271,6 +272,36 @@ impl Manifest {
             w.env.entry(k).or_insert(v);
         }
         w
+    }
+}
+
+/// When the next fetch is due, and whether one is under way (never two at once).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Refresh {
+    due: Option<DateTime<Utc>>,
+    fetching: bool,
+}
+
+impl Refresh {
+    /// Whether a fetch should start now; if so it counts as under way and the next one is
+    /// scheduled `every` later.
+    pub fn start_if_due(&mut self, now: DateTime<Utc>, every: Duration) -> bool {
+        if self.fetching || self.due.is_some_and(|t| now < t) {
+            return false;
+        }
+        self.due = Some(now + chrono::Duration::from_std(every).unwrap_or_default());
+        self.fetching = true;
+        true
+    }
+
+    /// The fetch under way ended (well or not).
+    pub fn finished(&mut self) {
+        self.fetching = false;
+    }
+
+    /// A new URL or refresh takes effect at once.
+    pub fn reset(&mut self) {
+        self.due = None;
     }
 }
 

@@ -72,31 +72,6 @@ impl DockerBackend {
         &self.endpoint
     }
 
-    /// Engine name and version, for the startup log line (tells Docker from Podman).
-    pub async fn describe_engine(&self) -> Result<String, BackendError> {
-        let v = self
-            .docker
-            .version()
-            .await
-            .map_err(|e| self.err("asking the engine's version", e))?;
-        let names: Vec<String> = v
-            .components
-            .unwrap_or_default()
-            .into_iter()
-            .map(|c| c.name)
-            .collect();
-        Ok(format!(
-            "{} {} (API {})",
-            if names.is_empty() {
-                "engine".to_string()
-            } else {
-                names.join("+")
-            },
-            v.version.unwrap_or_default(),
-            v.api_version.unwrap_or_default()
-        ))
-    }
-
     fn err(&self, what: impl Into<String>, e: DockerError) -> BackendError {
         map_error(what, &self.endpoint, e)
     }
@@ -227,6 +202,31 @@ fn time_of(s: Option<&String>) -> Option<DateTime<Utc>> {
 }
 
 impl Backend for DockerBackend {
+    /// Tells Docker from Podman in the log.
+    async fn describe_engine(&self) -> Result<String, BackendError> {
+        let v = self
+            .docker
+            .version()
+            .await
+            .map_err(|e| self.err("asking the engine's version", e))?;
+        let names: Vec<String> = v
+            .components
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        Ok(format!(
+            "{} {} (API {})",
+            if names.is_empty() {
+                "engine".to_string()
+            } else {
+                names.join("+")
+            },
+            v.version.unwrap_or_default(),
+            v.api_version.unwrap_or_default()
+        ))
+    }
+
     async fn list_workers(&self) -> Result<Vec<Worker>, BackendError> {
         let opts = ListContainersOptionsBuilder::default()
             .all(true)

@@ -1,4 +1,4 @@
-//! A recording in-memory backend for unit tests of the daemon's apply step: it keeps workers
+//! A recording in-memory backend for the daemon-level unit tests (`daemon/tests.rs`): it keeps workers
 //! and images in a table, records every call, and can be told to fail.
 
 use super::{Backend, BackendError, BackendEvent};
@@ -75,6 +75,11 @@ impl FakeBackend {
 }
 
 impl Backend for FakeBackend {
+    async fn describe_engine(&self) -> Result<String, BackendError> {
+        let _world = self.call("version".into())?;
+        Ok("fake engine".into())
+    }
+
     async fn list_workers(&self) -> Result<Vec<Worker>, BackendError> {
         Ok(self.call("list".into())?.workers.clone())
     }

@@ -57,6 +57,9 @@ pub enum BackendEvent {
 }
 
 pub trait Backend: Send + Sync {
+    /// Engine name and version, for the log line when it is first reached.
+    fn describe_engine(&self) -> impl Future<Output = Result<String, BackendError>> + Send;
+
     /// Workers carrying this daemon's labels, in every state. An error is never an empty list.
     fn list_workers(&self) -> impl Future<Output = Result<Vec<Worker>, BackendError>> + Send;
 
@@ -143,6 +146,9 @@ macro_rules! dispatch {
 }
 
 impl Backend for AnyBackend {
+    async fn describe_engine(&self) -> Result<String, BackendError> {
+        dispatch!(self, b => b.describe_engine().await)
+    }
     async fn list_workers(&self) -> Result<Vec<Worker>, BackendError> {
         dispatch!(self, b => b.list_workers().await)
     }

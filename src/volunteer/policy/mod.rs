@@ -54,6 +54,20 @@ pub enum Cause {
 }
 
 impl Cause {
+    /// The owner is here or the host is busy: what the availability history counts as not
+    /// free (the schedule, the guard band and the latches are about the policy, not the host).
+    pub fn owner_or_host_busy(self) -> bool {
+        matches!(
+            self,
+            Cause::OwnerPresent
+                | Cause::SessionsUnknown
+                | Cause::OnBattery
+                | Cause::ExclusiveProcess
+                | Cause::OwnerCpuHigh
+                | Cause::OwnerCpuEvict
+        )
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Cause::OutsideSchedule => "outside_schedule",
