@@ -40,6 +40,25 @@ pub struct ClusterDecision {
     pub error: Option<String>,
 }
 
+impl ClusterDecision {
+    /// The shape's idle jobs and its pods by state, in the tables' column order.
+    pub fn counts(&self) -> [u64; 6] {
+        [
+            self.idle_jobs,
+            self.waiting,
+            self.unmatched,
+            self.claimed,
+            self.failed,
+            self.unknown,
+        ]
+    }
+
+    /// No idle job and no pod of this shape.
+    pub fn is_quiet(&self) -> bool {
+        self.counts().iter().all(|n| *n == 0)
+    }
+}
+
 /// One cycle's plan, in the JSON shape `pilotd plan --format json` prints.
 #[derive(Debug, Clone, Serialize)]
 pub struct KubePlan {

@@ -4,12 +4,12 @@
 //! (create Jobs in key order, delete finished Jobs). A cycle whose observation fails acts on
 //! nothing: a failed list is not an empty list.
 
-use crate::config::Mode;
+use crate::config::{Config, Mode};
 use crate::kubernetes::backoff::BackoffBook;
 use crate::kubernetes::client::{KubeBackend, KubeError};
 use crate::kubernetes::condor::{CondorError, CondorProbe};
 use crate::kubernetes::plan::{ClusterDecision, KubePlan, decide};
-use crate::kubernetes::settings::Settings;
+use crate::kubernetes::settings::{Settings, SettingsError};
 use crate::kubernetes::shape::POD_SHAPE;
 use crate::kubernetes::snapshot::ClusterSnapshot;
 use crate::service::lifecycle::{self, Hooks, Reconciler, Reload, Wake};
@@ -149,8 +149,7 @@ pub async fn cycle(
 }
 
 fn log_cluster(c: &ClusterDecision) {
-    let all_zero = c.idle_jobs + c.waiting + c.unmatched + c.claimed + c.failed + c.unknown == 0;
-    if !all_zero {
+    if !c.is_quiet() {
         tracing::debug!(
             key = %c.key, idle = c.idle_jobs, waiting = c.waiting, unmatched = c.unmatched,
             claimed = c.claimed, failed = c.failed, unknown = c.unknown, min_pods = c.min_pods,
@@ -192,6 +191,12 @@ impl Provisioner {
 }
 
 impl Reconciler for Provisioner {
+    type ReloadError = SettingsError;
+
+    fn mode(&self) -> Mode {
+        Mode::Kubernetes
+    }
+
     async fn wake(&mut self) -> Wake {
         if let Some(t) = self.next {
             tokio::time::sleep_until(t).await;
@@ -245,26 +250,11 @@ impl Reconciler for Provisioner {
         }
     }
 
-    fn reload(&mut self, reload: Reload) {
-        let resolved = match reload {
-            Ok(cfg) if cfg.site.mode != Mode::Kubernetes => {
-                tracing::error!(
-                    "reload: pilotd.toml now says mode = \"{}\", which needs a restart; keeping the last good configuration",
-                    cfg.site.mode.as_str()
-                );
-                return;
-            }
-            Ok(cfg) => Settings::resolve(&cfg).map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
-        };
-        match resolved {
-            Ok(s) => {
-                self.reconnect = s.connection != self.s.connection;
-                self.s = s;
-                tracing::info!("configuration reloaded");
-            }
-            Err(e) => tracing::error!("reload failed, keeping the last good configuration:\n{e}"),
-        }
+    fn reload(&mut self, cfg: Config) -> Result<(), SettingsError> {
+        let s = Settings::resolve(&cfg)?;
+        self.reconnect |= s.connection != self.s.connection;
+        self.s = s;
+        Ok(())
     }
 
     /// Nothing runs beside the loop: the last cycle finished and saved its book.

@@ -30,31 +30,12 @@ pub fn plan_text(plan: &KubePlan) -> String {
         "submit"
     );
     for c in &plan.clusters {
-        let backoff = match &c.backoff {
-            None => "-".to_string(),
-            Some(b) => format!(
-                "{} failures{}{}",
-                b.failures,
-                if b.trial { ", trial" } else { "" },
-                b.next_trial_at
-                    .map(|t| format!(", next trial {}", t.to_rfc3339()))
-                    .unwrap_or_default()
-            ),
-        };
-        let _ = writeln!(
-            out,
-            "{:<39} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>5} {:>6}  {}",
-            c.key.to_string(),
-            c.idle_jobs,
-            c.waiting,
-            c.unmatched,
-            c.claimed,
-            c.failed,
-            c.unknown,
-            c.min_pods,
-            c.submit,
-            backoff
-        );
+        let _ = write!(out, "{:<39}", c.key.to_string());
+        for n in c.counts() {
+            let _ = write!(out, " {n:>6}");
+        }
+        let _ = write!(out, " {:>5} {:>6}", c.min_pods, c.submit);
+        let _ = writeln!(out, "  {}", backoff_text(c, ", next trial "));
         if let Some(e) = &c.error {
             let _ = writeln!(out, "  error: {e}");
         }
@@ -81,12 +62,26 @@ pub fn plan_text(plan: &KubePlan) -> String {
     out
 }
 
+/// `N failures[, trial][<next>T]`, or `-` for a shape without back-off.
+fn backoff_text(c: &ClusterDecision, next: &str) -> String {
+    let Some(b) = &c.backoff else {
+        return "-".into();
+    };
+    let mut s = format!("{} failures", b.failures);
+    if b.trial {
+        s.push_str(", trial");
+    }
+    if let Some(t) = b.next_trial_at {
+        s.push_str(&format!("{next}{}", t.to_rfc3339()));
+    }
+    s
+}
+
 /// Shapes worth a row in `status`: something is idle, running or failed, or a back-off holds.
 fn status_rows(plan: &KubePlan) -> impl Iterator<Item = &ClusterDecision> {
-    plan.clusters.iter().filter(|c| {
-        c.idle_jobs + c.waiting + c.unmatched + c.claimed + c.failed + c.unknown > 0
-            || c.backoff.is_some()
-    })
+    plan.clusters
+        .iter()
+        .filter(|c| !c.is_quiet() || c.backoff.is_some())
 }
 
 /// `pilotd status --format json` in kubernetes mode.
@@ -116,28 +111,11 @@ pub fn status_text(plan: &KubePlan) -> String {
     );
     let _ = writeln!(out, "{}", "=".repeat(99));
     for c in status_rows(plan) {
-        let backoff = c.backoff.as_ref().map_or("-".to_string(), |b| {
-            let mut s = format!("{} failures", b.failures);
-            if b.trial {
-                s.push_str(", trial");
-            }
-            if let Some(t) = b.next_trial_at {
-                s.push_str(&format!(" until {}", t.to_rfc3339()));
-            }
-            s
-        });
-        let _ = writeln!(
-            out,
-            "{:<39}{:>9}{:>9}{:>9}{:>9}{:>9}{:>9}  {}",
-            c.key.to_string(),
-            c.idle_jobs,
-            c.waiting,
-            c.unmatched,
-            c.claimed,
-            c.failed,
-            c.unknown,
-            backoff
-        );
+        let _ = write!(out, "{:<39}", c.key.to_string());
+        for n in c.counts() {
+            let _ = write!(out, "{n:>9}");
+        }
+        let _ = writeln!(out, "  {}", backoff_text(c, " until "));
     }
     if !plan.failed_schedds.is_empty() {
         let _ = writeln!(out, "skipped schedds: {}", plan.failed_schedds.join(", "));

@@ -5,7 +5,8 @@
 //! reach systemd and a waiting parent. Nothing here installs signal handlers, so a loop can be
 //! driven in-process (tests send reloads on a channel and end it with a future).
 
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, Mode};
+use std::fmt::Display;
 use std::future::Future;
 use tokio::sync::mpsc;
 
@@ -21,13 +22,18 @@ pub type Reload = Result<Config, ConfigError>;
 
 /// A mode's reconcile loop, as the service drives it.
 pub trait Reconciler {
+    /// Why a valid configuration cannot be taken by this loop.
+    type ReloadError: Display;
+    /// The mode this loop serves: a configuration for another one needs a restart.
+    fn mode(&self) -> Mode;
     /// Waits until the next cycle is due (a tick, an event). Must be cancel-safe: a reload or
     /// the shutdown may interrupt it.
     fn wake(&mut self) -> impl Future<Output = Wake>;
     /// One cycle: observe, decide, act. Returns a one-line summary for the service manager.
     fn reconcile(&mut self, wake: Wake) -> impl Future<Output = String>;
-    /// Takes a reloaded configuration, or keeps the last good one and says why.
-    fn reload(&mut self, reload: Reload);
+    /// Takes a valid reloaded configuration of this loop's mode; on `Err` the last good one
+    /// stays.
+    fn reload(&mut self, cfg: Config) -> Result<(), Self::ReloadError>;
     /// After the last cycle: finish or hand over what is still running.
     fn drain(&mut self) -> impl Future<Output = ()>;
 }
@@ -68,7 +74,7 @@ pub async fn serve<R: Reconciler>(
                 if let Some(h) = hooks.reloading.as_mut() {
                     h();
                 }
-                r.reload(reload);
+                apply_reload(r, reload);
                 Wake::default()
             }
             wake = r.wake() => wake,
@@ -90,6 +96,29 @@ pub async fn serve<R: Reconciler>(
     r.drain().await;
 }
 
+/// A reload is taken whole or not at all, and the log says which (the old configuration
+/// stays in force first, so the first line of the log says it all).
+fn apply_reload<R: Reconciler>(r: &mut R, reload: Reload) {
+    let cfg = match reload {
+        Ok(cfg) => cfg,
+        Err(e) => {
+            tracing::error!("reload failed, keeping the last good configuration:\n{e}");
+            return;
+        }
+    };
+    if cfg.site.mode != r.mode() {
+        tracing::error!(
+            "reload: pilotd.toml now says mode = \"{}\", which needs a restart; keeping the last good configuration",
+            cfg.site.mode.as_str()
+        );
+        return;
+    }
+    match r.reload(cfg) {
+        Ok(()) => tracing::info!("configuration reloaded"),
+        Err(e) => tracing::error!("reload: {e}; keeping the last good configuration"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -102,6 +131,10 @@ mod tests {
     }
 
     impl Reconciler for Recorder {
+        type ReloadError = std::convert::Infallible;
+        fn mode(&self) -> Mode {
+            Mode::Volunteer
+        }
         async fn wake(&mut self) -> Wake {
             tokio::task::yield_now().await;
             Wake { urgent: true }
@@ -110,8 +143,9 @@ mod tests {
             self.seen.push(format!("cycle urgent={}", wake.urgent));
             format!("cycle {}", self.seen.len())
         }
-        fn reload(&mut self, reload: Reload) {
-            self.seen.push(format!("reload ok={}", reload.is_ok()));
+        fn reload(&mut self, _: Config) -> Result<(), Self::ReloadError> {
+            self.seen.push("reload".into());
+            Ok(())
         }
         async fn drain(&mut self) {
             self.seen.push("drain".into());
@@ -134,7 +168,7 @@ mod tests {
             })),
             stopping: Some(Box::new(move || n4.lock().unwrap().push("STOPPING".into()))),
         };
-        let (tx, rx) = mpsc::channel(1);
+        let (tx, rx) = mpsc::channel(2);
         tx.send(Err(ConfigError::Invalid(vec![]))).await.unwrap();
         let mut r = Recorder::default();
         // Stop once three cycles have run.
@@ -162,15 +196,13 @@ mod tests {
             rx,
         )
         .await;
-        assert_eq!(
-            &r.seen[..3],
-            ["reload ok=false", "cycle urgent=false", "cycle urgent=true"]
-        );
+        // The invalid reload never reaches the loop; the cycle after it is not urgent.
+        assert_eq!(&r.seen[..2], ["cycle urgent=false", "cycle urgent=true"]);
         assert_eq!(r.seen.last().map(String::as_str), Some("drain"));
         let notes = notes.lock().unwrap();
         assert_eq!(notes[0], "RELOADING");
-        assert_eq!(notes[1], "READY cycle 2");
-        assert_eq!(notes[2], "done cycle 2");
+        assert_eq!(notes[1], "READY cycle 1");
+        assert_eq!(notes[2], "done cycle 1");
         assert_eq!(notes.last().map(String::as_str), Some("STOPPING"));
         assert_eq!(notes.iter().filter(|n| n.starts_with("READY")).count(), 1);
     }

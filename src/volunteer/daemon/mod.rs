@@ -27,8 +27,8 @@ mod tasks;
 mod tests;
 pub mod triggers;
 
-use crate::config::Mode;
 use crate::config::site::OnShutdown;
+use crate::config::{Config, Mode};
 use crate::service::lifecycle::{self, Hooks, Reconciler, Reload, Wake};
 use crate::service::metrics::Metrics;
 use crate::volunteer::backend::{AnyBackend, Backend, BackendError};
@@ -256,29 +256,15 @@ impl Reconciler for Daemon {
         self.cycle(Utc::now(), wake.urgent).await
     }
 
-    fn reload(&mut self, reload: Reload) {
-        let cfg = match reload {
-            Ok(cfg) if cfg.site.mode != Mode::Volunteer => {
-                tracing::error!(
-                    "reload: pilotd.toml now says mode = \"{}\", which needs a restart; keeping the last good configuration",
-                    cfg.site.mode.as_str()
-                );
-                return;
-            }
-            Ok(cfg) => cfg,
-            Err(e) => {
-                tracing::error!("reload failed, keeping the last good configuration:\n{e}");
-                return;
-            }
-        };
+    type ReloadError = ProbeError;
+
+    fn mode(&self) -> Mode {
+        Mode::Volunteer
+    }
+
+    fn reload(&mut self, cfg: Config) -> Result<(), ProbeError> {
         let s = Settings::resolve(&cfg);
-        let mut probe = match HostProbe::new(s.probe.clone()) {
-            Ok(p) => p,
-            Err(e) => {
-                tracing::error!("reload: {e}; keeping the last good configuration");
-                return;
-            }
-        };
+        let mut probe = HostProbe::new(s.probe.clone())?;
         probe.prime();
         if s.engine != self.s.engine {
             self.engine.backend = None;
@@ -293,7 +279,7 @@ impl Reconciler for Daemon {
         self.worker = worker_for(&s, self.manifest.as_ref());
         self.s = s;
         self.refresh.reset();
-        tracing::info!("configuration reloaded");
+        Ok(())
     }
 
     /// Lets running operations finish briefly (or stops the workers when configured), writes
