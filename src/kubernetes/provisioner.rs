@@ -14,6 +14,7 @@ use crate::kubernetes::shape::POD_SHAPE;
 use crate::kubernetes::snapshot::ClusterSnapshot;
 use crate::service::lifecycle::{self, Hooks, Reconciler, Reload, Wake};
 use crate::service::metrics::Metrics;
+use crate::service::state_file::write_atomically;
 use chrono::{DateTime, Utc};
 use std::collections::BTreeSet;
 use std::future::Future;
@@ -40,17 +41,10 @@ pub fn load_book(path: &Path) -> BackoffBook {
     }
 }
 
-/// Writes the book atomically (temp file + rename).
+/// Writes the book whole (see `service::state_file`).
 pub fn save_book(path: &Path, book: &BackoffBook) -> std::io::Result<()> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let tmp = path.with_extension("json.tmp");
-    std::fs::write(
-        &tmp,
-        serde_json::to_vec_pretty(book).map_err(std::io::Error::other)?,
-    )?;
-    std::fs::rename(&tmp, path)
+    let body = serde_json::to_vec_pretty(book).map_err(std::io::Error::other)?;
+    write_atomically(path, &body)
 }
 
 /// One live observation: the pool first (all schedds failing fails the cycle), then the

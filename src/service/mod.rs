@@ -5,3 +5,4 @@ pub mod detach;
 pub mod lifecycle;
 pub mod metrics;
 pub mod notify;
+pub mod state_file;

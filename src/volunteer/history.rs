@@ -5,6 +5,7 @@
 //!
 //! The counters are pure data; only `load` and `save` touch the filesystem.
 
+use crate::service::state_file::write_atomically;
 use crate::volunteer::policy::Limits;
 use crate::volunteer::settings::Settings;
 use chrono::{DateTime, Datelike, Duration, Timelike, Utc};
@@ -246,19 +247,13 @@ fn read(state_dir: &Path, tz: Tz, set_aside: bool) -> Loaded {
 /// Writes the history atomically (temp file, fsync, rename): a crash leaves the old or the new
 /// file, never half of one.
 pub fn save(state_dir: &Path, h: &History) -> Result<(), HistoryError> {
-    use std::io::Write;
     let p = path(state_dir);
     let err = |source| HistoryError::Write {
         path: p.clone(),
         source,
     };
-    std::fs::create_dir_all(state_dir).map_err(err)?;
-    let tmp = p.with_extension("json.tmp");
     let body = serde_json::to_vec(h).map_err(|e| err(std::io::Error::other(e)))?;
-    let mut f = std::fs::File::create(&tmp).map_err(err)?;
-    f.write_all(&body).map_err(err)?;
-    f.sync_all().map_err(err)?;
-    std::fs::rename(&tmp, &p).map_err(err)
+    write_atomically(&p, &body).map_err(err)
 }
 
 /// One line per day for `pilotd schedule`: each hour's free share as a shade.

@@ -20,6 +20,7 @@
 use crate::config::site::{image_allowed, is_fully_qualified};
 use crate::config::template;
 use crate::config::units::HumanDuration;
+use crate::service::state_file::write_atomically;
 use crate::volunteer::settings::WorkerSettings;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -321,19 +322,13 @@ pub fn load_last_good(state_dir: &Path) -> Result<Option<Manifest>, ManifestErro
 
 /// Stores a manifest atomically as the last known good one.
 pub fn store(state_dir: &Path, m: &Manifest) -> Result<(), ManifestError> {
-    use std::io::Write;
     let p = path(state_dir);
     let err = |source| ManifestError::Store {
         path: p.clone(),
         source,
     };
-    std::fs::create_dir_all(state_dir).map_err(err)?;
     let text = toml::to_string(m).map_err(|e| err(std::io::Error::other(e)))?;
-    let tmp = p.with_extension("toml.tmp");
-    let mut f = std::fs::File::create(&tmp).map_err(err)?;
-    f.write_all(text.as_bytes()).map_err(err)?;
-    f.sync_all().map_err(err)?;
-    std::fs::rename(&tmp, &p).map_err(err)
+    write_atomically(&p, text.as_bytes()).map_err(err)
 }
 
 #[cfg(test)]

@@ -7,12 +7,12 @@
 //! crash never sees half a file.
 
 use crate::config::Evict;
+use crate::service::state_file::write_atomically;
 use crate::volunteer::outcome::{Outcome, StartBackoff};
 use crate::volunteer::policy::Supply;
 use crate::volunteer::worker::Worker;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
@@ -157,26 +157,9 @@ pub fn save(path: &Path, status: &Status) -> Result<(), StateError> {
         path: path.to_path_buf(),
         source,
     };
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(err)?;
-    let tmp = dir.join(format!(
-        ".{}.tmp",
-        path.file_name()
-            .map(|n| n.to_string_lossy().to_string())
-            .unwrap_or_default()
-    ));
-    let body = serde_json::to_vec_pretty(status).map_err(|e| err(std::io::Error::other(e)))?;
-    let mut f = std::fs::File::create(&tmp).map_err(err)?;
-    f.write_all(&body).map_err(err)?;
-    f.write_all(b"\n").map_err(err)?;
-    f.sync_all().map_err(err)?;
-    drop(f);
-    std::fs::rename(&tmp, path).map_err(err)?;
-    // The rename is durable only once the directory is synced.
-    if let Ok(d) = std::fs::File::open(dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
+    let mut body = serde_json::to_vec_pretty(status).map_err(|e| err(std::io::Error::other(e)))?;
+    body.push(b'\n');
+    write_atomically(path, &body).map_err(err)
 }
 
 #[cfg(test)]
