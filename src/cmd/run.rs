@@ -8,6 +8,7 @@ use crate::config::{self, Mode, SiteFile};
 use crate::kubernetes::{self, provisioner};
 use crate::service::detach::{self, Detached, Role};
 use crate::service::lifecycle::{Hooks, Reload};
+use crate::service::logging;
 use crate::service::metrics::Metrics;
 use crate::service::notify;
 use crate::volunteer::host::this_machine;
@@ -26,7 +27,10 @@ pub fn run(g: &Global, a: &RunArgs) -> Result<String, CmdError> {
         Prepared::Parent(Err(e)) => return Err(e),
         Prepared::Run(s) => s,
     };
-    init_logging(g.log_format, cfg.site.log.level.as_deref());
+    logging::init(
+        g.log_format == LogFormat::Json,
+        cfg.site.log.level.as_deref(),
+    );
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("pilotd")
@@ -183,36 +187,4 @@ fn reload_on_hangup(
         }
     });
     Ok(rx)
-}
-
-/// Logs go to the journal when stderr is connected to it (systemd sets `JOURNAL_STREAM`), with
-/// structured fields; to stderr otherwise, as text or JSON. `RUST_LOG` wins over `[log] level`.
-fn init_logging(format: LogFormat, level: Option<&str>) {
-    use tracing_subscriber::EnvFilter;
-    use tracing_subscriber::layer::SubscriberExt;
-    use tracing_subscriber::util::SubscriberInitExt;
-    let filter = EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(level.unwrap_or("info")))
-        .unwrap_or_else(|_| EnvFilter::new("info"));
-    // The journald layer fails when the journal socket is absent (containers): fall back.
-    let journald = std::env::var_os("JOURNAL_STREAM")
-        .is_some()
-        .then(|| tracing_journald::layer().ok())
-        .flatten()
-        .map(|l| l.with_syslog_identifier("pilotd".into()));
-    if let Some(j) = journald {
-        let _ = tracing_subscriber::registry()
-            .with(filter)
-            .with(j)
-            .try_init();
-        return;
-    }
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Json => builder.json().try_init(),
-        LogFormat::Text => builder.try_init(),
-    };
 }

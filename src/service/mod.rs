@@ -3,6 +3,7 @@
 
 pub mod detach;
 pub mod lifecycle;
+pub mod logging;
 pub mod metrics;
 pub mod notify;
 pub mod state_file;
