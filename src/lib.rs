@@ -8,6 +8,7 @@ pub mod backoff;
 pub mod cli;
 pub mod cmd;
 pub mod config;
+#[cfg(feature = "kubernetes")]
 pub mod kubernetes;
 pub mod service;
 pub mod volunteer;

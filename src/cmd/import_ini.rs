@@ -3,8 +3,13 @@
 
 use super::CmdError;
 use crate::cli::ImportIniArgs;
-use crate::kubernetes::ini;
 
+#[cfg(feature = "kubernetes")]
 pub fn run(a: &ImportIniArgs) -> Result<String, CmdError> {
-    Ok(ini::import_file(&a.file)?)
+    Ok(crate::kubernetes::ini::import_file(&a.file)?)
+}
+
+#[cfg(not(feature = "kubernetes"))]
+pub fn run(_: &ImportIniArgs) -> Result<String, CmdError> {
+    Err(super::without_kubernetes())
 }

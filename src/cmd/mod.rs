@@ -36,12 +36,16 @@ pub enum CmdError {
     AsyncRuntime(std::io::Error),
     #[error("cannot print JSON: {0}")]
     Json(#[from] serde_json::Error),
+    #[cfg(feature = "kubernetes")]
     #[error(transparent)]
     ImportIni(#[from] crate::kubernetes::ini::IniError),
+    #[cfg(feature = "kubernetes")]
     #[error(transparent)]
     KubernetesSettings(#[from] crate::kubernetes::settings::SettingsError),
+    #[cfg(feature = "kubernetes")]
     #[error(transparent)]
     Snapshot(#[from] crate::kubernetes::snapshot::SnapshotError),
+    #[cfg(feature = "kubernetes")]
     #[error(transparent)]
     Provisioner(#[from] crate::kubernetes::provisioner::ProvisionerError),
     #[error(transparent)]
@@ -52,17 +56,27 @@ impl CmdError {
     /// 0 ok, 1 runtime failure, 2 bad usage or invalid configuration.
     pub fn exit_code(&self) -> u8 {
         match self {
-            CmdError::Config(_) | CmdError::Usage(_) | CmdError::ImportIni(_) => 2,
+            CmdError::Config(_) | CmdError::Usage(_) => 2,
+            #[cfg(feature = "kubernetes")]
+            CmdError::ImportIni(_) => 2,
             CmdError::Probe(_)
             | CmdError::Runtime(_)
             | CmdError::AsyncRuntime(_)
             | CmdError::Json(_)
-            | CmdError::KubernetesSettings(_)
-            | CmdError::Snapshot(_)
-            | CmdError::Provisioner(_)
             | CmdError::Daemon(_) => 1,
+            #[cfg(feature = "kubernetes")]
+            CmdError::KubernetesSettings(_) | CmdError::Snapshot(_) | CmdError::Provisioner(_) => 1,
         }
     }
+}
+
+/// What a build without kubernetes mode says when asked for it (its config check refuses
+/// `mode = "kubernetes"` first, so this is the last line of defence).
+#[cfg(not(feature = "kubernetes"))]
+pub fn without_kubernetes() -> CmdError {
+    CmdError::Usage(
+        "this pilotd is built without kubernetes mode (the `kubernetes` feature)\n  hint: run kubernetes mode from the provisioner image".into(),
+    )
 }
 
 /// Loads the configuration for a command that may run without pilotd.toml.

@@ -4,11 +4,6 @@
 use super::{CmdError, block_on, describe_sources, load_config, observe_once, parse_now};
 use crate::cli::{Format, Global, PlanArgs};
 use crate::config::{Config, Machine, Mode, SiteFile};
-use crate::kubernetes::plan::decide;
-use crate::kubernetes::provisioner::live_snapshot;
-use crate::kubernetes::report;
-use crate::kubernetes::settings::Settings as KubernetesSettings;
-use crate::kubernetes::snapshot::ClusterSnapshot;
 use crate::volunteer::backend;
 use crate::volunteer::history::{self, History, Outlook};
 use crate::volunteer::host::Carry;
@@ -92,13 +87,19 @@ pub fn run(g: &Global, a: &PlanArgs) -> Result<String, CmdError> {
 }
 
 /// Kubernetes mode: decide from the replayed snapshot (path and text) or a live observation.
+#[cfg(feature = "kubernetes")]
 fn kubernetes_plan(
     cfg: &Config,
     snapshot: Option<(&Path, String)>,
     now: DateTime<Utc>,
     format: Format,
 ) -> Result<String, CmdError> {
-    let s = KubernetesSettings::resolve(cfg)?;
+    use crate::kubernetes::plan::decide;
+    use crate::kubernetes::provisioner::live_snapshot;
+    use crate::kubernetes::report;
+    use crate::kubernetes::settings::Settings;
+    use crate::kubernetes::snapshot::ClusterSnapshot;
+    let s = Settings::resolve(cfg)?;
     let snap = match snapshot {
         Some((path, text)) => ClusterSnapshot::from_json(&path.display().to_string(), &text)?,
         None => block_on(live_snapshot(&s, now))??,
@@ -108,6 +109,16 @@ fn kubernetes_plan(
         Format::Json => serde_json::to_string_pretty(&plan)? + "\n",
         Format::Text => report::plan_text(&plan),
     })
+}
+
+#[cfg(not(feature = "kubernetes"))]
+fn kubernetes_plan(
+    _: &Config,
+    _: Option<(&Path, String)>,
+    _: DateTime<Utc>,
+    _: Format,
+) -> Result<String, CmdError> {
+    Err(super::without_kubernetes())
 }
 
 pub fn volunteer_plan(cfg: &Config, host: &HostSnapshot, now: DateTime<Utc>) -> VolunteerPlan {

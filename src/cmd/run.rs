@@ -5,7 +5,6 @@
 use super::{CmdError, load_config};
 use crate::cli::{Global, LogFormat, RunArgs};
 use crate::config::{self, Mode, SiteFile};
-use crate::kubernetes::{self, provisioner};
 use crate::service::detach::{self, Detached, Role};
 use crate::service::lifecycle::{Hooks, Reload};
 use crate::service::logging;
@@ -52,12 +51,16 @@ pub fn run(g: &Global, a: &RunArgs) -> Result<String, CmdError> {
                 let s = volunteer::settings::Settings::resolve(&cfg);
                 daemon::run(s, metrics, hooks, shutdown, reloads).await?;
             }
+            #[cfg(feature = "kubernetes")]
             Mode::Kubernetes => {
+                use crate::kubernetes::{provisioner, settings::Settings};
                 // kube's TLS uses ring; installing it twice is harmless, two providers panic.
                 let _ = rustls::crypto::ring::default_provider().install_default();
-                let s = kubernetes::settings::Settings::resolve(&cfg)?;
+                let s = Settings::resolve(&cfg)?;
                 provisioner::run(s, metrics, hooks, shutdown, reloads).await?;
             }
+            #[cfg(not(feature = "kubernetes"))]
+            Mode::Kubernetes => return Err(super::without_kubernetes()),
         }
         Ok::<(), CmdError>(())
     });

@@ -3,12 +3,9 @@
 use super::{CmdError, block_on, load_config, observe_once};
 use crate::cli::Global;
 use crate::config::{self, Config, ConfigError, Mode, Policy, SiteFile};
-use crate::kubernetes::provisioner::live_snapshot;
-use crate::kubernetes::settings::Settings as KubernetesSettings;
 use crate::volunteer::host::Carry;
 use crate::volunteer::settings::Settings;
 use crate::volunteer::{backend, inspect};
-use chrono::Utc;
 use std::time::Duration;
 
 pub fn run(g: &Global) -> Result<String, CmdError> {
@@ -28,9 +25,7 @@ pub fn run(g: &Global) -> Result<String, CmdError> {
         other => other?,
     };
     if cfg.site.mode == Mode::Kubernetes {
-        let s = KubernetesSettings::resolve(&cfg)?;
-        let snap = block_on(live_snapshot(&s, Utc::now()))??;
-        return Ok(serde_json::to_string_pretty(&snap)? + "\n");
+        return kubernetes_snapshot(&cfg);
     }
     // Own workers' CPU from their stats, so a snapshot replays the daemon's owner-load view.
     let s = Settings::resolve(&cfg);
@@ -46,4 +41,19 @@ pub fn run(g: &Global) -> Result<String, CmdError> {
     serde_json::to_string_pretty(&snap)
         .map(|s| s + "\n")
         .map_err(|e| CmdError::Runtime(format!("cannot encode the snapshot: {e}")))
+}
+
+/// Kubernetes mode: the live observation of the pool and the namespace.
+#[cfg(feature = "kubernetes")]
+fn kubernetes_snapshot(cfg: &Config) -> Result<String, CmdError> {
+    use crate::kubernetes::provisioner::live_snapshot;
+    use crate::kubernetes::settings::Settings;
+    let s = Settings::resolve(cfg)?;
+    let snap = block_on(live_snapshot(&s, chrono::Utc::now()))??;
+    Ok(serde_json::to_string_pretty(&snap)? + "\n")
+}
+
+#[cfg(not(feature = "kubernetes"))]
+fn kubernetes_snapshot(_: &Config) -> Result<String, CmdError> {
+    Err(super::without_kubernetes())
 }

@@ -5,10 +5,6 @@
 use super::{CmdError, block_on, load_config};
 use crate::cli::{Format, Global, StatusArgs};
 use crate::config::{Mode, SiteFile};
-use crate::kubernetes::plan::decide;
-use crate::kubernetes::provisioner::live_snapshot;
-use crate::kubernetes::report;
-use crate::kubernetes::settings::Settings as KubernetesSettings;
 use crate::volunteer::settings::Settings;
 use crate::volunteer::status as state;
 use crate::volunteer::worker::{Worker, WorkerState};
@@ -122,7 +118,12 @@ pub fn run(g: &Global, a: &StatusArgs) -> Result<String, CmdError> {
 }
 
 /// Kubernetes mode: the live table by shape, with back-off.
+#[cfg(feature = "kubernetes")]
 fn kubernetes_status(cfg: &crate::config::Config, format: Format) -> Result<String, CmdError> {
+    use crate::kubernetes::plan::decide;
+    use crate::kubernetes::provisioner::live_snapshot;
+    use crate::kubernetes::report;
+    use crate::kubernetes::settings::Settings as KubernetesSettings;
     let s = KubernetesSettings::resolve(cfg)?;
     let now = Utc::now();
     let snap = block_on(live_snapshot(&s, now))??;
@@ -131,6 +132,11 @@ fn kubernetes_status(cfg: &crate::config::Config, format: Format) -> Result<Stri
         Format::Json => serde_json::to_string_pretty(&report::status_json(&plan))? + "\n",
         Format::Text => report::status_text(&plan),
     })
+}
+
+#[cfg(not(feature = "kubernetes"))]
+fn kubernetes_status(_: &crate::config::Config, _: Format) -> Result<String, CmdError> {
+    Err(super::without_kubernetes())
 }
 
 fn ago(now: DateTime<Utc>, t: DateTime<Utc>) -> String {

@@ -2,6 +2,7 @@
 //! files; parsing and validation are pure and report every problem as `FILE:LINE:COL`.
 
 pub mod diag;
+#[cfg(feature = "kubernetes")]
 pub mod kubernetes;
 pub mod policy;
 pub mod site;
