@@ -316,7 +316,7 @@ mod tests {
     use utmp_rs::UtmpError;
 
     /// Record-level rules (liveness, DEAD_PROCESS, idle) are tested on real encoded records in
-    /// tests/sessions_pure.rs; these tests cover the error paths and the live lookups.
+    /// tests/it/sessions/pure.rs; these tests cover the error paths and the live lookups.
     struct FakeHost;
     impl HostLookup for FakeHost {
         fn is_alive(&self, _pid: i32) -> bool {

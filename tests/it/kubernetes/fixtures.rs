@@ -1,21 +1,19 @@
 //! Kubernetes mode from the operator's side, through the `pilotd` binary: convert a real
 //! provisioner INI with `import-ini`, use the result as is with `-c`, and replay a snapshot
-//! with `plan --snapshot --format json` (the contract in DESIGN.md).
+//! with `plan --snapshot --format json` (the contract in README.md, "Kubernetes mode").
 
+use crate::harness;
 use assert_cmd::Command;
 use pilotd::config::kubernetes::KubernetesConfig;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/kubernetes")
-        .join(name)
+    harness::fixture(&format!("kubernetes/{name}"))
 }
 
 fn converted(dir: &Path) -> PathBuf {
-    let out = Command::cargo_bin("pilotd")
-        .unwrap()
+    let out = Command::new(harness::bin())
         .arg("import-ini")
         .arg(fixture("osg_provisioner.conf"))
         .output()
@@ -63,8 +61,7 @@ fn import_ini_output_is_a_valid_pilotd_toml_with_the_ini_settings() {
     );
     assert!(!k.force_namespace_matching);
     // `pilotd check` accepts it too.
-    Command::cargo_bin("pilotd")
-        .unwrap()
+    Command::new(harness::bin())
         .arg("-c")
         .arg(&path)
         .arg("check")
@@ -77,8 +74,7 @@ fn import_ini_reports_a_bad_entry_with_file_and_line() {
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.conf");
     std::fs::write(&bad, "[DEFAULT]\nnamespace=ns\n[k8s]\nenvs_dict=A:1,B\n").unwrap();
-    let out = Command::cargo_bin("pilotd")
-        .unwrap()
+    let out = Command::new(harness::bin())
         .arg("import-ini")
         .arg(&bad)
         .output()
@@ -92,8 +88,7 @@ fn import_ini_reports_a_bad_entry_with_file_and_line() {
 }
 
 fn plan(config: &Path) -> Value {
-    let out = Command::cargo_bin("pilotd")
-        .unwrap()
+    let out = Command::new(harness::bin())
         .arg("-c")
         .arg(config)
         .args([
@@ -168,7 +163,7 @@ fn plan_replays_a_snapshot_offline_with_the_json_contract() {
 
 #[test]
 fn the_deployment_configmap_holds_a_valid_pilotd_toml() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/kubernetes/configmap.yaml");
+    let path = harness::repo("deploy/kubernetes/configmap.yaml");
     let yaml = std::fs::read_to_string(&path).unwrap();
     let start =
         yaml.find("pilotd.toml: |\n").expect("a pilotd.toml key") + "pilotd.toml: |\n".len();

@@ -1,18 +1,9 @@
 //! `pilotd init` as an owner or an install script uses it: piped answers, `--yes` with flags,
 //! never overwriting without `--force`, and always a policy `pilotd check` accepts.
 
-use assert_cmd::Command;
+use crate::harness::pilotd_without_site as pilotd;
 use predicates::prelude::*;
 use std::path::Path;
-
-fn pilotd() -> Command {
-    let mut c = Command::cargo_bin("pilotd").unwrap();
-    c.arg("-c").arg("/nonexistent/pilotd.toml");
-    c.env_remove("PILOTD_CONFIG")
-        .env_remove("PILOTD_POLICY")
-        .env("TZ", "UTC");
-    c
-}
 
 fn check(policy: &Path) {
     pilotd()

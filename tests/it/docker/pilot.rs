@@ -3,38 +3,15 @@
 //! decision, and reads what happened from the pilot's exit code — a worker that ran a job
 //! (exit 0) keeps the back-off at zero, one that saw no job (exit 10) widens it.
 //!
-//! Needs `PILOTD_DOCKER_TESTS=1` after tests/setup-docker.sh and
-//! tests/images/build-pilot-image.sh (tests/run.sh does both); then every failure fails.
 
+use super::enabled;
+use crate::harness::{self, sh_ok as sh};
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const IMAGE: &str = "127.0.0.1:5000/pilotd-test/pilot:e2e";
-
-fn enabled() -> bool {
-    if std::env::var("PILOTD_DOCKER_TESTS").as_deref() == Ok("1") {
-        return true;
-    }
-    eprintln!("skipped: set PILOTD_DOCKER_TESTS=1 after tests/setup-docker.sh to run Docker tests");
-    false
-}
-
-fn sh(cmd: &str) -> String {
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg(cmd)
-        .output()
-        .expect("sh runs");
-    assert!(
-        out.status.success(),
-        "{cmd} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
 
 /// The locally built pilot image, pushed to the loopback registry (pilotd pulls by digest).
 fn push_pilot_image() {
@@ -123,7 +100,7 @@ FAKE_CONDOR_MODE = "{mode}"
         )
         .unwrap();
         let log = std::fs::File::create(d.join("pilotd.log")).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_pilotd"))
+        let child = Command::new(harness::bin())
             .arg("-c")
             .arg(d.join("pilotd.toml"))
             .arg("run")
@@ -144,7 +121,7 @@ FAKE_CONDOR_MODE = "{mode}"
     }
 
     fn status(&self) -> String {
-        let out = Command::new(env!("CARGO_BIN_EXE_pilotd"))
+        let out = Command::new(harness::bin())
             .arg("-c")
             .arg(self.path("pilotd.toml"))
             .arg("status")

@@ -1,31 +1,20 @@
 //! The volunteer-mode CLI as an owner uses it: check, plan, snapshot, schedule, and every
 //! class of bad input (exit 2, FILE:LINE:COL, never a panic).
 
+use crate::harness::{self, repo};
 use assert_cmd::Command;
 use predicates::prelude::*;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/volunteer")
-        .join(name)
-}
-
-fn repo(path: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+    harness::fixture(&format!("volunteer/{name}"))
 }
 
 /// pilotd with no pilotd.toml (built-in defaults) and the given policy.
 fn pilotd(policy: &Path) -> Command {
-    let mut c = Command::cargo_bin("pilotd").unwrap();
-    c.arg("-c")
-        .arg("/nonexistent/pilotd.toml")
-        .arg("--policy")
-        .arg(policy);
-    c.env_remove("PILOTD_CONFIG")
-        .env_remove("PILOTD_POLICY")
-        .env("TZ", "UTC");
+    let mut c = harness::pilotd_without_site();
+    c.arg("--policy").arg(policy);
     c
 }
 
@@ -122,8 +111,7 @@ fn unreadable_files_are_named() {
     // An explicit pilotd.toml that does not exist is required... only for `run`; a directory
     // given as the config is unreadable and named.
     let dir = tempfile::tempdir().unwrap();
-    Command::cargo_bin("pilotd")
-        .unwrap()
+    Command::new(harness::bin())
         .arg("-c")
         .arg(dir.path())
         .arg("--policy")
@@ -146,8 +134,7 @@ fn bad_pilotd_toml_is_reported_with_position() {
         "mode = \"volunteer\"\n[worker]\nimage = \"ospool-ep:latest\"\n",
     )
     .unwrap();
-    Command::cargo_bin("pilotd")
-        .unwrap()
+    Command::new(harness::bin())
         .arg("-c")
         .arg(&site)
         .arg("--policy")

@@ -1,11 +1,9 @@
 //! Kubernetes mode end to end: the real `kube` client against the in-process fake API server
-//! (tests/fake_kube) and the fake `condor_status`/`condor_q` executables (tests/fake-condor),
+//! (`fake_api`) and the fake `condor_status`/`condor_q` executables (tests/fake-condor),
 //! through `provisioner::cycle` and the `run` loop.
 
-mod fake_kube;
-
+use super::fake_api::FakeKube;
 use chrono::{DateTime, Utc};
-use fake_kube::FakeKube;
 use pilotd::config::kubernetes::KubernetesConfig;
 use pilotd::kubernetes::backoff::BackoffBook;
 use pilotd::kubernetes::client::KubeBackend;
@@ -13,7 +11,7 @@ use pilotd::kubernetes::provisioner::{cycle, load_book, run};
 use pilotd::kubernetes::settings::Settings;
 use pilotd::service::lifecycle::Hooks;
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 const NS: &str = "osg-opportunistic";
 
@@ -26,7 +24,7 @@ struct Pool {
 impl Pool {
     fn new() -> Pool {
         let dir = tempfile::tempdir().unwrap();
-        let fake = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fake-condor");
+        let fake = crate::harness::repo("tests/fake-condor");
         for tool in ["condor_status", "condor_q"] {
             let wrapper = dir.path().join(tool);
             std::fs::write(

@@ -4,16 +4,13 @@
 //! The Docker socket points nowhere on purpose: the service layer must work (and say why no
 //! worker starts) without an engine.
 
+use crate::harness::bin;
 use std::io::{BufRead, BufReader};
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-
-fn bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_pilotd"))
-}
 
 struct Setup {
     dir: tempfile::TempDir,

@@ -4,16 +4,13 @@
 //! The same property is a cargo-fuzz target (fuzz/fuzz_targets/utmp_parse.rs) for longer runs.
 
 #[allow(dead_code)]
-#[path = "fixtures/utmp/record.rs"]
-mod record;
-
 use std::path::Path;
 
+use super::record::{self, BOOT_TIME, RECORD_SIZE, Record};
 use chrono::{DateTime, TimeZone, Utc};
 use pilotd::volunteer::sessions::{HostLookup, read_sessions, sessions_from_entries};
 use pilotd::volunteer::snapshot::Sessions;
 use proptest::prelude::*;
-use record::{BOOT_TIME, RECORD_SIZE, Record};
 use utmp_rs::UtmpParser;
 
 const NOW: i32 = 1_704_888_000;

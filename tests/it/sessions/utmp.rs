@@ -9,18 +9,15 @@
 //! packages, and a missing one fails the test with the package to install.
 
 #[allow(dead_code)]
-#[path = "fixtures/utmp/record.rs"]
-mod record;
-
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime};
 
+use super::record::{self, RECORD_SIZE, Record};
 use chrono::{DateTime, TimeZone, Utc};
 use pilotd::volunteer::sessions::read_sessions;
 use pilotd::volunteer::snapshot::{Session, Sessions};
-use record::{RECORD_SIZE, Record};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/utmp");
 
@@ -329,7 +326,7 @@ fn endless_file_is_unknown() {
 
 /// An empty utmp is "nobody": every login program appends its record, so a login cannot be
 /// present without one. (A host where no program writes utmp at all cannot be told apart
-/// from the file; DESIGN's logind source covers that. A missing file is Unknown.)
+/// from the file; a logind source would cover that. A missing file is Unknown.)
 #[test]
 fn empty_file_is_nobody() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,9 +1,7 @@
 //! `KubeBackend` against the in-process fake API server: label selectors, pagination with
 //! `limit`/`continue`, 409 on a duplicate name, background-propagation deletes, injected 500s.
 
-mod fake_kube;
-
-use fake_kube::FakeKube;
+use super::fake_api::FakeKube;
 use k8s_openapi::api::batch::v1::Job;
 use pilotd::config::kubernetes::KubernetesConfig;
 use pilotd::kubernetes::client::{Connection, KubeBackend, KubeError};

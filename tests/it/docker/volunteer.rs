@@ -5,6 +5,8 @@
 //! own `pilotd.instance` label, temp dir, utmp file and (where needed) its own registry tag,
 //! and removes its containers when done, pass or fail.
 
+use super::{docker, enabled};
+use crate::harness::{self, sh};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -14,32 +16,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 const REPO: &str = "127.0.0.1:5000/pilotd-test/worker";
-
-fn enabled() -> bool {
-    if std::env::var("PILOTD_DOCKER_TESTS").as_deref() == Ok("1") {
-        return true;
-    }
-    eprintln!("skipped: set PILOTD_DOCKER_TESTS=1 after tests/setup-docker.sh to run Docker tests");
-    false
-}
-
-fn sh(cmd: &str) -> (bool, String) {
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg(cmd)
-        .output()
-        .expect("sh runs");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).trim().to_string(),
-    )
-}
-
-fn docker(args: &str) -> String {
-    let (ok, out) = sh(&format!("docker {args}"));
-    assert!(ok, "docker {args} failed: {out}");
-    out
-}
 
 /// One container of a test instance, as `docker ps -a` shows it.
 #[derive(Debug, Clone)]
@@ -88,7 +64,7 @@ impl Harness {
     }
 
     fn pilotd(&self) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_pilotd"));
+        let mut c = Command::new(harness::bin());
         c.arg("-c").arg(self.path("pilotd.toml"));
         c
     }

@@ -2,16 +2,13 @@
 //! no filesystem, no real processes, no user database.
 
 #[allow(dead_code)]
-#[path = "fixtures/utmp/record.rs"]
-mod record;
-
 use std::cell::RefCell;
 use std::path::Path;
 
+use super::record::{self, LOGIN_PROCESS, Record};
 use chrono::{DateTime, TimeZone, Utc};
 use pilotd::volunteer::sessions::{HostLookup, SessionsError, sessions_from_entries};
 use pilotd::volunteer::snapshot::Session;
-use record::{LOGIN_PROCESS, Record};
 use utmp_rs::UtmpParser;
 
 /// 2024-01-10 12:00:00 UTC.
