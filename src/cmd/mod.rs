@@ -1,5 +1,10 @@
-//! One file per subcommand (youki style). Each returns what it prints, or a `CmdError` that
-//! `main` maps to an exit code; nothing here calls `process::exit`.
+//! One file per subcommand (youki style): the edge of the program. Each loads the
+//! configuration, resolves the mode's settings, does its one thing and returns what it prints,
+//! or a `CmdError` that `main` maps to an exit code; nothing here calls `process::exit`. `run`
+//! is where the process becomes a service: detaching, logging, the runtime, signal handlers,
+//! the metrics listener, then the mode's loop.
+//!
+//! Imports: everything below it (`volunteer`, `kubernetes`, `service`, `config`, `cli`).
 
 pub mod check;
 pub mod completions;

@@ -17,7 +17,8 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use std::path::Path;
 
-/// The JSON printed by `plan --format json` in volunteer mode (a contract, see DESIGN.md).
+/// The JSON printed by `plan --format json` in volunteer mode (a contract: README, "Reading a
+/// decision").
 #[derive(Debug, Serialize)]
 pub struct VolunteerPlan {
     pub mode: &'static str,
@@ -202,7 +203,7 @@ pub fn read_snapshot(path: &Path) -> Result<Snapshot, CmdError> {
     })?;
     let located = |e: serde_json::Error| {
         CmdError::Usage(format!(
-            "{}:{}:{}: {}\n  hint: the format is what `pilotd snapshot` prints (see DESIGN.md, \"Snapshot files\")",
+            "{}:{}:{}: {}\n  hint: the format is what `pilotd snapshot` prints (README.md, \"Snapshot files\")",
             path.display(),
             e.line(),
             e.column(),

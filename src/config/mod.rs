@@ -1,5 +1,13 @@
-//! Configuration: the site's `pilotd.toml` and the owner's `policy.toml`. Loading reads the
-//! files; parsing and validation are pure and report every problem as `FILE:LINE:COL`.
+//! The two files pilotd reads: the site's `pilotd.toml` and the owner's `policy.toml`. Loading
+//! reads them; parsing and validation are pure and report every problem at once, each as
+//! `FILE:LINE:COL` with a hint (`diag`). The typed leaves (`units`: durations, sizes, shares,
+//! days) and the `[worker.env]` template language (`template`) live here because the files are
+//! checked against them.
+//!
+//! This is where file structure ends: spans, defaults and tables stay here. Each mode resolves
+//! what it needs into plain settings once (`volunteer::settings`, `kubernetes::settings`).
+//!
+//! Imports: nothing of pilotd (the bottom layer).
 
 pub mod diag;
 #[cfg(feature = "kubernetes")]

@@ -176,8 +176,8 @@ pub struct PolicySpans {
 }
 
 impl Policy {
-    /// The built-in defaults (the values DESIGN.md documents), with a window that is always
-    /// open; the shipped policies narrow it.
+    /// The built-in defaults (what a policy.toml that sets nothing means), with a window that
+    /// is always open; the shipped policies narrow it.
     pub fn defaults(timezone: Tz) -> Policy {
         Policy {
             timezone,

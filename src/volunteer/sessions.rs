@@ -6,7 +6,7 @@
 //!
 //! The one rule that shapes everything here: a file we cannot read or make sense of is
 //! `Sessions::Unknown`, never "nobody". The policy treats `Unknown` as "owner present", so every
-//! doubt resolves toward the owner (DESIGN.md, "Observation" and "Pitfalls").
+//! doubt resolves toward the owner (ARCHITECTURE.md, "Failing toward the owner").
 //!
 //! The work is split so that the decisions can be tested without a filesystem:
 //! [`read_sessions`] opens the file and wires in the real host ([`LiveHost`]: `kill(pid, 0)`,

@@ -1,5 +1,5 @@
-//! A recording in-memory backend for the daemon-level unit tests (`daemon/tests.rs`): it keeps workers
-//! and images in a table, records every call, and can be told to fail.
+//! A recording in-memory backend for the daemon-level unit tests (`daemon/tests.rs`): it keeps
+//! workers and images in a table, records every call, and can be told to fail.
 
 use super::{Backend, BackendError, BackendEvent};
 use crate::volunteer::worker::{

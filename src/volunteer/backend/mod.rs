@@ -7,7 +7,10 @@
 //! hence the `AnyBackend` enum (one arm per backend, dispatch by `match`).
 //!
 //! State lives in the runtime: everything pilotd needs to rebuild its view after a crash is in
-//! the labels of the containers it created (`pilotd.*`, see [`labels`]).
+//! the labels of the containers it created (`pilotd.*`, see `worker::labels`).
+//!
+//! Imports: `volunteer::worker` and `settings` (the data it carries out and reports); never the
+//! plan, the policy or the daemon.
 
 pub mod docker;
 #[cfg(any(test, feature = "test-fixtures"))]

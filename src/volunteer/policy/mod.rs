@@ -4,6 +4,8 @@
 //! The two latches (owner CPU busy since, host free since) arrive in the snapshot and leave in
 //! the `Supply`, so the daemon carries them between cycles and a replay of a saved snapshot
 //! decides exactly what the daemon decided.
+//!
+//! Imports: `config` (the policy, as validated) and `volunteer::snapshot`.
 
 pub mod calendar;
 

@@ -18,7 +18,7 @@ fn w(days: &str, from: &str, to: &str) -> Window {
     }
 }
 
-/// The DESIGN.md example policy: nights and weekends in Rome.
+/// The classic policy: nights and weekends, in Rome.
 fn nights_and_weekends() -> Policy {
     let mut p = Policy::defaults(Rome);
     p.windows = vec![
