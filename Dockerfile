@@ -22,6 +22,7 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
 COPY pilot ./pilot
+COPY crates ./crates
 
 FROM rust-build AS pilot-build
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
@@ -32,7 +33,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 FROM rust-build AS pilotd-build
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked -p pilotd --bin pilotd \
+    cargo build --release --locked -p pilotd --bin pilotd --features kubernetes \
  && install -D -m 0755 target/release/pilotd /out/pilotd
 
 # The worker: HTCondor's execute-node image (condor_master in /usr/sbin, condor_config_val in

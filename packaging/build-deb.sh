@@ -44,8 +44,10 @@ case "$profile" in
   *) bin_dir=$target_dir/$profile ;;
 esac
 
-echo "build-deb: building pilotd and pilot ($profile profile)" >&2
-cargo build --quiet --profile "$profile" -p pilotd -p pilot --bins >&2
+# Donated machines run volunteer mode only: the package's pilotd is built without the
+# `kubernetes` feature, so it neither links nor maps the Kubernetes client stack.
+echo "build-deb: building pilotd (volunteer mode only) and pilot ($profile profile)" >&2
+cargo build --quiet --profile "$profile" -p pilotd -p pilot --bins --no-default-features >&2
 for b in pilotd pilot; do
   [ -x "$bin_dir/$b" ] || die "$bin_dir/$b was not built"
 done

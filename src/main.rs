@@ -15,9 +15,7 @@ fn main() -> ExitCode {
         Command::Plan(a) => cmd::plan::run(g, a),
         Command::Snapshot => cmd::snapshot::run(g),
         Command::Schedule(a) => cmd::schedule::run(g, a),
-        Command::ImportIni(a) => {
-            cmd::kubernetes::import_ini(&a.file).map_err(|e| CmdError::Usage(e.to_string()))
-        }
+        Command::ImportIni(a) => cmd::import_ini::run(a),
         Command::Init(a) => cmd::init::run(g, a),
         Command::Completions(a) => cmd::completions::run(a),
         Command::Manpages(a) => cmd::manpages::run(a),

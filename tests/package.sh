@@ -114,6 +114,13 @@ out=$(check 2>&1) || { echo "$out" >&2; fail "pilotd check fails on the installe
 ok "pilotd check: $(head -n 1 <<<"$out")"
 "$root/usr/lib/pilotd/pilot" --version >/dev/null || fail "/usr/lib/pilotd/pilot --version failed"
 ok "pilot runs"
+# The package is the volunteer build: kubernetes mode is refused, and says why.
+printf 'mode = "kubernetes"\n[kubernetes]\nnamespace = "osg"\n' > "$work/kube.toml"
+if out=$("$root/usr/bin/pilotd" -c "$work/kube.toml" check 2>&1); then
+  fail "the packaged pilotd accepted kubernetes mode: $out"
+fi
+grep -q 'not in this build of pilotd' <<<"$out" || fail "kubernetes mode refused without saying why: $out"
+ok "volunteer build: kubernetes mode is not in it"
 
 echo "== man pages"
 for page in "$root"/usr/share/man/man1/*.1.gz; do

@@ -20,7 +20,6 @@ command -v debootstrap >/dev/null || need+=(debootstrap)
 command -v docker >/dev/null || need+=(docker.io)
 command -v python3 >/dev/null || need+=(python3)
 command -v curl >/dev/null || need+=(curl)
-command -v debootstrap >/dev/null || need+=(debootstrap)
 [ -f /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
 if [ ${#need[@]} -gt 0 ]; then
   log "installing ${need[*]}"

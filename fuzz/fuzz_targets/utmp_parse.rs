@@ -6,7 +6,7 @@ use std::path::Path;
 
 use chrono::{DateTime, Utc};
 use libfuzzer_sys::fuzz_target;
-use pilotd::observe::sessions::{HostLookup, sessions_from_entries};
+use pilotd::volunteer::sessions::{HostLookup, sessions_from_entries};
 use utmp_rs::UtmpParser;
 
 /// A deterministic host (no syscalls, so runs reproduce): even pids alive, user names with

@@ -15,35 +15,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-/// The pilot's exit codes (the contract with pilotd, see DESIGN.md).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PilotExit {
-    /// 0: ran at least one job, then shut down normally.
-    RanJobs,
-    /// 10: no job arrived within the idle timeout.
-    Idle,
-    /// 20: remote configuration could not be fetched or was invalid.
-    Config,
-    /// 21: self-test failed.
-    SelfTest,
-    /// 30: condor failed (did not start, crashed, exited abnormally, had to be killed).
-    CondorFailed,
-    /// 128+n: ended by signal n.
-    Signal(i32),
-}
-
-impl PilotExit {
-    pub fn code(self) -> u8 {
-        match self {
-            PilotExit::RanJobs => 0,
-            PilotExit::Idle => 10,
-            PilotExit::Config => 20,
-            PilotExit::SelfTest => 21,
-            PilotExit::CondorFailed => 30,
-            PilotExit::Signal(n) => u8::try_from(128 + n.clamp(1, 127)).unwrap_or(255),
-        }
-    }
-}
+/// The pilot's exit codes: the contract with pilotd, defined once for both.
+pub use pilot_contract::PilotExit;
 
 /// Signals the pilot acts on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,8 +1,9 @@
 //! `pilotd check`: validate pilotd.toml and the policy (like `sshd -t`).
 
-use super::{CmdError, load_config, this_machine};
+use super::{CmdError, load_config};
 use crate::cli::Global;
 use crate::config::{Mode, SiteFile};
+use crate::volunteer::host::this_machine;
 
 pub fn run(g: &Global) -> Result<String, CmdError> {
     let cfg = load_config(g, SiteFile::Optional, this_machine())?;

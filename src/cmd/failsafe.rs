@@ -21,11 +21,12 @@
 //! leave workers running unsupervised.
 
 use super::CmdError;
-use crate::backend::{AnyBackend, Backend, Worker, WorkerState};
 use crate::cli::Global;
 use crate::config::{self, Mode, SiteConfig, SiteFile};
-use crate::daemon::state;
-use crate::plan::volunteer::WorkerSettings;
+use crate::volunteer::backend::{self, Backend};
+use crate::volunteer::settings::{EngineSettings, WorkerSettings};
+use crate::volunteer::status;
+use crate::volunteer::worker::{Worker, WorkerState};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::Path;
@@ -110,26 +111,23 @@ pub fn run(g: &Global, a: &FailsafeArgs) -> Result<String, CmdError> {
     if let Some(n) = note {
         let _ = writeln!(out, "failsafe: {n}");
     }
-    let settings = WorkerSettings::from_site(&site);
-    let d = &site.docker;
+    let settings = WorkerSettings::of_site(&site);
+    let engine = EngineSettings::of_site(&site);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| CmdError::Runtime(format!("cannot start the async runtime: {e}")))?;
-    let b =
-        crate::backend::docker::DockerBackend::connect(&d.socket, &settings.instance, d.timeout.0)
-            .map(AnyBackend::Docker)
-            .map_err(|e| {
-                CmdError::Runtime(format!(
-                    "{out}failsafe: {}: {e}\n  workers of instance \"{}\" may still be running",
-                    if a.remove {
-                        "cannot remove the workers".to_string()
-                    } else {
-                        format!("pilotd ended abnormally ({})", end.describe())
-                    },
-                    settings.instance
-                ))
-            })?;
+    let b = backend::connect(&engine).map_err(|e| {
+        CmdError::Runtime(format!(
+            "{out}failsafe: {}: {e}\n  workers of instance \"{}\" may still be running",
+            if a.remove {
+                "cannot remove the workers".to_string()
+            } else {
+                format!("pilotd ended abnormally ({})", end.describe())
+            },
+            settings.instance
+        ))
+    })?;
     let result = rt.block_on(async {
         if a.remove {
             remove_all(&b, a.grace, &settings).await
@@ -149,7 +147,7 @@ fn site_or_fallback(path: &Path) -> (SiteConfig, Option<String>) {
         Ok((site, _)) => (site, None),
         Err(e) => {
             let mut site = SiteConfig::defaults();
-            let recorded = state::load(&state::path(&site.state_dir))
+            let recorded = status::load(&status::path(&site.state_dir))
                 .ok()
                 .flatten()
                 .map(|s| s.instance)
@@ -347,7 +345,7 @@ fn remove_scratch(s: &WorkerSettings, name: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::fake::FakeBackend;
+    use crate::volunteer::backend::fake::FakeBackend;
     use chrono::Utc;
 
     fn worker(id: &str, state: WorkerState) -> Worker {
@@ -464,7 +462,7 @@ mod tests {
         let mut site = SiteConfig::defaults();
         site.host.scratch = Some(dir.path().to_path_buf());
         site.docker.instance = toml::Spanned::new(0..0, "t".to_string());
-        let s = WorkerSettings::from_site(&site);
+        let s = WorkerSettings::of_site(&site);
         std::fs::create_dir(dir.path().join("pilotd-t-a")).unwrap();
         std::fs::create_dir(dir.path().join("other")).unwrap();
         let b = FakeBackend::new();

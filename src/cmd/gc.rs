@@ -5,28 +5,27 @@
 //! Beside a running daemon, removing a finished worker here means the daemon does not see its
 //! outcome (the back-off does not count it); that is the price of an on-demand pass.
 
-use super::{CmdError, load_config};
-use crate::backend::{Backend, split_reference};
+use super::{CmdError, block_on, load_config};
 use crate::cli::{GcArgs, Global};
 use crate::config::SiteFile;
-use crate::daemon::{self, gc, state};
-use crate::plan::volunteer::WorkerSettings;
+use crate::volunteer::backend::{self, Backend};
+use crate::volunteer::gc;
+use crate::volunteer::settings::Settings;
+use crate::volunteer::status as state;
+use crate::volunteer::worker::split_reference;
 use chrono::Utc;
 use std::fmt::Write;
 
 pub fn run(g: &Global, a: &GcArgs) -> Result<String, CmdError> {
     let cfg = load_config(g, SiteFile::Optional, None)?;
-    let settings = WorkerSettings::from_site(&cfg.site);
-    let status = state::load(&state::path(&cfg.site.state_dir))
+    let s = Settings::resolve(&cfg);
+    let settings = &s.worker;
+    let status = state::load(&state::path(&s.state_dir))
         .ok()
         .flatten()
         .unwrap_or_default();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| CmdError::Runtime(format!("cannot start the async runtime: {e}")))?;
-    rt.block_on(async {
-        let b = daemon::connect(&cfg).map_err(|e| CmdError::Runtime(e.to_string()))?;
+    block_on(async {
+        let b = backend::connect(&s.engine).map_err(|e| CmdError::Runtime(e.to_string()))?;
         let list = b.list_workers().await.map_err(|e| {
             CmdError::Runtime(format!(
                 "{e}\n  (a failed list is not an empty list: nothing was removed)"
@@ -69,15 +68,12 @@ pub fn run(g: &Global, a: &GcArgs) -> Result<String, CmdError> {
             return Ok(out);
         }
         let mut failed = 0;
-        for r in gc::apply(&b, &items, cfg.policy.grace).await {
-            match r {
-                Ok(line) => {
-                    let _ = writeln!(out, "done: {line}");
-                }
-                Err(line) => {
-                    failed += 1;
-                    let _ = writeln!(out, "not done: {line}");
-                }
+        for c in gc::apply(&b, &items, s.policy.grace).await {
+            if c.result.is_ok() {
+                let _ = writeln!(out, "done: {c}");
+            } else {
+                failed += 1;
+                let _ = writeln!(out, "not done: {c}");
             }
         }
         if failed > 0 {
@@ -86,5 +82,5 @@ pub fn run(g: &Global, a: &GcArgs) -> Result<String, CmdError> {
             )));
         }
         Ok(out)
-    })
+    })?
 }

@@ -7,7 +7,7 @@
 use super::{CmdError, schedule};
 use crate::cli::{Global, InitArgs};
 use crate::config::units::{
-    ShareUnit, StrOrInt, parse_days, parse_duration, parse_share, parse_time_of_day,
+    ShareUnit, StrOrInt, UnitError, parse_days, parse_duration, parse_share, parse_time_of_day,
 };
 use crate::config::{self, SiteFile};
 use chrono::Utc;
@@ -27,10 +27,29 @@ pub struct Answers {
     pub on_return: String,
 }
 
+/// Why an answer is not taken; the message says what would be.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AnswerError {
+    #[error(transparent)]
+    Unit(#[from] UnitError),
+    #[error("answer {0}")]
+    Choice(&'static str),
+    #[error("it must be longer than 0")]
+    Zero,
+    #[error("unknown time zone `{0}`; e.g. Europe/Rome or America/Chicago")]
+    TimeZone(String),
+    #[error("`{0}` is not a window; write DAYS HH:MM-HH:MM, e.g. \"mon-fri 19:00-07:30\"")]
+    Window(String),
+    #[error("window {0}-{1} is empty")]
+    EmptyWindow(String, String),
+    #[error("no window given")]
+    NoWindow,
+}
+
 struct Question {
     prompt: &'static str,
     default: fn(&Answers) -> String,
-    apply: fn(&mut Answers, &str) -> Result<(), String>,
+    apply: fn(&mut Answers, &str) -> Result<(), AnswerError>,
 }
 
 const QUESTIONS: &[Question] = &[
@@ -58,7 +77,7 @@ const QUESTIONS: &[Question] = &[
                 a.sessions = "ignore".into();
                 Ok(())
             }
-            _ => Err("answer any, active or ignore".into()),
+            _ => Err(AnswerError::Choice("any, active or ignore")),
         },
     },
     Question {
@@ -85,7 +104,7 @@ const QUESTIONS: &[Question] = &[
         apply: |a, s| {
             let d = parse_duration(s)?;
             if d.is_zero() {
-                return Err("it must be longer than 0".into());
+                return Err(AnswerError::Zero);
             }
             a.longest_job = s.into();
             Ok(())
@@ -99,16 +118,15 @@ const QUESTIONS: &[Question] = &[
                 a.on_return = s.into();
                 Ok(())
             }
-            _ => Err("answer pause, graceful or fast".into()),
+            _ => Err(AnswerError::Choice("pause, graceful or fast")),
         },
     },
     Question {
         prompt: "Your time zone? (IANA name)",
         default: |a| a.timezone.clone(),
         apply: |a, s| {
-            s.parse::<chrono_tz::Tz>().map_err(|_| {
-                format!("unknown time zone `{s}`; e.g. Europe/Rome or America/Chicago")
-            })?;
+            s.parse::<chrono_tz::Tz>()
+                .map_err(|_| AnswerError::TimeZone(s.to_string()))?;
             a.timezone = s.into();
             Ok(())
         },
@@ -116,7 +134,7 @@ const QUESTIONS: &[Question] = &[
 ];
 
 /// Presets or explicit windows separated by `;`, each "DAYS HH:MM-HH:MM".
-pub fn parse_when(s: &str) -> Result<Vec<(String, String, String)>, String> {
+pub fn parse_when(s: &str) -> Result<Vec<(String, String, String)>, AnswerError> {
     let w = |d: &str, f: &str, t: &str| (d.to_string(), f.to_string(), t.to_string());
     match s.trim() {
         "nights-and-weekends" => {
@@ -134,25 +152,20 @@ pub fn parse_when(s: &str) -> Result<Vec<(String, String, String)>, String> {
     s.split(';')
         .filter(|p| !p.trim().is_empty())
         .map(|part| {
-            let bad = || {
-                format!(
-                    "`{}` is not a window; write DAYS HH:MM-HH:MM, e.g. \"mon-fri 19:00-07:30\"",
-                    part.trim()
-                )
-            };
+            let bad = || AnswerError::Window(part.trim().to_string());
             let (days, times) = part.trim().rsplit_once(' ').ok_or_else(bad)?;
             let (from, to) = times.split_once('-').ok_or_else(bad)?;
             parse_days(days)?;
             let (f, t) = (parse_time_of_day(from)?, parse_time_of_day(to)?);
             if f == t {
-                return Err(format!("window {from}-{to} is empty"));
+                return Err(AnswerError::EmptyWindow(from.to_string(), to.to_string()));
             }
             Ok(w(days.trim(), from, to))
         })
-        .collect::<Result<Vec<_>, String>>()
+        .collect::<Result<Vec<_>, AnswerError>>()
         .and_then(|v| {
             if v.is_empty() {
-                Err("no window given".into())
+                Err(AnswerError::NoWindow)
             } else {
                 Ok(v)
             }
@@ -332,7 +345,7 @@ pub fn run(g: &Global, args: &InitArgs) -> Result<String, CmdError> {
         &path,
         &text,
         &site,
-        super::this_machine(),
+        crate::volunteer::host::this_machine(),
         config::local_timezone(),
     )?;
     write_policy(&path, &text)?;
@@ -376,14 +389,21 @@ mod tests {
         assert_eq!(parse_when("always").unwrap().len(), 1);
         let w = parse_when("mon-fri 19:00-07:30; sat,sun 00:00-24:00").unwrap();
         assert_eq!(w[1], ("sat,sun".into(), "00:00".into(), "24:00".into()));
-        assert!(
-            parse_when("funday 19:00-07:30")
-                .unwrap_err()
-                .contains("funday")
+        assert_eq!(
+            parse_when("funday 19:00-07:30").unwrap_err(),
+            AnswerError::Unit(UnitError::Day("funday".into()))
         );
-        assert!(parse_when("mon 19:00").is_err());
-        assert!(parse_when("mon 09:00-09:00").unwrap_err().contains("empty"));
-        assert!(parse_when(" ; ").is_err());
+        assert_eq!(
+            parse_when("mon 19:00").unwrap_err(),
+            AnswerError::Window("mon 19:00".into())
+        );
+        assert!(
+            parse_when("mon 09:00-09:00")
+                .unwrap_err()
+                .to_string()
+                .contains("empty")
+        );
+        assert_eq!(parse_when(" ; ").unwrap_err(), AnswerError::NoWindow);
     }
 
     #[test]

@@ -1,12 +1,17 @@
-//! One file per subcommand (youki style). Each returns what it prints, or a `CmdError` that
-//! `main` maps to an exit code; nothing here calls `process::exit`.
+//! One file per subcommand (youki style): the edge of the program. Each loads the
+//! configuration, resolves the mode's settings, does its one thing and returns what it prints,
+//! or a `CmdError` that `main` maps to an exit code; nothing here calls `process::exit`. `run`
+//! is where the process becomes a service: detaching, logging, the runtime, signal handlers,
+//! the metrics listener, then the mode's loop.
+//!
+//! Imports: everything below it (`volunteer`, `kubernetes`, `service`, `config`, `cli`).
 
 pub mod check;
 pub mod completions;
 pub mod failsafe;
 pub mod gc;
+pub mod import_ini;
 pub mod init;
-pub mod kubernetes;
 pub mod manpages;
 pub mod plan;
 pub mod run;
@@ -16,8 +21,9 @@ pub mod status;
 
 use crate::cli::Global;
 use crate::config::{self, Config, ConfigError, Machine, SiteFile};
-use crate::observe::HostSnapshot;
-use crate::observe::host::{Carry, HostProbe, ProbeConfig, ProbeError};
+use crate::volunteer::host::{Carry, HostProbe, ProbeError};
+use crate::volunteer::settings::ProbeSettings;
+use crate::volunteer::snapshot::HostSnapshot;
 use chrono::{DateTime, Utc};
 
 #[derive(Debug, thiserror::Error)]
@@ -32,6 +38,24 @@ pub enum CmdError {
     /// Something failed at run time: exit 1.
     #[error("{0}")]
     Runtime(String),
+    #[error("cannot start the async runtime: {0}")]
+    AsyncRuntime(std::io::Error),
+    #[error("cannot print JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    #[cfg(feature = "kubernetes")]
+    #[error(transparent)]
+    ImportIni(#[from] crate::kubernetes::ini::IniError),
+    #[cfg(feature = "kubernetes")]
+    #[error(transparent)]
+    KubernetesSettings(#[from] crate::kubernetes::settings::SettingsError),
+    #[cfg(feature = "kubernetes")]
+    #[error(transparent)]
+    Snapshot(#[from] crate::kubernetes::snapshot::SnapshotError),
+    #[cfg(feature = "kubernetes")]
+    #[error(transparent)]
+    Provisioner(#[from] crate::kubernetes::provisioner::ProvisionerError),
+    #[error(transparent)]
+    Daemon(#[from] crate::volunteer::daemon::DaemonError),
 }
 
 impl CmdError {
@@ -39,9 +63,26 @@ impl CmdError {
     pub fn exit_code(&self) -> u8 {
         match self {
             CmdError::Config(_) | CmdError::Usage(_) => 2,
-            CmdError::Probe(_) | CmdError::Runtime(_) => 1,
+            #[cfg(feature = "kubernetes")]
+            CmdError::ImportIni(_) => 2,
+            CmdError::Probe(_)
+            | CmdError::Runtime(_)
+            | CmdError::AsyncRuntime(_)
+            | CmdError::Json(_)
+            | CmdError::Daemon(_) => 1,
+            #[cfg(feature = "kubernetes")]
+            CmdError::KubernetesSettings(_) | CmdError::Snapshot(_) | CmdError::Provisioner(_) => 1,
         }
     }
+}
+
+/// What a build without kubernetes mode says when asked for it (its config check refuses
+/// `mode = "kubernetes"` first, so this is the last line of defence).
+#[cfg(not(feature = "kubernetes"))]
+pub fn without_kubernetes() -> CmdError {
+    CmdError::Usage(
+        "this pilotd is built without kubernetes mode (the `kubernetes` feature)\n  hint: run kubernetes mode from the provisioner image".into(),
+    )
 }
 
 /// Loads the configuration for a command that may run without pilotd.toml.
@@ -53,26 +94,21 @@ pub fn load_config(
     Ok(config::load(&g.config, site, g.policy.as_deref(), machine)?)
 }
 
-/// The machine's CPU count and memory, for checking shares; cheap (no CPU sampling).
-pub fn this_machine() -> Option<Machine> {
-    let mut sys = sysinfo::System::new_with_specifics(
-        sysinfo::RefreshKind::nothing()
-            .with_memory(sysinfo::MemoryRefreshKind::nothing().with_ram()),
-    )
-    .ok()?;
-    sys.refresh_memory();
-    let cpus = std::thread::available_parallelism().ok()?.get() as u32;
-    Some(Machine {
-        cpus,
-        memory_kib: sys.total_memory() / 1024,
-    })
-}
-
 /// One observation of this host for a one-shot command: samples CPU over a short interval.
-pub fn observe_once(cfg: &Config, carry: Carry) -> Result<HostSnapshot, CmdError> {
-    let mut probe = HostProbe::new(ProbeConfig::of(cfg))?;
+pub fn observe_once(probe: &ProbeSettings, carry: Carry) -> Result<HostSnapshot, CmdError> {
+    let mut probe = HostProbe::new(probe.clone())?;
     std::thread::sleep(probe.prime());
     Ok(probe.observe(Utc::now(), carry)?)
+}
+
+/// Runs one future to completion on a single-threaded runtime: one-shot commands ask the
+/// engine or the cluster one thing and print the answer.
+pub fn block_on<F: std::future::Future>(f: F) -> Result<F::Output, CmdError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(CmdError::AsyncRuntime)?;
+    Ok(rt.block_on(f))
 }
 
 /// Parses `--now`: RFC 3339, or unix seconds.

@@ -1,17 +1,24 @@
 //! `pilotd plan`: observe (or replay a snapshot), decide, and print the decision and the
 //! actions the next cycle would take. Acts on nothing.
 
-use super::{CmdError, describe_sources, load_config, observe_once, parse_now};
+use super::{CmdError, block_on, describe_sources, load_config, observe_once, parse_now};
 use crate::cli::{Format, Global, PlanArgs};
 use crate::config::{Config, Machine, Mode, SiteFile};
-use crate::observe::HostSnapshot;
-use crate::observe::host::Carry;
-use crate::policy::{Limits, Supply, decide};
+use crate::volunteer::backend;
+use crate::volunteer::history::{self, History, Outlook};
+use crate::volunteer::host::Carry;
+use crate::volunteer::host::this_machine;
+use crate::volunteer::inspect;
+use crate::volunteer::policy::{self, Supply};
+use crate::volunteer::settings::Settings;
+use crate::volunteer::snapshot::HostSnapshot;
+use crate::volunteer::status;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use std::path::Path;
 
-/// The JSON printed by `plan --format json` in volunteer mode (a contract, see DESIGN.md).
+/// The JSON printed by `plan --format json` in volunteer mode (a contract: README, "Reading a
+/// decision").
 #[derive(Debug, Serialize)]
 pub struct VolunteerPlan {
     pub mode: &'static str,
@@ -34,12 +41,12 @@ pub fn run(g: &Global, a: &PlanArgs) -> Result<String, CmdError> {
             cpus: h.cpus,
             memory_kib: h.memory_total_kib,
         },
-        Snapshot::Cluster => Machine {
+        Snapshot::Cluster(_) => Machine {
             cpus: u32::MAX,
             memory_kib: u64::MAX / 1024,
         },
     });
-    let cfg = load_config(g, SiteFile::Optional, machine.or_else(super::this_machine))?;
+    let cfg = load_config(g, SiteFile::Optional, machine.or_else(this_machine))?;
     match (cfg.site.mode, snap) {
         (Mode::Kubernetes, snap) => {
             if matches!(snap, Some(Snapshot::Host(_))) {
@@ -47,11 +54,13 @@ pub fn run(g: &Global, a: &PlanArgs) -> Result<String, CmdError> {
                     "the snapshot is a volunteer-mode snapshot but pilotd.toml is in kubernetes mode".into(),
                 ));
             }
-            let now = now.unwrap_or_else(Utc::now);
-            super::kubernetes::plan(&cfg, a.snapshot.as_deref(), now, a.format == Format::Json)
-                .map_err(|e| CmdError::Runtime(e.to_string()))
+            let cluster = match (snap, a.snapshot.as_deref()) {
+                (Some(Snapshot::Cluster(text)), Some(path)) => Some((path, text)),
+                _ => None,
+            };
+            kubernetes_plan(&cfg, cluster, now.unwrap_or_else(Utc::now), a.format)
         }
-        (Mode::Volunteer, Some(Snapshot::Cluster)) => Err(CmdError::Usage(format!(
+        (Mode::Volunteer, Some(Snapshot::Cluster(_))) => Err(CmdError::Usage(format!(
             "{} is a kubernetes-mode snapshot, but the configuration is in volunteer mode\n  hint: pass -c with a kubernetes-mode pilotd.toml",
             a.snapshot
                 .as_deref()
@@ -62,7 +71,7 @@ pub fn run(g: &Global, a: &PlanArgs) -> Result<String, CmdError> {
         (Mode::Volunteer, snap) => {
             let host = match snap {
                 Some(Snapshot::Host(h)) => h,
-                _ => observe_once(&cfg, Carry::default())?,
+                _ => observe_once(&Settings::resolve(&cfg).probe, Carry::default())?,
             };
             let now = now.unwrap_or(host.taken_at);
             let plan = volunteer_plan(&cfg, &host, now);
@@ -78,24 +87,67 @@ pub fn run(g: &Global, a: &PlanArgs) -> Result<String, CmdError> {
     }
 }
 
+/// Kubernetes mode: decide from the replayed snapshot (path and text) or a live observation.
+#[cfg(feature = "kubernetes")]
+fn kubernetes_plan(
+    cfg: &Config,
+    snapshot: Option<(&Path, String)>,
+    now: DateTime<Utc>,
+    format: Format,
+) -> Result<String, CmdError> {
+    use crate::kubernetes::plan::decide;
+    use crate::kubernetes::provisioner::live_snapshot;
+    use crate::kubernetes::report;
+    use crate::kubernetes::settings::Settings;
+    use crate::kubernetes::snapshot::ClusterSnapshot;
+    let s = Settings::resolve(cfg)?;
+    let snap = match snapshot {
+        Some((path, text)) => ClusterSnapshot::from_json(&path.display().to_string(), &text)?,
+        None => block_on(live_snapshot(&s, now))??,
+    };
+    let plan = decide(&snap, &s.plan, now).plan;
+    Ok(match format {
+        Format::Json => serde_json::to_string_pretty(&plan)? + "\n",
+        Format::Text => report::plan_text(&plan),
+    })
+}
+
+#[cfg(not(feature = "kubernetes"))]
+fn kubernetes_plan(
+    _: &Config,
+    _: Option<(&Path, String)>,
+    _: DateTime<Utc>,
+    _: Format,
+) -> Result<String, CmdError> {
+    Err(super::without_kubernetes())
+}
+
 pub fn volunteer_plan(cfg: &Config, host: &HostSnapshot, now: DateTime<Utc>) -> VolunteerPlan {
+    let s = Settings::resolve(cfg);
     // The same prediction the daemon uses, when the site enabled it (`[history]
     // predict_die_at`); off by default, so replays depend only on the snapshot.
-    let likely_free_until = cfg.site.history.predict_die_at.then(|| {
-        let h = crate::service::history::peek(&cfg.site.state_dir, cfg.policy.timezone).history;
-        let free = h.likely_free_for(cfg.policy.timezone, now, cfg.site.history.free_threshold);
-        crate::service::history::likely_free_until(&cfg.site.history, free, now)
-    });
-    let limits = Limits {
-        max_lifetime: cfg.site.max_lifetime(),
-        likely_free_until: likely_free_until.flatten(),
+    let learned = if s.history.predict_die_at {
+        history::peek(&s.state_dir, s.policy.timezone).history
+    } else {
+        History::new(s.policy.timezone)
     };
-    let mut supply = decide(&cfg.policy, host, limits, now);
+    let outlook = Outlook::at(&s, &learned, now);
+    let mut supply = policy::decide(&s.policy, host, outlook.limits, now);
     // The actions the daemon's next cycle would take, from the workers the engine lists now
     // and the image the daemon last resolved (read-only: nothing is pulled or resolved here
     // beyond what the status file lacks). Without the engine there is no worker list, and
     // the output says so instead of planning from an empty one.
-    let actions = match crate::daemon::plan_actions(cfg, &supply, now) {
+    let status = status::load(&status::path(&s.state_dir))
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    let next = block_on(async {
+        let b = backend::connect(&s.engine)?;
+        inspect::next_plan(&b, &s, (&status.image, &status.backoff), &supply, now).await
+    })
+    .map_err(|e| e.to_string())
+    .and_then(|r| r.map_err(|e| e.to_string()));
+    let actions = match next {
         Ok(plan) => plan
             .actions
             .iter()
@@ -129,10 +181,10 @@ pub fn volunteer_plan(cfg: &Config, host: &HostSnapshot, now: DateTime<Utc>) -> 
 }
 
 /// A snapshot file: the mode field says which kind. A cluster snapshot (possibly 100,000
-/// jobs) is read by the kubernetes-mode replay itself, so it is not kept here.
+/// jobs) is kept as text and parsed once, by the kubernetes-mode replay.
 pub enum Snapshot {
     Host(HostSnapshot),
-    Cluster,
+    Cluster(String),
 }
 
 /// Only the `mode` of a snapshot; serde skips everything else without building it.
@@ -151,7 +203,7 @@ pub fn read_snapshot(path: &Path) -> Result<Snapshot, CmdError> {
     })?;
     let located = |e: serde_json::Error| {
         CmdError::Usage(format!(
-            "{}:{}:{}: {}\n  hint: the format is what `pilotd snapshot` prints (see DESIGN.md, \"Snapshot files\")",
+            "{}:{}:{}: {}\n  hint: the format is what `pilotd snapshot` prints (README.md, \"Snapshot files\")",
             path.display(),
             e.line(),
             e.column(),
@@ -163,7 +215,7 @@ pub fn read_snapshot(path: &Path) -> Result<Snapshot, CmdError> {
         Some("volunteer") => serde_json::from_str::<HostSnapshot>(&src)
             .map(Snapshot::Host)
             .map_err(located),
-        Some("kubernetes") => Ok(Snapshot::Cluster),
+        Some("kubernetes") => Ok(Snapshot::Cluster(src)),
         other => Err(CmdError::Usage(format!(
             "{}: `mode` is {}, expected \"volunteer\" or \"kubernetes\"",
             path.display(),

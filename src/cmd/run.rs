@@ -2,14 +2,20 @@
 //! loaded and checked before anything else, then the tokio runtime is built by hand — never
 //! `#[tokio::main]` — because detaching (`--daemon`) must happen before any runtime exists.
 
-use super::{CmdError, load_config, this_machine};
+use super::{CmdError, load_config};
 use crate::cli::{Global, LogFormat, RunArgs};
-use crate::config::{Mode, SiteFile};
-use crate::daemon::{self, Hooks};
+use crate::config::{self, Mode, SiteFile};
 use crate::service::detach::{self, Detached, Role};
+use crate::service::lifecycle::{Hooks, Reload};
+use crate::service::logging;
 use crate::service::metrics::Metrics;
 use crate::service::notify;
+use crate::volunteer::host::this_machine;
+use crate::volunteer::{self, daemon};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use tokio::signal::unix::{Signal, SignalKind, signal};
+use tokio::sync::mpsc;
 
 pub fn run(g: &Global, a: &RunArgs) -> Result<String, CmdError> {
     let mut cfg = load_config(g, SiteFile::Required, this_machine())?;
@@ -20,7 +26,10 @@ pub fn run(g: &Global, a: &RunArgs) -> Result<String, CmdError> {
         Prepared::Parent(Err(e)) => return Err(e),
         Prepared::Run(s) => s,
     };
-    init_logging(g.log_format, cfg.site.log.level.as_deref());
+    logging::init(
+        g.log_format == LogFormat::Json,
+        cfg.site.log.level.as_deref(),
+    );
     // The watchdog is pinged after every cycle, so a cycle must come at least every half of
     // systemd's WatchdogSec, whatever `interval` says; otherwise a healthy daemon is killed.
     if let Some(half) = notify::watchdog_interval()
@@ -41,32 +50,31 @@ pub fn run(g: &Global, a: &RunArgs) -> Result<String, CmdError> {
         .map_err(|e| CmdError::Runtime(format!("cannot start the async runtime: {e}")))?;
     let detached = service.detached.clone();
     let result = runtime.block_on(async {
+        // Signals first: from here on SIGTERM drains instead of killing, SIGHUP reloads.
+        let shutdown = shutdown_signal()?;
+        let reloads = reload_on_hangup(g.config.clone(), g.policy.clone())?;
         let metrics = match cfg.site.metrics.listen {
             Some(addr) => Some(start_metrics(addr).await?),
             None => None,
         };
+        let hooks = hooks(service.detached.clone());
         match cfg.site.mode {
-            Mode::Volunteer => daemon::run(
-                cfg,
-                g.config.clone(),
-                g.policy.clone(),
-                hooks(service.detached.clone(), metrics),
-            )
-            .await
-            .map_err(|e| CmdError::Runtime(e.to_string())),
+            Mode::Volunteer => {
+                let s = volunteer::settings::Settings::resolve(&cfg);
+                daemon::run(s, metrics, hooks, shutdown, reloads).await?;
+            }
+            #[cfg(feature = "kubernetes")]
             Mode::Kubernetes => {
+                use crate::kubernetes::{provisioner, settings::Settings};
                 // kube's TLS uses ring; installing it twice is harmless, two providers panic.
                 let _ = rustls::crypto::ring::default_provider().install_default();
-                if let Some(d) = &service.detached
-                    && let Ok(mut d) = d.lock()
-                {
-                    d.ready();
-                }
-                super::kubernetes::run(cfg, shutdown_signal(), metrics)
-                    .await
-                    .map_err(|e| CmdError::Runtime(e.to_string()))
+                let s = Settings::resolve(&cfg)?;
+                provisioner::run(s, metrics, hooks, shutdown, reloads).await?;
             }
+            #[cfg(not(feature = "kubernetes"))]
+            Mode::Kubernetes => return Err(super::without_kubernetes()),
         }
+        Ok::<(), CmdError>(())
     });
     notify::stopping();
     if let (Err(e), Some(d)) = (&result, &detached)
@@ -123,8 +131,8 @@ fn prepare_process(cfg: &crate::config::Config, a: &RunArgs) -> Result<Prepared,
     }
 }
 
-/// systemd notifications and the detached parent's readiness, wired to the daemon's hooks.
-fn hooks(detached: Option<Arc<Mutex<Detached>>>, metrics: Option<Metrics>) -> Hooks {
+/// systemd notifications and the detached parent's readiness, wired to the loop's hooks.
+fn hooks(detached: Option<Arc<Mutex<Detached>>>) -> Hooks {
     let watchdog = notify::watchdog_interval().is_some();
     Hooks {
         ready: Some(Box::new(move |summary: &str| {
@@ -144,7 +152,6 @@ fn hooks(detached: Option<Arc<Mutex<Detached>>>, metrics: Option<Metrics>) -> Ho
         })),
         reloading: Some(Box::new(notify::reloading)),
         stopping: Some(Box::new(notify::stopping)),
-        metrics,
     }
 }
 
@@ -161,53 +168,38 @@ async fn start_metrics(addr: std::net::SocketAddr) -> Result<Metrics, CmdError> 
     Ok(metrics)
 }
 
-/// Completes on SIGTERM or SIGINT (kubernetes mode's loop takes a shutdown future).
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) {
-        (Ok(mut term), Ok(mut int)) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-        }
-        _ => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
+fn handler(kind: SignalKind, which: &'static str) -> Result<Signal, CmdError> {
+    signal(kind)
+        .map_err(|e| CmdError::Runtime(format!("cannot install the {which} signal handler: {e}")))
 }
 
-/// Logs go to the journal when stderr is connected to it (systemd sets `JOURNAL_STREAM`), with
-/// structured fields; to stderr otherwise, as text or JSON. `RUST_LOG` wins over `[log] level`.
-fn init_logging(format: LogFormat, level: Option<&str>) {
-    use tracing_subscriber::EnvFilter;
-    use tracing_subscriber::layer::SubscriberExt;
-    use tracing_subscriber::util::SubscriberInitExt;
-    let filter = EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(level.unwrap_or("info")))
-        .unwrap_or_else(|_| EnvFilter::new("info"));
-    // The journald layer fails when the journal socket is absent (containers): fall back.
-    let journald = std::env::var_os("JOURNAL_STREAM")
-        .is_some()
-        .then(|| tracing_journald::layer().ok())
-        .flatten()
-        .map(|l| l.with_syslog_identifier("pilotd".into()));
-    if let Some(j) = journald {
-        let _ = tracing_subscriber::registry()
-            .with(filter)
-            .with(j)
-            .try_init();
-        return;
-    }
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Json => builder.json().try_init(),
-        LogFormat::Text => builder.try_init(),
-    };
+/// Installs the SIGTERM and SIGINT handlers now; the future completes on either.
+fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>, CmdError> {
+    let mut term = handler(SignalKind::terminate(), "SIGTERM")?;
+    let mut int = handler(SignalKind::interrupt(), "SIGINT")?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    })
+}
+
+/// Installs the SIGHUP handler now; each SIGHUP reads pilotd.toml and the policy again and
+/// hands the result (or why it is invalid) to the loop, which keeps the last good one.
+fn reload_on_hangup(
+    site: PathBuf,
+    policy: Option<PathBuf>,
+) -> Result<mpsc::Receiver<Reload>, CmdError> {
+    let mut hup = handler(SignalKind::hangup(), "SIGHUP")?;
+    let (tx, rx) = mpsc::channel(1);
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            let reload = config::load(&site, SiteFile::Required, policy.as_deref(), this_machine());
+            if tx.send(reload).await.is_err() {
+                return;
+            }
+        }
+    });
+    Ok(rx)
 }

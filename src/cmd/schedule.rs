@@ -2,11 +2,12 @@
 //! look than read: when the machine computes, the guard band before each period ends, and how
 //! much of the machine it uses.
 
-use super::{CmdError, load_config, parse_now, this_machine};
+use super::{CmdError, load_config, parse_now};
 use crate::cli::{Global, ScheduleArgs};
 use crate::config::units::{Share, format_duration, format_size};
 use crate::config::{Policy, SiteFile};
-use crate::policy::calendar::{self, Period};
+use crate::volunteer::host::this_machine;
+use crate::volunteer::policy::calendar::{self, Period};
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use std::fmt::Write;
 
@@ -33,7 +34,7 @@ pub fn run(g: &Global, a: &ScheduleArgs) -> Result<String, CmdError> {
     let cfg = load_config(g, SiteFile::Optional, this_machine())?;
     let now = parse_now(a.now.as_deref())?.unwrap_or_else(Utc::now);
     // What the daemon learned on this machine, when it has run here.
-    let learned = crate::service::history::peek(&cfg.site.state_dir, cfg.policy.timezone);
+    let learned = crate::volunteer::history::peek(&cfg.site.state_dir, cfg.policy.timezone);
     let mut out = render(
         &cfg.policy,
         now,
@@ -42,7 +43,7 @@ pub fn run(g: &Global, a: &ScheduleArgs) -> Result<String, CmdError> {
     );
     if learned.history.overall().is_some() {
         out.push('\n');
-        out.push_str(&crate::service::history::render(
+        out.push_str(&crate::volunteer::history::render(
             &learned.history,
             cfg.policy.timezone,
         ));

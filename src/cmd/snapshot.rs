@@ -1,9 +1,12 @@
 //! `pilotd snapshot`: print the current observation as JSON (what `plan --snapshot` reads).
 
-use super::{CmdError, load_config, observe_once};
+use super::{CmdError, block_on, load_config, observe_once};
 use crate::cli::Global;
 use crate::config::{self, Config, ConfigError, Mode, Policy, SiteFile};
-use crate::observe::host::Carry;
+use crate::volunteer::host::Carry;
+use crate::volunteer::settings::Settings;
+use crate::volunteer::{backend, inspect};
+use std::time::Duration;
 
 pub fn run(g: &Global) -> Result<String, CmdError> {
     // The policy only names exclusive processes here; a host without one can still be observed.
@@ -22,15 +25,35 @@ pub fn run(g: &Global) -> Result<String, CmdError> {
         other => other?,
     };
     if cfg.site.mode == Mode::Kubernetes {
-        return super::kubernetes::snapshot(&cfg).map_err(|e| CmdError::Runtime(e.to_string()));
+        return kubernetes_snapshot(&cfg);
     }
     // Own workers' CPU from their stats, so a snapshot replays the daemon's owner-load view.
+    let s = Settings::resolve(&cfg);
+    let own_cpu = block_on(async {
+        let b = backend::connect(&s.engine).ok()?;
+        inspect::own_cpu(&b, Duration::from_millis(500)).await
+    })?;
     let carry = Carry {
-        own_cpu: crate::daemon::own_cpu_blocking(&cfg).unwrap_or(0.0),
+        own_cpu: own_cpu.unwrap_or(0.0),
         ..Carry::default()
     };
-    let snap = observe_once(&cfg, carry)?;
+    let snap = observe_once(&s.probe, carry)?;
     serde_json::to_string_pretty(&snap)
         .map(|s| s + "\n")
         .map_err(|e| CmdError::Runtime(format!("cannot encode the snapshot: {e}")))
+}
+
+/// Kubernetes mode: the live observation of the pool and the namespace.
+#[cfg(feature = "kubernetes")]
+fn kubernetes_snapshot(cfg: &Config) -> Result<String, CmdError> {
+    use crate::kubernetes::provisioner::live_snapshot;
+    use crate::kubernetes::settings::Settings;
+    let s = Settings::resolve(cfg)?;
+    let snap = block_on(live_snapshot(&s, chrono::Utc::now()))??;
+    Ok(serde_json::to_string_pretty(&snap)? + "\n")
+}
+
+#[cfg(not(feature = "kubernetes"))]
+fn kubernetes_snapshot(_: &Config) -> Result<String, CmdError> {
+    Err(super::without_kubernetes())
 }

@@ -2,16 +2,17 @@
 //! else as the daemon last saw them — said so), the last decision with its reasons, the
 //! back-off, the image, and the last outcomes. Reads the daemon's status file; no IPC.
 
-use super::{CmdError, load_config};
-use crate::backend::{Backend, Worker, WorkerState};
+use super::{CmdError, block_on, load_config};
 use crate::cli::{Format, Global, StatusArgs};
 use crate::config::{Mode, SiteFile};
-use crate::daemon::{self, state};
-use crate::service::{history, manifest};
+use crate::volunteer::settings::Settings;
+use crate::volunteer::status as state;
+use crate::volunteer::worker::{Worker, WorkerState};
+use crate::volunteer::{backend, inspect};
+use crate::volunteer::{history, manifest};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use std::fmt::Write;
-use std::time::Duration;
 
 #[derive(Debug, Serialize)]
 struct StatusView<'a> {
@@ -51,55 +52,48 @@ struct HistoryView {
 pub fn run(g: &Global, a: &StatusArgs) -> Result<String, CmdError> {
     let cfg = load_config(g, SiteFile::Optional, None)?;
     if cfg.site.mode == Mode::Kubernetes {
-        return super::kubernetes::status(&cfg, a.format == Format::Json)
-            .map_err(|e| CmdError::Runtime(e.to_string()));
+        return kubernetes_status(&cfg, a.format);
     }
-    let path = state::path(&cfg.site.state_dir);
+    let s = Settings::resolve(&cfg);
+    let path = state::path(&s.state_dir);
     let status = state::load(&path)
         .map_err(|e| CmdError::Runtime(e.to_string()))?
         .unwrap_or_else(|| state::Status {
-            instance: cfg.site.docker.instance.get_ref().clone(),
+            instance: s.engine.instance.clone(),
             ..Default::default()
         });
     let now = Utc::now();
     // Alive: the pid exists and the file was written recently.
-    let stale_after = chrono::Duration::from_std(cfg.site.interval.0 * 3).unwrap_or_default()
+    let stale_after = chrono::Duration::from_std(s.interval * 3).unwrap_or_default()
         + chrono::Duration::seconds(60);
     let running = status.pid > 0
         && nix::sys::signal::kill(nix::unistd::Pid::from_raw(status.pid as i32), None).is_ok()
         && status.updated_at.is_some_and(|t| now - t <= stale_after);
 
-    let live = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())
-        .and_then(|rt| {
-            rt.block_on(async {
-                let b = daemon::connect(&cfg).map_err(|e| e.to_string())?;
-                tokio::time::timeout(Duration::from_secs(5), b.list_workers())
-                    .await
-                    .map_err(|_| "the engine did not answer within 5s".to_string())?
-                    .map_err(|e| e.to_string())
-            })
-        });
+    let live = block_on(async {
+        let b = backend::connect(&s.engine)?;
+        inspect::workers(&b, &s.engine.socket).await
+    })
+    .map_err(|e| e.to_string())
+    .and_then(|r| r.map_err(|e| e.to_string()));
     let (workers_from, workers, workers_error) = match live {
         Ok(w) => ("engine", Some(w), None),
         Err(e) if status.workers.is_some() => ("status file", status.workers.clone(), Some(e)),
         Err(e) => ("unknown", None, Some(e)),
     };
-    let manifest = cfg.site.remote.url.as_ref().map(|u| ManifestView {
-        url: u.get_ref().clone(),
-        version: manifest::load_last_good(&cfg.site.state_dir)
+    let manifest = s.remote.as_ref().map(|r| ManifestView {
+        url: r.url.clone(),
+        version: manifest::load_last_good(&s.state_dir)
             .ok()
             .flatten()
             .map(|m| m.version),
     });
-    let learned = history::peek(&cfg.site.state_dir, cfg.policy.timezone).history;
+    let learned = history::peek(&s.state_dir, s.policy.timezone).history;
     let history = learned.overall().map(|free_fraction| HistoryView {
         since: learned.since,
         free_fraction,
         likely_free_hours: learned
-            .likely_free_for(cfg.policy.timezone, now, cfg.site.history.free_threshold)
+            .likely_free_for(s.policy.timezone, now, s.history.free_threshold)
             .num_hours(),
     });
     let view = StatusView {
@@ -121,6 +115,28 @@ pub fn run(g: &Global, a: &StatusArgs) -> Result<String, CmdError> {
             .map_err(|e| CmdError::Runtime(e.to_string())),
         Format::Text => Ok(render(&view, now, &path)),
     }
+}
+
+/// Kubernetes mode: the live table by shape, with back-off.
+#[cfg(feature = "kubernetes")]
+fn kubernetes_status(cfg: &crate::config::Config, format: Format) -> Result<String, CmdError> {
+    use crate::kubernetes::plan::decide;
+    use crate::kubernetes::provisioner::live_snapshot;
+    use crate::kubernetes::report;
+    use crate::kubernetes::settings::Settings as KubernetesSettings;
+    let s = KubernetesSettings::resolve(cfg)?;
+    let now = Utc::now();
+    let snap = block_on(live_snapshot(&s, now))??;
+    let plan = decide(&snap, &s.plan, now).plan;
+    Ok(match format {
+        Format::Json => serde_json::to_string_pretty(&report::status_json(&plan))? + "\n",
+        Format::Text => report::status_text(&plan),
+    })
+}
+
+#[cfg(not(feature = "kubernetes"))]
+fn kubernetes_status(_: &crate::config::Config, _: Format) -> Result<String, CmdError> {
+    Err(super::without_kubernetes())
 }
 
 fn ago(now: DateTime<Utc>, t: DateTime<Utc>) -> String {
@@ -231,7 +247,7 @@ fn render(v: &StatusView<'_>, now: DateTime<Utc>, path: &std::path::Path) -> Str
             for w in list {
                 let exit = match (w.state, w.exit_code) {
                     (WorkerState::Exited | WorkerState::Dead, Some(c)) => {
-                        crate::plan::volunteer::Outcome::from_exit(Some(c), w.oom_killed)
+                        crate::volunteer::outcome::Outcome::from_exit(Some(c), w.oom_killed)
                             .to_string()
                     }
                     _ => "-".into(),

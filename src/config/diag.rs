@@ -57,7 +57,7 @@ impl Diagnostics {
     pub fn error(
         &mut self,
         span: Range<usize>,
-        message: impl Into<String>,
+        message: impl fmt::Display,
         hint: impl Into<String>,
     ) {
         let (line, col) = line_col(&self.src, span.start);
@@ -66,7 +66,7 @@ impl Diagnostics {
             file: self.file.clone(),
             line,
             col,
-            message: message.into(),
+            message: message.to_string(),
             hint: (!hint.is_empty()).then_some(hint),
         });
     }

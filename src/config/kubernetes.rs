@@ -305,12 +305,6 @@ impl KubernetesConfig {
         self.cycle.get_ref().0
     }
 
-    /// The label selector of every pod and Job this provisioner owns (the provisioner's own,
-    /// so a switch from the Python provisioner adopts its pods).
-    pub fn selector(&self) -> String {
-        format!("prp-htcondor-portal=wn,k8s-app={}", self.app_name.get_ref())
-    }
-
     /// Semantic checks serde cannot make; each error points at the offending value.
     pub fn validate(&self, d: &mut Diagnostics) {
         let ns = self.namespace.get_ref();
@@ -470,7 +464,6 @@ mod tests {
         assert_eq!(c.min_ephemeral_storage_mib, 20000);
         assert!(c.force_namespace_matching && c.request_fuse && c.use_large_limit);
         assert_eq!(*c.client.get_ref(), ClientSource::InCluster);
-        assert_eq!(c.selector(), "prp-htcondor-portal=wn,k8s-app=prp-wn");
         assert!(diags("namespace = \"osg\"\n").is_empty());
     }
 

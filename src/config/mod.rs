@@ -1,15 +1,24 @@
-//! Configuration: the site's `pilotd.toml` and the owner's `policy.toml`. Loading reads the
-//! files; parsing and validation are pure and report every problem as `FILE:LINE:COL`.
+//! The two files pilotd reads: the site's `pilotd.toml` and the owner's `policy.toml`. Loading
+//! reads them; parsing and validation are pure and report every problem at once, each as
+//! `FILE:LINE:COL` with a hint (`diag`). The typed leaves (`units`: durations, sizes, shares,
+//! days) and the `[worker.env]` template language (`template`) live here because the files are
+//! checked against them.
+//!
+//! This is where file structure ends: spans, defaults and tables stay here. Each mode resolves
+//! what it needs into plain settings once (`volunteer::settings`, `kubernetes::settings`).
+//!
+//! Imports: nothing of pilotd (the bottom layer).
 
 pub mod diag;
-pub mod ini;
+#[cfg(feature = "kubernetes")]
 pub mod kubernetes;
 pub mod policy;
 pub mod site;
+pub mod template;
 pub mod units;
 
 pub use diag::{Diagnostic, Diagnostics};
-pub use policy::{Evict, Policy};
+pub use policy::{Evict, Policy, PolicySpans};
 pub use site::{Mode, SiteConfig};
 
 use chrono_tz::Tz;
@@ -155,10 +164,10 @@ pub fn parse_policy(
             return Err(ConfigError::Invalid(d.into_vec()));
         }
     };
-    let p = policy::validate(raw, local_tz, &mut d);
+    let (p, spans) = policy::validate(raw, local_tz, &mut d);
     if p.longest_job > site.max_lifetime() {
         d.error(
-            p.spans.longest_job.clone(),
+            spans.longest_job.clone(),
             format!(
                 "longest_job {} is longer than the workers' max_lifetime {} in pilotd.toml",
                 units::format_duration(p.longest_job),
@@ -168,7 +177,7 @@ pub fn parse_policy(
         );
     }
     if let Some(m) = machine {
-        check_against_machine(&p, m, &mut d);
+        check_against_machine(&p, &spans, m, &mut d);
     }
     if d.is_empty() {
         Ok(p)
@@ -178,11 +187,11 @@ pub fn parse_policy(
 }
 
 /// A share larger than the machine is an error the owner should see, not a silent clamp.
-pub fn check_against_machine(p: &Policy, m: Machine, d: &mut Diagnostics) {
+pub fn check_against_machine(p: &Policy, spans: &PolicySpans, m: Machine, d: &mut Diagnostics) {
     let cpus = p.share.cpus.of(u64::from(m.cpus));
     if cpus > u64::from(m.cpus) {
         d.error(
-            p.spans.cpus.clone(),
+            spans.cpus.clone(),
             format!(
                 "cpus share {cpus} is more than this machine's {} CPUs",
                 m.cpus
@@ -193,7 +202,7 @@ pub fn check_against_machine(p: &Policy, m: Machine, d: &mut Diagnostics) {
     let mem = p.share.memory.of(m.memory_kib * 1024);
     if mem > m.memory_kib * 1024 {
         d.error(
-            p.spans.memory.clone(),
+            spans.memory.clone(),
             format!(
                 "memory share {} is more than this machine's {}",
                 units::format_size(mem),

@@ -7,7 +7,7 @@
 
 use super::diag::Diagnostics;
 use super::units::{
-    DaySet, Minute, Share, ShareUnit, StrOrInt, parse_days, parse_duration, parse_share,
+    DaySet, Minute, Share, ShareUnit, StrOrInt, UnitError, parse_days, parse_duration, parse_share,
     parse_time_of_day,
 };
 use chrono_tz::Tz;
@@ -154,8 +154,6 @@ pub struct Policy {
     pub grace: Duration,
     pub share: ShareSpec,
     pub longest_job: Duration,
-    /// Positions of values that can only be checked against a machine or another file.
-    pub spans: PolicySpans,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -167,6 +165,8 @@ pub struct ShareSpec {
     pub workers: u32,
 }
 
+/// Positions of the values that can only be checked against a machine or another file
+/// (`config::parse_policy` checks them; the policy itself is plain data).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct PolicySpans {
     pub cpus: Range<usize>,
@@ -176,8 +176,8 @@ pub struct PolicySpans {
 }
 
 impl Policy {
-    /// The built-in defaults (the values DESIGN.md documents), with a window that is always
-    /// open; the shipped policies narrow it.
+    /// The built-in defaults (what a policy.toml that sets nothing means), with a window that
+    /// is always open; the shipped policies narrow it.
     pub fn defaults(timezone: Tz) -> Policy {
         Policy {
             timezone,
@@ -206,14 +206,14 @@ impl Policy {
                 workers: 1,
             },
             longest_job: Duration::from_secs(8 * 3600),
-            spans: PolicySpans::default(),
         }
     }
 }
 
 /// Second pass: every value checked, every problem recorded.
-pub fn validate(raw: RawPolicy, local_tz: Tz, d: &mut Diagnostics) -> Policy {
+pub fn validate(raw: RawPolicy, local_tz: Tz, d: &mut Diagnostics) -> (Policy, PolicySpans) {
     let mut p = Policy::defaults(local_tz);
+    let mut spans = PolicySpans::default();
 
     if let Some(tz) = &raw.timezone {
         match tz.get_ref().parse::<Tz>() {
@@ -306,14 +306,14 @@ pub fn validate(raw: RawPolicy, local_tz: Tz, d: &mut Diagnostics) -> Policy {
         &s.cpus,
         ShareUnit::Count,
         &mut p.share.cpus,
-        &mut p.spans.cpus,
+        &mut spans.cpus,
         d,
     );
     share(
         &s.memory,
         ShareUnit::Bytes,
         &mut p.share.memory,
-        &mut p.spans.memory,
+        &mut spans.memory,
         d,
     );
     let mut disk_span = 0..0;
@@ -325,7 +325,7 @@ pub fn validate(raw: RawPolicy, local_tz: Tz, d: &mut Diagnostics) -> Policy {
         d,
     );
     if let Some(g) = &s.gpus {
-        p.spans.gpus = g.span();
+        spans.gpus = g.span();
         match u32::try_from(*g.get_ref()) {
             Ok(n) => p.share.gpus = n,
             Err(_) => d.error(
@@ -355,7 +355,7 @@ pub fn validate(raw: RawPolicy, local_tz: Tz, d: &mut Diagnostics) -> Policy {
         );
     }
     if let Some(l) = &raw.jobs.longest_job {
-        p.spans.longest_job = l.span();
+        spans.longest_job = l.span();
         let mut v = p.longest_job;
         dur(&raw.jobs.longest_job, &mut v, d);
         if v.is_zero() {
@@ -367,14 +367,14 @@ pub fn validate(raw: RawPolicy, local_tz: Tz, d: &mut Diagnostics) -> Policy {
         }
         p.longest_job = v;
     }
-    p
+    (p, spans)
 }
 
 fn dur(v: &Option<Spanned<StrOrInt>>, out: &mut Duration, d: &mut Diagnostics) {
     let Some(v) = v else { return };
     let parsed = match v.get_ref() {
         StrOrInt::Int(n) if *n >= 0 => Ok(Duration::from_secs(*n as u64)),
-        StrOrInt::Int(n) => Err(format!("a duration cannot be negative ({n})")),
+        StrOrInt::Int(n) => Err(UnitError::NegativeDuration(*n)),
         StrOrInt::Str(s) => parse_duration(s),
     };
     match parsed {
@@ -459,7 +459,7 @@ mod tests {
                 return Err(d.into_vec().iter().map(|x| x.to_string()).collect());
             }
         };
-        let p = validate(raw, chrono_tz::UTC, &mut d);
+        let (p, _) = validate(raw, chrono_tz::UTC, &mut d);
         if d.is_empty() {
             Ok(p)
         } else {

@@ -2,7 +2,9 @@
 //! container settings). Keys are a contract: install scripts and tests write them.
 
 use super::diag::Diagnostics;
+#[cfg(feature = "kubernetes")]
 use super::kubernetes::KubernetesConfig;
+use super::template;
 use super::units::HumanDuration;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -44,7 +46,12 @@ pub struct SiteConfig {
     pub docker: DockerConfig,
     #[serde(default)]
     pub worker: WorkerConfig,
+    #[cfg(feature = "kubernetes")]
     pub kubernetes: Option<KubernetesConfig>,
+    /// A build without kubernetes mode still accepts the table (the file stays valid), and
+    /// reads nothing of it.
+    #[cfg(not(feature = "kubernetes"))]
+    pub kubernetes: Option<toml::Table>,
     #[serde(default)]
     pub log: LogConfig,
     #[serde(default)]
@@ -426,6 +433,15 @@ impl SiteConfig {
                 "e.g. max_lifetime = \"24h\"",
             );
         }
+        #[cfg(not(feature = "kubernetes"))]
+        if self.mode == Mode::Kubernetes {
+            d.error(
+                0..0,
+                "mode = \"kubernetes\" is not in this build of pilotd (built without the `kubernetes` feature)",
+                "this package runs volunteer mode only; run kubernetes mode from the provisioner image",
+            );
+        }
+        #[cfg(feature = "kubernetes")]
         if let Some(k) = &self.kubernetes {
             k.validate(d);
         } else if self.mode == Mode::Kubernetes {
@@ -453,16 +469,15 @@ impl SiteConfig {
             );
         }
         for value in self.worker.env.values() {
-            if let Err((offset, message)) = crate::plan::volunteer::check_template(value.get_ref())
-            {
+            if let Err(e) = template::check(value.get_ref()) {
                 // +1: the span starts at the opening quote.
-                let at = value.span().start + 1 + offset;
+                let at = value.span().start + 1 + e.offset();
                 d.error(
                     at..at,
-                    message,
+                    format!("[worker.env]: {e}"),
                     format!(
                         "known placeholders: {}; write {{{{ and }}}} for literal braces",
-                        crate::plan::volunteer::PLACEHOLDERS.join(", ")
+                        template::PLACEHOLDERS.join(", ")
                     ),
                 );
             }
@@ -569,6 +584,24 @@ mod tests {
             "hub.opensciencegrid.org/osg-htcx/x:1",
             &pats
         ));
+    }
+
+    #[cfg(not(feature = "kubernetes"))]
+    #[test]
+    fn a_build_without_kubernetes_mode_refuses_it_and_says_so() {
+        let e = crate::config::parse_site(
+            std::path::Path::new("pilotd.toml"),
+            "mode = \"kubernetes\"\n[kubernetes]\nnamespace = \"osg\"\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("not in this build of pilotd"), "{e}");
+        // A volunteer file with a [kubernetes] table (shared by both modes) stays valid.
+        crate::config::parse_site(
+            std::path::Path::new("pilotd.toml"),
+            "[kubernetes]\nnamespace = \"osg\"\n",
+        )
+        .unwrap();
     }
 
     #[test]

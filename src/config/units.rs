@@ -1,5 +1,5 @@
 //! Typed leaves of the configuration files: durations, sizes, shares, days and times of day.
-//! Each has a pure `parse` that returns a message fit for a diagnostic, so the validation
+//! Each has a pure `parse` whose error reads as a diagnostic's message, so the validation
 //! pass can report every bad value at its position instead of stopping at the first.
 
 use chrono::Weekday;
@@ -7,14 +7,51 @@ use serde::{Deserialize, Deserializer, Serialize};
 use std::fmt;
 use std::time::Duration;
 
+/// Why a value is not the unit it should be; the message says how to write it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnitError {
+    #[error("`{text}` is not a duration ({why}); write it like \"90s\", \"15m\" or \"8h\"")]
+    Duration { text: String, why: String },
+    #[error("a duration cannot be negative ({0})")]
+    NegativeDuration(i64),
+    #[error("`{0}` is not a size; write it like \"8GiB\" or \"512MiB\"")]
+    Size(String),
+    #[error("unknown size unit `{unit}` in `{text}`; use KiB, MiB, GiB, TiB (or kB, MB, GB, TB)")]
+    SizeUnit { unit: String, text: String },
+    #[error("size `{0}` is out of range")]
+    SizeRange(String),
+    #[error("a share cannot be negative ({0})")]
+    NegativeShare(i64),
+    #[error("`{0}` has no unit; write a size like \"8GiB\" or a percentage like \"50%\"")]
+    BareBytes(i64),
+    #[error("`{0}` is not a percentage; write it like \"50%\"")]
+    Percent(String),
+    #[error("percentage `{0}` must be above 0% and at most 100%")]
+    PercentRange(String),
+    #[error("`{0}` is neither a count nor a percentage; write 4 or \"50%\"")]
+    Count(String),
+    #[error(
+        "unknown day `{0}`; use mon, tue, wed, thu, fri, sat, sun, a range like mon-fri, a list like sat,sun, or daily"
+    )]
+    Day(String),
+    #[error("no days given; use e.g. \"mon-fri\", \"sat,sun\" or \"daily\"")]
+    NoDays,
+    /// Every unknown day of a day list, reported together.
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Days(Vec<UnitError>),
+    #[error("`{0}` is not a time of day; write HH:MM between 00:00 and 24:00, e.g. \"07:30\"")]
+    TimeOfDay(String),
+}
+
 /// Parses "90s", "15m", "1h 30m", "2days" or a bare number of seconds ("300").
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
+pub fn parse_duration(s: &str) -> Result<Duration, UnitError> {
     let t = s.trim();
     if let Ok(secs) = t.parse::<u64>() {
         return Ok(Duration::from_secs(secs));
     }
-    humantime::parse_duration(t).map_err(|e| {
-        format!("`{s}` is not a duration ({e}); write it like \"90s\", \"15m\" or \"8h\"")
+    humantime::parse_duration(t).map_err(|e| UnitError::Duration {
+        text: s.to_string(),
+        why: e.to_string(),
     })
 }
 
@@ -33,9 +70,7 @@ impl<'de> Deserialize<'de> for HumanDuration {
         let v = StrOrInt::deserialize(d)?;
         match v {
             StrOrInt::Int(n) if n >= 0 => Ok(HumanDuration(Duration::from_secs(n as u64))),
-            StrOrInt::Int(n) => Err(serde::de::Error::custom(format!(
-                "a duration cannot be negative ({n})"
-            ))),
+            StrOrInt::Int(n) => Err(serde::de::Error::custom(UnitError::NegativeDuration(n))),
             StrOrInt::Str(s) => parse_duration(&s)
                 .map(HumanDuration)
                 .map_err(serde::de::Error::custom),
@@ -92,15 +127,13 @@ impl<'de> Deserialize<'de> for StrOrInt {
 
 /// Parses a size: "2GiB", "512MiB", "8GB", "1.5GiB", "100k", or a bare number of bytes.
 /// Binary (KiB, MiB, GiB, TiB) and decimal (kB, MB, GB, TB) units are both accepted.
-pub fn parse_size(s: &str) -> Result<u64, String> {
+pub fn parse_size(s: &str) -> Result<u64, UnitError> {
     let t = s.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let num: f64 = num
-        .parse()
-        .map_err(|_| format!("`{s}` is not a size; write it like \"8GiB\" or \"512MiB\""))?;
+    let num: f64 = num.parse().map_err(|_| UnitError::Size(s.to_string()))?;
     let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" | "kib" | "ki" => 1 << 10,
@@ -112,14 +145,15 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "gb" => 1_000_000_000,
         "tb" => 1_000_000_000_000,
         other => {
-            return Err(format!(
-                "unknown size unit `{other}` in `{s}`; use KiB, MiB, GiB, TiB (or kB, MB, GB, TB)"
-            ));
+            return Err(UnitError::SizeUnit {
+                unit: other.to_string(),
+                text: s.to_string(),
+            });
         }
     };
     let bytes = num * mult as f64;
     if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
-        return Err(format!("size `{s}` is out of range"));
+        return Err(UnitError::SizeRange(s.to_string()));
     }
     Ok(bytes as u64)
 }
@@ -168,14 +202,12 @@ pub enum ShareUnit {
 }
 
 /// Parses a share: "50%", or a count (`4`, "4") for `Count`, or a size ("8GiB") for `Bytes`.
-pub fn parse_share(v: &StrOrInt, unit: ShareUnit) -> Result<Share, String> {
+pub fn parse_share(v: &StrOrInt, unit: ShareUnit) -> Result<Share, UnitError> {
     match v {
-        StrOrInt::Int(n) if *n < 0 => Err(format!("a share cannot be negative ({n})")),
+        StrOrInt::Int(n) if *n < 0 => Err(UnitError::NegativeShare(*n)),
         StrOrInt::Int(n) => match unit {
             ShareUnit::Count => Ok(Share::Amount(*n as u64)),
-            ShareUnit::Bytes => Err(format!(
-                "`{n}` has no unit; write a size like \"8GiB\" or a percentage like \"50%\""
-            )),
+            ShareUnit::Bytes => Err(UnitError::BareBytes(*n)),
         },
         StrOrInt::Str(s) => {
             let t = s.trim();
@@ -183,18 +215,17 @@ pub fn parse_share(v: &StrOrInt, unit: ShareUnit) -> Result<Share, String> {
                 let p: f64 = p
                     .trim()
                     .parse()
-                    .map_err(|_| format!("`{s}` is not a percentage; write it like \"50%\""))?;
+                    .map_err(|_| UnitError::Percent(s.clone()))?;
                 if !(p > 0.0 && p <= 100.0) {
-                    return Err(format!(
-                        "percentage `{s}` must be above 0% and at most 100%"
-                    ));
+                    return Err(UnitError::PercentRange(s.clone()));
                 }
                 return Ok(Share::Percent(p));
             }
             match unit {
-                ShareUnit::Count => t.parse::<u64>().map(Share::Amount).map_err(|_| {
-                    format!("`{s}` is neither a count nor a percentage; write 4 or \"50%\"")
-                }),
+                ShareUnit::Count => t
+                    .parse::<u64>()
+                    .map(Share::Amount)
+                    .map_err(|_| UnitError::Count(s.clone())),
                 ShareUnit::Bytes => parse_size(t).map(Share::Amount),
             }
         }
@@ -245,7 +276,7 @@ pub fn day_name(d: Weekday) -> &'static str {
     ["mon", "tue", "wed", "thu", "fri", "sat", "sun"][d.num_days_from_monday() as usize]
 }
 
-fn parse_day(s: &str) -> Result<Weekday, String> {
+fn parse_day(s: &str) -> Result<Weekday, UnitError> {
     let l = s.trim().to_ascii_lowercase();
     for d in WEEK {
         let full = match d {
@@ -261,20 +292,17 @@ fn parse_day(s: &str) -> Result<Weekday, String> {
             return Ok(d);
         }
     }
-    Err(format!(
-        "unknown day `{}`; use mon, tue, wed, thu, fri, sat, sun, a range like mon-fri, a list like sat,sun, or daily",
-        s.trim()
-    ))
+    Err(UnitError::Day(s.trim().to_string()))
 }
 
 /// Parses "mon-fri", "sat,sun", "mon,wed-fri", "daily". Ranges may wrap ("fri-mon").
-pub fn parse_days(s: &str) -> Result<DaySet, String> {
+pub fn parse_days(s: &str) -> Result<DaySet, UnitError> {
     let t = s.trim().to_ascii_lowercase();
     if t == "daily" || t == "all" || t == "every day" {
         return Ok(DaySet::ALL);
     }
     if t.is_empty() {
-        return Err("no days given; use e.g. \"mon-fri\", \"sat,sun\" or \"daily\"".into());
+        return Err(UnitError::NoDays);
     }
     let mut set = DaySet::default();
     let mut errors = Vec::new();
@@ -299,10 +327,10 @@ pub fn parse_days(s: &str) -> Result<DaySet, String> {
             },
         }
     }
-    if errors.is_empty() {
-        Ok(set)
-    } else {
-        Err(errors.join("; "))
+    match errors.len() {
+        0 => Ok(set),
+        1 => Err(errors.remove(0)),
+        _ => Err(UnitError::Days(errors)),
     }
 }
 
@@ -310,10 +338,8 @@ pub fn parse_days(s: &str) -> Result<DaySet, String> {
 pub type Minute = u16;
 
 /// Parses "HH:MM" (00:00–24:00).
-pub fn parse_time_of_day(s: &str) -> Result<Minute, String> {
-    let bad = || {
-        format!("`{s}` is not a time of day; write HH:MM between 00:00 and 24:00, e.g. \"07:30\"")
-    };
+pub fn parse_time_of_day(s: &str) -> Result<Minute, UnitError> {
+    let bad = || UnitError::TimeOfDay(s.to_string());
     let (h, m) = s.trim().split_once(':').ok_or_else(bad)?;
     if h.is_empty() || h.len() > 2 || m.len() != 2 {
         return Err(bad());
@@ -389,7 +415,9 @@ mod tests {
         assert_eq!(parse_days("sat,sun").unwrap(), DaySet(0b1100000));
         assert_eq!(parse_days("fri-mon").unwrap(), DaySet(0b1110001));
         assert_eq!(parse_days("Monday, wed").unwrap(), DaySet(0b0000101));
-        let e = parse_days("mon,funday,tue-blursday").unwrap_err();
+        let e = parse_days("mon,funday,tue-blursday")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("funday") && e.contains("blursday"), "{e}");
         assert_eq!(
             parse_days("mon-fri").unwrap().to_string(),

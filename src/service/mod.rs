@@ -1,8 +1,13 @@
-//! Living as a system service: detaching from the terminal on hosts without systemd (before
-//! any tokio runtime exists), and talking to systemd (`Type=notify`) when it is there.
+//! The process as a system service, the same for both modes: the loop skeleton both modes run
+//! in (`lifecycle`: readiness, watchdog, reload, drain), detaching from the terminal on hosts
+//! without systemd (before any tokio runtime exists), systemd's notify protocol, where logs
+//! go, the Prometheus listener, and replacing state files whole.
+//!
+//! Imports: `config` only (a reload hands a loaded configuration to the loop).
 
 pub mod detach;
-pub mod history;
-pub mod manifest;
+pub mod lifecycle;
+pub mod logging;
 pub mod metrics;
 pub mod notify;
+pub mod state_file;

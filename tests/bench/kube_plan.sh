@@ -31,5 +31,5 @@ for run in 1 2 3; do
         "$bin" -c "$work/pilotd.toml" plan --snapshot "$work/snapshot.json" --format json --now 2026-12-01T21:30:00Z > "$work/plan.json"
 done
 echo "plan: $(grep -c '"idle_jobs"' "$work/plan.json") shapes, $(grep -c '"backoffLimit"' "$work/plan.json") Job bodies"
-PILOTD_BENCH_SNAPSHOT="$work/snapshot.json" cargo test --release --test kube_bench -- --ignored --nocapture 2>/dev/null | grep '^library replay'
-cargo test --release --test kube_cycle -- --ignored --nocapture api_requests_of_one_live_cycle 2>/dev/null | grep '^api requests'
+PILOTD_BENCH_SNAPSHOT="$work/snapshot.json" cargo test --release --test it -- --ignored --nocapture kubernetes::bench 2>/dev/null | grep '^library replay'
+cargo test --release --test it -- --ignored --nocapture kubernetes::cycle::api_requests_of_one_live_cycle 2>/dev/null | grep '^api requests'

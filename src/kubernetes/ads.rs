@@ -1,0 +1,328 @@
+//! HTCondor ads as kubernetes mode reads them: evaluated ClassAd values (`AdValue`), the idle
+//! job ads of the whitelisted schedds and the startd ads this provisioner's workers advertise.
+//! Attribute names match case-insensitively, as ClassAd attribute names do, in snapshots and in
+//! the condor tools' output alike; null is undefined.
+
+use serde::de::{self, IgnoredAny, MapAccess, Visitor};
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::fmt;
+
+/// An evaluated ClassAd value. Lists and nested ads never occur in the attributes pilotd
+/// reads; the condor probe keeps their text as a string.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum AdValue {
+    #[default]
+    Undefined,
+    Int(i64),
+    Real(f64),
+    Bool(bool),
+    Str(String),
+}
+
+impl AdValue {
+    /// The value as a whole number, as HTCondor converts to int (reals truncate toward zero,
+    /// booleans are 0/1); None for undefined, strings and non-finite reals.
+    pub fn as_int(&self) -> Option<i64> {
+        match self {
+            AdValue::Int(i) => Some(*i),
+            AdValue::Real(r) if r.is_finite() => Some(r.trunc() as i64),
+            AdValue::Bool(b) => Some(i64::from(*b)),
+            _ => None,
+        }
+    }
+
+    /// The value as key text: strings as they are, numbers printed, undefined as None.
+    /// The string "Undefined" counts as undefined, as the provisioner's `str(eval())` did.
+    pub fn as_text(&self) -> Option<String> {
+        match self {
+            AdValue::Undefined => None,
+            AdValue::Str(s) if s.eq_ignore_ascii_case("undefined") => None,
+            AdValue::Str(s) => Some(s.clone()),
+            AdValue::Int(i) => Some(i.to_string()),
+            AdValue::Real(r) => Some(r.to_string()),
+            AdValue::Bool(b) => Some(b.to_string()),
+        }
+    }
+}
+
+impl Serialize for AdValue {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            AdValue::Undefined => s.serialize_none(),
+            AdValue::Int(i) => s.serialize_i64(*i),
+            AdValue::Real(r) => s.serialize_f64(*r),
+            AdValue::Bool(b) => s.serialize_bool(*b),
+            AdValue::Str(v) => s.serialize_str(v),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for AdValue {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = AdValue;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an evaluated ClassAd value (number, string, boolean or null)")
+            }
+            fn visit_unit<E>(self) -> Result<AdValue, E> {
+                Ok(AdValue::Undefined)
+            }
+            fn visit_none<E>(self) -> Result<AdValue, E> {
+                Ok(AdValue::Undefined)
+            }
+            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<AdValue, D::Error> {
+                AdValue::deserialize(d)
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<AdValue, E> {
+                Ok(AdValue::Bool(v))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<AdValue, E> {
+                Ok(AdValue::Int(v))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<AdValue, E> {
+                Ok(i64::try_from(v).map_or(AdValue::Real(v as f64), AdValue::Int))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<AdValue, E> {
+                Ok(AdValue::Real(v))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<AdValue, E> {
+                Ok(AdValue::Str(v.to_string()))
+            }
+            fn visit_string<E>(self, v: String) -> Result<AdValue, E> {
+                Ok(AdValue::Str(v))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// One idle job: the attributes the shape key and the accounting need, evaluated.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct JobAd {
+    pub schedd_name: String,
+    pub cluster_id: i64,
+    pub proc_id: i64,
+    pub job_status: AdValue,
+    pub request_cpus: AdValue,
+    pub request_memory: AdValue,
+    pub request_disk: AdValue,
+    pub request_gpus: AdValue,
+    pub request_gpu_types: AdValue,
+    pub request_labels: AdValue,
+    pub request_disk_volumes: AdValue,
+}
+
+/// Canonical attribute names, in the order the snapshot prints them; `ScheddName` must stay
+/// first (the condor probe queries the rest).
+pub const JOB_ATTRS: [&str; 11] = [
+    "ScheddName",
+    "ClusterId",
+    "ProcId",
+    "JobStatus",
+    "RequestCpus",
+    "RequestMemory",
+    "RequestDisk",
+    "RequestGPUs",
+    "RequestGPUTypes",
+    "RequestLabels",
+    "RequestDiskVolumes",
+];
+
+impl JobAd {
+    fn slot(&mut self, attr: &str) -> Option<&mut AdValue> {
+        Some(match attr.to_ascii_lowercase().as_str() {
+            "jobstatus" => &mut self.job_status,
+            "requestcpus" => &mut self.request_cpus,
+            "requestmemory" => &mut self.request_memory,
+            "requestdisk" => &mut self.request_disk,
+            "requestgpus" => &mut self.request_gpus,
+            "requestgputypes" => &mut self.request_gpu_types,
+            "requestlabels" => &mut self.request_labels,
+            "requestdiskvolumes" => &mut self.request_disk_volumes,
+            _ => return None,
+        })
+    }
+
+    /// Sets an attribute by its ClassAd name (case-insensitive); unknown names are ignored.
+    pub fn set(&mut self, attr: &str, value: AdValue) {
+        match attr.to_ascii_lowercase().as_str() {
+            "scheddname" => self.schedd_name = value.as_text().unwrap_or_default(),
+            "clusterid" => self.cluster_id = value.as_int().unwrap_or(0),
+            "procid" => self.proc_id = value.as_int().unwrap_or(0),
+            _ => {
+                if let Some(slot) = self.slot(attr) {
+                    *slot = value;
+                }
+            }
+        }
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.job_status.as_int() == Some(1)
+    }
+}
+
+impl Serialize for JobAd {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(JOB_ATTRS.len()))?;
+        m.serialize_entry("ScheddName", &self.schedd_name)?;
+        m.serialize_entry("ClusterId", &self.cluster_id)?;
+        m.serialize_entry("ProcId", &self.proc_id)?;
+        m.serialize_entry("JobStatus", &self.job_status)?;
+        m.serialize_entry("RequestCpus", &self.request_cpus)?;
+        m.serialize_entry("RequestMemory", &self.request_memory)?;
+        m.serialize_entry("RequestDisk", &self.request_disk)?;
+        m.serialize_entry("RequestGPUs", &self.request_gpus)?;
+        m.serialize_entry("RequestGPUTypes", &self.request_gpu_types)?;
+        m.serialize_entry("RequestLabels", &self.request_labels)?;
+        m.serialize_entry("RequestDiskVolumes", &self.request_disk_volumes)?;
+        m.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for JobAd {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = JobAd;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a job ad object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<JobAd, A::Error> {
+                let mut ad = JobAd::default();
+                // Keys are matched without allocating for the attributes we ignore, which
+                // matters for snapshots of 100,000 jobs.
+                while let Some(AttrKey(idx)) = map.next_key_seed(AttrKeySeed(&JOB_ATTRS))? {
+                    let Some(idx) = idx else {
+                        map.next_value::<IgnoredAny>()?;
+                        continue;
+                    };
+                    let v: AdValue = map.next_value()?;
+                    if idx == 0 && v.as_text().is_none() {
+                        return Err(de::Error::custom("ScheddName must be a string"));
+                    }
+                    ad.set(JOB_ATTRS[idx], v);
+                }
+                if ad.schedd_name.is_empty() {
+                    return Err(de::Error::custom("a job ad has no ScheddName"));
+                }
+                Ok(ad)
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// Canonical startd attribute names, in the order the condor probe queries them.
+pub const STARTD_ATTRS: [&str; 4] = ["Name", "State", "Activity", "K8SPodName"];
+
+/// A map key resolved to the index of a known attribute (case-insensitively) without
+/// allocating, or None for attributes pilotd does not read.
+struct AttrKey(Option<usize>);
+struct AttrKeySeed<'a>(&'a [&'static str]);
+
+impl<'de> de::DeserializeSeed<'de> for AttrKeySeed<'_> {
+    type Value = AttrKey;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<AttrKey, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for AttrKeySeed<'_> {
+    type Value = AttrKey;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an attribute name")
+    }
+    fn visit_str<E>(self, v: &str) -> Result<AttrKey, E> {
+        Ok(AttrKey(
+            self.0.iter().position(|a| a.eq_ignore_ascii_case(v)),
+        ))
+    }
+}
+
+/// One startd ad advertised by a worker pod (the collector query is restricted to this
+/// provisioner's workers).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct StartdAd {
+    pub name: String,
+    pub state: Option<String>,
+    pub activity: Option<String>,
+    pub k8s_pod_name: Option<String>,
+}
+
+impl StartdAd {
+    pub fn set(&mut self, attr: &str, value: AdValue) {
+        let text = value.as_text();
+        match attr.to_ascii_lowercase().as_str() {
+            "name" => self.name = text.unwrap_or_default(),
+            "state" => self.state = text,
+            "activity" => self.activity = text,
+            "k8spodname" => self.k8s_pod_name = text,
+            _ => {}
+        }
+    }
+}
+
+impl Serialize for StartdAd {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(4))?;
+        m.serialize_entry("Name", &self.name)?;
+        m.serialize_entry("State", &self.state)?;
+        m.serialize_entry("Activity", &self.activity)?;
+        m.serialize_entry("K8SPodName", &self.k8s_pod_name)?;
+        m.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for StartdAd {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = StartdAd;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a startd ad object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<StartdAd, A::Error> {
+                let mut ad = StartdAd::default();
+                while let Some(AttrKey(idx)) = map.next_key_seed(AttrKeySeed(&STARTD_ATTRS))? {
+                    match idx {
+                        Some(idx) => {
+                            let v: AdValue = map.next_value()?;
+                            ad.set(STARTD_ATTRS[idx], v);
+                        }
+                        None => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(ad)
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_attributes_match_case_insensitively_and_null_is_undefined() {
+        let j: JobAd = serde_json::from_str(
+            r#"{"scheddname":"ap1","CLUSTERID":7,"procid":2,"jobstatus":1,
+                "REQUESTCPUS":4,"requestmemory":8192.0,"RequestGpuTypes":null,"Owner":"x"}"#,
+        )
+        .unwrap();
+        assert_eq!(j.schedd_name, "ap1");
+        assert_eq!((j.cluster_id, j.proc_id), (7, 2));
+        assert_eq!(j.request_cpus, AdValue::Int(4));
+        assert_eq!(j.request_memory.as_int(), Some(8192));
+        assert_eq!(j.request_gpu_types, AdValue::Undefined);
+        assert!(j.is_idle());
+        let back = serde_json::to_value(&j).unwrap();
+        assert_eq!(back["RequestCpus"], 4);
+        assert!(back["RequestGPUTypes"].is_null());
+    }
+}

@@ -1,0 +1,113 @@
+//! Pure demand for kubernetes mode: HTCondor idle job ads → idle jobs per resource shape
+//! (`ShapeKey`), the NRP provisioner's formula for how many worker pods a shape may get per
+//! cycle, the accounting of existing pods per shape, and the per-shape back-off. No I/O and no
+//! clock: `now` arrives as an argument.
+
+use super::accounting::Accounting;
+use super::shape::ShapeKey;
+use crate::kubernetes::ads::JobAd;
+use std::collections::BTreeMap;
+
+/// Idle jobs per shape, keys in sorted order (so logs, plans and tests are reproducible).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Demand {
+    pub idle: BTreeMap<ShapeKey, u64>,
+}
+
+impl Demand {
+    /// Counts the idle jobs (JobStatus 1) of each shape; other jobs do not create demand.
+    pub fn from_jobs(jobs: &[JobAd]) -> Demand {
+        let mut idle = BTreeMap::new();
+        for job in jobs.iter().filter(|j| j.is_idle()) {
+            *idle.entry(ShapeKey::from_job(job)).or_insert(0) += 1;
+        }
+        Demand { idle }
+    }
+}
+
+/// Pods a shape should have unclaimed this cycle: `1 + idle/4`, tapered above 20 to
+/// `20 + (n-20)/4`, capped by `max_pods_per_cluster`. Zero idle jobs need no pod.
+pub fn min_pods(idle: u64, max_pods_per_cluster: u64) -> u64 {
+    if idle == 0 {
+        return 0;
+    }
+    let mut n = 1 + idle / 4;
+    if n > 20 {
+        n = 20 + (n - 20) / 4;
+    }
+    n.min(max_pods_per_cluster)
+}
+
+/// New pods for a shape: what is missing to reach `min_pods` unclaimed, nothing once the
+/// shape's live pods (waiting + unmatched + claimed) reach `max_submit_pods_per_cluster`,
+/// and never past that cap (the provisioner could overshoot it by one batch).
+pub fn pods_to_submit(min_pods: u64, acc: &Accounting, max_submit_pods_per_cluster: u64) -> u64 {
+    let live = acc.live();
+    if live >= max_submit_pods_per_cluster {
+        return 0;
+    }
+    min_pods
+        .saturating_sub(acc.unclaimed())
+        .min(max_submit_pods_per_cluster - live)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kubernetes::ads::AdValue;
+
+    #[test]
+    fn formula_matches_the_provisioner_at_every_documented_point() {
+        // (idle, with max_pods 20, with max_pods 1000), from the provisioner's observed table.
+        let table = [
+            (1, 1, 1),
+            (4, 2, 2),
+            (8, 3, 3),
+            (20, 6, 6),
+            (96, 20, 21),
+            (100, 20, 21),
+            (400, 20, 40),
+            (1000, 20, 77),
+            (4000, 20, 265),
+        ];
+        for (idle, cap20, cap1000) in table {
+            assert_eq!(min_pods(idle, 20), cap20, "idle {idle} cap 20");
+            assert_eq!(min_pods(idle, 1000), cap1000, "idle {idle} cap 1000");
+        }
+        assert_eq!(min_pods(0, 20), 0);
+        assert_eq!(min_pods(3, 20), 1);
+        assert_eq!(min_pods(7, 20), 2);
+        assert_eq!(min_pods(79, 1000), 20);
+    }
+
+    #[test]
+    fn submit_fills_up_to_min_pods_and_respects_the_cap() {
+        let acc = Accounting {
+            waiting: 2,
+            unmatched: 1,
+            claimed: 10,
+            failed: 5,
+            unknown: 1,
+        };
+        assert_eq!(pods_to_submit(6, &acc, 1000), 3);
+        assert_eq!(pods_to_submit(3, &acc, 1000), 0);
+        // failed and unknown pods do not count against the cap, as in the provisioner.
+        assert_eq!(pods_to_submit(6, &acc, 13), 0);
+        assert_eq!(pods_to_submit(6, &acc, 14), 1, "never past the cap");
+    }
+
+    #[test]
+    fn only_idle_jobs_make_demand() {
+        let mut idle = JobAd {
+            schedd_name: "s".into(),
+            job_status: AdValue::Int(1),
+            ..JobAd::default()
+        };
+        let mut running = idle.clone();
+        running.job_status = AdValue::Int(2);
+        idle.request_cpus = AdValue::Int(2);
+        let d = Demand::from_jobs(&[idle.clone(), idle, running]);
+        assert_eq!(d.idle.len(), 1);
+        assert_eq!(d.idle.values().copied().collect::<Vec<_>>(), vec![2]);
+    }
+}

@@ -1,0 +1,71 @@
+//! The NRP provisioner's encoding of lists and dicts inside one string: entries separated by
+//! `,`, key and value by `:`, then `&colon;` `&comma;` `&amp;` decoded in that order. Its INI
+//! file is written this way, and so is a job's `RequestLabels`, so the importer and the Job
+//! bodies read both with these functions.
+
+/// A dict entry that is not `KEY:VALUE`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{entry}` must be KEY:VALUE with exactly one `:` (found {colons})")]
+pub struct EntryError {
+    pub entry: String,
+    pub colons: usize,
+}
+
+/// Decodes one list or dict element, in the provisioner's order: `&colon;` `&comma;` `&amp;`.
+pub fn decode(s: &str) -> String {
+    s.replace("&colon;", ":")
+        .replace("&comma;", ",")
+        .replace("&amp;", "&")
+}
+
+/// `parse_list`: split on `,`, decode each element. Empty input is an empty list.
+pub fn parse_list(s: &str) -> Vec<String> {
+    if s.trim().is_empty() {
+        return Vec::new();
+    }
+    s.split(',').map(|e| decode(e.trim())).collect()
+}
+
+/// `parse_dict`: split on `,`, each element on `:` (exactly one), decode key and value.
+/// Returns the pairs in file order; the error names the bad element.
+pub fn parse_dict(s: &str) -> Result<Vec<(String, String)>, EntryError> {
+    if s.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    s.split(',')
+        .map(|e| {
+            let parts: Vec<&str> = e.split(':').collect();
+            if parts.len() != 2 {
+                return Err(EntryError {
+                    entry: e.to_string(),
+                    colons: parts.len() - 1,
+                });
+            }
+            Ok((decode(parts[0].trim()), decode(parts[1].trim())))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decoding_order_is_colon_comma_amp() {
+        assert_eq!(decode("a&colon;b&comma;c&amp;d"), "a:b,c&d");
+        // `&amp;colon;` must come out as the literal text `&colon;`, not `:`.
+        assert_eq!(decode("&amp;colon;"), "&colon;");
+        assert_eq!(
+            parse_dict("a:1,b:x&colon;y").unwrap(),
+            vec![("a".into(), "1".into()), ("b".into(), "x:y".into())]
+        );
+        assert!(
+            parse_dict("a:1:2")
+                .unwrap_err()
+                .to_string()
+                .contains("exactly one")
+        );
+        assert!(parse_dict("novalue").is_err());
+        assert_eq!(parse_list("a,b&comma;c"), vec!["a", "b,c"]);
+    }
+}

@@ -1,0 +1,436 @@
+//! The Kubernetes Job of one worker pod (pure): `parallelism = completions = 1`,
+//! `backoffLimit = 0`, resources, env, labels, affinity and volumes exactly as the NRP worker
+//! image reads them, from the pod's shape and the site's `[kubernetes]` settings.
+
+use crate::config::kubernetes::{
+    AffinityRule, ConfigVolume, PullPolicy, PvcVolume, is_label_key, is_label_value,
+};
+use crate::kubernetes::encoding::parse_dict;
+use crate::kubernetes::identity::{self, PROVISIONER_TYPE};
+use crate::kubernetes::shape::ShapeKey;
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::{
+    Affinity, ConfigMapVolumeSource, Container, EnvVar, EnvVarSource, KeyToPath, NodeAffinity,
+    NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, ObjectFieldSelector,
+    PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec, ResourceRequirements,
+    SecretVolumeSource, Toleration, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Where the worker image's `01_token.sh` reads the pool token.
+pub const TOKEN_PATH: &str = "/etc/condor/tokens.d/prp-wn.token";
+/// The node label GPU product names are matched against (NVIDIA GPU feature discovery).
+pub const GPU_PRODUCT_LABEL: &str = "nvidia.com/gpu.product";
+/// Idle shutdown the older worker image read from its env; ospool-ep ignores it and uses
+/// ACCEPT_IDLE_MINUTES. Kept so pods stay identical to the provisioner's.
+const STARTD_NOCLAIM_SHUTDOWN: &str = "1200";
+
+/// What every worker pod of this provisioner is made of, besides its shape: the site's
+/// `[kubernetes]` settings as plain values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodTemplate {
+    pub app_name: String,
+    pub namespace: String,
+    pub condor_host: String,
+    pub k8s_domain: String,
+    pub image: String,
+    pub image_pull_policy: PullPolicy,
+    pub priority_class: Option<String>,
+    pub priority_class_cpu: Option<String>,
+    pub priority_class_gpu: Option<String>,
+    pub service_account_name: Option<String>,
+    pub tolerations: Vec<String>,
+    pub node_selectors: BTreeMap<String, String>,
+    pub node_affinity: Vec<AffinityRule>,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    pub env: BTreeMap<String, String>,
+    pub pvc_volumes: Vec<PvcVolume>,
+    pub config_volumes: Vec<ConfigVolume>,
+    pub resources: BTreeMap<String, String>,
+    pub job_ttl: Duration,
+    pub force_namespace_matching: bool,
+    pub additional_requirements: String,
+    pub request_fuse: bool,
+    pub min_ephemeral_storage_mib: u64,
+    pub use_large_limit: bool,
+    pub token_secret: String,
+    pub token_key: String,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum JobError {
+    #[error("shape {key}: {field} entry `{entry}` {problem}")]
+    BadShapeField {
+        key: String,
+        field: &'static str,
+        entry: String,
+        problem: String,
+    },
+}
+
+/// `<app>-<unix seconds, hex>-<sequence in this cycle, 6 hex>`, the provisioner's scheme,
+/// unique across cycles that start in different seconds.
+pub fn job_name(app_name: &str, now: DateTime<Utc>, seq: usize) -> String {
+    format!("{app_name}-{:x}-{seq:06x}", now.timestamp().max(0))
+}
+
+fn q(s: impl Into<String>) -> Quantity {
+    Quantity(s.into())
+}
+
+fn env(name: &str, value: impl Into<String>) -> EnvVar {
+    EnvVar {
+        name: name.to_string(),
+        value: Some(value.into()),
+        value_from: None,
+    }
+}
+
+/// Splits a mount path's `!` (read-only) and `#` (HostToContainer) prefixes, in any order.
+fn mount_flags(path: &str) -> (&str, bool, bool) {
+    let (mut p, mut ro, mut h2c) = (path, false, false);
+    loop {
+        if let Some(r) = p.strip_prefix('!') {
+            ro = true;
+            p = r;
+        } else if let Some(r) = p.strip_prefix('#') {
+            h2c = true;
+            p = r;
+        } else {
+            return (p, ro, h2c);
+        }
+    }
+}
+
+fn pvc_mount(
+    volumes: &mut Vec<Volume>,
+    mounts: &mut Vec<VolumeMount>,
+    name: String,
+    claim: &str,
+    path: &str,
+    read_only: bool,
+    host_to_container: bool,
+) {
+    volumes.push(Volume {
+        name: name.clone(),
+        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+            claim_name: claim.to_string(),
+            read_only: read_only.then_some(true),
+        }),
+        ..Volume::default()
+    });
+    mounts.push(VolumeMount {
+        name,
+        mount_path: path.to_string(),
+        read_only: read_only.then_some(true),
+        mount_propagation: host_to_container.then(|| "HostToContainer".to_string()),
+        ..VolumeMount::default()
+    });
+}
+
+/// The Job for one worker pod of shape `key`: `parallelism = completions = 1`,
+/// `backoffLimit = 0` (a failing worker never takes siblings down, and is not replaced
+/// behind the back-off's back), env/labels/volumes exactly as the worker image reads them.
+pub fn job_body(key: &ShapeKey, pods: &PodTemplate, name: &str) -> Result<Job, JobError> {
+    let key_text = key.to_string();
+    let bad = |field: &'static str, entry: &str, problem: &str| JobError::BadShapeField {
+        key: key_text.clone(),
+        field,
+        entry: entry.to_string(),
+        problem: problem.to_string(),
+    };
+
+    // Labels: site labels, the job's RequestLabels, then the ones pilotd relies on (last, so
+    // nothing can override the selector or the key).
+    let (key_labels, key_annotations) = key.pod_metadata();
+    let mut labels: BTreeMap<String, String> = pods.labels.clone();
+    let job_labels =
+        parse_dict(&key.labels).map_err(|e| bad("RequestLabels", &key.labels, &e.to_string()))?;
+    for (k, v) in job_labels {
+        if !is_label_key(&k) || !is_label_value(&v) {
+            return Err(bad(
+                "RequestLabels",
+                &format!("{k}:{v}"),
+                "is not a valid Kubernetes label",
+            ));
+        }
+        labels.insert(k, v);
+    }
+    for (k, v) in identity::selector_labels(&pods.app_name) {
+        labels.insert(k.into(), v);
+    }
+    labels.insert("app.kubernetes.io/managed-by".into(), "pilotd".into());
+    labels.extend(key_labels);
+
+    let mut annotations = pods.annotations.clone();
+    annotations.extend(key_annotations.clone());
+
+    // Resources.
+    let (cpus, mem, gpus) = (key.cpus, key.memory_mib, key.gpus);
+    let mut requests = BTreeMap::new();
+    let mut limits = BTreeMap::new();
+    if pods.use_large_limit {
+        requests.insert("cpu".into(), q(format!("{}m", cpus * 750)));
+        requests.insert("memory".into(), q(format!("{}Mi", mem * 8 / 10)));
+        limits.insert("cpu".into(), q(format!("{}m", cpus * 1000 + 250)));
+        limits.insert("memory".into(), q(format!("{}Mi", mem + 1000)));
+    } else {
+        for m in [&mut requests, &mut limits] {
+            m.insert("cpu".into(), q(cpus.to_string()));
+            m.insert("memory".into(), q(format!("{}Mi", mem + 1000)));
+        }
+    }
+    // HTCondor disk is KiB: `Ki`, never the decimal `k` (2.4 % smaller, kubelet evictions).
+    let eph = key
+        .disk_kib
+        .max(pods.min_ephemeral_storage_mib.saturating_mul(1024));
+    let mut both: BTreeMap<String, Quantity> = BTreeMap::new();
+    both.insert("ephemeral-storage".into(), q(format!("{eph}Ki")));
+    if gpus > 0 {
+        both.insert("nvidia.com/gpu".into(), q(gpus.to_string()));
+    }
+    if pods.request_fuse {
+        both.insert("smarter-devices/fuse".into(), q("1"));
+    }
+    for (k, v) in &pods.resources {
+        both.insert(k.clone(), q(v.clone()));
+    }
+    requests.extend(both.clone());
+    limits.extend(both);
+
+    // Env, in the provisioner's order.
+    let mut envs = vec![
+        env("K8S_PROVISIONER_TYPE", PROVISIONER_TYPE),
+        env("K8S_PROVISIONER_NAME", pods.app_name.clone()),
+        env("CONDOR_HOST", pods.condor_host.clone()),
+        env("STARTD_NOCLAIM_SHUTDOWN", STARTD_NOCLAIM_SHUTDOWN),
+        env("K8S_NAMESPACE", pods.namespace.clone()),
+        env("K8S_DOMAIN", pods.k8s_domain.clone()),
+        env("NUM_CPUS", cpus.to_string()),
+        env("NUM_GPUS", gpus.to_string()),
+        env("MEMORY", mem.to_string()),
+        // The job's own KiB, never the storage floor: the worker's START requires
+        // Disk >= RequestDisk && RequestDisk + 4500000 > Disk.
+        env("DISK", key.disk_kib.to_string()),
+        env(
+            "FORCE_K8SNAMESPACE_MATCHING",
+            if pods.force_namespace_matching {
+                "yes"
+            } else {
+                "no"
+            },
+        ),
+    ];
+    if !pods.additional_requirements.is_empty() {
+        envs.push(env(
+            "ADDITIONAL_REQUIREMENTS",
+            pods.additional_requirements.clone(),
+        ));
+    }
+    for (k, v) in &pods.env {
+        envs.push(env(k, v.clone()));
+    }
+    envs.push(EnvVar {
+        name: "PHYSICAL_HOSTNAME".into(),
+        value: None,
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                api_version: None,
+                field_path: "spec.nodeName".into(),
+            }),
+            ..EnvVarSource::default()
+        }),
+    });
+
+    // Volumes: site PVCs and ConfigMap files, the job's disk volumes, the token secret.
+    let mut volumes = Vec::new();
+    let mut mounts = Vec::new();
+    for (i, v) in pods.pvc_volumes.iter().enumerate() {
+        pvc_mount(
+            &mut volumes,
+            &mut mounts,
+            format!("pvc-{i}"),
+            &v.claim,
+            &v.path,
+            v.read_only,
+            v.host_to_container,
+        );
+    }
+    for (i, (claim, path)) in parse_dict(&key.disk_volumes)
+        .map_err(|e| bad("RequestDiskVolumes", &key.disk_volumes, &e.to_string()))?
+        .into_iter()
+        .enumerate()
+    {
+        let (path, ro, h2c) = mount_flags(&path);
+        if claim.is_empty() || !path.starts_with('/') {
+            return Err(bad(
+                "RequestDiskVolumes",
+                &format!("{claim}:{path}"),
+                "must be PVC_NAME:/absolute/mount/path",
+            ));
+        }
+        pvc_mount(
+            &mut volumes,
+            &mut mounts,
+            format!("job-pvc-{i}"),
+            &claim,
+            path,
+            ro,
+            h2c,
+        );
+    }
+    for (i, v) in pods.config_volumes.iter().enumerate() {
+        let file = v.path.rsplit('/').next().unwrap_or(&v.path).to_string();
+        let vname = format!("cm-{i}");
+        volumes.push(Volume {
+            name: vname.clone(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: v.config_map.clone(),
+                items: Some(vec![KeyToPath {
+                    key: file.clone(),
+                    path: file.clone(),
+                    ..KeyToPath::default()
+                }]),
+                ..ConfigMapVolumeSource::default()
+            }),
+            ..Volume::default()
+        });
+        mounts.push(VolumeMount {
+            name: vname,
+            mount_path: v.path.clone(),
+            sub_path: Some(file),
+            ..VolumeMount::default()
+        });
+    }
+    volumes.push(Volume {
+        name: "token".into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(pods.token_secret.clone()),
+            items: Some(vec![KeyToPath {
+                key: pods.token_key.clone(),
+                path: pods.token_key.clone(),
+                ..KeyToPath::default()
+            }]),
+            // 0400 on the volume (the provisioner put it on the item as an ignored field).
+            default_mode: Some(0o400),
+            ..SecretVolumeSource::default()
+        }),
+        ..Volume::default()
+    });
+    mounts.push(VolumeMount {
+        name: "token".into(),
+        mount_path: TOKEN_PATH.into(),
+        sub_path: Some(pods.token_key.clone()),
+        read_only: Some(true),
+        ..VolumeMount::default()
+    });
+
+    // Scheduling: an affinity block only when something is required (an empty
+    // NodeSelectorTerm matches no node at all).
+    let mut expressions: Vec<NodeSelectorRequirement> = pods
+        .node_affinity
+        .iter()
+        .map(|r| NodeSelectorRequirement {
+            key: r.key.clone(),
+            operator: r.operator.as_str().into(),
+            values: Some(r.values.clone()),
+        })
+        .collect();
+    let gpu_types = key.gpu_type_list();
+    if !gpu_types.is_empty() {
+        expressions.push(NodeSelectorRequirement {
+            key: GPU_PRODUCT_LABEL.into(),
+            operator: "In".into(),
+            values: Some(gpu_types),
+        });
+    }
+    let affinity = (!expressions.is_empty()).then(|| Affinity {
+        node_affinity: Some(NodeAffinity {
+            required_during_scheduling_ignored_during_execution: Some(NodeSelector {
+                node_selector_terms: vec![NodeSelectorTerm {
+                    match_expressions: Some(expressions),
+                    match_fields: None,
+                }],
+            }),
+            ..NodeAffinity::default()
+        }),
+        ..Affinity::default()
+    });
+    let tolerations = (!pods.tolerations.is_empty()).then(|| {
+        pods.tolerations
+            .iter()
+            .map(|t| Toleration {
+                key: Some(t.clone()),
+                operator: Some("Exists".into()),
+                effect: Some("NoSchedule".into()),
+                ..Toleration::default()
+            })
+            .collect()
+    });
+    let priority = if gpus > 0 {
+        pods.priority_class_gpu.clone()
+    } else {
+        pods.priority_class_cpu.clone()
+    }
+    .or_else(|| pods.priority_class.clone());
+
+    let pod_spec = PodSpec {
+        restart_policy: Some("Never".into()),
+        containers: vec![Container {
+            name: "htcondor".into(),
+            image: Some(pods.image.clone()),
+            image_pull_policy: Some(pods.image_pull_policy.as_str().into()),
+            env: Some(envs),
+            resources: Some(ResourceRequirements {
+                requests: Some(requests),
+                limits: Some(limits),
+                ..ResourceRequirements::default()
+            }),
+            volume_mounts: Some(mounts),
+            ..Container::default()
+        }],
+        volumes: Some(volumes),
+        tolerations,
+        node_selector: (!pods.node_selectors.is_empty()).then(|| pods.node_selectors.clone()),
+        affinity,
+        priority_class_name: priority,
+        service_account_name: pods.service_account_name.clone(),
+        ..PodSpec::default()
+    };
+
+    Ok(Job {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: Some(pods.namespace.clone()),
+            labels: Some(labels.clone()),
+            annotations: (!key_annotations.is_empty()).then_some(key_annotations),
+            ..ObjectMeta::default()
+        },
+        spec: Some(JobSpec {
+            parallelism: Some(1),
+            completions: Some(1),
+            backoff_limit: Some(0),
+            ttl_seconds_after_finished: Some(
+                i32::try_from(pods.job_ttl.as_secs()).unwrap_or(i32::MAX),
+            ),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    annotations: (!annotations.is_empty()).then_some(annotations),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(pod_spec),
+            },
+            ..JobSpec::default()
+        }),
+        status: None,
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

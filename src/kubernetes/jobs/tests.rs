@@ -1,0 +1,239 @@
+use super::*;
+use crate::kubernetes::settings::Settings;
+use crate::kubernetes::shape::POD_GPU_TYPES;
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodStatus};
+
+fn cfg(extra: &str) -> PodTemplate {
+    Settings::test(extra).plan.pods
+}
+
+/// The pod the Job controller would make from a Job body.
+pub(crate) fn pod_of(job: &Job, name: &str, phase: &str) -> Pod {
+    let tmpl = job.spec.as_ref().unwrap().template.clone();
+    let mut meta = tmpl.metadata.unwrap();
+    meta.name = Some(name.into());
+    Pod {
+        metadata: meta,
+        spec: tmpl.spec,
+        status: Some(PodStatus {
+            phase: Some(phase.into()),
+            container_statuses: (phase != "Pending").then(|| vec![ContainerStatus::default()]),
+            ..PodStatus::default()
+        }),
+    }
+}
+
+fn key(s: &str) -> ShapeKey {
+    s.parse().unwrap()
+}
+
+fn env_of(job: &Job) -> BTreeMap<String, String> {
+    job.spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0]
+        .env
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+        .collect()
+}
+
+#[test]
+fn one_job_per_pod_with_units_the_worker_matches() {
+    let c = cfg("");
+    let job = job_body(&key("4;8192;10000000;;1;;"), &c, "osg-direct-1-000000").unwrap();
+    let spec = job.spec.as_ref().unwrap();
+    assert_eq!(
+        (spec.parallelism, spec.completions, spec.backoff_limit),
+        (Some(1), Some(1), Some(0))
+    );
+    assert_eq!(spec.ttl_seconds_after_finished, Some(86400));
+    let pod = spec.template.spec.as_ref().unwrap();
+    assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
+    let res = pod.containers[0].resources.as_ref().unwrap();
+    let (req, lim) = (res.requests.as_ref().unwrap(), res.limits.as_ref().unwrap());
+    // Large-limit over-commit (the default): 75 % CPU, 80 % memory requested.
+    assert_eq!(req["cpu"].0, "3000m");
+    assert_eq!(lim["cpu"].0, "4250m");
+    assert_eq!(req["memory"].0, "6553Mi");
+    assert_eq!(lim["memory"].0, "9192Mi");
+    // Storage floor 20000 MiB = 20480000 KiB beats the job's 10000000 KiB, in Ki.
+    assert_eq!(req["ephemeral-storage"].0, "20480000Ki");
+    assert_eq!(lim["ephemeral-storage"].0, "20480000Ki");
+    assert_eq!(lim["nvidia.com/gpu"].0, "1");
+    assert_eq!(lim["smarter-devices/fuse"].0, "1");
+    let env = env_of(&job);
+    assert_eq!(env["DISK"], "10000000", "DISK stays the job's own KiB");
+    assert_eq!(env["MEMORY"], "8192");
+    assert_eq!(env["NUM_CPUS"], "4");
+    assert_eq!(env["NUM_GPUS"], "1");
+    assert_eq!(env["K8S_PROVISIONER_TYPE"], "PRPHTCondorProvisioner");
+    assert_eq!(env["K8S_PROVISIONER_NAME"], "osg-direct");
+    assert_eq!(env["K8S_NAMESPACE"], "osg");
+    assert_eq!(env["K8S_DOMAIN"], "optiputer.net");
+    assert_eq!(env["FORCE_K8SNAMESPACE_MATCHING"], "yes");
+    assert!(!env.contains_key("ADDITIONAL_REQUIREMENTS"));
+    let phys = pod.containers[0].env.as_ref().unwrap().last().unwrap();
+    assert_eq!(phys.name, "PHYSICAL_HOSTNAME");
+    assert_eq!(
+        phys.value_from
+            .as_ref()
+            .unwrap()
+            .field_ref
+            .as_ref()
+            .unwrap()
+            .field_path,
+        "spec.nodeName"
+    );
+    // No requirement → no affinity block at all; nothing empty emitted.
+    assert!(pod.affinity.is_none());
+    assert!(pod.node_selector.is_none() && pod.tolerations.is_none());
+    let json = serde_json::to_value(&job).unwrap();
+    assert!(json["spec"]["template"]["spec"].get("affinity").is_none());
+    assert_eq!(json["kind"], "Job");
+    assert_eq!(json["apiVersion"], "batch/v1");
+}
+
+#[test]
+fn exact_resources_without_large_limit() {
+    let c = cfg("use_large_limit = false\nmin_ephemeral_storage_mib = 0\nrequest_fuse = false\n");
+    let job = job_body(&key("2;4096;9000000;;0;;"), &c, "n").unwrap();
+    let res = job.spec.unwrap().template.spec.unwrap().containers[0]
+        .resources
+        .clone()
+        .unwrap();
+    let (req, lim) = (res.requests.unwrap(), res.limits.unwrap());
+    assert_eq!(req, lim);
+    assert_eq!(req["cpu"].0, "2");
+    assert_eq!(req["memory"].0, "5096Mi");
+    assert_eq!(req["ephemeral-storage"].0, "9000000Ki");
+    assert!(!req.contains_key("nvidia.com/gpu") && !req.contains_key("smarter-devices/fuse"));
+}
+
+#[test]
+fn gpu_types_and_site_rules_become_node_affinity() {
+    let c = cfg(
+        "tolerations = [\"nautilus.io/noceph\"]\npriority_class = \"opportunistic\"\npriority_class_gpu = \"gpu-prio\"\n\
+         [[node_affinity]]\nkey = \"nautilus.io/low-power\"\noperator = \"NotIn\"\nvalues = [\"true\"]\n",
+    );
+    let k = ShapeKey {
+        gpus: 1,
+        gpu_types: "NVIDIA-A100,NVIDIA-A40".into(),
+        ..key("1;4096;8000000;;0;;")
+    };
+    let job = job_body(&k, &c, "n").unwrap();
+    let pod = job.spec.as_ref().unwrap().template.spec.clone().unwrap();
+    let terms = pod
+        .affinity
+        .unwrap()
+        .node_affinity
+        .unwrap()
+        .required_during_scheduling_ignored_during_execution
+        .unwrap()
+        .node_selector_terms;
+    assert_eq!(terms.len(), 1);
+    let exprs = terms[0].match_expressions.clone().unwrap();
+    assert_eq!(exprs[0].key, "nautilus.io/low-power");
+    assert_eq!(exprs[0].operator, "NotIn");
+    assert_eq!(exprs[1].key, "nvidia.com/gpu.product");
+    assert_eq!(exprs[1].operator, "In");
+    assert_eq!(
+        exprs[1].values.clone().unwrap(),
+        vec!["NVIDIA-A100", "NVIDIA-A40"]
+    );
+    assert_eq!(pod.priority_class_name.as_deref(), Some("gpu-prio"));
+    let t = &pod.tolerations.unwrap()[0];
+    assert_eq!(
+        (t.operator.as_deref(), t.effect.as_deref()),
+        (Some("Exists"), Some("NoSchedule"))
+    );
+    // The GPU type list is not label-safe: annotation + hash label, and the pod maps back.
+    let tmpl = job
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .metadata
+        .clone()
+        .unwrap();
+    assert_eq!(
+        tmpl.annotations.unwrap()[POD_GPU_TYPES],
+        "NVIDIA-A100,NVIDIA-A40"
+    );
+    assert_eq!(ShapeKey::from_pod(&pod_of(&job, "p", "Pending")), k);
+    // CPU pods fall back to the generic class.
+    let cpu = job_body(&key("1;4096;8000000;;0;;"), &c, "n").unwrap();
+    assert_eq!(
+        cpu.spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap()
+            .priority_class_name
+            .as_deref(),
+        Some("opportunistic")
+    );
+}
+
+#[test]
+fn volumes_token_labels_and_env_as_the_worker_expects() {
+    let c = cfg(
+        "additional_requirements = \"(ProjectName=?=\\\"x\\\")\"\nforce_namespace_matching = false\n\
+         [labels]\nosg-provisioner = \"wn\"\n[env]\nGLIDEIN_Site = \"SDSC-PRP\"\n\
+         [annotations]\n\"container.apparmor.security.beta.kubernetes.io/htcondor\" = \"unconfined\"\n\
+         [[pvc_volumes]]\nclaim = \"cvmfs\"\npath = \"/cvmfs\"\nhost_to_container = true\n\
+         [[config_volumes]]\nconfig_map = \"wn-glidein-config\"\npath = \"/etc/condor/config.d/40_glidein.config\"\n",
+    );
+    let k = ShapeKey {
+        disk_volumes: "scratch:!/scratch".into(),
+        labels: "team:astro".into(),
+        ..key("1;4096;8000000;;0;;")
+    };
+    let job = job_body(&k, &c, "n").unwrap();
+    let tmpl = job.spec.as_ref().unwrap().template.clone();
+    let meta = tmpl.metadata.unwrap();
+    let labels = meta.labels.unwrap();
+    assert_eq!(labels["k8s-app"], "osg-direct");
+    assert_eq!(labels["prp-htcondor-portal"], "wn");
+    assert_eq!(labels["osg-provisioner"], "wn");
+    assert_eq!(labels["team"], "astro", "RequestLabels become pod labels");
+    assert_eq!(labels["PodCPUs"], "1");
+    assert_eq!(job.metadata.labels.as_ref().unwrap(), &labels);
+    assert_eq!(
+        meta.annotations.unwrap()["container.apparmor.security.beta.kubernetes.io/htcondor"],
+        "unconfined"
+    );
+    let spec = tmpl.spec.unwrap();
+    let mounts = spec.containers[0].volume_mounts.clone().unwrap();
+    let cvmfs = mounts.iter().find(|m| m.mount_path == "/cvmfs").unwrap();
+    assert_eq!(cvmfs.mount_propagation.as_deref(), Some("HostToContainer"));
+    let scratch = mounts.iter().find(|m| m.mount_path == "/scratch").unwrap();
+    assert_eq!(scratch.read_only, Some(true));
+    let cm = mounts
+        .iter()
+        .find(|m| m.mount_path.ends_with("40_glidein.config"))
+        .unwrap();
+    assert_eq!(cm.sub_path.as_deref(), Some("40_glidein.config"));
+    let token = mounts.iter().find(|m| m.mount_path == TOKEN_PATH).unwrap();
+    assert_eq!(
+        (token.sub_path.as_deref(), token.read_only),
+        (Some("prp-wn.token"), Some(true))
+    );
+    let vols = spec.volumes.unwrap();
+    let secret = vols.iter().find_map(|v| v.secret.clone()).unwrap();
+    assert_eq!(
+        secret.secret_name.as_deref(),
+        Some("prp-htcondor-wn-secret")
+    );
+    assert_eq!(secret.default_mode, Some(0o400));
+    let env = env_of(&job);
+    assert_eq!(env["FORCE_K8SNAMESPACE_MATCHING"], "no");
+    assert_eq!(env["ADDITIONAL_REQUIREMENTS"], "(ProjectName=?=\"x\")");
+    assert_eq!(env["GLIDEIN_Site"], "SDSC-PRP");
+}

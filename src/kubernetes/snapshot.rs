@@ -1,0 +1,115 @@
+//! `ClusterSnapshot`: what kubernetes mode observes in one cycle (idle job ads from the
+//! whitelisted schedds, the startd ads its workers advertise, its pods and Jobs) and the
+//! back-off book carried between cycles, as plain data. Its JSON form is the contract
+//! `pilotd snapshot` prints and `pilotd plan --snapshot FILE` reads (README, "Kubernetes
+//! mode").
+
+use crate::kubernetes::ads::{JobAd, StartdAd};
+use crate::kubernetes::backoff::BackoffBook;
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use serde::{Deserialize, Serialize};
+
+/// One observation of the pool and the namespace.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClusterSnapshot {
+    /// Always "kubernetes" for this kind of snapshot.
+    pub mode: String,
+    pub taken_at: DateTime<Utc>,
+    pub jobs: Vec<JobAd>,
+    pub startds: Vec<StartdAd>,
+    /// Pod objects exactly as the Kubernetes API returns them.
+    pub pods: Vec<Pod>,
+    /// This provisioner's Jobs (for cleanup); absent in hand-written snapshots.
+    #[serde(default)]
+    pub kube_jobs: Vec<Job>,
+    /// Back-off state carried between cycles, so a replay decides what the daemon decided.
+    #[serde(default)]
+    pub backoff: BackoffBook,
+    /// Schedds whose query failed in this observation (skipped, logged).
+    #[serde(default)]
+    pub failed_schedds: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error(
+        "{path}:{line}:{column}: not a kubernetes snapshot: {message}\n  hint: make one with `pilotd snapshot` in kubernetes mode"
+    )]
+    Parse {
+        path: String,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error(
+        "{path}: snapshot mode is `{mode}`, not `kubernetes`\n  hint: replay it with a pilotd.toml of the same mode"
+    )]
+    WrongMode { path: String, mode: String },
+}
+
+impl ClusterSnapshot {
+    /// Parses a snapshot file's text; `path` only names it in errors.
+    pub fn from_json(path: &str, text: &str) -> Result<ClusterSnapshot, SnapshotError> {
+        let snap: ClusterSnapshot =
+            serde_json::from_str(text).map_err(|e| SnapshotError::Parse {
+                path: path.to_string(),
+                line: e.line(),
+                column: e.column(),
+                message: e.to_string(),
+            })?;
+        if snap.mode != "kubernetes" {
+            return Err(SnapshotError::WrongMode {
+                path: path.to_string(),
+                mode: snap.mode,
+            });
+        }
+        Ok(snap)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_without_schedd_is_rejected_with_a_position() {
+        let e = ClusterSnapshot::from_json(
+            "s.json",
+            r#"{"mode":"kubernetes","taken_at":"2026-12-01T21:30:00Z","jobs":[{"ClusterId":1}],"startds":[],"pods":[]}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.starts_with("s.json:1:"), "{e}");
+        assert!(e.contains("ScheddName"), "{e}");
+    }
+
+    #[test]
+    fn the_design_example_parses() {
+        let s = ClusterSnapshot::from_json(
+            "x",
+            r#"{
+  "mode": "kubernetes",
+  "taken_at": "2026-12-01T21:30:00Z",
+  "jobs":    [ { "ScheddName": "ap20.uc.osg-htc.org", "ClusterId": 12, "ProcId": 0, "JobStatus": 1,
+                 "RequestCpus": 4, "RequestMemory": 8192, "RequestDisk": 10000000, "RequestGPUs": 1,
+                 "RequestGPUTypes": null, "RequestLabels": null, "RequestDiskVolumes": null } ],
+  "startds": [ { "Name": "slot1@osg-direct-x", "State": "Claimed", "Activity": "Busy",
+                 "K8SPodName": "osg-direct-x" } ],
+  "pods":    [ {"apiVersion":"v1","kind":"Pod","metadata":{"name":"osg-direct-x"},"status":{"phase":"Running"}} ]
+}"#,
+        )
+        .unwrap();
+        assert_eq!(s.jobs.len(), 1);
+        assert_eq!(s.startds[0].k8s_pod_name.as_deref(), Some("osg-direct-x"));
+        assert_eq!(s.pods[0].metadata.name.as_deref(), Some("osg-direct-x"));
+        assert!(s.kube_jobs.is_empty());
+        let e = ClusterSnapshot::from_json(
+            "v.json",
+            r#"{"mode":"volunteer","taken_at":"2026-12-01T21:30:00Z","jobs":[],"startds":[],"pods":[]}"#,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("not `kubernetes`"));
+    }
+}

@@ -1,0 +1,35 @@
+//! Where the daemon's log goes: the journal when stderr is connected to it, else stderr as
+//! text or JSON. Called once, after detaching (the journald layer opens a socket).
+
+/// Logs go to the journal when stderr is connected to it (systemd sets `JOURNAL_STREAM`), with
+/// structured fields; to stderr otherwise, as text or JSON. `RUST_LOG` wins over `[log] level`.
+pub fn init(json: bool, level: Option<&str>) {
+    use tracing_subscriber::EnvFilter;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let filter = EnvFilter::try_from_default_env()
+        .or_else(|_| EnvFilter::try_new(level.unwrap_or("info")))
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    // The journald layer fails when the journal socket is absent (containers): fall back.
+    let journald = std::env::var_os("JOURNAL_STREAM")
+        .is_some()
+        .then(|| tracing_journald::layer().ok())
+        .flatten()
+        .map(|l| l.with_syslog_identifier("pilotd".into()));
+    if let Some(j) = journald {
+        let _ = tracing_subscriber::registry()
+            .with(filter)
+            .with(j)
+            .try_init();
+        return;
+    }
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr);
+    let _ = if json {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+}

@@ -1,0 +1,679 @@
+//! The Docker Engine backend (bollard 0.21; Podman's Docker-compatible socket works too).
+//!
+//! Facts this file is shaped by (see the reference notes on bollard):
+//! - a pull is always by digest (a tag-less pull would fetch every tag);
+//! - digests come from `inspect_image().repo_digests`, and the registry's current digest of a
+//!   tag from `/distribution/{ref}/json`, which asks the registry without downloading layers;
+//! - remove may answer 409 "already in progress": that is done, not failed;
+//! - the request timeout covers "request sent → headers received", so `docker stop` with a
+//!   long grace needs a client with a longer timeout;
+//! - a list that fails to decode fails as a whole and is reported as an error, never as empty.
+
+use super::{Backend, BackendError, BackendEvent};
+use crate::volunteer::settings::EngineSettings;
+use crate::volunteer::worker::{
+    CpuSample, LocalImage, Worker, WorkerSpec, WorkerState, labels, parse_instant,
+};
+use bollard::Docker;
+use bollard::errors::Error as DockerError;
+use bollard::models::{
+    ContainerCreateBody, DeviceRequest, HostConfig, Mount, MountBindOptions,
+    MountBindOptionsPropagationEnum, MountType,
+};
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, CreateImageOptionsBuilder, EventsOptionsBuilder,
+    KillContainerOptionsBuilder, ListContainersOptionsBuilder, ListImagesOptionsBuilder,
+    RemoveContainerOptionsBuilder, RemoveImageOptionsBuilder, StatsOptionsBuilder,
+    StopContainerOptionsBuilder,
+};
+use chrono::{DateTime, Utc};
+use futures_util::StreamExt;
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+#[derive(Clone)]
+pub struct DockerBackend {
+    docker: Docker,
+    /// The socket or URL, for error messages.
+    endpoint: String,
+    instance: String,
+    timeout: Duration,
+}
+
+impl DockerBackend {
+    /// Connects (lazily: no request is made) to `socket`, a `unix://` path or `tcp://`/`http://`
+    /// URL. A missing socket file is reported here, with what to check.
+    pub fn connect(engine: &EngineSettings) -> Result<DockerBackend, BackendError> {
+        let (socket, timeout) = (engine.socket.as_str(), engine.timeout);
+        let secs = timeout.as_secs().max(1);
+        let result = if let Some(rest) = socket
+            .strip_prefix("tcp://")
+            .or_else(|| socket.strip_prefix("http://"))
+        {
+            Docker::connect_with_http(rest, secs, bollard::API_DEFAULT_VERSION)
+        } else {
+            let path = socket.strip_prefix("unix://").unwrap_or(socket);
+            Docker::connect_with_unix(path, secs, bollard::API_DEFAULT_VERSION)
+        };
+        let docker = result.map_err(|e| map_error("connecting", socket, e))?;
+        Ok(DockerBackend {
+            docker,
+            endpoint: socket.to_string(),
+            instance: engine.instance.clone(),
+            timeout,
+        })
+    }
+
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    fn err(&self, what: impl Into<String>, e: DockerError) -> BackendError {
+        map_error(what, &self.endpoint, e)
+    }
+
+    fn label_filter(&self) -> HashMap<String, Vec<String>> {
+        HashMap::from([(
+            "label".to_string(),
+            vec![
+                format!("{}=true", labels::MANAGED),
+                format!("{}={}", labels::INSTANCE, self.instance),
+            ],
+        )])
+    }
+
+    async fn inspect_local(&self, reference: &str) -> Result<Option<LocalImage>, BackendError> {
+        match self.docker.inspect_image(reference).await {
+            Ok(i) => Ok(Some(LocalImage {
+                size: i.size.unwrap_or_default().max(0) as u64,
+                id: i.id.unwrap_or_default(),
+                repo_digests: i.repo_digests.unwrap_or_default(),
+                repo_tags: i.repo_tags.unwrap_or_default(),
+                labels: i
+                    .config
+                    .and_then(|c| c.labels)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .collect(),
+                created: i.created.as_ref().and_then(|c| parse_instant(Some(c))),
+            })),
+            Err(e) => match self.err(format!("inspecting image {reference}"), e) {
+                BackendError::NotFound { .. } => Ok(None),
+                other => Err(other),
+            },
+        }
+    }
+}
+
+/// Maps a bollard error to what the caller acts on, naming the endpoint and what to do.
+pub fn map_error(what: impl Into<String>, endpoint: &str, e: DockerError) -> BackendError {
+    let what = what.into();
+    match e {
+        DockerError::DockerResponseServerError {
+            status_code: 404,
+            message,
+        } => BackendError::NotFound {
+            what: format!("{what} ({message})"),
+        },
+        DockerError::DockerResponseServerError {
+            status_code: 409,
+            message,
+        } => BackendError::Conflict { what, message },
+        DockerError::DockerResponseServerError {
+            status_code,
+            message,
+        } => BackendError::Rejected {
+            what,
+            message: format!("HTTP {status_code}: {message}"),
+        },
+        DockerError::DockerStreamError { error } => BackendError::Rejected {
+            what,
+            message: error,
+        },
+        DockerError::JsonDataError { message, .. } => BackendError::Rejected {
+            what,
+            message: format!("cannot decode the engine's answer: {message}"),
+        },
+        DockerError::SocketNotFoundError(path) => BackendError::Unavailable {
+            what,
+            endpoint: endpoint.to_string(),
+            message: format!("no socket at {path}"),
+            hint: "is the Docker engine running (`systemctl status docker`)? is [docker] socket in pilotd.toml right?".into(),
+        },
+        DockerError::RequestTimeoutError => BackendError::Unavailable {
+            what,
+            endpoint: endpoint.to_string(),
+            message: "the request timed out".into(),
+            hint: "the engine may be restarting or overloaded; pilotd retries next cycle".into(),
+        },
+        other => {
+            let message = error_chain(&other);
+            let hint = if message.contains("ermission denied") {
+                "run pilotd as root, or give its user access to the socket (the `docker` group)"
+            } else if message.contains("onnection refused") || message.contains("No such file") {
+                "is the Docker engine running (`systemctl status docker`)? is [docker] socket in pilotd.toml right?"
+            } else {
+                "pilotd retries next cycle; check the engine's log if this persists"
+            };
+            BackendError::Unavailable {
+                what,
+                endpoint: endpoint.to_string(),
+                message,
+                hint: hint.into(),
+            }
+        }
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let m = c.to_string();
+        if !s.contains(&m) {
+            s.push_str(": ");
+            s.push_str(&m);
+        }
+        cur = c.source();
+    }
+    s
+}
+
+/// A registry problem surfaced by the engine (HTTP 4xx/5xx on resolve or pull) is reported as
+/// such; transport problems with the engine itself stay `Unavailable`.
+fn registry_error(e: BackendError) -> BackendError {
+    match e {
+        BackendError::Rejected { what, message } => BackendError::Registry { what, message },
+        BackendError::NotFound { what } => BackendError::Registry {
+            message: what.clone(),
+            what,
+        },
+        other => other,
+    }
+}
+
+fn time_of(s: Option<&String>) -> Option<DateTime<Utc>> {
+    // The engine says "0001-01-01T00:00:00Z" for "never".
+    parse_instant(s).filter(|t| t.timestamp() > 0)
+}
+
+impl Backend for DockerBackend {
+    /// Tells Docker from Podman in the log.
+    async fn describe_engine(&self) -> Result<String, BackendError> {
+        let v = self
+            .docker
+            .version()
+            .await
+            .map_err(|e| self.err("asking the engine's version", e))?;
+        let names: Vec<String> = v
+            .components
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        Ok(format!(
+            "{} {} (API {})",
+            if names.is_empty() {
+                "engine".to_string()
+            } else {
+                names.join("+")
+            },
+            v.version.unwrap_or_default(),
+            v.api_version.unwrap_or_default()
+        ))
+    }
+
+    async fn list_workers(&self) -> Result<Vec<Worker>, BackendError> {
+        let opts = ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(&self.label_filter())
+            .build();
+        let list = self
+            .docker
+            .list_containers(Some(opts))
+            .await
+            .map_err(|e| self.err("listing workers", e))?;
+        let mut workers = Vec::with_capacity(list.len());
+        for c in list {
+            let labels = c.labels.unwrap_or_default();
+            // The engine filtered already; checking again keeps "never touch what is not
+            // ours" true even against an engine that ignores filters.
+            if labels.get(labels::MANAGED).map(String::as_str) != Some("true")
+                || labels.get(labels::INSTANCE) != Some(&self.instance)
+            {
+                continue;
+            }
+            let id = c.id.unwrap_or_default();
+            let name = c
+                .names
+                .and_then(|n| n.into_iter().next())
+                .map(|n| n.trim_start_matches('/').to_string())
+                .unwrap_or_else(|| id.clone());
+            let state = c
+                .state
+                .map(|s| WorkerState::parse(s.as_ref()))
+                .unwrap_or(WorkerState::Unknown);
+            let mut w = Worker {
+                id: id.clone(),
+                name,
+                state,
+                created: parse_instant(labels.get(labels::CREATED))
+                    .or_else(|| c.created.and_then(|s| DateTime::from_timestamp(s, 0))),
+                accept_until: parse_instant(labels.get(labels::ACCEPT_UNTIL)),
+                die_at: parse_instant(labels.get(labels::DIE_AT)),
+                image: labels.get(labels::IMAGE).cloned().unwrap_or_default(),
+                image_digest: labels
+                    .get(labels::IMAGE_DIGEST)
+                    .cloned()
+                    .unwrap_or_default(),
+                spec_hash: labels.get(labels::SPEC_HASH).cloned().unwrap_or_default(),
+                exit_code: None,
+                finished_at: None,
+                oom_killed: false,
+            };
+            if state.is_finished() {
+                match self.docker.inspect_container(&id, None).await {
+                    Ok(i) => {
+                        if let Some(s) = i.state {
+                            w.exit_code = s.exit_code;
+                            w.finished_at = time_of(s.finished_at.as_ref());
+                            w.oom_killed = s.oom_killed.unwrap_or(false);
+                        }
+                    }
+                    // Removed between list and inspect: it is gone, skip it.
+                    Err(DockerError::DockerResponseServerError {
+                        status_code: 404, ..
+                    }) => continue,
+                    Err(e) => return Err(self.err(format!("inspecting worker {}", w.name), e)),
+                }
+            }
+            workers.push(w);
+        }
+        workers.sort_by(|a, b| a.created.cmp(&b.created).then(a.name.cmp(&b.name)));
+        Ok(workers)
+    }
+
+    async fn resolve_image(&self, reference: &str) -> Result<String, BackendError> {
+        let what = format!("resolving {reference} at its registry");
+        let d = self
+            .docker
+            .inspect_registry_image(reference, None)
+            .await
+            .map_err(|e| registry_error(self.err(what.clone(), e)))?;
+        d.descriptor
+            .digest
+            .filter(|d| d.starts_with("sha256:"))
+            .ok_or(BackendError::Registry {
+                what,
+                message: "the registry's answer names no digest".into(),
+            })
+    }
+
+    async fn local_image(&self, reference: &str) -> Result<Option<LocalImage>, BackendError> {
+        self.inspect_local(reference).await
+    }
+
+    async fn pull_image(&self, repository: &str, digest: &str) -> Result<LocalImage, BackendError> {
+        let pinned = format!("{repository}@{digest}");
+        let what = format!("pulling {pinned}");
+        let opts = CreateImageOptionsBuilder::default()
+            .from_image(repository)
+            .tag(digest)
+            .build();
+        let mut stream = self.docker.create_image(Some(opts), None, None);
+        // Per-layer progress: one line when a layer starts, one when it is done, never one
+        // per chunk (a pull emits thousands of "Downloading" updates).
+        let mut layer_sizes: HashMap<String, i64> = HashMap::new();
+        while let Some(item) = stream.next().await {
+            let info = item.map_err(|e| registry_error(self.err(what.clone(), e)))?;
+            let (Some(layer), Some(status)) = (info.id.as_deref(), info.status.as_deref()) else {
+                continue;
+            };
+            if let Some(total) = info.progress_detail.as_ref().and_then(|p| p.total) {
+                layer_sizes.insert(layer.to_string(), total);
+            }
+            match status {
+                "Pulling fs layer" | "Already exists" | "Pull complete" => tracing::info!(
+                    image = %pinned,
+                    layer,
+                    bytes = layer_sizes.get(layer).copied().unwrap_or(0),
+                    "{}",
+                    status.to_lowercase()
+                ),
+                _ => {}
+            }
+        }
+        self.inspect_local(&pinned)
+            .await?
+            .ok_or(BackendError::Registry {
+                what,
+                message: "the pull ended but the image is not there".into(),
+            })
+    }
+
+    async fn list_images(&self, repository: &str) -> Result<Vec<LocalImage>, BackendError> {
+        let opts = ListImagesOptionsBuilder::default().all(false).build();
+        let list = self
+            .docker
+            .list_images(Some(opts))
+            .await
+            .map_err(|e| self.err(format!("listing images of {repository}"), e))?;
+        let ours = |r: &String| {
+            r.strip_prefix(repository)
+                .is_some_and(|rest| rest.starts_with('@') || rest.starts_with(':'))
+        };
+        Ok(list
+            .into_iter()
+            .filter(|i| i.repo_digests.iter().any(ours) || i.repo_tags.iter().any(ours))
+            .map(|i| LocalImage {
+                size: i.size.max(0) as u64,
+                id: i.id,
+                repo_digests: i.repo_digests,
+                repo_tags: i.repo_tags,
+                labels: i.labels.into_iter().collect(),
+                created: DateTime::from_timestamp(i.created, 0),
+            })
+            .collect())
+    }
+
+    async fn remove_image(&self, id: &str) -> Result<(), BackendError> {
+        let opts = RemoveImageOptionsBuilder::default()
+            .force(false)
+            .noprune(false)
+            .build();
+        match self.docker.remove_image(id, Some(opts), None).await {
+            Ok(_) => Ok(()),
+            Err(e) => match self.err(format!("removing image {id}"), e) {
+                BackendError::NotFound { .. } => Ok(()),
+                other => Err(other),
+            },
+        }
+    }
+
+    async fn start(&self, spec: &WorkerSpec) -> Result<String, BackendError> {
+        let body = container_body(spec);
+        let opts = CreateContainerOptionsBuilder::default()
+            .name(&spec.name)
+            .build();
+        let created = self
+            .docker
+            .create_container(Some(opts), body)
+            .await
+            .map_err(|e| self.err(format!("creating worker {}", spec.name), e))?;
+        if let Err(e) = self.docker.start_container(&created.id, None).await {
+            let err = self.err(format!("starting worker {}", spec.name), e);
+            // Leave nothing half-made behind; the error says why it did not start.
+            let _ = self.remove(&created.id).await;
+            return Err(err);
+        }
+        Ok(created.id)
+    }
+
+    async fn pause(&self, id: &str) -> Result<(), BackendError> {
+        match self.docker.pause_container(id).await {
+            Ok(()) => Ok(()),
+            Err(e) => match self.err(format!("pausing worker {id}"), e) {
+                BackendError::Conflict { message, .. } if message.contains("already paused") => {
+                    Ok(())
+                }
+                other => Err(other),
+            },
+        }
+    }
+
+    async fn unpause(&self, id: &str) -> Result<(), BackendError> {
+        match self.docker.unpause_container(id).await {
+            Ok(()) => Ok(()),
+            Err(e) => match self.err(format!("resuming worker {id}"), e) {
+                BackendError::Conflict { message, .. } if message.contains("not paused") => Ok(()),
+                other => Err(other),
+            },
+        }
+    }
+
+    async fn stop(&self, id: &str, grace: Duration) -> Result<(), BackendError> {
+        let t = i32::try_from(grace.as_secs()).unwrap_or(i32::MAX);
+        // The engine answers only once the container has stopped, up to `grace` later.
+        let docker = self.docker.clone().with_timeout(grace + self.timeout);
+        let opts = StopContainerOptionsBuilder::default().t(t).build();
+        match docker.stop_container(id, Some(opts)).await {
+            Ok(()) => Ok(()),
+            Err(e) => match self.err(format!("stopping worker {id}"), e) {
+                BackendError::NotFound { .. } => Ok(()),
+                other => Err(other),
+            },
+        }
+    }
+
+    async fn kill(&self, id: &str) -> Result<(), BackendError> {
+        let opts = KillContainerOptionsBuilder::default()
+            .signal("SIGKILL")
+            .build();
+        match self.docker.kill_container(id, Some(opts)).await {
+            Ok(()) => Ok(()),
+            Err(e) => match self.err(format!("killing worker {id}"), e) {
+                BackendError::NotFound { .. } => Ok(()),
+                BackendError::Conflict { message, .. } if message.contains("is not running") => {
+                    Ok(())
+                }
+                other => Err(other),
+            },
+        }
+    }
+
+    async fn remove(&self, id: &str) -> Result<(), BackendError> {
+        let opts = RemoveContainerOptionsBuilder::default()
+            .force(false)
+            .v(true)
+            .build();
+        match self.docker.remove_container(id, Some(opts)).await {
+            Ok(()) => Ok(()),
+            Err(e) => match self.err(format!("removing worker {id}"), e) {
+                BackendError::NotFound { .. } => Ok(()),
+                BackendError::Conflict { message, .. }
+                    if message.contains("already in progress") =>
+                {
+                    Ok(())
+                }
+                other => Err(other),
+            },
+        }
+    }
+
+    async fn cpu_sample(&self, id: &str) -> Result<CpuSample, BackendError> {
+        // one_shot: one reading without the engine's own 1 s second sample; the caller
+        // differences two readings over its own interval.
+        let opts = StatsOptionsBuilder::default()
+            .stream(false)
+            .one_shot(true)
+            .build();
+        let what = format!("reading CPU usage of worker {id}");
+        let mut stream = self.docker.stats(id, Some(opts));
+        let stats = match stream.next().await {
+            Some(Ok(s)) => s,
+            Some(Err(e)) => return Err(self.err(what, e)),
+            None => {
+                return Err(BackendError::Rejected {
+                    what,
+                    message: "the engine sent no statistics".into(),
+                });
+            }
+        };
+        let cpu = stats.cpu_stats.unwrap_or_default();
+        Ok(CpuSample {
+            worker_ns: cpu.cpu_usage.and_then(|u| u.total_usage).unwrap_or(0),
+            system_ns: cpu.system_cpu_usage.unwrap_or(0),
+        })
+    }
+
+    async fn watch(&self, tx: tokio::sync::mpsc::Sender<BackendEvent>) -> Result<(), BackendError> {
+        let mut filters = self.label_filter();
+        filters.insert("type".into(), vec!["container".into()]);
+        filters.insert("event".into(), vec!["die".into(), "oom".into()]);
+        // The timeout covers only the response headers, which the engine sends at once; a
+        // long one anyway, in case an engine holds them back until the first event.
+        let docker = self
+            .docker
+            .clone()
+            .with_timeout(Duration::from_secs(86_400));
+        let opts = EventsOptionsBuilder::default().filters(&filters).build();
+        let mut stream = docker.events(Some(opts));
+        while let Some(ev) = stream.next().await {
+            let ev = ev.map_err(|e| self.err("watching worker events", e))?;
+            let actor = ev.actor.unwrap_or_default();
+            let attrs: BTreeMap<String, String> =
+                actor.attributes.unwrap_or_default().into_iter().collect();
+            let event = BackendEvent::WorkerExited {
+                id: actor.id.unwrap_or_default(),
+                name: attrs.get("name").cloned().unwrap_or_default(),
+            };
+            if tx.send(event).await.is_err() {
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The container a `WorkerSpec` becomes: limits, no privileges, all capabilities dropped
+/// unless the site gave some back, the token read-only, and GPUs only when the owner shares
+/// them. Pure, so the security settings are unit-tested without an engine.
+pub fn container_body(spec: &WorkerSpec) -> ContainerCreateBody {
+    let mut mounts = vec![Mount {
+        target: Some(spec.scratch_mount.display().to_string()),
+        source: Some(spec.scratch_dir.display().to_string()),
+        typ: Some(MountType::BIND),
+        read_only: Some(false),
+        ..Default::default()
+    }];
+    if let Some(token) = &spec.token_file {
+        mounts.push(Mount {
+            target: Some(spec.token_mount.display().to_string()),
+            source: Some(token.display().to_string()),
+            typ: Some(MountType::BIND),
+            read_only: Some(true),
+            ..Default::default()
+        });
+    }
+    if let Some(cvmfs) = &spec.cvmfs {
+        mounts.push(Mount {
+            target: Some("/cvmfs".into()),
+            source: Some(cvmfs.display().to_string()),
+            typ: Some(MountType::BIND),
+            read_only: Some(true),
+            // autofs mounts repositories on first access: they must propagate in.
+            bind_options: Some(MountBindOptions {
+                propagation: Some(MountBindOptionsPropagationEnum::RSLAVE),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    }
+    let host_config = HostConfig {
+        nano_cpus: Some(spec.nano_cpus),
+        memory: Some(spec.memory_bytes),
+        // Equal to memory: no swap on top of the limit (the owner's disk is not ours).
+        memory_swap: Some(spec.memory_bytes),
+        pids_limit: Some(spec.pids_limit),
+        init: Some(true),
+        privileged: Some(false),
+        security_opt: Some(vec!["no-new-privileges:true".into()]),
+        cap_drop: Some(vec!["ALL".into()]),
+        cap_add: (!spec.cap_add.is_empty()).then(|| spec.cap_add.clone()),
+        mounts: Some(mounts),
+        network_mode: spec.network.clone(),
+        device_requests: (spec.gpus > 0).then(|| {
+            vec![DeviceRequest {
+                driver: Some("nvidia".into()),
+                count: Some(i64::from(spec.gpus)),
+                capabilities: Some(vec![vec!["gpu".into()]]),
+                ..Default::default()
+            }]
+        }),
+        ..Default::default()
+    };
+    ContainerCreateBody {
+        image: Some(spec.image_pinned.clone()),
+        env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+        labels: Some(spec.labels.clone().into_iter().collect()),
+        user: spec.user.clone(),
+        host_config: Some(host_config),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn spec(gpus: u32, token: bool) -> WorkerSpec {
+        WorkerSpec {
+            name: "pilotd-default-1".into(),
+            image: "127.0.0.1:5000/w:1".into(),
+            image_pinned: "127.0.0.1:5000/w@sha256:ab".into(),
+            image_digest: "sha256:ab".into(),
+            labels: BTreeMap::from([("pilotd.managed".into(), "true".into())]),
+            env: BTreeMap::from([("NUM_CPUS".into(), "2".into())]),
+            nano_cpus: 2_000_000_000,
+            memory_bytes: 4 << 30,
+            gpus,
+            pids_limit: 4096,
+            token_file: token.then(|| PathBuf::from("/etc/pilotd/pool.token")),
+            token_mount: "/etc/pilotd/token".into(),
+            scratch_dir: "/var/lib/pilotd/scratch/pilotd-default-1".into(),
+            scratch_mount: "/pilot".into(),
+            cvmfs: None,
+            cap_add: vec![],
+            user: None,
+            network: None,
+        }
+    }
+
+    #[test]
+    fn workers_are_unprivileged_and_limited() {
+        let b = container_body(&spec(0, true));
+        let h = b.host_config.unwrap();
+        assert_eq!(h.nano_cpus, Some(2_000_000_000));
+        assert_eq!(h.memory, Some(4 << 30));
+        assert_eq!(h.memory_swap, Some(4 << 30), "no swap beyond the limit");
+        assert_eq!(h.pids_limit, Some(4096));
+        assert_eq!(h.init, Some(true));
+        assert_eq!(h.privileged, Some(false));
+        assert_eq!(h.cap_drop, Some(vec!["ALL".to_string()]));
+        assert_eq!(h.cap_add, None);
+        assert_eq!(
+            h.security_opt,
+            Some(vec!["no-new-privileges:true".to_string()])
+        );
+        assert_eq!(h.device_requests, None, "no GPU unless shared");
+        let mounts = h.mounts.unwrap();
+        let token = mounts
+            .iter()
+            .find(|m| m.target.as_deref() == Some("/etc/pilotd/token"))
+            .unwrap();
+        assert_eq!(token.read_only, Some(true));
+        // The token is a file in the container, never a value in its environment.
+        assert!(b.env.unwrap().iter().all(|e| !e.contains("pool.token")));
+        assert_eq!(
+            b.image.as_deref(),
+            Some("127.0.0.1:5000/w@sha256:ab"),
+            "pulled by digest"
+        );
+    }
+
+    #[test]
+    fn shared_gpus_become_a_device_request() {
+        let h = container_body(&spec(2, false)).host_config.unwrap();
+        let r = h.device_requests.unwrap();
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[0].driver.as_deref(), Some("nvidia"));
+        assert_eq!(r[0].count, Some(2));
+        assert_eq!(r[0].capabilities, Some(vec![vec!["gpu".to_string()]]));
+        assert_eq!(h.mounts.unwrap().len(), 1, "no token mount without a token");
+    }
+}

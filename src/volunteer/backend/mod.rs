@@ -1,0 +1,197 @@
+//! Backends: the only code that changes the world. A backend is told *what* to do (start this
+//! `WorkerSpec`, stop that worker within this grace) and reports what it observes (`Worker`);
+//! it never decides *whether*. Decisions live in `policy` and `plan`.
+//!
+//! The trait uses native `async fn`-style methods spelled as `-> impl Future + Send`, so the
+//! daemon's futures can move between tokio worker threads; such traits are not dyn-compatible,
+//! hence the `AnyBackend` enum (one arm per backend, dispatch by `match`).
+//!
+//! State lives in the runtime: everything pilotd needs to rebuild its view after a crash is in
+//! the labels of the containers it created (`pilotd.*`, see `worker::labels`).
+//!
+//! Imports: `volunteer::worker` and `settings` (the data it carries out and reports); never the
+//! plan, the policy or the daemon.
+
+pub mod docker;
+#[cfg(any(test, feature = "test-fixtures"))]
+pub mod fake;
+
+use crate::volunteer::settings::EngineSettings;
+use crate::volunteer::worker::{CpuSample, LocalImage, Worker, WorkerSpec};
+use std::future::Future;
+use std::time::Duration;
+
+/// Why a backend call failed. The variants are what the caller acts on: `Unavailable` means
+/// "nothing is known" (skip GC and starts this cycle), never "there is nothing".
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("{what}: not found")]
+    NotFound { what: String },
+    #[error("{what}: conflict: {message}")]
+    Conflict { what: String, message: String },
+    #[error("{what}: the engine at {endpoint} is unavailable: {message}\n  hint: {hint}")]
+    Unavailable {
+        what: String,
+        endpoint: String,
+        message: String,
+        hint: String,
+    },
+    #[error("{what}: rejected: {message}")]
+    Rejected { what: String, message: String },
+    /// A registry could not be reached or refused (resolve or pull).
+    #[error("{what}: registry error: {message}")]
+    Registry { what: String, message: String },
+}
+
+impl BackendError {
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, BackendError::NotFound { .. })
+    }
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, BackendError::Unavailable { .. })
+    }
+}
+
+/// Something that happened in the runtime and deserves a cycle now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BackendEvent {
+    /// A managed worker stopped (died, was killed, or exited on its own).
+    WorkerExited { id: String, name: String },
+}
+
+pub trait Backend: Send + Sync {
+    /// Engine name and version, for the log line when it is first reached.
+    fn describe_engine(&self) -> impl Future<Output = Result<String, BackendError>> + Send;
+
+    /// Workers carrying this daemon's labels, in every state. An error is never an empty list.
+    fn list_workers(&self) -> impl Future<Output = Result<Vec<Worker>, BackendError>> + Send;
+
+    /// Asks the image's registry which digest `reference` (tag form) points at now, without
+    /// pulling. Returns `sha256:…`.
+    fn resolve_image(
+        &self,
+        reference: &str,
+    ) -> impl Future<Output = Result<String, BackendError>> + Send;
+
+    /// The local image for a reference (tag or digest form), `None` when absent.
+    fn local_image(
+        &self,
+        reference: &str,
+    ) -> impl Future<Output = Result<Option<LocalImage>, BackendError>> + Send;
+
+    /// Pulls `repository@digest` (always a digest: never a tag-less pull of every tag).
+    fn pull_image(
+        &self,
+        repository: &str,
+        digest: &str,
+    ) -> impl Future<Output = Result<LocalImage, BackendError>> + Send;
+
+    /// Local images of one repository (`host/path`, no tag).
+    fn list_images(
+        &self,
+        repository: &str,
+    ) -> impl Future<Output = Result<Vec<LocalImage>, BackendError>> + Send;
+
+    /// Removes an image by id; an image still used by a container is a `Conflict`.
+    fn remove_image(&self, id: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// Creates and starts a worker; returns its id. A failed start leaves no container behind.
+    fn start(&self, spec: &WorkerSpec)
+    -> impl Future<Output = Result<String, BackendError>> + Send;
+
+    fn pause(&self, id: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
+    fn unpause(&self, id: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// SIGTERM, then SIGKILL after `grace`. Returns once the worker has stopped.
+    fn stop(
+        &self,
+        id: &str,
+        grace: Duration,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    fn kill(&self, id: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// Removes a finished worker; "not found" and "removal already in progress" are success.
+    fn remove(&self, id: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// Cumulative CPU counters of a running or paused worker.
+    fn cpu_sample(&self, id: &str) -> impl Future<Output = Result<CpuSample, BackendError>> + Send;
+
+    /// Streams events about this daemon's workers into `tx` until the stream breaks; the
+    /// caller reconnects.
+    fn watch(
+        &self,
+        tx: tokio::sync::mpsc::Sender<BackendEvent>,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send;
+}
+
+/// Connects the engine pilotd.toml names (no request is made yet).
+pub fn connect(engine: &EngineSettings) -> Result<AnyBackend, BackendError> {
+    docker::DockerBackend::connect(engine).map(AnyBackend::Docker)
+}
+
+/// Enum dispatch over the backends (the trait is not dyn-compatible).
+#[derive(Clone)]
+pub enum AnyBackend {
+    Docker(docker::DockerBackend),
+    #[cfg(any(test, feature = "test-fixtures"))]
+    Fake(fake::FakeBackend),
+}
+
+macro_rules! dispatch {
+    ($self:ident, $b:ident => $e:expr) => {
+        match $self {
+            AnyBackend::Docker($b) => $e,
+            #[cfg(any(test, feature = "test-fixtures"))]
+            AnyBackend::Fake($b) => $e,
+        }
+    };
+}
+
+impl Backend for AnyBackend {
+    async fn describe_engine(&self) -> Result<String, BackendError> {
+        dispatch!(self, b => b.describe_engine().await)
+    }
+    async fn list_workers(&self) -> Result<Vec<Worker>, BackendError> {
+        dispatch!(self, b => b.list_workers().await)
+    }
+    async fn resolve_image(&self, reference: &str) -> Result<String, BackendError> {
+        dispatch!(self, b => b.resolve_image(reference).await)
+    }
+    async fn local_image(&self, reference: &str) -> Result<Option<LocalImage>, BackendError> {
+        dispatch!(self, b => b.local_image(reference).await)
+    }
+    async fn pull_image(&self, repository: &str, digest: &str) -> Result<LocalImage, BackendError> {
+        dispatch!(self, b => b.pull_image(repository, digest).await)
+    }
+    async fn list_images(&self, repository: &str) -> Result<Vec<LocalImage>, BackendError> {
+        dispatch!(self, b => b.list_images(repository).await)
+    }
+    async fn remove_image(&self, id: &str) -> Result<(), BackendError> {
+        dispatch!(self, b => b.remove_image(id).await)
+    }
+    async fn start(&self, spec: &WorkerSpec) -> Result<String, BackendError> {
+        dispatch!(self, b => b.start(spec).await)
+    }
+    async fn pause(&self, id: &str) -> Result<(), BackendError> {
+        dispatch!(self, b => b.pause(id).await)
+    }
+    async fn unpause(&self, id: &str) -> Result<(), BackendError> {
+        dispatch!(self, b => b.unpause(id).await)
+    }
+    async fn stop(&self, id: &str, grace: Duration) -> Result<(), BackendError> {
+        dispatch!(self, b => b.stop(id, grace).await)
+    }
+    async fn kill(&self, id: &str) -> Result<(), BackendError> {
+        dispatch!(self, b => b.kill(id).await)
+    }
+    async fn remove(&self, id: &str) -> Result<(), BackendError> {
+        dispatch!(self, b => b.remove(id).await)
+    }
+    async fn cpu_sample(&self, id: &str) -> Result<CpuSample, BackendError> {
+        dispatch!(self, b => b.cpu_sample(id).await)
+    }
+    async fn watch(&self, tx: tokio::sync::mpsc::Sender<BackendEvent>) -> Result<(), BackendError> {
+        dispatch!(self, b => b.watch(tx).await)
+    }
+}

@@ -1,0 +1,469 @@
+//! One reconcile step of the volunteer daemon, at a given `now`: observe (engine, workers,
+//! their CPU, the host) → decide (`policy::decide`) → plan (`plan::plan`) → execute → record
+//! (status file, outcomes and back-off, history, metrics). Every failure on the way is said
+//! in the status file and the log, and fails toward the owner: no list, no change; no probe,
+//! the owner is assumed present.
+
+use super::Daemon;
+use super::executor::{self, Executed};
+use crate::volunteer::backend::{AnyBackend, Backend};
+use crate::volunteer::gc;
+use crate::volunteer::history;
+use crate::volunteer::history::Outlook;
+use crate::volunteer::host::Carry;
+use crate::volunteer::image;
+use crate::volunteer::outcome::Outcome;
+use crate::volunteer::plan::{self, Action, Observed, Reason};
+use crate::volunteer::policy::{Supply, decide};
+use crate::volunteer::snapshot::{HostSnapshot, Sessions};
+use crate::volunteer::status::{self, Decision, OutcomeRecord};
+use crate::volunteer::worker::{CpuSample, ImageState, Worker, WorkerState, split_reference};
+use chrono::{DateTime, SecondsFormat, Utc};
+use std::collections::HashMap;
+
+/// pilotd's own workers' share of the machine, from two CPU samples a cycle apart.
+#[derive(Debug, Default)]
+pub(super) struct CpuMeter {
+    prev: HashMap<String, CpuSample>,
+}
+
+impl CpuMeter {
+    /// The running workers' CPU since the last measurement, as a fraction of the machine.
+    async fn measure(&mut self, b: &AnyBackend, workers: &[Worker]) -> f64 {
+        let running: Vec<&Worker> = workers
+            .iter()
+            .filter(|w| w.state == WorkerState::Running)
+            .collect();
+        let samples =
+            futures_util::future::join_all(running.iter().map(|w| b.cpu_sample(&w.id))).await;
+        let mut total = 0.0;
+        let mut next = HashMap::new();
+        for (w, s) in running.iter().zip(samples) {
+            match s {
+                Ok(s) => {
+                    if let Some(p) = self.prev.get(&w.id) {
+                        total += s.fraction_since(*p).unwrap_or(0.0);
+                    }
+                    next.insert(w.id.clone(), s);
+                }
+                Err(e) => tracing::debug!(worker = %w.name, "{e}"),
+            }
+        }
+        self.prev = next;
+        f64::min(total, 1.0)
+    }
+}
+
+/// What one cycle leaves in the status file.
+struct Record<'a> {
+    supply: Option<&'a Supply>,
+    actions: Vec<String>,
+    notes: Vec<String>,
+    errors: Vec<String>,
+    workers: Option<Vec<Worker>>,
+}
+
+impl Daemon {
+    /// One cycle at `now`; returns a one-line summary. An `urgent` cycle (a login) decides on
+    /// the CPU share measured last time instead of waiting for the engine's statistics.
+    pub async fn cycle(&mut self, now: DateTime<Utc>, urgent: bool) -> String {
+        let started = std::time::Instant::now();
+        let summary = self.reconcile_at(now, urgent).await;
+        // Written after the cycle acted: an fsync must never delay the eviction of a login.
+        if let Err(e) = history::save(&self.s.state_dir, &self.learner.history) {
+            tracing::error!("{e}");
+        }
+        if let Some(m) = &self.metrics {
+            m.cycle_seconds.observe(started.elapsed().as_secs_f64());
+            m.backoff_level.set(i64::from(self.status.backoff.failures));
+            if let Some(list) = &self.status.workers {
+                let mut counts: HashMap<&'static str, i64> = HashMap::new();
+                for w in list {
+                    *counts.entry(metric_state(w.state)).or_default() += 1;
+                }
+                m.set_workers(counts);
+            }
+        }
+        summary
+    }
+
+    async fn reconcile_at(&mut self, now: DateTime<Utc>, urgent: bool) -> String {
+        self.fetch_manifest_if_due(now);
+        let mut errors: Vec<String> = Vec::new();
+
+        // Observe.
+        let backend = self.connected(&mut errors).await;
+        let workers = match &backend {
+            Some(b) => match b.list_workers().await {
+                Ok(w) => Some(w),
+                Err(e) => {
+                    tracing::error!(
+                        "{e}; no worker is started or removed until the list works again"
+                    );
+                    errors.push(e.to_string());
+                    None
+                }
+            },
+            None => None,
+        };
+        let own_cpu = match (&backend, &workers) {
+            (Some(b), Some(w)) if !urgent => self.cpu.measure(b, w).await,
+            _ => self.status.own_cpu,
+        };
+        let Some(snapshot) = self.observe_host(now, own_cpu, &mut errors) else {
+            self.finish(
+                now,
+                Record {
+                    supply: None,
+                    actions: vec![],
+                    notes: vec![],
+                    errors,
+                    workers,
+                },
+            );
+            return "host probe failed".into();
+        };
+
+        // Decide.
+        let outlook = Outlook::at(&self.s, &self.learner.history, now);
+        let supply = decide(&self.s.policy, &snapshot, outlook.limits, now);
+        self.learn(now, &supply);
+        self.log_decision_change(&supply);
+        self.last_snapshot = Some(snapshot);
+        self.status.owner_busy_since = supply.owner_busy_since;
+        self.status.host_free_since = supply.host_free_since;
+        self.status.own_cpu = own_cpu;
+        self.wakeups.next_change = supply.next_change;
+
+        let (Some(b), Some(list)) = (backend, workers.clone()) else {
+            let summary = format!(
+                "engine unavailable; {}",
+                supply.reasons.first().cloned().unwrap_or_default()
+            );
+            self.finish(
+                now,
+                Record {
+                    supply: Some(&supply),
+                    actions: vec![],
+                    notes: vec![],
+                    errors,
+                    workers,
+                },
+            );
+            return summary;
+        };
+
+        // Plan.
+        image::refresh(
+            &b,
+            &mut self.status.image,
+            &self.worker.image,
+            now,
+            &self.s.image,
+        )
+        .await;
+        let image_state = image::state(
+            &b,
+            &self.status.image,
+            &self.s.image,
+            self.work.in_flight.pulling.as_deref(),
+            now,
+        )
+        .await
+        .unwrap_or_else(|e| ImageState::Unavailable {
+            reason: e.to_string(),
+        });
+        let plan = plan::plan(
+            &supply,
+            Observed {
+                workers: &list,
+                in_flight: &self.work.in_flight,
+                backoff: &self.status.backoff,
+                image: &image_state,
+                free_hours: Some(outlook.free_hours()),
+            },
+            &self.worker,
+            now,
+        );
+
+        // Execute, then record what it did.
+        let executed = executor::execute(&b, &plan.actions, &self.worker, &mut self.work).await;
+        let actions = self.record_executed(executed, now);
+        self.gc_if_due(&b, &list, now).await;
+        // Forget recorded outcomes of containers that are gone.
+        self.status
+            .recorded
+            .retain(|id| list.iter().any(|w| &w.id == id));
+        let summary = format!(
+            "{} worker(s), target {}; {}",
+            list.iter()
+                .filter(|w| matches!(w.state, WorkerState::Running | WorkerState::Paused))
+                .count(),
+            supply.workers,
+            supply.reasons.first().cloned().unwrap_or_default()
+        );
+        self.finish(
+            now,
+            Record {
+                supply: Some(&supply),
+                actions,
+                notes: plan.notes,
+                errors,
+                workers,
+            },
+        );
+        summary
+    }
+
+    /// The engine, described in the log once per connection; `None` (and why, once per
+    /// distinct failure) when it cannot be reached.
+    async fn connected(&mut self, errors: &mut Vec<String>) -> Option<AnyBackend> {
+        let b = match self.backend() {
+            Ok(b) => b,
+            Err(e) => {
+                let msg = e.to_string();
+                if self
+                    .status
+                    .last_error
+                    .as_deref()
+                    .is_none_or(|l| !l.contains(&msg))
+                {
+                    tracing::error!(
+                        "{msg}; no worker is started or removed until the engine answers"
+                    );
+                }
+                errors.push(msg);
+                return None;
+            }
+        };
+        if self.status.engine.is_none()
+            && let Ok(engine) = b.describe_engine().await
+        {
+            tracing::info!(engine = %engine, "connected to the container engine");
+            self.status.engine = Some(engine);
+        }
+        Some(b)
+    }
+
+    /// The host as it is now; when the probe fails, the last observation with the sessions
+    /// unknown (the policy then assumes the owner is here). `None` before any observation.
+    fn observe_host(
+        &mut self,
+        now: DateTime<Utc>,
+        own_cpu: f64,
+        errors: &mut Vec<String>,
+    ) -> Option<HostSnapshot> {
+        let carry = Carry {
+            own_cpu,
+            owner_busy_since: self.status.owner_busy_since,
+            host_free_since: self.status.host_free_since,
+        };
+        match self.probe.observe(now, carry) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                errors.push(e.to_string());
+                match &self.last_snapshot {
+                    Some(last) => Some(HostSnapshot {
+                        taken_at: now,
+                        sessions: Sessions::Unknown(format!("host probe failed: {e}")),
+                        ..last.clone()
+                    }),
+                    None => {
+                        tracing::error!("{e}; nothing to decide on yet");
+                        None
+                    }
+                }
+            }
+        }
+    }
+
+    /// Counts evictions, records outcomes (a removed worker's, a start that failed) and
+    /// returns the status file's action lines.
+    fn record_executed(&mut self, executed: Vec<Executed>, now: DateTime<Utc>) -> Vec<String> {
+        let mut lines = Vec::with_capacity(executed.len());
+        for Executed { action, result } in executed {
+            if let (Some(m), Some(mode)) =
+                (&self.metrics, action.reason().and_then(Reason::eviction))
+            {
+                m.count_eviction(mode.as_str());
+            }
+            match (&action, &result) {
+                // Recorded even when the remove failed: `recorded` keeps it from counting twice.
+                (
+                    Action::Remove {
+                        id,
+                        name,
+                        outcome: Some(o),
+                    },
+                    _,
+                ) => self.record_outcome(id, name, o.clone(), now),
+                (Action::Start { spec }, Err(e)) => self.record_outcome(
+                    &spec.name,
+                    &spec.name,
+                    Outcome::StartFailed {
+                        message: e.to_string(),
+                    },
+                    now,
+                ),
+                _ => {}
+            }
+            lines.push(match result {
+                Ok(_) => action.to_string(),
+                Err(e) => format!("FAILED {action}: {e}"),
+            });
+        }
+        lines
+    }
+
+    /// A finished worker's outcome: feeds the back-off, once per container.
+    fn record_outcome(&mut self, id: &str, name: &str, outcome: Outcome, now: DateTime<Utc>) {
+        if self.status.recorded.iter().any(|r| r == id) {
+            return;
+        }
+        let before = self.status.backoff.failures;
+        self.status.backoff = self
+            .status
+            .backoff
+            .after(&outcome, now, self.worker.backoff);
+        let b = &self.status.backoff;
+        if b.failures > before {
+            tracing::warn!(
+                worker = name,
+                failures = b.failures,
+                next_start = %b
+                    .not_before
+                    .map(|t| t.to_rfc3339_opts(SecondsFormat::Secs, true))
+                    .unwrap_or_default(),
+                "worker ended without running a job: {outcome}; backing off"
+            );
+        } else {
+            tracing::info!(worker = name, "worker ended: {outcome}");
+        }
+        self.status.recorded.push(id.to_string());
+        self.status.outcomes.push(OutcomeRecord {
+            name: name.to_string(),
+            at: now,
+            outcome,
+        });
+        let excess = self
+            .status
+            .outcomes
+            .len()
+            .saturating_sub(status::OUTCOMES_KEPT);
+        self.status.outcomes.drain(..excess);
+    }
+
+    /// Writes what this cycle saw, decided and did to the status file.
+    fn finish(&mut self, now: DateTime<Utc>, r: Record<'_>) {
+        self.status.updated_at = Some(now);
+        self.status.pid = std::process::id();
+        if let Some(s) = r.supply {
+            self.status.decision = Some(Decision::of(s, now));
+        }
+        if !r.actions.is_empty() {
+            self.status.last_actions = r.actions;
+        }
+        self.status.notes = r.notes;
+        self.status.last_error = (!r.errors.is_empty()).then(|| r.errors.join("; "));
+        self.status.workers = r.workers;
+        if let Err(e) = status::save(&self.status_path, &self.status) {
+            tracing::error!("{e}");
+        }
+    }
+
+    /// Collects finished scratch dirs and old images every `gc_interval`.
+    async fn gc_if_due(&mut self, b: &AnyBackend, list: &[Worker], now: DateTime<Utc>) {
+        let every = chrono::Duration::from_std(self.s.gc_interval).unwrap_or_default();
+        if self.last_gc.is_some_and(|t| now - t < every) {
+            return;
+        }
+        self.last_gc = Some(now);
+        let mut items = gc::scratch(
+            &self.worker.scratch_root,
+            &gc::scratch_entries(&self.worker.scratch_root),
+            list,
+            &self.worker.name_prefix(),
+        );
+        let (repository, _, _) = split_reference(&self.worker.image);
+        match b.list_images(&repository).await {
+            Ok(local) => items.extend(gc::images(
+                &local,
+                self.status.image.digest.as_deref(),
+                &self.status.pulled_images,
+                list,
+            )),
+            Err(e) => tracing::warn!("{e}; image GC skipped this time"),
+        }
+        for c in gc::apply(b, &items, self.s.policy.grace).await {
+            match c.result {
+                Ok(()) => tracing::info!("gc: {c}"),
+                Err(_) => tracing::warn!("gc: {c}"),
+            }
+        }
+        // Forget pulls whose image is gone.
+        if let Ok(local) = b.list_images(&repository).await {
+            self.status
+                .pulled_images
+                .retain(|p| local.iter().any(|i| i.id == p.id));
+        }
+    }
+
+    /// Starts a manifest fetch beside the loop when one is due (never blocks a cycle).
+    fn fetch_manifest_if_due(&mut self, now: DateTime<Utc>) {
+        let Some(r) = self.s.remote.clone() else {
+            return;
+        };
+        if self.refresh.start_if_due(now, r.refresh) {
+            super::tasks::spawn_manifest_fetch(
+                &mut self.work.tasks,
+                r,
+                self.s.image.allowed.clone(),
+                self.s.worker.env.clone(),
+            );
+        }
+    }
+
+    /// Counts the time since the last cycle into the availability history, and the decision
+    /// into the metrics.
+    fn learn(&mut self, now: DateTime<Utc>, supply: &Supply) {
+        let free = !supply.causes.iter().any(|c| c.owner_or_host_busy());
+        self.learner
+            .learn(self.s.policy.timezone, now, self.s.interval, free);
+        if let Some(m) = &self.metrics {
+            m.allowed.set(i64::from(supply.allowed));
+            for c in &supply.causes {
+                m.count_decision(c.as_str());
+            }
+        }
+    }
+
+    /// One log line per change of decision, saying what changed and why.
+    fn log_decision_change(&mut self, s: &Supply) {
+        let now = format!(
+            "{} (target {} worker(s), evict {})",
+            if s.allowed { "compute" } else { "do not start" },
+            s.workers,
+            s.evict.as_str()
+        );
+        if self.last_decision.as_deref() != Some(now.as_str()) {
+            tracing::info!(
+                causes = %s.causes.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(","),
+                "decision: {} -> {now}: {}",
+                self.last_decision.as_deref().unwrap_or("none"),
+                s.reasons.join("; ")
+            );
+            self.last_decision = Some(now);
+        }
+    }
+}
+
+/// The `state` label of the workers metric.
+fn metric_state(s: WorkerState) -> &'static str {
+    match s {
+        WorkerState::Running => "running",
+        WorkerState::Paused => "paused",
+        WorkerState::Exited => "exited",
+        WorkerState::Created => "created",
+        _ => "other",
+    }
+}

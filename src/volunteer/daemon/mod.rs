@@ -1,0 +1,362 @@
+//! The volunteer daemon: volunteer mode's reconcile loop, driven by the service skeleton
+//! (`service::lifecycle::serve`). Every `interval`, and at once when the utmp file changes, a
+//! worker exits, a long operation finishes or the decision's `next_change` arrives, it runs
+//! one cycle (`cycle.rs`): observe (host probe, workers from the engine, their CPU) → decide
+//! (`policy::decide`, pure) → plan (`plan::plan`, pure) → execute (`executor.rs`).
+//!
+//! Crash safety: nothing about workers is kept in memory across cycles that the engine does
+//! not also hold; each cycle starts from `list_workers`, so a restarted daemon adopts every
+//! labelled container as it is. A failed list is not an empty list: the cycle then starts
+//! nothing, removes nothing and says why in the status file.
+//!
+//! Long operations (a graceful stop may take the whole `grace`, a pull minutes, a manifest
+//! fetch its timeout) run as tasks beside the loop (`tasks.rs`), so an owner logging in is
+//! never stuck behind them.
+//!
+//! The engine is injected (`Connector`): Docker in production, the recording fake in the
+//! tests below. Signals are the edge's business (`cmd/run`): the loop only sees a shutdown
+//! future and a stream of reloaded configurations.
+//!
+//! Imports: `volunteer`'s parts, `config` (reloads), `service` (metrics, lifecycle). Nothing
+//! imports the daemon but `cmd/run`.
+
+mod cycle;
+mod executor;
+mod tasks;
+#[cfg(test)]
+mod tests;
+pub mod triggers;
+
+use crate::config::site::OnShutdown;
+use crate::config::{Config, Mode};
+use crate::service::lifecycle::{self, Hooks, Reconciler, Reload, Wake};
+use crate::service::metrics::Metrics;
+use crate::volunteer::backend::{AnyBackend, Backend, BackendError};
+use crate::volunteer::history::{self, Learner};
+use crate::volunteer::host::{HostProbe, ProbeError};
+use crate::volunteer::manifest::{self, Manifest};
+use crate::volunteer::plan::{InFlight, Reason};
+use crate::volunteer::settings::{EngineSettings, Settings, WorkerSettings};
+use crate::volunteer::snapshot::HostSnapshot;
+use crate::volunteer::status::{self, Status};
+use crate::volunteer::worker::WorkerState;
+use chrono::{DateTime, Utc};
+use cycle::CpuMeter;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tasks::TaskDone;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use triggers::Trigger;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error(transparent)]
+    Probe(#[from] ProbeError),
+}
+
+/// Makes the engine client from its settings (no request is made yet).
+pub type Connector = Box<dyn Fn(&EngineSettings) -> Result<AnyBackend, BackendError> + Send>;
+
+/// Runs the daemon for `s` until `shutdown` completes: readiness, watchdog, reloads and the
+/// drain are the service skeleton's. Needs a tokio runtime with IO and time enabled.
+pub async fn run(
+    s: Settings,
+    metrics: Option<Metrics>,
+    hooks: Hooks,
+    shutdown: impl Future<Output = ()>,
+    reloads: mpsc::Receiver<Reload>,
+) -> Result<(), DaemonError> {
+    let mut d = Daemon::new(
+        s,
+        Box::new(crate::volunteer::backend::connect),
+        metrics,
+        Utc::now(),
+    )?;
+    tracing::info!(
+        instance = %d.worker.instance,
+        image = %d.worker.image,
+        socket = %d.s.engine.socket,
+        state = %d.status_path.display(),
+        "pilotd starting in volunteer mode"
+    );
+    tokio::spawn(triggers::watch_utmp(
+        d.s.probe.utmp.clone(),
+        d.wakeups.tx.clone(),
+    ));
+    lifecycle::serve(&mut d, hooks, shutdown, reloads).await;
+    Ok(())
+}
+
+/// The container engine: connected when first needed, and again after a reload that changed
+/// its settings.
+struct Engine {
+    connect: Connector,
+    backend: Option<AnyBackend>,
+}
+
+/// What wakes the loop before the next tick.
+struct Wakeups {
+    tx: mpsc::Sender<Trigger>,
+    rx: mpsc::Receiver<Trigger>,
+    interval: tokio::time::Interval,
+    /// When the decision changes by the clock alone.
+    next_change: Option<DateTime<Utc>>,
+}
+
+/// Operations started and not finished (long graceful stops, pulls, manifest fetches).
+struct Work {
+    in_flight: InFlight,
+    tasks: JoinSet<TaskDone>,
+}
+
+/// The daemon's state between cycles, by part.
+pub struct Daemon {
+    /// pilotd.toml's settings.
+    s: Settings,
+    /// The worker template in force: pilotd.toml's, with the pool's manifest laid over it.
+    worker: WorkerSettings,
+    engine: Engine,
+    probe: HostProbe,
+    /// The last good observation: a failing probe decides on it as if the owner were here.
+    last_snapshot: Option<HostSnapshot>,
+    /// What `pilotd status` reads, and a restarted daemon takes back.
+    status: Status,
+    status_path: PathBuf,
+    work: Work,
+    cpu: CpuMeter,
+    wakeups: Wakeups,
+    last_gc: Option<DateTime<Utc>>,
+    /// Learned availability, saved every cycle.
+    learner: Learner,
+    /// The pool's last good manifest, and when to fetch it next.
+    manifest: Option<Manifest>,
+    refresh: manifest::Refresh,
+    metrics: Option<Metrics>,
+    /// The last decision, to log each change once.
+    last_decision: Option<String>,
+}
+
+impl Daemon {
+    /// A daemon for `s`, taking back what the state dir remembers (status, history, the last
+    /// good manifest) as of `now`. Spawns nothing: `run` starts the watchers.
+    pub fn new(
+        s: Settings,
+        connect: Connector,
+        metrics: Option<Metrics>,
+        now: DateTime<Utc>,
+    ) -> Result<Daemon, DaemonError> {
+        let mut probe = HostProbe::new(s.probe.clone())?;
+        probe.prime();
+        let status_path = status::path(&s.state_dir);
+        let loaded = history::load(&s.state_dir, s.policy.timezone);
+        if let Some(w) = &loaded.warning {
+            tracing::warn!("{w}");
+        }
+        let manifest = if s.remote.is_some() {
+            match manifest::load_last_good(&s.state_dir) {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::warn!("{e}; waiting for a fresh manifest");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let (tx, rx) = mpsc::channel::<Trigger>(8);
+        let mut interval = tokio::time::interval(s.interval);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Ok(Daemon {
+            worker: worker_for(&s, manifest.as_ref()),
+            engine: Engine {
+                connect,
+                backend: None,
+            },
+            probe,
+            last_snapshot: None,
+            status: restore(&status_path, &s, now),
+            status_path,
+            work: Work {
+                in_flight: InFlight::default(),
+                tasks: JoinSet::new(),
+            },
+            cpu: CpuMeter::default(),
+            wakeups: Wakeups {
+                tx,
+                rx,
+                interval,
+                next_change: None,
+            },
+            last_gc: None,
+            learner: Learner::new(loaded.history),
+            manifest,
+            refresh: manifest::Refresh::default(),
+            metrics,
+            last_decision: None,
+            s,
+        })
+    }
+
+    /// The status as the last cycle left it (what `pilotd status` reads).
+    pub fn status(&self) -> &Status {
+        &self.status
+    }
+
+    /// The engine client, connecting (and starting its event watch) when there is none.
+    fn backend(&mut self) -> Result<AnyBackend, BackendError> {
+        if let Some(b) = &self.engine.backend {
+            return Ok(b.clone());
+        }
+        let b = (self.engine.connect)(&self.s.engine)?;
+        tokio::spawn(triggers::watch_workers(b.clone(), self.wakeups.tx.clone()));
+        self.engine.backend = Some(b.clone());
+        Ok(b)
+    }
+}
+
+impl Reconciler for Daemon {
+    async fn wake(&mut self) -> Wake {
+        // A moment after `next_change`, so the decision has really changed.
+        let until_change = self
+            .wakeups
+            .next_change
+            .and_then(|t| (t - Utc::now()).to_std().ok())
+            .unwrap_or(Duration::from_secs(86_400))
+            + Duration::from_millis(50);
+        // A login must evict within a second; the engine's CPU statistics of a running
+        // container can take a second to answer (its collector ticks once a second), so a
+        // cycle woken by utmp decides on the CPU share measured in the previous cycle.
+        let mut urgent = false;
+        tokio::select! {
+            _ = self.wakeups.interval.tick() => {}
+            Some(t) = self.wakeups.rx.recv() => {
+                tracing::debug!(trigger = ?t, "cycle triggered");
+                urgent = t == Trigger::Sessions;
+                // Coalesce a burst (utmp is written in several steps).
+                while let Ok(t) = self.wakeups.rx.try_recv() {
+                    urgent |= t == Trigger::Sessions;
+                }
+            }
+            Some(done) = self.work.tasks.join_next(), if !self.work.tasks.is_empty() => {
+                if let Ok(done) = done {
+                    self.task_done(done, Utc::now());
+                }
+                while let Some(Ok(done)) = self.work.tasks.try_join_next() {
+                    self.task_done(done, Utc::now());
+                }
+            }
+            _ = tokio::time::sleep(until_change) => {}
+        }
+        Wake { urgent }
+    }
+
+    async fn reconcile(&mut self, wake: Wake) -> String {
+        self.cycle(Utc::now(), wake.urgent).await
+    }
+
+    type ReloadError = ProbeError;
+
+    fn mode(&self) -> Mode {
+        Mode::Volunteer
+    }
+
+    fn reload(&mut self, cfg: Config) -> Result<(), ProbeError> {
+        let s = Settings::resolve(&cfg);
+        let mut probe = HostProbe::new(s.probe.clone())?;
+        probe.prime();
+        if s.engine != self.s.engine {
+            self.engine.backend = None;
+            self.status.engine = None;
+        }
+        if s.probe.utmp != self.s.probe.utmp {
+            tracing::warn!(
+                "reload: the utmp path changed; it is read from now on, but watched for changes only after a restart"
+            );
+        }
+        self.probe = probe;
+        self.worker = worker_for(&s, self.manifest.as_ref());
+        self.s = s;
+        self.refresh.reset();
+        Ok(())
+    }
+
+    /// Lets running operations finish briefly (or stops the workers when configured), writes
+    /// the status.
+    async fn drain(&mut self) {
+        let mut wait = Duration::from_secs(5);
+        if self.s.on_shutdown == OnShutdown::Stop
+            && let Some(b) = self.engine.backend.clone()
+        {
+            let grace = self.s.policy.grace;
+            wait = grace + Duration::from_secs(10);
+            if let Ok(list) = b.list_workers().await {
+                for w in list
+                    .iter()
+                    .filter(|w| matches!(w.state, WorkerState::Running | WorkerState::Paused))
+                {
+                    if w.state == WorkerState::Paused {
+                        let _ = b.unpause(&w.id).await;
+                    }
+                    tracing::info!(worker = %w.name, "stopping: {}", Reason::Shutdown);
+                    tasks::spawn_stop(&mut self.work.tasks, &b, &w.id, &w.name, grace);
+                }
+            }
+        }
+        tracing::info!(
+            "draining: waiting up to {}s for running operations",
+            wait.as_secs()
+        );
+        let deadline = tokio::time::Instant::now() + wait;
+        while !self.work.tasks.is_empty() {
+            match tokio::time::timeout_at(deadline, self.work.tasks.join_next()).await {
+                Ok(Some(Ok(done))) => self.task_done(done, Utc::now()),
+                Ok(Some(Err(_))) => {}
+                Ok(None) | Err(_) => break,
+            }
+        }
+        self.work.tasks.abort_all();
+        self.status.updated_at = Some(Utc::now());
+        if let Err(e) = status::save(&self.status_path, &self.status) {
+            tracing::error!("{e}");
+        }
+        tracing::info!("pilotd stopped; running workers are adopted by the next pilotd");
+    }
+}
+
+/// Worker settings from pilotd.toml with the pool's manifest laid over it.
+fn worker_for(s: &Settings, m: Option<&Manifest>) -> WorkerSettings {
+    m.map_or_else(|| s.worker.clone(), |m| m.overlay(&s.worker))
+}
+
+/// Takes back what a previous pilotd recorded. Latches only when recent: an old "host free
+/// since" would start workers without the owner's `free_for`.
+fn restore(path: &Path, s: &Settings, now: DateTime<Utc>) -> Status {
+    let mut status = Status {
+        pid: std::process::id(),
+        instance: s.engine.instance.clone(),
+        ..Default::default()
+    };
+    match status::load(path) {
+        Ok(Some(prev)) => {
+            let fresh_for = chrono::Duration::from_std(s.interval * 3)
+                .unwrap_or_default()
+                .max(chrono::Duration::minutes(2));
+            if prev.updated_at.is_some_and(|t| now - t <= fresh_for) {
+                status.owner_busy_since = prev.owner_busy_since;
+                status.host_free_since = prev.host_free_since;
+            }
+            if prev.instance == status.instance {
+                status.backoff = prev.backoff;
+                status.recorded = prev.recorded;
+                status.outcomes = prev.outcomes;
+            }
+            status.image = prev.image;
+            status.pulled_images = prev.pulled_images;
+        }
+        Ok(None) => {}
+        Err(e) => tracing::warn!("{e}; starting with an empty status"),
+    }
+    status
+}

@@ -1,0 +1,140 @@
+//! Long operations beside the loop — a graceful stop (up to `grace`), a pull (minutes), a
+//! manifest fetch (up to its timeout) — and what the daemon does when one finishes. The loop
+//! wakes for each completion, so a finished stop or pull is acted on at once.
+
+use super::{Daemon, worker_for};
+use crate::volunteer::backend::{AnyBackend, Backend, BackendError};
+use crate::volunteer::image;
+use crate::volunteer::manifest::{self, Manifest};
+use crate::volunteer::settings::RemoteSettings;
+use crate::volunteer::status::PulledImage;
+use crate::volunteer::worker::LocalImage;
+use chrono::{DateTime, Utc};
+use std::collections::BTreeMap;
+use std::time::Duration;
+use tokio::task::JoinSet;
+
+/// A long operation that finished.
+pub enum TaskDone {
+    Stopped {
+        id: String,
+        name: String,
+        result: Result<(), BackendError>,
+    },
+    Pulled {
+        pinned: String,
+        digest: String,
+        result: Result<LocalImage, BackendError>,
+    },
+    Manifest(Result<Manifest, manifest::ManifestError>),
+}
+
+pub fn spawn_stop(
+    tasks: &mut JoinSet<TaskDone>,
+    b: &AnyBackend,
+    id: &str,
+    name: &str,
+    grace: Duration,
+) {
+    let (b, id, name) = (b.clone(), id.to_string(), name.to_string());
+    tasks.spawn(async move {
+        let result = b.stop(&id, grace).await;
+        TaskDone::Stopped { id, name, result }
+    });
+}
+
+pub fn spawn_pull(tasks: &mut JoinSet<TaskDone>, b: &AnyBackend, repository: &str, digest: &str) {
+    let (b, repository, digest) = (b.clone(), repository.to_string(), digest.to_string());
+    tasks.spawn(async move {
+        let result = b.pull_image(&repository, &digest).await;
+        TaskDone::Pulled {
+            pinned: format!("{repository}@{digest}"),
+            digest,
+            result,
+        }
+    });
+}
+
+/// Fetches and checks the pool's manifest against this host's limits (`allowed` images, the
+/// site's own env names).
+pub fn spawn_manifest_fetch(
+    tasks: &mut JoinSet<TaskDone>,
+    r: RemoteSettings,
+    allowed: Vec<String>,
+    local_env: BTreeMap<String, String>,
+) {
+    tasks.spawn(async move {
+        TaskDone::Manifest(
+            manifest::fetch(&r.url, r.max_bytes, r.timeout, &allowed, &local_env).await,
+        )
+    });
+}
+
+impl Daemon {
+    /// Takes in a finished operation: what is no longer in flight, a pulled image, a new
+    /// manifest (stored, and laid over the worker settings) or why the old one stays.
+    pub(super) fn task_done(&mut self, done: TaskDone, now: DateTime<Utc>) {
+        match done {
+            TaskDone::Stopped { id, name, result } => {
+                self.work.in_flight.stopping.remove(&id);
+                match result {
+                    Ok(()) => tracing::info!(worker = %name, "stopped"),
+                    Err(e) => tracing::error!(worker = %name, "stop failed: {e}"),
+                }
+            }
+            TaskDone::Manifest(result) => {
+                self.refresh.finished();
+                match result {
+                    Ok(m) if self.manifest.as_ref() == Some(&m) => {}
+                    Ok(m) => {
+                        if let Err(e) = manifest::store(&self.s.state_dir, &m) {
+                            tracing::error!("{e}");
+                        }
+                        tracing::info!(version = %m.version, "remote manifest applied");
+                        self.worker = worker_for(&self.s, Some(&m));
+                        self.manifest = Some(m);
+                    }
+                    // What stays in force first, so the first line of the log says it all.
+                    Err(e) => tracing::error!(
+                        "keeping {}: {e}",
+                        self.manifest
+                            .as_ref()
+                            .map(|m| format!("the last good manifest (version {})", m.version))
+                            .unwrap_or_else(|| "pilotd.toml's own settings".into())
+                    ),
+                }
+            }
+            TaskDone::Pulled {
+                pinned,
+                digest,
+                result,
+            } => {
+                if self.work.in_flight.pulling.as_deref() == Some(digest.as_str()) {
+                    self.work.in_flight.pulling = None;
+                }
+                match result {
+                    Ok(img) => {
+                        tracing::info!(image = %pinned, id = %img.id, "pulled");
+                        if let Some(m) = &self.metrics {
+                            m.image_pulls.inc();
+                            m.image_pull_bytes.inc_by(img.size);
+                        }
+                        self.status.pulled_images.retain(|p| p.id != img.id);
+                        self.status.pulled_images.push(PulledImage {
+                            id: img.id,
+                            pinned,
+                            pulled_at: now,
+                        });
+                    }
+                    Err(e) => image::record_failure(
+                        &mut self.status.image,
+                        &format!("pulling {pinned}"),
+                        &e,
+                        now,
+                        self.s.image.refresh,
+                    ),
+                }
+            }
+        }
+    }
+}

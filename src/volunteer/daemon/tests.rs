@@ -1,0 +1,298 @@
+//! The daemon driven in-process against the recording fake engine (`backend/fake.rs`): real
+//! host probe and utmp file in a temp dir, real status file, no Docker. Each test is one
+//! story a donated machine lives through.
+
+use super::*;
+use crate::config::policy::{BatteryRule, SessionRule};
+use crate::config::units::Share;
+use crate::config::{Config, Evict, Policy, SiteConfig};
+use crate::volunteer::backend::fake::FakeBackend;
+use crate::volunteer::outcome::{Outcome, StartBackoff};
+use crate::volunteer::worker::{LocalImage, Worker, labels};
+use pilot_contract::PilotExit;
+use std::collections::BTreeMap;
+
+/// The utmp record writer the integration tests use.
+#[path = "../../../tests/fixtures/utmp/record.rs"]
+#[allow(dead_code)]
+mod record;
+
+const IMAGE: &str = "127.0.0.1:5000/pilotd-test/worker:1";
+const DIGEST: &str = "sha256:aa";
+
+/// A machine whose owner's policy always allows one small worker, evicts gracefully, and
+/// counts any login; its utmp, scratch and state live in `dir`.
+struct Machine {
+    dir: tempfile::TempDir,
+    engine: FakeBackend,
+}
+
+impl Machine {
+    fn new() -> Machine {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("utmp"), b"").unwrap();
+        let engine = FakeBackend::new();
+        {
+            let mut w = engine.lock();
+            w.registry.insert(IMAGE.into(), DIGEST.into());
+            w.images.push(LocalImage {
+                id: "sha256:img-aa".into(),
+                repo_digests: vec![format!("127.0.0.1:5000/pilotd-test/worker@{DIGEST}")],
+                repo_tags: vec![],
+                labels: BTreeMap::new(),
+                created: None,
+                size: 0,
+            });
+        }
+        Machine { dir, engine }
+    }
+
+    fn settings(&self) -> Settings {
+        let d = self.dir.path().display();
+        let site: SiteConfig = toml::from_str(&format!(
+            "state_dir = \"{d}/state\"\n\
+             [host]\nutmp = \"{d}/utmp\"\ndev = \"{d}/dev\"\npower_supply = \"{d}/power\"\n\
+             scratch = \"{d}/scratch\"\n\
+             [docker]\ninstance = \"test\"\n\
+             [worker]\nimage = \"{IMAGE}\"\nallowed_images = [\"127.0.0.1:5000/*\"]\n"
+        ))
+        .unwrap();
+        let mut policy = Policy::defaults(chrono_tz::UTC);
+        policy.sessions = SessionRule::Any;
+        // This machine's real load (other builds) must not look like the owner.
+        policy.max_owner_cpu = 1.0;
+        policy.free_for = Duration::ZERO;
+        policy.on_battery = BatteryRule::Ignore;
+        policy.on_return = Evict::Graceful;
+        policy.share.cpus = Share::Amount(1);
+        policy.share.memory = Share::Amount(256 << 20);
+        policy.share.disk = Share::Amount(64 << 20);
+        Settings::resolve(&Config {
+            site,
+            site_path: None,
+            policy,
+            policy_path: "policy.toml".into(),
+        })
+    }
+
+    fn daemon(&self) -> Daemon {
+        let engine = self.engine.clone();
+        Daemon::new(
+            self.settings(),
+            Box::new(move |_| Ok(AnyBackend::Fake(engine.clone()))),
+            None,
+            Utc::now(),
+        )
+        .unwrap()
+    }
+
+    /// Someone (a user this host does not know, so never a system account) logs in.
+    fn login(&self) {
+        let pid = std::process::id() as i32;
+        let secs = Utc::now().timestamp() as i32;
+        let utmp = record::file(&[record::Record::user(pid, "alice", "pts/42", secs)]);
+        std::fs::write(self.dir.path().join("utmp"), utmp).unwrap();
+    }
+
+    fn calls(&self, verb: &str) -> Vec<String> {
+        self.engine
+            .calls()
+            .into_iter()
+            .filter(|c| c.starts_with(verb))
+            .collect()
+    }
+}
+
+/// Lets the operations started beside the loop finish and takes them in.
+async fn settle(d: &mut Daemon) {
+    while let Some(done) = d.work.tasks.join_next().await {
+        d.task_done(done.unwrap(), Utc::now());
+    }
+}
+
+#[tokio::test]
+async fn a_login_evicts_the_worker_and_its_end_is_recorded() {
+    let m = Machine::new();
+    let mut d = m.daemon();
+    d.cycle(Utc::now(), false).await;
+    assert_eq!(m.calls("start").len(), 1, "{:?}", m.engine.calls());
+    let id = m.engine.lock().workers[0].id.clone();
+
+    m.login();
+    let summary = d.cycle(Utc::now(), true).await;
+    assert!(summary.contains("alice logged in"), "{summary}");
+    let decision = d.status().decision.clone().unwrap();
+    assert!(!decision.allowed);
+    assert_eq!(decision.evict, Evict::Graceful);
+    let stop = &d.status().last_actions[0];
+    assert!(stop.starts_with("stop pilotd-test-"), "{stop}");
+    assert!(stop.ends_with("within 600s (eviction: graceful)"), "{stop}");
+    assert!(
+        d.work.in_flight.stopping.contains(&id),
+        "the stop runs beside the loop"
+    );
+
+    settle(&mut d).await;
+    assert_eq!(m.calls("stop"), vec![format!("stop 600s {id}")]);
+    assert!(d.work.in_flight.stopping.is_empty());
+    // The next cycle removes it and records its end: our own SIGTERM says nothing about the
+    // pool, so the back-off stays where it was.
+    d.cycle(Utc::now(), false).await;
+    assert_eq!(m.calls("remove"), vec![format!("remove {id}")]);
+    let last = d.status().outcomes.last().unwrap();
+    assert_eq!(last.outcome, Outcome::Exited(PilotExit::Signal(15)));
+    assert_eq!(d.status().backoff.failures, 0);
+    assert!(
+        m.calls("start").len() == 1,
+        "no new worker while alice is here"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_list_is_not_an_empty_list() {
+    let m = Machine::new();
+    let mut d = m.daemon();
+    m.engine.lock().unavailable = true;
+    let summary = d.cycle(Utc::now(), false).await;
+    assert!(summary.starts_with("engine unavailable"), "{summary}");
+    let status = d.status();
+    assert!(status.workers.is_none(), "unknown, not empty");
+    assert!(
+        status
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("engine down")),
+        "{:?}",
+        status.last_error
+    );
+    assert!(status.decision.as_ref().is_some_and(|d| d.allowed));
+    for verb in ["start", "stop", "kill", "remove", "pull"] {
+        assert!(m.calls(verb).is_empty(), "{verb}: {:?}", m.engine.calls());
+    }
+    // The file says the same to `pilotd status`.
+    let saved = status::load(&d.status_path).unwrap().unwrap();
+    assert_eq!(saved.workers, None);
+
+    // The engine answers again: the next cycle starts the worker.
+    m.engine.lock().unavailable = false;
+    d.cycle(Utc::now(), false).await;
+    assert_eq!(m.calls("start").len(), 1);
+    assert_eq!(d.status().last_error, None);
+}
+
+#[tokio::test]
+async fn a_start_that_fails_backs_off_and_leaves_no_scratch_behind() {
+    let m = Machine::new();
+    let mut d = m.daemon();
+    m.engine.lock().failing_starts = vec!["*".into()];
+    let now = Utc::now();
+    d.cycle(now, false).await;
+    let line = &d.status().last_actions[0];
+    assert!(line.starts_with("FAILED start pilotd-test-"), "{line}");
+    assert!(line.contains("no such file or directory"), "{line}");
+    let backoff: &StartBackoff = &d.status().backoff;
+    assert_eq!(backoff.failures, 1);
+    assert_eq!(
+        backoff.not_before,
+        Some(now + chrono::Duration::seconds(60)),
+        "[worker] backoff_base"
+    );
+    assert!(matches!(
+        d.status().outcomes.last().map(|o| &o.outcome),
+        Some(Outcome::StartFailed { .. })
+    ));
+    let scratch = m.dir.path().join("scratch");
+    let left: Vec<_> = std::fs::read_dir(&scratch)
+        .map(|r| r.flatten().collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "scratch dirs left: {left:?}");
+
+    // While the back-off holds nothing is tried, and the status says why.
+    d.cycle(now + chrono::Duration::seconds(5), false).await;
+    assert_eq!(m.calls("start").len(), 1);
+    assert!(
+        d.status().notes.iter().any(|n| n.starts_with("back-off:")),
+        "{:?}",
+        d.status().notes
+    );
+}
+
+#[tokio::test]
+async fn a_restarted_daemon_adopts_running_workers_and_its_back_off() {
+    let m = Machine::new();
+    let now = Utc::now();
+    // What a previous pilotd left: a running worker with this instance's labels, and a
+    // status file with two failures counted.
+    let mut l = BTreeMap::new();
+    l.insert(labels::MANAGED.to_string(), "true".to_string());
+    l.insert(labels::INSTANCE.to_string(), "test".to_string());
+    m.engine.lock().workers.push(Worker {
+        id: "old1".into(),
+        name: "pilotd-test-20261201-000000000-0".into(),
+        state: WorkerState::Running,
+        created: Some(now - chrono::Duration::hours(1)),
+        accept_until: Some(now + chrono::Duration::hours(5)),
+        die_at: Some(now + chrono::Duration::hours(13)),
+        image: IMAGE.into(),
+        image_digest: DIGEST.into(),
+        spec_hash: String::new(),
+        exit_code: None,
+        finished_at: None,
+        oom_killed: false,
+    });
+    let s = m.settings();
+    status::save(
+        &status::path(&s.state_dir),
+        &Status {
+            instance: "test".into(),
+            backoff: StartBackoff {
+                failures: 2,
+                not_before: None,
+                last_outcome: Some(Outcome::Exited(PilotExit::Idle)),
+            },
+            ..Default::default()
+        },
+    )
+    .unwrap();
+
+    let mut d = m.daemon();
+    assert_eq!(
+        d.status().backoff.failures,
+        2,
+        "the back-off survives a restart"
+    );
+    let summary = d.cycle(now, false).await;
+    assert!(summary.starts_with("1 worker(s), target 1"), "{summary}");
+    for verb in ["start", "stop", "kill", "remove", "pause"] {
+        assert!(m.calls(verb).is_empty(), "{verb}: {:?}", m.engine.calls());
+    }
+    let seen = d.status().workers.clone().unwrap();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].id, "old1");
+}
+
+#[tokio::test]
+async fn the_service_drives_the_daemon_in_process_and_a_bad_reload_changes_nothing() {
+    let m = Machine::new();
+    let mut d = m.daemon();
+    let (reloads_tx, reloads) = mpsc::channel(1);
+    reloads_tx
+        .send(Err(crate::config::ConfigError::Invalid(vec![])))
+        .await
+        .unwrap();
+    let before = d.s.clone();
+    // Shut down once a worker was started.
+    let engine = m.engine.clone();
+    let shutdown = async move {
+        while engine.lock().workers.is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    lifecycle::serve(&mut d, Hooks::default(), shutdown, reloads).await;
+    assert_eq!(d.s, before, "the last good configuration stays");
+    assert_eq!(m.calls("start").len(), 1);
+    // The drain wrote the status; on_shutdown = "keep" left the worker running.
+    let saved = status::load(&d.status_path).unwrap().unwrap();
+    assert!(saved.updated_at.is_some());
+    assert!(m.calls("stop").is_empty());
+}

@@ -1,0 +1,310 @@
+//! Garbage collection by TTL: finished workers, workers past `die_at`, scratch dirs of workers
+//! that no longer exist, and old images of the worker repository that pilotd pulled (or that
+//! carry its label) and nothing uses. The selection is pure; only containers and images with
+//! pilotd's labels or in its pull record, and only scratch dirs with this instance's name
+//! prefix, are ever candidates.
+
+use super::status::PulledImage;
+use crate::volunteer::backend::{Backend, BackendError};
+use crate::volunteer::worker::{LocalImage, Worker, WorkerState, labels};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+/// A scratch dir younger than this is never removed: its worker may be starting right now
+/// (a `pilotd gc` beside a running daemon).
+pub const SCRATCH_MIN_AGE: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Item {
+    RemoveWorker {
+        id: String,
+        name: String,
+        why: String,
+    },
+    StopWorker {
+        id: String,
+        name: String,
+        why: String,
+    },
+    RemoveScratch {
+        path: PathBuf,
+    },
+    RemoveImage {
+        id: String,
+        reference: String,
+    },
+}
+
+impl std::fmt::Display for Item {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Item::RemoveWorker { name, why, .. } => write!(f, "remove worker {name} ({why})"),
+            Item::StopWorker { name, why, .. } => write!(f, "stop worker {name} ({why})"),
+            Item::RemoveScratch { path } => write!(f, "remove scratch dir {}", path.display()),
+            Item::RemoveImage { id, reference } => write!(f, "remove image {reference} ({id})"),
+        }
+    }
+}
+
+/// Workers to remove or stop (pure).
+pub fn workers(list: &[Worker], now: DateTime<Utc>) -> Vec<Item> {
+    list.iter()
+        .filter_map(|w| {
+            let (id, name) = (w.id.clone(), w.name.clone());
+            if w.state.is_finished() || w.state == WorkerState::Created {
+                Some(Item::RemoveWorker {
+                    id,
+                    name,
+                    why: w.state.as_str().to_string(),
+                })
+            } else if matches!(
+                w.state,
+                WorkerState::Running | WorkerState::Paused | WorkerState::Restarting
+            ) && w.die_at.is_some_and(|d| d <= now)
+            {
+                Some(Item::StopWorker {
+                    id,
+                    name,
+                    why: "past its die_at".into(),
+                })
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+/// Scratch dirs (name, age) of this instance whose worker no longer exists (pure).
+pub fn scratch(
+    root: &Path,
+    entries: &[(String, Duration)],
+    list: &[Worker],
+    prefix: &str,
+) -> Vec<Item> {
+    entries
+        .iter()
+        .filter(|(name, age)| {
+            name.starts_with(prefix)
+                && *age >= SCRATCH_MIN_AGE
+                && !list.iter().any(|w| &w.name == name)
+        })
+        .map(|(name, _)| Item::RemoveScratch {
+            path: root.join(name),
+        })
+        .collect()
+}
+
+/// Images of the worker repository to remove (pure): pulled by pilotd or labelled by it, not
+/// the current digest, not used by any listed worker. The engine refuses to remove an image a
+/// container still uses, which is the second guard.
+pub fn images(
+    local: &[LocalImage],
+    current_digest: Option<&str>,
+    pulled: &[PulledImage],
+    list: &[Worker],
+) -> Vec<Item> {
+    local
+        .iter()
+        .filter(|i| {
+            let ours = pulled.iter().any(|p| p.id == i.id)
+                || i.labels.get(labels::MANAGED).map(String::as_str) == Some("true");
+            let digest_of = |r: &String| r.split_once('@').map(|(_, d)| d.to_string());
+            let digests: Vec<String> = i.repo_digests.iter().filter_map(digest_of).collect();
+            let current = current_digest.is_some_and(|c| digests.iter().any(|d| d == c));
+            let used = list.iter().any(|w| digests.contains(&w.image_digest));
+            ours && !current && !used
+        })
+        .map(|i| Item::RemoveImage {
+            id: i.id.clone(),
+            reference: i
+                .repo_digests
+                .first()
+                .or(i.repo_tags.first())
+                .cloned()
+                .unwrap_or_default(),
+        })
+        .collect()
+}
+
+/// The entries of the scratch root with their ages; a missing root has none.
+pub fn scratch_entries(root: &Path) -> Vec<(String, Duration)> {
+    let Ok(dir) = std::fs::read_dir(root) else {
+        return vec![];
+    };
+    let now = SystemTime::now();
+    dir.flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| {
+            let age = e
+                .metadata()
+                .ok()?
+                .modified()
+                .ok()
+                .and_then(|m| now.duration_since(m).ok())
+                .unwrap_or_default();
+            Some((e.file_name().to_string_lossy().to_string(), age))
+        })
+        .collect()
+}
+
+/// Why one item was not collected.
+#[derive(Debug, thiserror::Error)]
+pub enum GcError {
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    #[error("cannot remove {}: {source}", path.display())]
+    Scratch {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// An image still used by a container (possibly a foreign one) is kept.
+    #[error("kept: {0}")]
+    InUse(String),
+}
+
+/// What became of one item; shown as the item, or the item and why it was not done.
+#[derive(Debug)]
+pub struct Collected<'a> {
+    pub item: &'a Item,
+    pub result: Result<(), GcError>,
+}
+
+impl std::fmt::Display for Collected<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.result {
+            Ok(()) => write!(f, "{}", self.item),
+            Err(e) => write!(f, "{}: {e}", self.item),
+        }
+    }
+}
+
+/// Carries out GC items, each whatever became of the others.
+pub async fn apply<'a, B: Backend>(
+    backend: &B,
+    items: &'a [Item],
+    grace: Duration,
+) -> Vec<Collected<'a>> {
+    let mut out = Vec::new();
+    for item in items {
+        let result = match item {
+            Item::RemoveWorker { id, .. } => backend.remove(id).await.map_err(GcError::from),
+            Item::StopWorker { id, .. } => backend.stop(id, grace).await.map_err(GcError::from),
+            Item::RemoveScratch { path } => match std::fs::remove_dir_all(path) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(source) => Err(GcError::Scratch {
+                    path: path.clone(),
+                    source,
+                }),
+            },
+            Item::RemoveImage { id, .. } => match backend.remove_image(id).await {
+                Ok(()) => Ok(()),
+                Err(BackendError::Conflict { message, .. }) => Err(GcError::InUse(message)),
+                Err(e) => Err(e.into()),
+            },
+        };
+        out.push(Collected { item, result });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+    use std::collections::BTreeMap;
+
+    fn w(name: &str, state: WorkerState, digest: &str, die_at: Option<DateTime<Utc>>) -> Worker {
+        Worker {
+            id: format!("id-{name}"),
+            name: name.into(),
+            state,
+            created: None,
+            accept_until: None,
+            die_at,
+            image: String::new(),
+            image_digest: digest.into(),
+            spec_hash: String::new(),
+            exit_code: None,
+            finished_at: None,
+            oom_killed: false,
+        }
+    }
+
+    fn img(id: &str, digest: &str, label: bool) -> LocalImage {
+        LocalImage {
+            size: 0,
+            id: id.into(),
+            repo_digests: vec![format!("r/w@{digest}")],
+            repo_tags: vec![],
+            labels: if label {
+                BTreeMap::from([(labels::MANAGED.to_string(), "true".to_string())])
+            } else {
+                BTreeMap::new()
+            },
+            created: None,
+        }
+    }
+
+    #[test]
+    fn selects_exactly_what_is_ours_and_unused() {
+        let now = Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).unwrap();
+        let list = vec![
+            w("pilotd-t-a", WorkerState::Exited, "sha256:1", None),
+            w("pilotd-t-b", WorkerState::Running, "sha256:2", Some(now)),
+            w(
+                "pilotd-t-c",
+                WorkerState::Running,
+                "sha256:2",
+                Some(now + chrono::Duration::hours(1)),
+            ),
+        ];
+        let names: Vec<String> = workers(&list, now).iter().map(|i| i.to_string()).collect();
+        assert_eq!(
+            names,
+            vec![
+                "remove worker pilotd-t-a (exited)",
+                "stop worker pilotd-t-b (past its die_at)"
+            ]
+        );
+
+        let old = Duration::from_secs(3600);
+        let entries = vec![
+            ("pilotd-t-a".to_string(), old),
+            ("pilotd-t-gone".to_string(), old),
+            ("pilotd-t-new".to_string(), Duration::from_secs(5)),
+            ("someone-else".to_string(), old),
+        ];
+        let root = Path::new("/s");
+        assert_eq!(
+            scratch(root, &entries, &list, "pilotd-t-"),
+            vec![Item::RemoveScratch {
+                path: "/s/pilotd-t-gone".into()
+            }]
+        );
+
+        let pulled = vec![PulledImage {
+            id: "old".into(),
+            pinned: "r/w@sha256:0".into(),
+            pulled_at: now,
+        }];
+        let local = vec![
+            img("old", "sha256:0", false),     // pulled by pilotd, unused: removed
+            img("labelled", "sha256:9", true), // labelled: removed
+            img("foreign", "sha256:8", false), // neither: kept
+            img("current", "sha256:3", true),  // current digest: kept
+            img("inuse", "sha256:2", true),    // used by a worker: kept
+        ];
+        let ids: Vec<String> = images(&local, Some("sha256:3"), &pulled, &list)
+            .into_iter()
+            .map(|i| match i {
+                Item::RemoveImage { id, .. } => id,
+                _ => unreachable!(),
+            })
+            .collect();
+        assert_eq!(ids, vec!["old", "labelled"]);
+    }
+}

@@ -1,0 +1,34 @@
+//! Volunteer mode: a daemon on a donated machine that lends it to the pool only when the
+//! owner's policy allows, and gets out of the way the moment the owner needs it.
+//!
+//! Observe → decide → act, from the bottom up:
+//! - data: `settings` (pilotd.toml and the policy, resolved once), `snapshot` (the host as
+//!   observed), `worker` (workers, specs, images), `outcome` (how a worker ended, the start
+//!   back-off);
+//! - observe: `host` and `sessions` (probes: CPU, memory, battery, who is logged in);
+//! - decide, pure: `policy` (may the machine compute, how much, until when) and `plan` (the
+//!   actions of one cycle);
+//! - act: `backend` (the Docker engine, and a recording fake for tests);
+//! - state and upkeep: `status` (the status file), `history` (learned availability),
+//!   `manifest` (the pool's remote manifest), `image` (freshness), `gc`;
+//! - top: `daemon` (the loop) and `inspect` (what one-shot commands ask the engine).
+//!
+//! Imports: `config`, `service`, `backoff`, `pilot_contract`; never `kubernetes` or `cmd`.
+//! Pure parts (`policy`, `plan`, `outcome`, `settings`) read no clock and do no I/O.
+
+pub mod backend;
+pub mod daemon;
+pub mod gc;
+pub mod history;
+pub mod host;
+pub mod image;
+pub mod inspect;
+pub mod manifest;
+pub mod outcome;
+pub mod plan;
+pub mod policy;
+pub mod sessions;
+pub mod settings;
+pub mod snapshot;
+pub mod status;
+pub mod worker;

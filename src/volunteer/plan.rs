@@ -1,0 +1,572 @@
+//! Volunteer planning (pure): from the decision (`Supply`), the observed workers, the back-off
+//! state and the image state to the actions of one cycle. No I/O, no clock: `now` is an
+//! argument, so `pilotd plan` prints exactly what `pilotd run` would do.
+//!
+//! Rules, in the order the actions come out (evictions first: they are what the owner waits for):
+//! - A worker past its `die_at` is stopped gracefully; a paused one is killed (its time is
+//!   over, and thawing it on the owner's machine just to let it drain is not worth it).
+//! - Eviction per `supply.evict`: `pause` pauses running workers; `graceful` stops them
+//!   (SIGTERM, SIGKILL after `grace`); a *paused* worker is first resumed and then stopped
+//!   gracefully, so condor can vacate its job and report it instead of losing it silently —
+//!   the owner chose "graceful", i.e. chose to give workers `grace` to leave; `fast` kills.
+//! - Finished workers are removed after their outcome is recorded (the outcome feeds the
+//!   back-off). A container created but never started (pilotd died in between) is removed.
+//! - When allowed: paused workers resume, surplus workers (the target shrank) are stopped
+//!   gracefully, newest first (they have done the least work), and missing workers start, at
+//!   most `max_starts_per_cycle` per cycle, only with a resolved and pulled image, and not
+//!   while the back-off holds.
+//! - A new image digest is pulled only while workers may run (or when the site allows pulls
+//!   while the owner is present): downloads obey the schedule.
+
+use crate::config::Evict;
+use crate::config::template;
+use crate::volunteer::outcome::{Outcome, StartBackoff};
+use crate::volunteer::policy::Supply;
+use crate::volunteer::settings::WorkerSettings;
+use crate::volunteer::worker::ImageState;
+use crate::volunteer::worker::{Worker, WorkerSpec, WorkerState, labels};
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+/// Why the plan acts on a worker. Logs and status show it as a sentence; metrics count only
+/// evictions as evictions (a surplus worker or one past its `die_at` is stopped, not evicted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// The owner needs the machine; the decision says how.
+    Eviction(Evict),
+    /// Past its `die_at`: stopped gracefully.
+    PastDieAt,
+    /// Paused past its `die_at`: killed (thawing it on the owner's machine only to let it
+    /// drain is not worth it).
+    PausedPastDieAt,
+    /// Resumed only so that a graceful eviction can let it drain.
+    ResumeToDrain,
+    /// Resumed: the host is free again.
+    HostFree,
+    /// The target shrank (policy reload, less memory): more workers than it.
+    Surplus { target: u32 },
+    /// pilotd is shutting down with `[worker] on_shutdown = "stop"`.
+    Shutdown,
+}
+
+impl Reason {
+    /// The eviction mode when this is an eviction, for the `evictions` metric.
+    pub fn eviction(self) -> Option<Evict> {
+        match self {
+            Reason::Eviction(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reason::Eviction(Evict::Pause | Evict::None) => f.write_str("owner needs the machine"),
+            Reason::Eviction(e) => write!(f, "eviction: {}", e.as_str()),
+            Reason::PastDieAt => f.write_str("past its die_at"),
+            Reason::PausedPastDieAt => f.write_str("paused past its die_at"),
+            Reason::ResumeToDrain => f.write_str("to let it drain"),
+            Reason::HostFree => f.write_str("the host is free again"),
+            Reason::Surplus { target } => write!(f, "more workers than the target of {target}"),
+            Reason::Shutdown => f.write_str("pilotd is shutting down (on_shutdown = \"stop\")"),
+        }
+    }
+}
+
+/// In `plan --format json` a reason is its sentence, as it always was.
+impl Serialize for Reason {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// One thing the daemon will do. The order of a plan is the order of execution.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum Action {
+    Pause {
+        id: String,
+        name: String,
+        why: Reason,
+    },
+    Unpause {
+        id: String,
+        name: String,
+        why: Reason,
+    },
+    /// SIGTERM, then SIGKILL after `grace_s`.
+    Stop {
+        id: String,
+        name: String,
+        grace_s: u64,
+        why: Reason,
+    },
+    Kill {
+        id: String,
+        name: String,
+        why: Reason,
+    },
+    /// Record `outcome` (feeds the back-off), then remove the container and its scratch dir.
+    Remove {
+        id: String,
+        name: String,
+        outcome: Option<Outcome>,
+    },
+    Pull {
+        repository: String,
+        digest: String,
+    },
+    Start {
+        spec: Box<WorkerSpec>,
+    },
+}
+
+impl Action {
+    /// Why this action acts on a worker (`None` for removals, pulls and starts).
+    pub fn reason(&self) -> Option<Reason> {
+        match self {
+            Action::Pause { why, .. }
+            | Action::Unpause { why, .. }
+            | Action::Stop { why, .. }
+            | Action::Kill { why, .. } => Some(*why),
+            Action::Remove { .. } | Action::Pull { .. } | Action::Start { .. } => None,
+        }
+    }
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Action::Pause { name, why, .. } => write!(f, "pause {name} ({why})"),
+            Action::Unpause { name, why, .. } => write!(f, "resume {name} ({why})"),
+            Action::Stop {
+                name, grace_s, why, ..
+            } => {
+                write!(f, "stop {name} within {grace_s}s ({why})")
+            }
+            Action::Kill { name, why, .. } => write!(f, "kill {name} ({why})"),
+            Action::Remove { name, outcome, .. } => match outcome {
+                Some(o) => write!(f, "remove {name} ({o})"),
+                None => write!(f, "remove {name}"),
+            },
+            Action::Pull { repository, digest } => write!(f, "pull {repository}@{digest}"),
+            Action::Start { spec } => write!(
+                f,
+                "start {} ({} CPU, {} MiB, image {})",
+                spec.name,
+                spec.nano_cpus / 1_000_000_000,
+                spec.memory_bytes >> 20,
+                spec.image_pinned
+            ),
+        }
+    }
+}
+
+/// Operations the daemon has started and not finished (long graceful stops, pulls), so a
+/// cycle does not issue them twice.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InFlight {
+    pub stopping: BTreeSet<String>,
+    pub pulling: Option<String>,
+}
+
+/// What the plan looks at besides the decision.
+#[derive(Debug, Clone, Copy)]
+pub struct Observed<'a> {
+    pub workers: &'a [Worker],
+    pub in_flight: &'a InFlight,
+    pub backoff: &'a StartBackoff,
+    pub image: &'a ImageState,
+    /// How many hours the host is usually free from now (learned history); workers get it as
+    /// `{free_hours}` so the pool can prefer long-free machines for long jobs.
+    pub free_hours: Option<u64>,
+}
+
+/// The actions of one cycle and why nothing more is done.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Plan {
+    pub actions: Vec<Action>,
+    pub notes: Vec<String>,
+}
+
+fn rfc3339(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+fn whole_hours(from: DateTime<Utc>, to: DateTime<Utc>) -> i64 {
+    ((to - from).num_seconds() / 3600).max(0)
+}
+
+/// Plans one cycle.
+pub fn plan(supply: &Supply, obs: Observed<'_>, s: &WorkerSettings, now: DateTime<Utc>) -> Plan {
+    let Sorted {
+        mut actions,
+        removals,
+        mut staying,
+        held_paused,
+        mut notes,
+    } = sort_workers(supply, &obs, now);
+    actions.extend(removals);
+    if held_paused > 0 {
+        notes.push(format!("{held_paused} worker(s) stay paused"));
+    }
+    if supply.allowed {
+        fit_to_target(supply, &mut staying, &mut actions);
+    }
+    let mut p = Plan { actions, notes };
+    pull_new_image(supply, &obs, s, &mut p);
+    let missing = (supply.workers as usize).saturating_sub(staying.len());
+    if supply.allowed && missing > 0 {
+        start_missing(supply, &obs, s, now, missing, &mut p);
+    }
+    p
+}
+
+/// What becomes of each listed worker, before targets, pulls and starts.
+struct Sorted<'a> {
+    /// Evictions and expiries, in list order: what the owner waits for comes first.
+    actions: Vec<Action>,
+    removals: Vec<Action>,
+    /// Workers that stay (running, or paused and resuming), oldest first.
+    staying: Vec<&'a Worker>,
+    held_paused: u32,
+    notes: Vec<String>,
+}
+
+fn sort_workers<'a>(supply: &Supply, obs: &Observed<'a>, now: DateTime<Utc>) -> Sorted<'a> {
+    let mut out = Sorted {
+        actions: Vec::new(),
+        removals: Vec::new(),
+        staying: Vec::new(),
+        held_paused: 0,
+        notes: Vec::new(),
+    };
+    let grace_s = supply.grace.as_secs();
+    for w in obs.workers {
+        if obs.in_flight.stopping.contains(&w.id) {
+            continue;
+        }
+        let expired = w.die_at.is_some_and(|d| d <= now);
+        let (id, name) = (w.id.clone(), w.name.clone());
+        match w.state {
+            WorkerState::Exited | WorkerState::Dead => out.removals.push(Action::Remove {
+                id,
+                name,
+                outcome: Some(Outcome::from_exit(w.exit_code, w.oom_killed)),
+            }),
+            WorkerState::Created => out.removals.push(Action::Remove {
+                id,
+                name,
+                outcome: None,
+            }),
+            WorkerState::Removing => {}
+            WorkerState::Unknown => out.notes.push(format!(
+                "{name} is in a state this pilotd does not know; left alone"
+            )),
+            WorkerState::Running | WorkerState::Restarting if expired => {
+                out.actions.push(Action::Stop {
+                    id,
+                    name,
+                    grace_s,
+                    why: Reason::PastDieAt,
+                })
+            }
+            WorkerState::Running | WorkerState::Restarting => match supply.evict {
+                Evict::None => out.staying.push(w),
+                Evict::Pause => out.actions.push(Action::Pause {
+                    id,
+                    name,
+                    why: Reason::Eviction(Evict::Pause),
+                }),
+                Evict::Graceful => out.actions.push(Action::Stop {
+                    id,
+                    name,
+                    grace_s,
+                    why: Reason::Eviction(Evict::Graceful),
+                }),
+                Evict::Fast => out.actions.push(Action::Kill {
+                    id,
+                    name,
+                    why: Reason::Eviction(Evict::Fast),
+                }),
+            },
+            WorkerState::Paused if expired => out.actions.push(Action::Kill {
+                id,
+                name,
+                why: Reason::PausedPastDieAt,
+            }),
+            WorkerState::Paused => match supply.evict {
+                Evict::Pause => out.held_paused += 1,
+                Evict::Graceful => {
+                    out.actions.push(Action::Unpause {
+                        id: id.clone(),
+                        name: name.clone(),
+                        why: Reason::ResumeToDrain,
+                    });
+                    out.actions.push(Action::Stop {
+                        id,
+                        name,
+                        grace_s,
+                        why: Reason::Eviction(Evict::Graceful),
+                    });
+                }
+                Evict::Fast => out.actions.push(Action::Kill {
+                    id,
+                    name,
+                    why: Reason::Eviction(Evict::Fast),
+                }),
+                Evict::None if supply.allowed => out.staying.push(w),
+                Evict::None => out.held_paused += 1,
+            },
+        }
+    }
+    out
+}
+
+/// Surplus workers (the target shrank: a policy reload, less memory) stop, newest first (they
+/// have done the least work); paused ones that stay resume.
+fn fit_to_target(supply: &Supply, staying: &mut Vec<&Worker>, actions: &mut Vec<Action>) {
+    let target = supply.workers as usize;
+    while staying.len() > target {
+        let Some(w) = staying.pop() else { break };
+        actions.push(Action::Stop {
+            id: w.id.clone(),
+            name: w.name.clone(),
+            grace_s: supply.grace.as_secs(),
+            why: Reason::Surplus {
+                target: supply.workers,
+            },
+        });
+    }
+    for w in staying.iter().filter(|w| w.state == WorkerState::Paused) {
+        actions.push(Action::Unpause {
+            id: w.id.clone(),
+            name: w.name.clone(),
+            why: Reason::HostFree,
+        });
+    }
+}
+
+/// A new digest is pulled while downloads are allowed (workers may run, or the site lets
+/// pulls use the owner's bandwidth).
+fn pull_new_image(supply: &Supply, obs: &Observed<'_>, s: &WorkerSettings, p: &mut Plan) {
+    let ImageState::NeedsPull { repository, digest } = obs.image else {
+        return;
+    };
+    if obs.in_flight.pulling.is_some() {
+        return;
+    }
+    if supply.allowed || s.pull_while_owner_present {
+        p.actions.push(Action::Pull {
+            repository: repository.clone(),
+            digest: digest.clone(),
+        });
+    } else {
+        p.notes.push(format!(
+            "new image {repository}@{digest} waits: no downloads while workers may not run"
+        ));
+    }
+}
+
+/// Starts `missing` workers, at most `max_starts_per_cycle`, when the back-off allows and the
+/// image is here; otherwise says why not.
+fn start_missing(
+    supply: &Supply,
+    obs: &Observed<'_>,
+    s: &WorkerSettings,
+    now: DateTime<Utc>,
+    missing: usize,
+    p: &mut Plan,
+) {
+    if obs.backoff.holds(now) {
+        p.notes.push(format!(
+            "back-off: no start before {} after {} failure(s){}",
+            rfc3339(obs.backoff.not_before.unwrap_or(now)),
+            obs.backoff.failures,
+            obs.backoff
+                .last_outcome
+                .as_ref()
+                .map(|o| format!(" (last: {o})"))
+                .unwrap_or_default()
+        ));
+        return;
+    }
+    match obs.image {
+        ImageState::Ready { digest, pinned } => {
+            let n = missing.min(s.max_starts_per_cycle as usize);
+            for i in 0..n {
+                p.actions.push(Action::Start {
+                    spec: Box::new(worker_spec(
+                        supply,
+                        s,
+                        digest,
+                        pinned,
+                        now,
+                        i,
+                        obs.free_hours,
+                    )),
+                });
+            }
+            if n < missing {
+                p.notes.push(format!(
+                    "{} more worker(s) start in later cycles (max_starts_per_cycle = {})",
+                    missing - n,
+                    s.max_starts_per_cycle
+                ));
+            }
+        }
+        ImageState::NeedsPull { digest, .. } | ImageState::Pulling { digest } => p
+            .notes
+            .push(format!("workers start once {digest} is pulled")),
+        ImageState::Unavailable { reason } => {
+            p.notes.push(format!("no worker can start: {reason}"))
+        }
+    }
+}
+
+/// The spec of a new worker: resources from the decision, env templated, labels that let a
+/// restarted pilotd rebuild everything.
+pub fn worker_spec(
+    supply: &Supply,
+    s: &WorkerSettings,
+    digest: &str,
+    pinned: &str,
+    now: DateTime<Utc>,
+    index: usize,
+    free_hours: Option<u64>,
+) -> WorkerSpec {
+    let r = supply.per_worker;
+    let name = format!(
+        "{}{}-{index}",
+        s.name_prefix(),
+        now.format("%Y%m%d-%H%M%S%3f")
+    );
+    let spec_hash = spec_hash(supply, s, digest);
+    let mut values: BTreeMap<&'static str, String> = BTreeMap::new();
+    values.insert("cpus", r.cpus.to_string());
+    values.insert("memory_mib", r.memory_mib.to_string());
+    values.insert("disk_kib", r.disk_kib.to_string());
+    values.insert("gpus", r.gpus.to_string());
+    values.insert(
+        "idle_minutes",
+        s.idle_timeout.as_secs().div_ceil(60).to_string(),
+    );
+    values.insert("idle_seconds", s.idle_timeout.as_secs().to_string());
+    let opt =
+        |t: Option<DateTime<Utc>>, f: fn(DateTime<Utc>) -> String| t.map(f).unwrap_or_default();
+    values.insert("accept_until", opt(supply.accept_until, rfc3339));
+    values.insert(
+        "accept_until_unix",
+        opt(supply.accept_until, |t| t.timestamp().to_string()),
+    );
+    values.insert("die_at", opt(supply.die_at, rfc3339));
+    values.insert(
+        "die_at_unix",
+        opt(supply.die_at, |t| t.timestamp().to_string()),
+    );
+    values.insert(
+        "hours_left",
+        supply
+            .die_at
+            .map(|d| whole_hours(now, d).to_string())
+            .unwrap_or_default(),
+    );
+    values.insert(
+        "accept_hours",
+        supply
+            .accept_until
+            .map(|a| whole_hours(now, a).to_string())
+            .unwrap_or_default(),
+    );
+    values.insert(
+        "retire_hours",
+        match (supply.accept_until, supply.die_at) {
+            (Some(a), Some(d)) => whole_hours(a, d).to_string(),
+            _ => String::new(),
+        },
+    );
+    values.insert("worker_name", name.clone());
+    values.insert("instance", s.instance.clone());
+    values.insert("token_path", s.token_mount.display().to_string());
+    values.insert("scratch_path", s.scratch_mount.display().to_string());
+    values.insert(
+        "free_hours",
+        free_hours.map(|h| h.to_string()).unwrap_or_default(),
+    );
+    let env = s
+        .env
+        .iter()
+        .map(|(k, v)| (k.clone(), template::render(v, &values)))
+        .collect();
+
+    let mut l = BTreeMap::new();
+    l.insert(labels::MANAGED.to_string(), "true".to_string());
+    l.insert(labels::INSTANCE.to_string(), s.instance.clone());
+    l.insert(labels::CREATED.to_string(), rfc3339(now));
+    if let Some(a) = supply.accept_until {
+        l.insert(labels::ACCEPT_UNTIL.to_string(), rfc3339(a));
+    }
+    if let Some(d) = supply.die_at {
+        l.insert(labels::DIE_AT.to_string(), rfc3339(d));
+    }
+    l.insert(labels::IMAGE_DIGEST.to_string(), digest.to_string());
+    l.insert(labels::SPEC_HASH.to_string(), spec_hash);
+    l.insert(labels::IMAGE.to_string(), s.image.clone());
+
+    WorkerSpec {
+        image: s.image.clone(),
+        image_pinned: pinned.to_string(),
+        image_digest: digest.to_string(),
+        labels: l,
+        env,
+        nano_cpus: i64::from(r.cpus.max(1)) * 1_000_000_000,
+        gpus: r.gpus,
+        memory_bytes: i64::try_from(r.memory_mib.saturating_mul(1 << 20)).unwrap_or(i64::MAX),
+        pids_limit: s.pids_limit,
+        token_file: s.token_file.clone(),
+        token_mount: s.token_mount.clone(),
+        scratch_dir: s.scratch_root.join(&name),
+        scratch_mount: s.scratch_mount.clone(),
+        cvmfs: s.cvmfs.clone(),
+        cap_add: s.cap_add.clone(),
+        user: s.user.clone(),
+        network: s.network.clone(),
+        name,
+    }
+}
+
+/// A short hash of everything that shapes a worker except time and name: a changed hash tells
+/// `status` which workers still run an older configuration.
+pub fn spec_hash(supply: &Supply, s: &WorkerSettings, digest: &str) -> String {
+    let r = supply.per_worker;
+    let mut h = Sha256::new();
+    let canonical = format!(
+        "{digest}\n{} {} {} {}\n{:?}\n{:?} {:?} {:?} {:?} {:?} {:?} {} {}",
+        r.cpus,
+        r.memory_mib,
+        r.disk_kib,
+        r.gpus,
+        s.env,
+        s.token_file,
+        s.token_mount,
+        s.scratch_mount,
+        s.cvmfs,
+        s.cap_add,
+        s.user,
+        s.pids_limit,
+        s.network.as_deref().unwrap_or("")
+    );
+    h.update(canonical.as_bytes());
+    h.finalize()
+        .iter()
+        .take(8)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

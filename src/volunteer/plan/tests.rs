@@ -1,0 +1,456 @@
+use super::*;
+use crate::backoff::Backoff;
+use crate::volunteer::policy::Resources;
+use chrono::TimeZone;
+use pilot_contract::PilotExit;
+use std::path::PathBuf;
+use std::time::Duration;
+
+fn t(h: u32, m: u32) -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 12, 1, h, m, 0).unwrap()
+}
+
+fn supply(allowed: bool, workers: u32, evict: Evict) -> Supply {
+    Supply {
+        allowed,
+        workers: if allowed { workers } else { 0 },
+        per_worker: Resources {
+            cpus: 2,
+            memory_mib: 4096,
+            disk_kib: 10 << 20,
+            gpus: 0,
+        },
+        accept_until: Some(t(23, 0)),
+        die_at: Some(t(23, 59)),
+        evict,
+        grace: Duration::from_secs(600),
+        reasons: vec![],
+        causes: vec![],
+        next_change: None,
+        owner_busy_since: None,
+        host_free_since: None,
+    }
+}
+
+fn settings() -> WorkerSettings {
+    WorkerSettings {
+        instance: "test".into(),
+        image: "127.0.0.1:5000/pilotd-test/worker:1".into(),
+        max_starts_per_cycle: 1,
+        idle_timeout: Duration::from_secs(1200),
+        env: BTreeMap::from([
+            ("NUM_CPUS".to_string(), "{cpus}".to_string()),
+            (
+                "ACCEPT".to_string(),
+                "{accept_hours}h/{retire_hours}h".to_string(),
+            ),
+            ("NAME".to_string(), "{worker_name}".to_string()),
+            ("LIT".to_string(), "{{cpus}}".to_string()),
+        ]),
+        token_file: Some("/etc/pilotd/pool.token".into()),
+        token_mount: "/etc/pilotd/token".into(),
+        scratch_root: "/var/lib/pilotd/scratch".into(),
+        scratch_mount: "/pilot".into(),
+        cvmfs: None,
+        cap_add: vec![],
+        pids_limit: 4096,
+        user: None,
+        network: None,
+        pull_while_owner_present: false,
+        backoff: Backoff::new(Duration::from_secs(60), Duration::from_secs(3600)),
+    }
+}
+
+fn worker(id: &str, state: WorkerState, created: DateTime<Utc>) -> Worker {
+    Worker {
+        id: id.into(),
+        name: format!("pilotd-test-{id}"),
+        state,
+        created: Some(created),
+        accept_until: Some(t(23, 0)),
+        die_at: Some(t(23, 59)),
+        image: "127.0.0.1:5000/pilotd-test/worker:1".into(),
+        image_digest: "sha256:aa".into(),
+        spec_hash: String::new(),
+        exit_code: None,
+        finished_at: None,
+        oom_killed: false,
+    }
+}
+
+fn ready() -> ImageState {
+    ImageState::Ready {
+        digest: "sha256:aa".into(),
+        pinned: "127.0.0.1:5000/pilotd-test/worker@sha256:aa".into(),
+    }
+}
+
+/// Actions in a compact form: "start", "stop ID", "pause ID", …
+fn short(p: &Plan) -> Vec<String> {
+    p.actions
+        .iter()
+        .map(|a| match a {
+            Action::Pause { id, .. } => format!("pause {id}"),
+            Action::Unpause { id, .. } => format!("unpause {id}"),
+            Action::Stop { id, .. } => format!("stop {id}"),
+            Action::Kill { id, .. } => format!("kill {id}"),
+            Action::Remove { id, .. } => format!("remove {id}"),
+            Action::Pull { digest, .. } => format!("pull {digest}"),
+            Action::Start { .. } => "start".into(),
+        })
+        .collect()
+}
+
+struct Case {
+    name: &'static str,
+    supply: Supply,
+    workers: Vec<Worker>,
+    image: ImageState,
+    backoff: StartBackoff,
+    stopping: &'static [&'static str],
+    max_starts: u32,
+    pull_while_owner_present: bool,
+    now: DateTime<Utc>,
+    want: &'static [&'static str],
+}
+
+fn case(
+    name: &'static str,
+    supply: Supply,
+    workers: Vec<Worker>,
+    want: &'static [&'static str],
+) -> Case {
+    Case {
+        name,
+        supply,
+        workers,
+        image: ready(),
+        backoff: StartBackoff::default(),
+        stopping: &[],
+        max_starts: 1,
+        pull_while_owner_present: false,
+        now: t(20, 0),
+        want,
+    }
+}
+
+#[test]
+fn plans() {
+    use WorkerState::*;
+    let old = t(19, 0);
+    let new = t(19, 30);
+    let mut exited = worker("e", Exited, old);
+    exited.exit_code = Some(10);
+    let mut expired = worker("x", Running, old);
+    expired.die_at = Some(t(19, 59));
+    let mut expired_paused = worker("xp", Paused, old);
+    expired_paused.die_at = Some(t(20, 0));
+    let cases = vec![
+        case(
+            "start to target, one per cycle",
+            supply(true, 2, Evict::None),
+            vec![],
+            &["start"],
+        ),
+        Case {
+            max_starts: 3,
+            ..case(
+                "start several when allowed to",
+                supply(true, 2, Evict::None),
+                vec![],
+                &["start", "start"],
+            )
+        },
+        case(
+            "at target: nothing",
+            supply(true, 1, Evict::None),
+            vec![worker("a", Running, old)],
+            &[],
+        ),
+        case(
+            "evict pause",
+            supply(false, 0, Evict::Pause),
+            vec![worker("a", Running, old), worker("b", Paused, old)],
+            &["pause a"],
+        ),
+        case(
+            "evict graceful; a paused worker resumes to drain",
+            supply(false, 0, Evict::Graceful),
+            vec![worker("a", Running, old), worker("b", Paused, old)],
+            &["stop a", "unpause b", "stop b"],
+        ),
+        case(
+            "evict fast",
+            supply(false, 0, Evict::Fast),
+            vec![worker("a", Running, old), worker("b", Paused, old)],
+            &["kill a", "kill b"],
+        ),
+        case(
+            "not allowed, no eviction: keep running, keep paused",
+            supply(false, 0, Evict::None),
+            vec![worker("a", Running, old), worker("b", Paused, old)],
+            &[],
+        ),
+        case(
+            "host free again: resume paused",
+            supply(true, 2, Evict::None),
+            vec![worker("a", Running, old), worker("b", Paused, new)],
+            &["unpause b"],
+        ),
+        case(
+            "past die_at: stop; paused past die_at: kill; then replace",
+            supply(true, 2, Evict::None),
+            vec![expired, expired_paused],
+            &["stop x", "kill xp", "start"],
+        ),
+        case(
+            "exited: remove and record",
+            supply(true, 1, Evict::None),
+            vec![exited.clone(), worker("a", Running, old)],
+            &["remove e"],
+        ),
+        case(
+            "created, never started: remove",
+            supply(true, 1, Evict::None),
+            vec![worker("c", Created, old), worker("a", Running, old)],
+            &["remove c"],
+        ),
+        case(
+            "surplus: stop the newest",
+            supply(true, 1, Evict::None),
+            vec![worker("a", Running, old), worker("b", Running, new)],
+            &["stop b"],
+        ),
+        Case {
+            stopping: &["a"],
+            ..case(
+                "a stop in flight is not repeated",
+                supply(false, 0, Evict::Graceful),
+                vec![worker("a", Running, old)],
+                &[],
+            )
+        },
+        Case {
+            stopping: &["a"],
+            ..case(
+                "a worker being stopped does not count",
+                supply(true, 1, Evict::None),
+                vec![worker("a", Running, old)],
+                &["start"],
+            )
+        },
+        Case {
+            backoff: StartBackoff {
+                failures: 2,
+                not_before: Some(t(20, 1)),
+                last_outcome: Some(Outcome::Exited(PilotExit::Idle)),
+            },
+            ..case(
+                "back-off holds starts",
+                supply(true, 1, Evict::None),
+                vec![],
+                &[],
+            )
+        },
+        Case {
+            backoff: StartBackoff {
+                failures: 2,
+                not_before: Some(t(20, 0)),
+                last_outcome: Some(Outcome::Exited(PilotExit::Idle)),
+            },
+            ..case(
+                "back-off over",
+                supply(true, 1, Evict::None),
+                vec![],
+                &["start"],
+            )
+        },
+        Case {
+            image: ImageState::NeedsPull {
+                repository: "r/w".into(),
+                digest: "sha256:bb".into(),
+            },
+            ..case(
+                "new digest: pull first, start later",
+                supply(true, 1, Evict::None),
+                vec![],
+                &["pull sha256:bb"],
+            )
+        },
+        Case {
+            image: ImageState::NeedsPull {
+                repository: "r/w".into(),
+                digest: "sha256:bb".into(),
+            },
+            ..case(
+                "no download while workers may not run",
+                supply(false, 0, Evict::Pause),
+                vec![],
+                &[],
+            )
+        },
+        Case {
+            image: ImageState::NeedsPull {
+                repository: "r/w".into(),
+                digest: "sha256:bb".into(),
+            },
+            pull_while_owner_present: true,
+            ..case(
+                "unless the site allows it",
+                supply(false, 0, Evict::Pause),
+                vec![],
+                &["pull sha256:bb"],
+            )
+        },
+        Case {
+            image: ImageState::Pulling {
+                digest: "sha256:bb".into(),
+            },
+            ..case(
+                "pull in flight: wait",
+                supply(true, 1, Evict::None),
+                vec![],
+                &[],
+            )
+        },
+        Case {
+            image: ImageState::Unavailable {
+                reason: "registry down".into(),
+            },
+            ..case(
+                "no image: no start, running ones unaffected",
+                supply(true, 2, Evict::None),
+                vec![worker("a", Running, old)],
+                &[],
+            )
+        },
+    ];
+    for c in cases {
+        let mut s = settings();
+        s.max_starts_per_cycle = c.max_starts;
+        s.pull_while_owner_present = c.pull_while_owner_present;
+        let in_flight = InFlight {
+            stopping: c.stopping.iter().map(|x| x.to_string()).collect(),
+            pulling: matches!(c.image, ImageState::Pulling { .. }).then(|| "sha256:bb".into()),
+        };
+        let p = plan(
+            &c.supply,
+            Observed {
+                workers: &c.workers,
+                in_flight: &in_flight,
+                backoff: &c.backoff,
+                image: &c.image,
+                free_hours: None,
+            },
+            &s,
+            c.now,
+        );
+        assert_eq!(short(&p), c.want, "case: {} (notes: {:?})", c.name, p.notes);
+    }
+}
+
+#[test]
+fn only_evictions_are_evictions() {
+    let mut expired = worker("x", WorkerState::Running, t(19, 0));
+    expired.die_at = Some(t(19, 59));
+    let workers = vec![
+        expired,
+        worker("a", WorkerState::Running, t(19, 0)),
+        worker("b", WorkerState::Running, t(19, 30)),
+    ];
+    let in_flight = InFlight::default();
+    let backoff = StartBackoff::default();
+    let image = ready();
+    let obs = |workers| Observed {
+        workers,
+        in_flight: &in_flight,
+        backoff: &backoff,
+        image: &image,
+        free_hours: None,
+    };
+    // The target shrank to one: the newest is a surplus, the expired one past die_at.
+    let p = plan(
+        &supply(true, 1, Evict::None),
+        obs(&workers),
+        &settings(),
+        t(20, 0),
+    );
+    let reasons: Vec<Reason> = p.actions.iter().filter_map(Action::reason).collect();
+    assert_eq!(
+        reasons,
+        vec![Reason::PastDieAt, Reason::Surplus { target: 1 }]
+    );
+    assert!(reasons.iter().all(|r| r.eviction().is_none()));
+    // The owner is back: every running worker is evicted, and counted as such.
+    let p = plan(
+        &supply(false, 0, Evict::Fast),
+        obs(&workers[1..]),
+        &settings(),
+        t(20, 0),
+    );
+    let modes: Vec<Evict> = p
+        .actions
+        .iter()
+        .filter_map(|a| a.reason()?.eviction())
+        .collect();
+    assert_eq!(modes, vec![Evict::Fast, Evict::Fast]);
+    assert_eq!(
+        p.actions[0].to_string(),
+        "kill pilotd-test-a (eviction: fast)"
+    );
+    let json = serde_json::to_value(&p.actions[0]).unwrap();
+    assert_eq!(json["why"], "eviction: fast", "the JSON keeps the sentence");
+}
+
+#[test]
+fn a_start_spec_carries_limits_labels_and_templated_env() {
+    let s = settings();
+    let now = t(20, 0);
+    let spec = worker_spec(
+        &supply(true, 1, Evict::None),
+        &s,
+        "sha256:aa",
+        "r/w@sha256:aa",
+        now,
+        0,
+        None,
+    );
+    assert_eq!(spec.name, "pilotd-test-20261201-200000000-0");
+    assert_eq!(spec.nano_cpus, 2_000_000_000);
+    assert_eq!(spec.memory_bytes, 4096 << 20);
+    assert_eq!(spec.env["NUM_CPUS"], "2");
+    assert_eq!(
+        spec.env["ACCEPT"], "3h/0h",
+        "accept 20:00→23:00, retire 23:00→23:59"
+    );
+    assert_eq!(spec.env["NAME"], spec.name);
+    assert_eq!(spec.env["LIT"], "{cpus}");
+    assert!(
+        spec.env.values().all(|v| !v.contains("pool.token")),
+        "no token in env"
+    );
+    assert_eq!(spec.labels[labels::MANAGED], "true");
+    assert_eq!(spec.labels[labels::INSTANCE], "test");
+    assert_eq!(spec.labels[labels::DIE_AT], "2026-12-01T23:59:00Z");
+    assert_eq!(spec.labels[labels::ACCEPT_UNTIL], "2026-12-01T23:00:00Z");
+    assert_eq!(spec.labels[labels::CREATED], "2026-12-01T20:00:00Z");
+    assert_eq!(spec.labels[labels::IMAGE_DIGEST], "sha256:aa");
+    assert_eq!(spec.labels[labels::SPEC_HASH].len(), 16);
+    assert_eq!(
+        spec.scratch_dir,
+        PathBuf::from("/var/lib/pilotd/scratch").join(&spec.name)
+    );
+    let other = worker_spec(
+        &supply(true, 1, Evict::None),
+        &s,
+        "sha256:bb",
+        "r/w@sha256:bb",
+        now,
+        0,
+        None,
+    );
+    assert_ne!(
+        spec.labels[labels::SPEC_HASH],
+        other.labels[labels::SPEC_HASH]
+    );
+}

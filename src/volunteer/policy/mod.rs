@@ -1,0 +1,353 @@
+//! The owner's policy engine: `(Policy, HostSnapshot, limits, now) -> Supply`. May this
+//! machine run workers now, how many, how big, until when, and why. Pure: no I/O, no clock.
+//!
+//! The two latches (owner CPU busy since, host free since) arrive in the snapshot and leave in
+//! the `Supply`, so the daemon carries them between cycles and a replay of a saved snapshot
+//! decides exactly what the daemon decided.
+//!
+//! Imports: `config` (the policy, as validated) and `volunteer::snapshot`.
+
+pub mod calendar;
+
+use crate::config::policy::{BatteryRule, SessionRule};
+use crate::config::units::format_duration;
+use crate::config::{Evict, Policy};
+use crate::volunteer::snapshot::{HostSnapshot, Sessions};
+use calendar::Period;
+use chrono::{DateTime, Duration as ChronoDuration, Utc};
+use serde::Serialize;
+use std::time::Duration;
+
+/// Site limits the policy engine needs from pilotd.toml.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// No worker lives longer than this, whatever the schedule says.
+    pub max_lifetime: Duration,
+    /// When the host usually stops being free (learned history), if the site asked to use it.
+    pub likely_free_until: Option<DateTime<Utc>>,
+}
+
+/// Resources of one worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct Resources {
+    pub cpus: u32,
+    pub memory_mib: u64,
+    pub disk_kib: u64,
+    pub gpus: u32,
+}
+
+/// Why a decision is what it is, as a stable name (for metrics, logs and scripts); `reasons`
+/// says the same in sentences.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cause {
+    OutsideSchedule,
+    GuardBand,
+    SessionsUnknown,
+    OwnerPresent,
+    OnBattery,
+    ExclusiveProcess,
+    OwnerCpuHigh,
+    OwnerCpuEvict,
+    WaitingFreeFor,
+    TooLittleTime,
+    NoRoom,
+    Free,
+}
+
+impl Cause {
+    /// The owner is here or the host is busy: what the availability history counts as not
+    /// free (the schedule, the guard band and the latches are about the policy, not the host).
+    pub fn owner_or_host_busy(self) -> bool {
+        matches!(
+            self,
+            Cause::OwnerPresent
+                | Cause::SessionsUnknown
+                | Cause::OnBattery
+                | Cause::ExclusiveProcess
+                | Cause::OwnerCpuHigh
+                | Cause::OwnerCpuEvict
+        )
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Cause::OutsideSchedule => "outside_schedule",
+            Cause::GuardBand => "guard_band",
+            Cause::SessionsUnknown => "sessions_unknown",
+            Cause::OwnerPresent => "owner_present",
+            Cause::OnBattery => "on_battery",
+            Cause::ExclusiveProcess => "exclusive_process",
+            Cause::OwnerCpuHigh => "owner_cpu_high",
+            Cause::OwnerCpuEvict => "owner_cpu_evict",
+            Cause::WaitingFreeFor => "waiting_free_for",
+            Cause::TooLittleTime => "too_little_time",
+            Cause::NoRoom => "no_room",
+            Cause::Free => "free",
+        }
+    }
+}
+
+/// The decision for one instant.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Supply {
+    /// May new workers start (or paused ones resume)?
+    pub allowed: bool,
+    /// Target number of workers (0 when not allowed).
+    pub workers: u32,
+    pub per_worker: Resources,
+    /// Workers accept no new job after this instant.
+    pub accept_until: Option<DateTime<Utc>>,
+    /// Workers must be gone by this instant.
+    pub die_at: Option<DateTime<Utc>>,
+    /// What to do with running workers now.
+    pub evict: Evict,
+    /// How long a graceful eviction may take.
+    #[serde(skip)]
+    pub grace: Duration,
+    /// Short human sentences, most important first.
+    pub reasons: Vec<String>,
+    /// The same, as stable names, in the same order.
+    pub causes: Vec<Cause>,
+    /// The next instant at which this decision may change on its own (clock only).
+    pub next_change: Option<DateTime<Utc>>,
+    /// Latch state to carry into the next snapshot.
+    pub owner_busy_since: Option<DateTime<Utc>>,
+    pub host_free_since: Option<DateTime<Utc>>,
+}
+
+fn dur(d: Duration) -> ChronoDuration {
+    ChronoDuration::from_std(d).unwrap_or(ChronoDuration::MAX)
+}
+
+fn hm(t: DateTime<Utc>, p: &Policy) -> String {
+    t.with_timezone(&p.timezone)
+        .format("%a %H:%M %Z")
+        .to_string()
+}
+
+/// Decides what the machine may do at `now`.
+pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) -> Supply {
+    let mut reasons = Vec::new();
+    let mut causes = Vec::new();
+    let mut evict = Evict::None;
+    let mut blocked = false;
+    let mut next = Vec::new();
+
+    // The schedule.
+    let period = calendar::period_at(&p.windows, p.timezone, now);
+    let mut die_at = None;
+    match period {
+        Period::Closed { opens } => {
+            blocked = true;
+            evict = evict.max(Evict::Graceful);
+            causes.push(Cause::OutsideSchedule);
+            reasons.push(match opens {
+                Some(o) => format!("outside the schedule; next open period starts {}", hm(o, p)),
+                None => "outside the schedule, and no window opens in the coming week".into(),
+            });
+            next.extend(opens);
+        }
+        Period::Open { ends } => {
+            let lifetime_cap = limits
+                .likely_free_until
+                .filter(|t| *t > now)
+                .map_or(now + dur(limits.max_lifetime), |t| {
+                    t.min(now + dur(limits.max_lifetime))
+                });
+            match ends {
+                Some(end) => {
+                    let guard = end - dur(p.evict_before_end);
+                    if now >= guard {
+                        blocked = true;
+                        evict = evict.max(Evict::Graceful);
+                        causes.push(Cause::GuardBand);
+                        reasons.push(format!(
+                            "within {} of the open period's end at {}: workers must be gone",
+                            format_duration(p.evict_before_end),
+                            hm(end, p)
+                        ));
+                        next.push(end);
+                    } else {
+                        die_at = Some(guard.min(lifetime_cap));
+                        next.push(guard);
+                    }
+                }
+                None => die_at = Some(lifetime_cap),
+            }
+        }
+    }
+
+    // The owner.
+    match &h.sessions {
+        // Logins do not matter to this owner, so not knowing them does not either.
+        Sessions::Unknown(why) if p.sessions != SessionRule::Ignore => {
+            blocked = true;
+            evict = evict.max(p.on_return);
+            causes.push(Cause::SessionsUnknown);
+            reasons.push(format!(
+                "cannot tell who is logged in ({why}); assuming the owner is here"
+            ));
+        }
+        Sessions::Known(list) if p.sessions != SessionRule::Ignore => {
+            let present: Vec<&str> = list
+                .iter()
+                .filter(|s| !p.ignore_users.contains(&s.user))
+                .filter(|s| s.uid.is_none_or(|uid| uid >= p.system_uid_below))
+                .filter(|s| match p.sessions {
+                    // A line whose idle time cannot be read counts as active: fail safe.
+                    SessionRule::Active => s.idle_s.is_none_or(|i| i < p.session_idle.as_secs()),
+                    _ => true,
+                })
+                .map(|s| s.user.as_str())
+                .collect();
+            if !present.is_empty() {
+                let mut users = present.clone();
+                users.sort_unstable();
+                users.dedup();
+                blocked = true;
+                evict = evict.max(p.on_return);
+                causes.push(Cause::OwnerPresent);
+                reasons.push(format!(
+                    "{} logged in{}",
+                    users.join(", "),
+                    if p.sessions == SessionRule::Active {
+                        format!(" and active within {}", format_duration(p.session_idle))
+                    } else {
+                        String::new()
+                    }
+                ));
+            }
+        }
+        Sessions::Known(_) | Sessions::Unknown(_) => {}
+    }
+
+    if h.on_battery && p.on_battery == BatteryRule::Stop {
+        blocked = true;
+        evict = evict.max(p.on_return);
+        causes.push(Cause::OnBattery);
+        reasons.push("running on battery".into());
+    }
+    if !h.exclusive_running.is_empty() {
+        blocked = true;
+        evict = evict.max(p.on_return);
+        causes.push(Cause::ExclusiveProcess);
+        reasons.push(format!("{} running", h.exclusive_running.join(", ")));
+    }
+
+    // Owner CPU, latched: a short spike neither evicts nor restarts anything.
+    let owner_cpu = h.owner_cpu();
+    let high = owner_cpu > p.max_owner_cpu;
+    let owner_busy_since = high.then(|| h.owner_busy_since.unwrap_or(now));
+    if let Some(since) = owner_busy_since {
+        blocked = true;
+        let evict_at = since + dur(p.busy_for);
+        if now >= evict_at {
+            evict = evict.max(p.on_return);
+            causes.push(Cause::OwnerCpuEvict);
+            reasons.push(format!(
+                "owner CPU {:.0}% above {:.0}% for {}",
+                owner_cpu * 100.0,
+                p.max_owner_cpu * 100.0,
+                format_duration(Duration::from_secs(
+                    (now - since).num_seconds().max(0) as u64
+                ))
+            ));
+        } else {
+            next.push(evict_at);
+            causes.push(Cause::OwnerCpuHigh);
+            reasons.push(format!(
+                "owner CPU {:.0}% above {:.0}%: no new workers; running ones are evicted if it lasts until {}",
+                owner_cpu * 100.0,
+                p.max_owner_cpu * 100.0,
+                hm(evict_at, p)
+            ));
+        }
+    }
+
+    let host_free_since = (!blocked).then(|| h.host_free_since.unwrap_or(now));
+    let accept_until = die_at.map(|d| d - dur(p.longest_job));
+    let share = split_share(p, h);
+
+    let mut allowed = false;
+    if let Some(since) = host_free_since {
+        let ready_at = since + dur(p.free_for);
+        if now < ready_at {
+            next.push(ready_at);
+            causes.push(Cause::WaitingFreeFor);
+            reasons.push(format!(
+                "host free since {}; workers start after {} free, at {}",
+                hm(since, p),
+                format_duration(p.free_for),
+                hm(ready_at, p)
+            ));
+        } else if let Some(a) = accept_until.filter(|a| *a <= now) {
+            causes.push(Cause::TooLittleTime);
+            reasons.push(format!(
+                "too little time left: a {} job started now would not end before {} (accepting jobs ended {})",
+                format_duration(p.longest_job),
+                die_at.map(|d| hm(d, p)).unwrap_or_default(),
+                hm(a, p)
+            ));
+        } else if share.0 == 0 {
+            causes.push(Cause::NoRoom);
+            reasons
+                .push("the share leaves no room for a worker (too little memory or disk)".into());
+        } else {
+            allowed = true;
+            next.extend(accept_until);
+            let (workers, r) = share;
+            causes.push(Cause::Free);
+            reasons.push(format!(
+                "host free: {workers} worker(s) of {} CPU, {} MiB, until {}",
+                r.cpus,
+                r.memory_mib,
+                die_at
+                    .map(|d| hm(d, p))
+                    .unwrap_or_else(|| "further notice".into())
+            ));
+        }
+    }
+
+    next.retain(|t| *t > now);
+    Supply {
+        allowed,
+        workers: if allowed { share.0 } else { 0 },
+        per_worker: share.1,
+        accept_until,
+        die_at,
+        evict,
+        grace: p.grace,
+        reasons,
+        causes,
+        next_change: next.into_iter().min(),
+        owner_busy_since,
+        host_free_since,
+    }
+}
+
+/// Splits the share over the workers: whole CPUs (at least 1), never more than the machine
+/// has; fewer workers when the CPU share cannot give each one a CPU.
+fn split_share(p: &Policy, h: &HostSnapshot) -> (u32, Resources) {
+    let cpus_total = u64::from(h.cpus.max(1));
+    let cpu_share = p.share.cpus.of(cpus_total).clamp(1, cpus_total);
+    let workers = u64::from(p.share.workers).min(cpu_share).max(1);
+    let mem_total = h.memory_total_kib.saturating_mul(1024);
+    let mem_share = p.share.memory.of(mem_total).min(mem_total);
+    let scratch = h.scratch_free_kib.saturating_mul(1024);
+    let disk_share = p.share.disk.of(scratch).min(scratch);
+    let r = Resources {
+        cpus: (cpu_share / workers) as u32,
+        memory_mib: mem_share / workers / (1 << 20),
+        disk_kib: disk_share / workers / 1024,
+        gpus: (u64::from(p.share.gpus) / workers) as u32,
+    };
+    // A worker without memory or disk cannot run a job.
+    if r.memory_mib == 0 || r.disk_kib == 0 {
+        return (0, r);
+    }
+    (workers as u32, r)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,389 @@
+//! Table-driven tests over fixed instants, plus properties over random instants and zones.
+
+use super::*;
+use crate::config::policy::Window;
+use crate::config::units::{Share, parse_days, parse_time_of_day};
+use chrono_tz::Europe::Rome;
+use proptest::prelude::*;
+
+fn utc(s: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+}
+
+fn w(days: &str, from: &str, to: &str) -> Window {
+    Window {
+        days: parse_days(days).unwrap(),
+        from: parse_time_of_day(from).unwrap(),
+        to: parse_time_of_day(to).unwrap(),
+    }
+}
+
+/// The classic policy: nights and weekends, in Rome.
+fn nights_and_weekends() -> Policy {
+    let mut p = Policy::defaults(Rome);
+    p.windows = vec![
+        w("mon-fri", "19:00", "07:30"),
+        w("sat,sun", "00:00", "24:00"),
+    ];
+    p
+}
+
+const LIMITS: Limits = Limits {
+    max_lifetime: Duration::from_secs(24 * 3600),
+    likely_free_until: None,
+};
+
+/// A host that has been free for an hour at `now`.
+fn free_host(now: DateTime<Utc>) -> HostSnapshot {
+    HostSnapshot::test(now).with_free_since(Some(now - ChronoDuration::hours(1)))
+}
+
+#[test]
+fn weekday_evening_computes_until_the_guard_band() {
+    let p = nights_and_weekends();
+    // Tuesday 2026-01-13 21:30 Rome = 20:30 UTC. Period ends Wed 07:30 = 06:30 UTC.
+    let now = utc("2026-01-13T20:30:00Z");
+    let s = decide(&p, &free_host(now), LIMITS, now);
+    assert!(s.allowed, "{:?}", s.reasons);
+    assert_eq!(s.workers, 1);
+    assert_eq!(s.evict, Evict::None);
+    assert_eq!(s.die_at, Some(utc("2026-01-14T06:20:00Z")));
+    assert_eq!(s.accept_until, Some(utc("2026-01-13T22:20:00Z")));
+    assert_eq!(
+        s.per_worker,
+        Resources {
+            cpus: 4,
+            memory_mib: 8192,
+            disk_kib: 20 << 20,
+            gpus: 0
+        }
+    );
+    assert_eq!(s.next_change, Some(utc("2026-01-13T22:20:00Z")));
+    assert_eq!(s.causes, vec![Cause::Free]);
+}
+
+#[test]
+fn table_of_instants() {
+    let p = nights_and_weekends();
+    // (now, allowed, evict, first reason contains)
+    let cases = [
+        (
+            "2026-01-13T10:00:00Z",
+            false,
+            Evict::Graceful,
+            "outside the schedule",
+        ),
+        ("2026-01-14T06:25:00Z", false, Evict::Graceful, "within 10m"),
+        (
+            "2026-01-14T06:19:00Z",
+            false,
+            Evict::None,
+            "too little time left",
+        ),
+        ("2026-01-17T12:00:00Z", true, Evict::None, "host free"),
+        ("2026-01-16T18:00:00Z", true, Evict::None, "host free"),
+        ("2026-01-16T17:59:00Z", false, Evict::Graceful, "outside"),
+    ];
+    for (now, allowed, evict, reason) in cases {
+        let now = utc(now);
+        let s = decide(&p, &free_host(now), LIMITS, now);
+        assert_eq!(s.allowed, allowed, "{now}: {:?}", s.reasons);
+        assert_eq!(s.evict, evict, "{now}: {:?}", s.reasons);
+        assert!(s.reasons[0].contains(reason), "{now}: {:?}", s.reasons);
+        assert_eq!(s.reasons.len(), s.causes.len());
+    }
+}
+
+#[test]
+fn weekend_runs_die_at_capped_by_max_lifetime() {
+    let p = nights_and_weekends();
+    let now = utc("2026-01-17T12:00:00Z");
+    let s = decide(&p, &free_host(now), LIMITS, now);
+    assert_eq!(s.die_at, Some(now + ChronoDuration::hours(24)));
+    assert_eq!(s.accept_until, Some(now + ChronoDuration::hours(16)));
+}
+
+#[test]
+fn learned_availability_caps_die_at() {
+    let p = nights_and_weekends();
+    let now = utc("2026-01-17T12:00:00Z");
+    let limits = Limits {
+        likely_free_until: Some(now + ChronoDuration::hours(10)),
+        ..LIMITS
+    };
+    let s = decide(&p, &free_host(now), limits, now);
+    assert_eq!(s.die_at, Some(now + ChronoDuration::hours(10)));
+    assert_eq!(s.accept_until, Some(now + ChronoDuration::hours(2)));
+    // A prediction in the past means "no evidence", not "leave now".
+    let limits = Limits {
+        likely_free_until: Some(now),
+        ..LIMITS
+    };
+    assert_eq!(
+        decide(&p, &free_host(now), limits, now).die_at,
+        Some(now + ChronoDuration::hours(24))
+    );
+}
+
+#[test]
+fn owner_login_evicts_immediately_with_on_return() {
+    for mode in [Evict::Pause, Evict::Graceful, Evict::Fast] {
+        let mut p = nights_and_weekends();
+        p.on_return = mode;
+        let now = utc("2026-01-17T12:00:00Z");
+        let h = free_host(now).with_session("alice", 1000, Some(3600));
+        let s = decide(&p, &h, LIMITS, now);
+        assert!(!s.allowed);
+        assert_eq!(s.workers, 0);
+        assert_eq!(s.evict, mode);
+        assert!(
+            s.reasons.iter().any(|r| r.contains("alice logged in")),
+            "{:?}",
+            s.reasons
+        );
+        assert_eq!(s.host_free_since, None, "the free latch resets");
+    }
+}
+
+#[test]
+fn ignored_users_system_uids_and_idle_sessions() {
+    let now = utc("2026-01-17T12:00:00Z");
+    let mut p = nights_and_weekends();
+    let h = free_host(now)
+        .with_session("root", 0, None)
+        .with_session("condor", 1001, None);
+    assert!(
+        decide(&p, &h, LIMITS, now).allowed,
+        "ignored users do not count"
+    );
+    let h = free_host(now).with_session("gdm", 120, None);
+    assert!(
+        decide(&p, &h, LIMITS, now).allowed,
+        "system uids do not count"
+    );
+
+    p.sessions = SessionRule::Active;
+    let idle = free_host(now).with_session("alice", 1000, Some(3600));
+    assert!(decide(&p, &idle, LIMITS, now).allowed, "idle for 1h > 15m");
+    let active = free_host(now).with_session("alice", 1000, Some(60));
+    assert!(!decide(&p, &active, LIMITS, now).allowed);
+    let unknown_idle = free_host(now).with_session("alice", 1000, None);
+    assert!(
+        !decide(&p, &unknown_idle, LIMITS, now).allowed,
+        "unknown idle counts as active"
+    );
+
+    p.sessions = SessionRule::Ignore;
+    assert!(decide(&p, &active, LIMITS, now).allowed);
+}
+
+#[test]
+fn unknown_sessions_fail_safe() {
+    let p = nights_and_weekends();
+    let now = utc("2026-01-17T12:00:00Z");
+    let h = free_host(now).with_sessions_unknown("cannot read /var/run/utmp: No such file");
+    let s = decide(&p, &h, LIMITS, now);
+    assert!(!s.allowed);
+    assert_eq!(s.evict, p.on_return);
+    assert!(
+        s.reasons[0].contains("cannot tell who is logged in"),
+        "{:?}",
+        s.reasons
+    );
+}
+
+#[test]
+fn unknown_sessions_do_not_matter_when_logins_are_ignored() {
+    let mut p = nights_and_weekends();
+    p.sessions = SessionRule::Ignore;
+    let now = utc("2026-01-17T12:00:00Z");
+    let h = free_host(now).with_sessions_unknown("cannot read /var/run/utmp");
+    let s = decide(&p, &h, LIMITS, now);
+    assert!(s.allowed, "{:?}", s.reasons);
+}
+
+#[test]
+fn owner_cpu_latch() {
+    let p = nights_and_weekends(); // max 25%, busy_for 2m, free_for 15m
+    let t0 = utc("2026-01-17T12:00:00Z");
+    // Total 60% but 50% is our own workers: owner 10%, fine.
+    let s = decide(&p, &free_host(t0).with_cpu(0.60, 0.50), LIMITS, t0);
+    assert!(s.allowed);
+    assert_eq!(s.owner_busy_since, None);
+
+    // Owner at 40%: latch starts, keep running, start none.
+    let h = free_host(t0).with_cpu(0.40, 0.0);
+    let s = decide(&p, &h, LIMITS, t0);
+    assert!(!s.allowed);
+    assert_eq!(s.evict, Evict::None);
+    assert_eq!(s.owner_busy_since, Some(t0));
+    assert_eq!(s.next_change, Some(t0 + ChronoDuration::minutes(2)));
+
+    // 2 minutes later, still busy: evict.
+    let t1 = t0 + ChronoDuration::minutes(2);
+    let h = HostSnapshot::test(t1)
+        .with_cpu(0.40, 0.0)
+        .with_busy_since(Some(t0));
+    let s = decide(&p, &h, LIMITS, t1);
+    assert_eq!(s.evict, p.on_return);
+
+    // CPU drops: the free latch starts now; workers wait free_for.
+    let t2 = t1 + ChronoDuration::minutes(1);
+    let h = HostSnapshot::test(t2).with_busy_since(Some(t0));
+    let s = decide(&p, &h, LIMITS, t2);
+    assert_eq!(s.owner_busy_since, None);
+    assert_eq!(s.host_free_since, Some(t2));
+    assert!(!s.allowed);
+    assert_eq!(s.evict, Evict::None);
+    assert_eq!(s.next_change, Some(t2 + ChronoDuration::minutes(15)));
+    let t3 = t2 + ChronoDuration::minutes(15);
+    let h = HostSnapshot::test(t3).with_free_since(s.host_free_since);
+    assert!(decide(&p, &h, LIMITS, t3).allowed);
+}
+
+#[test]
+fn battery_and_exclusive_processes() {
+    let mut p = nights_and_weekends();
+    let now = utc("2026-01-17T12:00:00Z");
+    let s = decide(&p, &free_host(now).with_battery(true), LIMITS, now);
+    assert!(!s.allowed);
+    assert!(s.reasons.iter().any(|r| r.contains("battery")));
+    p.on_battery = BatteryRule::Ignore;
+    assert!(decide(&p, &free_host(now).with_battery(true), LIMITS, now).allowed);
+
+    let mut h = free_host(now);
+    h.exclusive_running = vec!["matlab".into()];
+    let s = decide(&p, &h, LIMITS, now);
+    assert!(!s.allowed);
+    assert!(s.reasons.iter().any(|r| r.contains("matlab running")));
+}
+
+#[test]
+fn shares_split_over_workers() {
+    let now = utc("2026-01-17T12:00:00Z");
+    let mut p = nights_and_weekends();
+    p.share.workers = 3;
+    p.share.cpus = Share::Percent(75.0); // 6 of 8
+    p.share.memory = Share::Amount(9 << 30);
+    p.share.gpus = 2;
+    let s = decide(&p, &free_host(now), LIMITS, now);
+    assert_eq!(s.workers, 3);
+    assert_eq!(
+        s.per_worker,
+        Resources {
+            cpus: 2,
+            memory_mib: 3072,
+            disk_kib: (20 << 20) / 3,
+            gpus: 0
+        }
+    );
+
+    // More workers than shared CPUs: fewer workers, each with a whole CPU.
+    p.share.cpus = Share::Amount(2);
+    p.share.workers = 4;
+    let s = decide(&p, &free_host(now), LIMITS, now);
+    assert_eq!((s.workers, s.per_worker.cpus), (2, 1));
+
+    // A share larger than the machine is clamped to it.
+    p.share.cpus = Share::Amount(64);
+    p.share.workers = 1;
+    p.share.memory = Share::Amount(1 << 40);
+    let s = decide(&p, &free_host(now), LIMITS, now);
+    assert_eq!(s.per_worker.cpus, 8);
+    assert_eq!(s.per_worker.memory_mib, 16 << 10);
+}
+
+#[test]
+fn dst_days_in_rome() {
+    let mut p = Policy::defaults(Rome);
+    p.windows = vec![w("daily", "22:00", "06:00")];
+    p.evict_before_end = Duration::ZERO;
+    p.longest_job = Duration::from_secs(3600);
+    // Saturday 2026-03-28 23:00 CET = 22:00 UTC; Sunday 06:00 CEST = 04:00 UTC.
+    let now = utc("2026-03-28T22:00:00Z");
+    let s = decide(&p, &free_host(now), LIMITS, now);
+    assert_eq!(s.die_at, Some(utc("2026-03-29T04:00:00Z")));
+    // Saturday 2026-10-24 23:00 CEST = 21:00 UTC; Sunday 06:00 CET = 05:00 UTC.
+    let now = utc("2026-10-24T21:00:00Z");
+    let s = decide(&p, &free_host(now), LIMITS, now);
+    assert_eq!(s.die_at, Some(utc("2026-10-25T05:00:00Z")));
+}
+
+fn any_tz() -> impl Strategy<Value = chrono_tz::Tz> {
+    (0..chrono_tz::TZ_VARIANTS.len()).prop_map(|i| chrono_tz::TZ_VARIANTS[i])
+}
+
+fn any_window() -> impl Strategy<Value = Window> {
+    (1u8..128, 0u16..1440, 1u16..=1440).prop_filter_map("empty", |(d, f, t)| {
+        (f != t).then_some(Window {
+            days: crate::config::units::DaySet(d),
+            from: f,
+            to: t,
+        })
+    })
+}
+
+fn any_instant() -> impl Strategy<Value = DateTime<Utc>> {
+    // 2000..2100
+    (946_684_800i64..4_102_444_800).prop_map(|s| DateTime::from_timestamp(s, 0).unwrap())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn never_a_worker_while_an_owner_session_is_active(
+        tz in any_tz(), ws in proptest::collection::vec(any_window(), 0..4),
+        now in any_instant(), idle in 0u64..899,
+    ) {
+        let mut p = Policy::defaults(tz);
+        p.windows = ws;
+        p.sessions = SessionRule::Active;
+        let h = free_host(now).with_session("alice", 1000, Some(idle));
+        let s = decide(&p, &h, LIMITS, now);
+        prop_assert!(!s.allowed);
+        prop_assert_eq!(s.workers, 0);
+        prop_assert!(s.evict != Evict::None);
+    }
+
+    #[test]
+    fn total_and_within_the_machine(
+        tz in any_tz(), ws in proptest::collection::vec(any_window(), 0..4),
+        now in any_instant(), workers in 1u32..16, cpus in 1u32..128, pct in 1u32..=100,
+    ) {
+        let mut p = Policy::defaults(tz);
+        p.windows = ws;
+        p.share.workers = workers;
+        p.share.cpus = Share::Percent(f64::from(pct));
+        let mut h = free_host(now);
+        h.cpus = cpus;
+        let s = decide(&p, &h, LIMITS, now);
+        prop_assert!(u64::from(s.workers) * u64::from(s.per_worker.cpus) <= u64::from(cpus));
+        prop_assert!(u64::from(s.workers) * s.per_worker.memory_mib * 1024 <= h.memory_total_kib);
+        if let (Some(d), Some(a)) = (s.die_at, s.accept_until) {
+            prop_assert!(a < d);
+            prop_assert!(d <= now + ChronoDuration::hours(24));
+        }
+        if s.allowed {
+            prop_assert!(s.die_at.is_some_and(|d| d > now));
+            prop_assert!(calendar::is_open(&p.windows, tz, now));
+        }
+        if let Some(n) = s.next_change { prop_assert!(n > now); }
+    }
+
+    #[test]
+    fn repeats_week_to_week_away_from_dst(
+        ws in proptest::collection::vec(any_window(), 1..4), secs in 0i64..(7 * 86400),
+    ) {
+        // Mid-January weeks in Rome have no DST change within the horizon.
+        let now = utc("2026-01-05T00:00:00Z") + ChronoDuration::seconds(secs);
+        let later = now + ChronoDuration::weeks(1);
+        let mut p = Policy::defaults(Rome);
+        p.windows = ws;
+        let a = decide(&p, &free_host(now), LIMITS, now);
+        let b = decide(&p, &free_host(later), LIMITS, later);
+        prop_assert_eq!(a.allowed, b.allowed);
+        prop_assert_eq!(a.evict, b.evict);
+        prop_assert_eq!(a.die_at.map(|d| d + ChronoDuration::weeks(1)), b.die_at);
+    }
+}

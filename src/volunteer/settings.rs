@@ -1,0 +1,238 @@
+//! Volunteer mode's settings, resolved once. pilotd.toml and the owner's policy arrive parsed
+//! and diagnosed (`config`); `Settings::resolve` turns them into what each part of the mode
+//! works with — the engine connection, the host probe, the worker template, image freshness,
+//! the start back-off, the remote manifest, the learned history — so nothing past this file
+//! reads the files' structure (spans, units, defaults, tables). Plain data only.
+
+use crate::backoff::Backoff;
+use crate::config::site::OnShutdown;
+use crate::config::{Config, Policy, SiteConfig};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Everything volunteer mode runs with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    /// The owner's policy, as `config` validated it.
+    pub policy: Policy,
+    /// Time between cycles when nothing else wakes the daemon.
+    pub interval: Duration,
+    /// Status, history, last good manifest and (by default) scratch.
+    pub state_dir: PathBuf,
+    pub engine: EngineSettings,
+    pub probe: ProbeSettings,
+    /// The worker template as pilotd.toml says; the pool's manifest may lay choices over it.
+    pub worker: WorkerSettings,
+    pub image: ImageSettings,
+    /// No worker lives longer than this, whatever the schedule says.
+    pub max_lifetime: Duration,
+    pub history: HistorySettings,
+    /// The pool's manifest, when the site subscribed to one.
+    pub remote: Option<RemoteSettings>,
+    /// How often scratch dirs and old images are collected.
+    pub gc_interval: Duration,
+    pub on_shutdown: OnShutdown,
+}
+
+/// The container engine and which of its containers are this daemon's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineSettings {
+    /// A `unix://` path or `tcp://`/`http://` URL.
+    pub socket: String,
+    /// The `pilotd.instance` label value: only containers carrying it are ever touched.
+    pub instance: String,
+    /// Deadline of one API request (not of a whole pull or a graceful stop).
+    pub timeout: Duration,
+}
+
+/// Where the host probes look.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeSettings {
+    pub utmp: PathBuf,
+    pub dev: PathBuf,
+    pub power_supply: PathBuf,
+    /// Its filesystem's free space is the disk budget.
+    pub scratch: PathBuf,
+    pub proc: PathBuf,
+    /// Process names that mean the owner is busy (from the policy).
+    pub exclusive_processes: Vec<String>,
+}
+
+/// What every new worker is made of, besides the decision's resources and times.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkerSettings {
+    pub instance: String,
+    /// The configured reference (tag or digest form).
+    pub image: String,
+    pub max_starts_per_cycle: u32,
+    pub idle_timeout: Duration,
+    /// Values in the `[worker.env]` template language (`config::template`).
+    pub env: BTreeMap<String, String>,
+    pub token_file: Option<PathBuf>,
+    pub token_mount: PathBuf,
+    pub scratch_root: PathBuf,
+    pub scratch_mount: PathBuf,
+    pub cvmfs: Option<PathBuf>,
+    pub cap_add: Vec<String>,
+    pub pids_limit: i64,
+    pub user: Option<String>,
+    pub network: Option<String>,
+    pub pull_while_owner_present: bool,
+    /// Delays the next start after workers that ran no job or could not start.
+    pub backoff: Backoff,
+}
+
+impl WorkerSettings {
+    /// The prefix of every worker (and scratch dir) name of this instance.
+    pub fn name_prefix(&self) -> String {
+        format!("pilotd-{}-", self.instance)
+    }
+}
+
+/// Which images workers may run and how fresh they must be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageSettings {
+    /// `[worker] allowed_images` patterns.
+    pub allowed: Vec<String>,
+    /// How often the registry is asked which digest the tag names.
+    pub refresh: Duration,
+    /// An image the registry has not confirmed for this long starts no worker.
+    pub max_age: Duration,
+}
+
+/// How the learned availability history is read.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HistorySettings {
+    /// An hour counts as usually free when it was free at least this share of its watched time.
+    pub free_threshold: f64,
+    /// Cap `die_at` by the learned free stretch.
+    pub predict_die_at: bool,
+}
+
+/// The pool's remote manifest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteSettings {
+    pub url: String,
+    pub refresh: Duration,
+    pub timeout: Duration,
+    pub max_bytes: u64,
+}
+
+impl EngineSettings {
+    /// The engine of pilotd.toml alone (the fail-safe needs no policy).
+    pub fn of_site(site: &SiteConfig) -> EngineSettings {
+        EngineSettings {
+            socket: site.docker.socket.clone(),
+            instance: site.docker.instance.get_ref().clone(),
+            timeout: site.docker.timeout.0,
+        }
+    }
+}
+
+impl WorkerSettings {
+    /// The worker template of pilotd.toml alone.
+    pub fn of_site(site: &SiteConfig) -> WorkerSettings {
+        let w = &site.worker;
+        WorkerSettings {
+            instance: site.docker.instance.get_ref().clone(),
+            image: w.image.get_ref().clone(),
+            max_starts_per_cycle: w.max_starts_per_cycle,
+            idle_timeout: w.idle_timeout.0,
+            env: w
+                .env
+                .iter()
+                .map(|(k, v)| (k.clone(), v.get_ref().clone()))
+                .collect(),
+            token_file: w.token_file.clone(),
+            token_mount: w.token_mount.clone(),
+            scratch_root: site.scratch(),
+            scratch_mount: w.scratch_mount.clone(),
+            cvmfs: w.cvmfs.clone(),
+            cap_add: w.cap_add.clone(),
+            pids_limit: w.pids_limit,
+            user: w.user.clone(),
+            network: w.network.clone(),
+            pull_while_owner_present: w.pull_while_owner_present,
+            backoff: Backoff::new(w.backoff_base.0, w.backoff_max.0),
+        }
+    }
+}
+
+impl Settings {
+    /// The settings of a loaded configuration (pilotd.toml, or its defaults, and the policy).
+    pub fn resolve(cfg: &Config) -> Settings {
+        let site = &cfg.site;
+        let w = &site.worker;
+        let scratch = site.scratch();
+        Settings {
+            policy: cfg.policy.clone(),
+            interval: site.interval.0,
+            state_dir: site.state_dir.clone(),
+            engine: EngineSettings::of_site(site),
+            probe: ProbeSettings {
+                utmp: site.host.utmp.clone(),
+                dev: site.host.dev.clone(),
+                power_supply: site.host.power_supply.clone(),
+                scratch: scratch.clone(),
+                proc: "/proc".into(),
+                exclusive_processes: cfg.policy.exclusive_processes.clone(),
+            },
+            worker: WorkerSettings::of_site(site),
+            image: ImageSettings {
+                allowed: w.allowed_images.clone(),
+                refresh: w.refresh.0,
+                max_age: w.max_image_age.0,
+            },
+            max_lifetime: site.max_lifetime(),
+            history: HistorySettings {
+                free_threshold: site.history.free_threshold,
+                predict_die_at: site.history.predict_die_at,
+            },
+            remote: site.remote.url.as_ref().map(|url| RemoteSettings {
+                url: url.get_ref().clone(),
+                refresh: site.remote.refresh.0,
+                timeout: site.remote.timeout.0,
+                max_bytes: site.remote.max_bytes,
+            }),
+            gc_interval: w.gc_interval.0,
+            on_shutdown: w.on_shutdown,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    #[test]
+    fn pilotd_toml_resolves_once_into_plain_settings() {
+        let site: SiteConfig = toml::from_str(
+            "state_dir = \"/s\"\ninterval = \"10s\"\n[docker]\ninstance = \"lab\"\n\
+             [worker]\nbackoff_base = \"2m\"\nmax_lifetime = \"12h\"\n[worker.env]\nN = \"{cpus}\"\n\
+             [remote]\nurl = \"https://pool.example.org/m.toml\"\n",
+        )
+        .unwrap();
+        let cfg = Config {
+            site,
+            site_path: None,
+            policy: Policy::defaults(chrono_tz::UTC),
+            policy_path: Path::new("p.toml").into(),
+        };
+        let s = Settings::resolve(&cfg);
+        assert_eq!(s.interval, Duration::from_secs(10));
+        assert_eq!(s.engine.instance, "lab");
+        assert_eq!(s.worker.instance, "lab");
+        assert_eq!(s.worker.name_prefix(), "pilotd-lab-");
+        assert_eq!(s.worker.scratch_root, PathBuf::from("/s/scratch"));
+        assert_eq!(s.probe.scratch, s.worker.scratch_root);
+        assert_eq!(s.worker.env["N"], "{cpus}");
+        assert_eq!(s.worker.backoff.first, Duration::from_secs(120));
+        assert_eq!(s.max_lifetime, Duration::from_secs(12 * 3600));
+        assert_eq!(
+            s.remote.map(|r| r.url).as_deref(),
+            Some("https://pool.example.org/m.toml")
+        );
+    }
+}

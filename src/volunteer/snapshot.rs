@@ -1,0 +1,128 @@
+//! The world as data. `HostSnapshot` is what the volunteer policy decides on; its JSON form is
+//! the contract `pilotd snapshot` prints and `pilotd plan --snapshot` reads. Probes (sysinfo,
+//! utmp, sysfs, procfs) live in submodules and hold no decisions.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+/// One observation of a volunteer host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostSnapshot {
+    /// Always "volunteer" for this kind of snapshot.
+    pub mode: String,
+    pub taken_at: DateTime<Utc>,
+    pub cpus: u32,
+    /// 1, 5 and 15 minute load averages.
+    pub load: [f64; 3],
+    /// Busy fraction of the whole machine (0..1), everything included.
+    pub cpu_busy: f64,
+    /// Busy fraction of the whole machine used by pilotd's own workers (0..1).
+    pub own_cpu: f64,
+    pub memory_total_kib: u64,
+    pub memory_available_kib: u64,
+    pub scratch_free_kib: u64,
+    pub on_battery: bool,
+    /// Names from the policy's `exclusive_processes` that are running now.
+    pub exclusive_running: Vec<String>,
+    pub sessions: Sessions,
+    /// Latch: since when owner CPU has been above the threshold (null when it is not).
+    pub owner_busy_since: Option<DateTime<Utc>>,
+    /// Latch: since when the host has been free to start workers (null when it is not).
+    pub host_free_since: Option<DateTime<Utc>>,
+}
+
+/// Who is logged in. `Unknown` is never read as "nobody": the policy fails safe.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Sessions {
+    Known(Vec<Session>),
+    Unknown(String),
+}
+
+/// One login session (a utmp USER_PROCESS record whose process is alive).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Session {
+    pub user: String,
+    /// None when the user name does not resolve on this host.
+    pub uid: Option<u32>,
+    /// tty line, e.g. "pts/0" or ":0".
+    pub line: String,
+    pub host: String,
+    pub login: DateTime<Utc>,
+    /// Seconds since the tty was last used (its atime); None when the line is not a tty
+    /// that can be inspected (graphical logins).
+    pub idle_s: Option<u64>,
+}
+
+impl HostSnapshot {
+    /// Owner CPU: everything except pilotd's own workers (NonCondorLoadAvg, in BOINC and
+    /// HTCondor terms), never negative.
+    pub fn owner_cpu(&self) -> f64 {
+        (self.cpu_busy - self.own_cpu).max(0.0)
+    }
+}
+
+#[cfg(any(test, feature = "test-fixtures"))]
+impl HostSnapshot {
+    /// A quiet 8-CPU, 16 GiB host with nobody logged in, as a test fixture.
+    pub fn test(taken_at: DateTime<Utc>) -> HostSnapshot {
+        HostSnapshot {
+            mode: "volunteer".into(),
+            taken_at,
+            cpus: 8,
+            load: [0.1, 0.1, 0.1],
+            cpu_busy: 0.02,
+            own_cpu: 0.0,
+            memory_total_kib: 16 << 20,
+            memory_available_kib: 12 << 20,
+            scratch_free_kib: 200 << 20,
+            on_battery: false,
+            exclusive_running: vec![],
+            sessions: Sessions::Known(vec![]),
+            owner_busy_since: None,
+            host_free_since: None,
+        }
+    }
+
+    pub fn with_session(mut self, user: &str, uid: u32, idle_s: Option<u64>) -> Self {
+        let s = Session {
+            user: user.into(),
+            uid: Some(uid),
+            line: "pts/0".into(),
+            host: String::new(),
+            login: self.taken_at - chrono::Duration::hours(1),
+            idle_s,
+        };
+        match &mut self.sessions {
+            Sessions::Known(v) => v.push(s),
+            Sessions::Unknown(_) => self.sessions = Sessions::Known(vec![s]),
+        }
+        self
+    }
+
+    pub fn with_sessions_unknown(mut self, why: &str) -> Self {
+        self.sessions = Sessions::Unknown(why.into());
+        self
+    }
+
+    pub fn with_cpu(mut self, busy: f64, own: f64) -> Self {
+        self.cpu_busy = busy;
+        self.own_cpu = own;
+        self
+    }
+
+    pub fn with_battery(mut self, on: bool) -> Self {
+        self.on_battery = on;
+        self
+    }
+
+    pub fn with_free_since(mut self, t: Option<DateTime<Utc>>) -> Self {
+        self.host_free_since = t;
+        self
+    }
+
+    pub fn with_busy_since(mut self, t: Option<DateTime<Utc>>) -> Self {
+        self.owner_busy_since = t;
+        self
+    }
+}

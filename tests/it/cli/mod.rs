@@ -1,0 +1,4 @@
+//! The volunteer-mode commands as an owner and an install script use them.
+
+mod init;
+mod volunteer;

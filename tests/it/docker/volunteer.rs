@@ -1,0 +1,621 @@
+//! Volunteer mode against the real Docker engine and the local registry (tests/setup-docker.sh).
+//!
+//! Runs only with `PILOTD_DOCKER_TESTS=1` (tests/run.sh sets it after the setup); then every
+//! failure is a failure, never a skip. Each test drives the real `pilotd run` binary with its
+//! own `pilotd.instance` label, temp dir, utmp file and (where needed) its own registry tag,
+//! and removes its containers when done, pass or fail.
+
+use super::{docker, enabled};
+use crate::harness::{self, sh};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+const REPO: &str = "127.0.0.1:5000/pilotd-test/worker";
+
+/// One container of a test instance, as `docker ps -a` shows it.
+#[derive(Debug, Clone)]
+struct Seen {
+    id: String,
+    name: String,
+    state: String,
+    digest: String,
+}
+
+struct Harness {
+    dir: tempfile::TempDir,
+    instance: String,
+    child: Option<Child>,
+}
+
+impl Harness {
+    /// `p` is the policy; `worker` a TOML fragment for the `[worker]` table.
+    fn new(tag: &str, p: &P, site: &str, worker: &str) -> Harness {
+        let instance = format!("t{}-{}", std::process::id(), tag);
+        let dir = tempfile::tempdir().unwrap();
+        let p_dir = dir.path();
+        std::fs::write(p_dir.join("token"), "s3cret-token-value\n").unwrap();
+        std::fs::write(p_dir.join("utmp"), b"").unwrap();
+        let policy = format!(
+            "timezone = \"UTC\"\n{}\n[owner]\nmax_owner_cpu = \"100%\"\nfree_for = \"0s\"\non_battery = \"ignore\"\non_return = \"{}\"\ngrace = \"{}\"\n[share]\ncpus = 2\nmemory = \"512MiB\"\ndisk = \"1GiB\"\nworkers = {}\n[jobs]\nlongest_job = \"{}\"\n",
+            p.schedule, p.on_return, p.grace, p.workers, p.longest_job
+        );
+        std::fs::write(p_dir.join("policy.toml"), policy).unwrap();
+        let p = p_dir;
+        let site = format!(
+            "mode = \"volunteer\"\npolicy = \"{d}/policy.toml\"\nstate_dir = \"{d}/state\"\ninterval = \"2s\"\n{site}\n[host]\nutmp = \"{d}/utmp\"\nscratch = \"{d}/scratch\"\n[docker]\ninstance = \"{instance}\"\n[worker]\nallowed_images = [\"127.0.0.1:\"]\nrefresh = \"2s\"\ntoken_file = \"{d}/token\"\nbackoff_base = \"1s\"\nbackoff_max = \"2s\"\n{worker}\n",
+            d = p.display(),
+        );
+        let site = site.replace("[\"127.0.0.1:\"]", "[\"127.0.0.1:*\"]");
+        std::fs::write(p.join("pilotd.toml"), site).unwrap();
+        Harness {
+            dir,
+            instance,
+            child: None,
+        }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn pilotd(&self) -> Command {
+        let mut c = Command::new(harness::bin());
+        c.arg("-c").arg(self.path("pilotd.toml"));
+        c
+    }
+
+    fn start(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.path("pilotd.log"))
+            .unwrap();
+        let child = self
+            .pilotd()
+            .arg("run")
+            .env("RUST_LOG", "pilotd=debug")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("pilotd starts");
+        self.child = Some(child);
+    }
+
+    fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn term(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = sh(&format!("kill -TERM {}", c.id()));
+            let _ = c.wait();
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.path("pilotd.log")).unwrap_or_default()
+    }
+
+    fn workers(&self) -> Vec<Seen> {
+        let out = docker(&format!(
+            "ps -a --filter label=pilotd.instance={} --format '{{{{.ID}}}} {{{{.Names}}}} {{{{.State}}}} {{{{.Label \"pilotd.image-digest\"}}}}'",
+            self.instance
+        ));
+        out.lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.len() >= 3).then(|| Seen {
+                    id: f[0].into(),
+                    name: f[1].into(),
+                    state: f[2].into(),
+                    digest: f.get(3).unwrap_or(&"").to_string(),
+                })
+            })
+            .collect()
+    }
+
+    fn running(&self) -> Vec<Seen> {
+        self.workers()
+            .into_iter()
+            .filter(|w| w.state == "running")
+            .collect()
+    }
+
+    /// Polls `cond` until it holds, or fails with the log.
+    fn wait_for<T>(&self, what: &str, timeout: Duration, mut cond: impl FnMut() -> Option<T>) -> T {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(v) = cond() {
+                return v;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "timed out waiting for {what}; workers: {:?}\n--- pilotd log ---\n{}",
+                    self.workers(),
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The owner logs in: a USER_PROCESS record whose pid (this test process) is alive.
+    fn login(&self) {
+        let rec = format!(
+            "[7] [{:05}] [ts/0] [alice   ] [pts/0       ] [10.0.0.5            ] [10.0.0.5       ] [2026-11-30T05:00:00,000000+00:00]\n",
+            std::process::id()
+        );
+        let tmp = self.path("utmp.txt");
+        std::fs::write(&tmp, rec).unwrap();
+        let (ok, out) = sh(&format!(
+            "utmpdump -r < {} > {} 2>/dev/null && cat {} > {}",
+            tmp.display(),
+            self.path("utmp.bin").display(),
+            self.path("utmp.bin").display(),
+            self.path("utmp").display()
+        ));
+        assert!(ok, "utmpdump -r failed: {out}");
+    }
+
+    fn logout(&self) {
+        std::fs::write(self.path("utmp"), b"").unwrap();
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        self.kill9();
+        let _ = sh(&format!(
+            "docker ps -aq --filter label=pilotd.instance={} | xargs -r docker rm -f >/dev/null 2>&1",
+            self.instance
+        ));
+    }
+}
+
+const ALWAYS: &str = "[schedule]\nwindows = [ { days = \"daily\", from = \"00:00\", to = \"24:00\" } ]\nevict_before_end = \"10s\"\n";
+
+/// A test policy.
+struct P {
+    schedule: String,
+    on_return: &'static str,
+    grace: &'static str,
+    workers: u32,
+    longest_job: &'static str,
+}
+
+fn policy(on_return: &'static str, workers: u32) -> P {
+    P {
+        schedule: ALWAYS.into(),
+        on_return,
+        grace: "10s",
+        workers,
+        longest_job: "1h",
+    }
+}
+
+fn image(tag: &str) -> String {
+    format!("image = \"{REPO}:{tag}\"")
+}
+
+#[test]
+fn start_to_target_evict_by_pause_resume_and_adopt_after_sigkill() {
+    if !enabled() {
+        return;
+    }
+    // A foreign container (no labels) and one of another instance: never touched.
+    let foreign = format!("pilotd-foreign-{}", std::process::id());
+    docker(&format!("run -d --name {foreign} {REPO}:v1"));
+    let mut h = Harness::new(
+        "pause",
+        &policy("pause", 2),
+        "",
+        &format!(
+            "{}\nmax_starts_per_cycle = 1\n[worker.env]\nNUM_CPUS = \"{{cpus}}\"\nMEMORY = \"{{memory_mib}}\"\n",
+            image("v1")
+        ),
+    );
+    h.start();
+    let two = h.wait_for("2 workers", Duration::from_secs(30), || {
+        let r = h.running();
+        (r.len() == 2).then_some(r)
+    });
+    // The container is the WorkerSpec: limits, init, no privileges, token bind-mounted only.
+    let inspect = docker(&format!(
+        "inspect -f '{{{{.HostConfig.NanoCpus}}}} {{{{.HostConfig.Memory}}}} {{{{.HostConfig.MemorySwap}}}} {{{{.HostConfig.PidsLimit}}}} {{{{.HostConfig.Init}}}} {{{{.HostConfig.Privileged}}}} {{{{.HostConfig.CapDrop}}}} {{{{.HostConfig.SecurityOpt}}}}' {}",
+        two[0].id
+    ));
+    assert_eq!(
+        inspect,
+        "1000000000 268435456 268435456 4096 true false [ALL] [no-new-privileges:true]"
+    );
+    let env = docker(&format!(
+        "inspect -f '{{{{json .Config.Env}}}}' {}",
+        two[0].id
+    ));
+    assert!(
+        env.contains("NUM_CPUS=1") && env.contains("MEMORY=256"),
+        "{env}"
+    );
+    assert!(!env.contains("s3cret"), "the token is never in env: {env}");
+    let mounts = docker(&format!("inspect -f '{{{{json .Mounts}}}}' {}", two[0].id));
+    assert!(
+        mounts.contains("\"Destination\":\"/etc/pilotd/token\",\"Mode\":\"\",\"RW\":false")
+            || mounts.contains("/etc/pilotd/token"),
+        "{mounts}"
+    );
+    let logs = docker(&format!("logs {}", two[0].id));
+    assert!(logs.contains("token=readable"), "{logs}");
+    assert!(!h.log().contains("s3cret"), "the token is never logged");
+
+    // The owner logs in: both paused, quickly (event-driven).
+    let t0 = Instant::now();
+    h.login();
+    h.wait_for("both paused", Duration::from_secs(5), || {
+        let w = h.workers();
+        (w.len() == 2 && w.iter().all(|w| w.state == "paused")).then_some(())
+    });
+    assert!(
+        t0.elapsed() < Duration::from_secs(2),
+        "eviction took {:?}",
+        t0.elapsed()
+    );
+    // Leaves: resumed.
+    h.logout();
+    h.wait_for("both resumed", Duration::from_secs(5), || {
+        (h.running().len() == 2).then_some(())
+    });
+
+    // SIGKILL and restart: the same two containers are adopted, none added.
+    let before: Vec<String> = two.iter().map(|w| w.id.clone()).collect();
+    h.kill9();
+    h.start();
+    std::thread::sleep(Duration::from_secs(6)); // three cycles
+    let mut after: Vec<String> = h.workers().into_iter().map(|w| w.id).collect();
+    let mut before = before;
+    before.sort();
+    after.sort();
+    assert_eq!(after, before, "adopted, no duplicate, no orphan");
+
+    // `pilotd status` sees them.
+    let out = h
+        .pilotd()
+        .args(["status", "--format", "json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["workers_from"], "engine");
+    assert_eq!(v["workers"].as_array().unwrap().len(), 2);
+    h.term();
+
+    let state = docker(&format!("inspect -f '{{{{.State.Status}}}}' {foreign}"));
+    assert_eq!(state, "running", "a foreign container is never touched");
+    docker(&format!("rm -f {foreign}"));
+}
+
+#[test]
+fn graceful_and_fast_eviction() {
+    if !enabled() {
+        return;
+    }
+    for (mode, want_exit) in [("graceful", "143"), ("fast", "137")] {
+        let mut h = Harness::new(
+            mode,
+            &policy(mode, 1),
+            "",
+            &format!("{}\n[worker.env]\nWORKER_TERM_DELAY = \"1\"\n", image("v1")),
+        );
+        h.start();
+        let w = h.wait_for("1 worker", Duration::from_secs(30), || h.running().pop());
+        h.login();
+        // The worker goes; pilotd records its outcome and removes it.
+        h.wait_for("worker removed", Duration::from_secs(20), || {
+            h.workers().is_empty().then_some(())
+        });
+        let log = h.log();
+        let ended = log
+            .lines()
+            .find(|l| l.contains("worker ended") && l.contains(&w.name))
+            .unwrap_or_else(|| panic!("{mode}: no outcome line in\n{log}"));
+        assert!(
+            ended.contains(&format!("exit {want_exit}")),
+            "{mode}: {ended}"
+        );
+        if mode == "graceful" {
+            assert!(log.contains("stopping: eviction: graceful"), "{log}");
+        }
+        h.term();
+    }
+}
+
+#[test]
+fn die_at_stops_the_worker_and_a_fresh_one_replaces_it() {
+    if !enabled() {
+        return;
+    }
+    // max_lifetime 12s: every worker's die_at is 12 s after its start.
+    let mut h = Harness::new(
+        "dieat",
+        &P {
+            grace: "5s",
+            longest_job: "2s",
+            ..policy("graceful", 1)
+        },
+        "",
+        &format!("{}\nmax_lifetime = \"12s\"\n", image("v1")),
+    );
+    h.start();
+    let first = h.wait_for("1 worker", Duration::from_secs(30), || h.running().pop());
+    h.wait_for("first stopped at die_at", Duration::from_secs(30), || {
+        h.workers().iter().all(|w| w.id != first.id).then_some(())
+    });
+    assert!(h.log().contains("past its die_at"), "{}", h.log());
+    h.wait_for("replacement", Duration::from_secs(15), || {
+        h.running().into_iter().find(|w| w.id != first.id)
+    });
+    h.term();
+}
+
+#[test]
+fn window_closing_stops_workers_gracefully() {
+    if !enabled() {
+        return;
+    }
+    // The window ends at the next whole minute at least 25 s away; workers must be gone 10 s
+    // before that.
+    let now = chrono::Utc::now();
+    let mut end = (now + chrono::Duration::seconds(85)).timestamp() / 60 * 60;
+    if end - now.timestamp() > 85 {
+        end -= 60;
+    }
+    let end = chrono::DateTime::from_timestamp(end, 0).unwrap();
+    if end.date_naive() != now.date_naive() {
+        eprintln!("skipped: too close to midnight UTC for a same-day window");
+        return;
+    }
+    let to = end.format("%H:%M");
+    let mut h = Harness::new(
+        "window",
+        &P {
+            schedule: format!(
+                "[schedule]\nwindows = [ {{ days = \"daily\", from = \"00:00\", to = \"{to}\" }} ]\nevict_before_end = \"10s\"\n"
+            ),
+            longest_job: "1s",
+            ..policy("pause", 1)
+        },
+        "",
+        &image("v1"),
+    );
+    h.start();
+    h.wait_for("1 worker", Duration::from_secs(30), || h.running().pop());
+    h.wait_for(
+        "worker gone before the window ends",
+        Duration::from_secs(100),
+        || h.workers().is_empty().then_some(()),
+    );
+    assert!(
+        chrono::Utc::now() < end,
+        "gone before the end of the window"
+    );
+    // Stopped gracefully at its die_at (= window end − evict_before_end) or by the eviction
+    // that starts at the same instant, whichever cycle comes first.
+    let log = h.log();
+    assert!(
+        log.contains("stopping: past its die_at") || log.contains("stopping: eviction: graceful"),
+        "{log}"
+    );
+    h.term();
+}
+
+#[test]
+fn a_moved_tag_is_pulled_and_used_by_new_workers() {
+    if !enabled() {
+        return;
+    }
+    let tag = format!("moving-{}", std::process::id());
+    let push = |v: &str| {
+        docker(&format!("tag {REPO}:{v} {REPO}:{tag}"));
+        let out = docker(&format!("push {REPO}:{tag}"));
+        let d = out
+            .split_whitespace()
+            .find(|w| w.starts_with("sha256:"))
+            .unwrap_or_default()
+            .to_string();
+        docker(&format!("rmi {REPO}:{tag}"));
+        d
+    };
+    let v1 = push("v1");
+    // Workers live 3 s and exit 0 ("ran jobs"), so new ones keep starting.
+    let mut h = Harness::new(
+        "tag",
+        &policy("graceful", 1),
+        "",
+        &format!("{}\n[worker.env]\nWORKER_SLEEP = \"3\"\n", image(&tag)),
+    );
+    h.start();
+    h.wait_for("a v1 worker", Duration::from_secs(30), || {
+        h.workers().into_iter().find(|w| w.digest == v1)
+    });
+    let v2 = push("v2");
+    assert_ne!(v1, v2);
+    // Drop the local copy so pilotd really pulls from the registry.
+    let _ = sh(&format!("docker rmi {REPO}:v2"));
+    h.wait_for("a v2 worker", Duration::from_secs(40), || {
+        h.workers().into_iter().find(|w| w.digest == v2)
+    });
+    let log = h.log();
+    assert!(log.contains("the tag names a new image"), "{log}");
+    assert!(log.contains("pulled"), "{log}");
+    h.term();
+    // Put v2 back for the next run (setup-docker.sh would rebuild it otherwise).
+    let _ = sh(&format!(
+        "docker pull -q {REPO}@{v2} && docker tag {REPO}@{v2} {REPO}:v2"
+    ));
+}
+
+/// A TCP forwarder in front of the registry that can be switched off (registry down) and on.
+struct Forwarder {
+    port: u16,
+    up: Arc<AtomicBool>,
+}
+
+impl Forwarder {
+    fn start() -> Forwarder {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let up = Arc::new(AtomicBool::new(true));
+        let flag = up.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(client) = conn else { continue };
+                if !flag.load(Ordering::SeqCst) {
+                    drop(client); // refused: the registry is down
+                    continue;
+                }
+                let Ok(server) = TcpStream::connect("127.0.0.1:5000") else {
+                    continue;
+                };
+                let flag = flag.clone();
+                pipe(
+                    client.try_clone().unwrap(),
+                    server.try_clone().unwrap(),
+                    flag.clone(),
+                );
+                pipe(server, client, flag);
+            }
+        });
+        Forwarder { port, up }
+    }
+}
+
+fn pipe(mut from: TcpStream, mut to: TcpStream, up: Arc<AtomicBool>) {
+    std::thread::spawn(move || {
+        let _ = from.set_read_timeout(Some(Duration::from_millis(200)));
+        let mut buf = [0u8; 16384];
+        loop {
+            if !up.load(Ordering::SeqCst) {
+                break;
+            }
+            match from.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    if to.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(_) => break,
+            }
+        }
+        let _ = to.shutdown(std::net::Shutdown::Both);
+    });
+}
+
+#[test]
+fn registry_down_leaves_workers_alone_and_is_retried() {
+    if !enabled() {
+        return;
+    }
+    let fwd = Forwarder::start();
+    let reference = format!("127.0.0.1:{}/pilotd-test/worker:v1", fwd.port);
+    let mut h = Harness::new(
+        "regdown",
+        &policy("graceful", 1),
+        "",
+        &format!("image = \"{reference}\"\n"),
+    );
+    h.start();
+    let w = h.wait_for("1 worker", Duration::from_secs(60), || h.running().pop());
+    fwd.up.store(false, Ordering::SeqCst);
+    h.wait_for("a clear log line", Duration::from_secs(15), || {
+        h.log()
+            .lines()
+            .find(|l| l.contains("resolving") && l.contains("running workers are unaffected"))
+            .map(str::to_string)
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    let still: Vec<String> = h.running().into_iter().map(|w| w.id).collect();
+    assert_eq!(
+        still,
+        vec![w.id.clone()],
+        "the running worker is unaffected"
+    );
+    // Back up: the next check succeeds.
+    let failures_logged = h.log().matches("running workers are unaffected").count();
+    fwd.up.store(true, Ordering::SeqCst);
+    h.wait_for("registry confirmed again", Duration::from_secs(20), || {
+        let out = h
+            .pilotd()
+            .args(["status", "--format", "json"])
+            .output()
+            .ok()?;
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        v["image"]["last_error"].is_null().then_some(())
+    });
+    assert!(failures_logged >= 1);
+    h.term();
+}
+
+#[test]
+fn gc_removes_exactly_what_it_should() {
+    if !enabled() {
+        return;
+    }
+    let h = Harness::new("gc", &policy("graceful", 1), "", &image("v1"));
+    let inst = &h.instance;
+    // An exited worker of this instance, an exited one of no instance (foreign), and scratch
+    // dirs: an orphan, a young one, and one that is not pilotd's.
+    docker(&format!(
+        "run --name pilotd-{inst}-exited --label pilotd.managed=true --label pilotd.instance={inst} -e WORKER_SLEEP=0 {REPO}:v1"
+    ));
+    let foreign = format!("gc-foreign-{}", std::process::id());
+    docker(&format!("run --name {foreign} -e WORKER_SLEEP=0 {REPO}:v1"));
+    let scratch = h.path("scratch");
+    for d in ["orphan", "young"] {
+        std::fs::create_dir_all(scratch.join(format!("pilotd-{inst}-{d}"))).unwrap();
+    }
+    std::fs::create_dir_all(scratch.join("not-pilotd")).unwrap();
+    sh(&format!(
+        "touch -d '-2 hours' {0}/pilotd-{inst}-orphan {0}/not-pilotd",
+        scratch.display()
+    ));
+
+    let dry = h.pilotd().args(["gc", "--dry-run"]).output().unwrap();
+    let dry = String::from_utf8_lossy(&dry.stdout).to_string();
+    assert!(
+        dry.contains(&format!("would remove worker pilotd-{inst}-exited")),
+        "{dry}"
+    );
+    assert!(
+        dry.contains("orphan") && !dry.contains("young") && !dry.contains("not-pilotd"),
+        "{dry}"
+    );
+    assert!(!dry.contains(&foreign), "{dry}");
+    assert_eq!(h.workers().len(), 1, "dry run removes nothing");
+
+    let out = h.pilotd().arg("gc").output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(h.workers().is_empty());
+    assert!(!scratch.join(format!("pilotd-{inst}-orphan")).exists());
+    assert!(scratch.join(format!("pilotd-{inst}-young")).exists());
+    assert!(scratch.join("not-pilotd").exists());
+    let state = docker(&format!("inspect -f '{{{{.State.Status}}}}' {foreign}"));
+    assert_eq!(state, "exited", "the foreign container is still there");
+    docker(&format!("rm -f {foreign}"));
+    let _ = Path::new(".");
+}

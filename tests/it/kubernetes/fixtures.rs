@@ -1,0 +1,182 @@
+//! Kubernetes mode from the operator's side, through the `pilotd` binary: convert a real
+//! provisioner INI with `import-ini`, use the result as is with `-c`, and replay a snapshot
+//! with `plan --snapshot --format json` (the contract in README.md, "Kubernetes mode").
+
+use crate::harness;
+use assert_cmd::Command;
+use pilotd::config::kubernetes::KubernetesConfig;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+fn fixture(name: &str) -> PathBuf {
+    harness::fixture(&format!("kubernetes/{name}"))
+}
+
+fn converted(dir: &Path) -> PathBuf {
+    let out = Command::new(harness::bin())
+        .arg("import-ini")
+        .arg(fixture("osg_provisioner.conf"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    // Replays must not touch the real state directory.
+    let text = text.replacen(
+        "mode = \"kubernetes\"",
+        &format!("mode = \"kubernetes\"\nstate_dir = '{}'", dir.display()),
+        1,
+    );
+    let path = dir.join("pilotd.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn import_ini_output_is_a_valid_pilotd_toml_with_the_ini_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = converted(dir.path());
+    let text = std::fs::read_to_string(&path).unwrap();
+    let site = pilotd::config::parse_site(&path, &text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(site.mode, pilotd::config::Mode::Kubernetes);
+    let k: &KubernetesConfig = site.kubernetes.as_ref().unwrap();
+    assert_eq!(k.namespace.get_ref(), "osg-opportunistic");
+    assert_eq!(k.app_name.get_ref(), "osg-direct");
+    assert_eq!(*k.max_submit_pods_per_cluster.get_ref(), 300);
+    assert_eq!(
+        k.service_account_name.as_deref(),
+        Some("prp-htcondor-wn-ro")
+    );
+    assert_eq!(k.env["OSG_SQUID_LOCATION"], "10.110.90.167:3128");
+    assert_eq!(
+        k.config_volumes[0].path,
+        "/etc/condor/config.d/40_glidein.config"
+    );
+    assert!(
+        k.additional_requirements
+            .contains("stringListMember(\"SDSC-PRP\",DESIRED_Sites,\",\")")
+    );
+    assert!(!k.force_namespace_matching);
+    // `pilotd check` accepts it too.
+    Command::new(harness::bin())
+        .arg("-c")
+        .arg(&path)
+        .arg("check")
+        .assert()
+        .success();
+}
+
+#[test]
+fn import_ini_reports_a_bad_entry_with_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.conf");
+    std::fs::write(&bad, "[DEFAULT]\nnamespace=ns\n[k8s]\nenvs_dict=A:1,B\n").unwrap();
+    let out = Command::new(harness::bin())
+        .arg("import-ini")
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("{}:4: envs_dict:", bad.display())),
+        "{err}"
+    );
+}
+
+fn plan(config: &Path) -> Value {
+    let out = Command::new(harness::bin())
+        .arg("-c")
+        .arg(config)
+        .args([
+            "plan",
+            "--format",
+            "json",
+            "--now",
+            "2026-12-01T21:30:00Z",
+            "--snapshot",
+        ])
+        .arg(fixture("snapshot.json"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn plan_replays_a_snapshot_offline_with_the_json_contract() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = converted(dir.path());
+    let v = plan(&config);
+    assert_eq!(v["mode"], "kubernetes");
+    assert_eq!(v["now"], "2026-12-01T21:30:00Z");
+    let clusters = v["clusters"].as_array().unwrap();
+    assert!(!clusters.is_empty());
+    let keys: Vec<&str> = clusters
+        .iter()
+        .map(|c| c["key"].as_str().unwrap())
+        .collect();
+    let mut sorted = keys.clone();
+    sorted.sort_by_key(|k| k.parse::<pilotd::kubernetes::shape::ShapeKey>().unwrap());
+    assert_eq!(keys, sorted, "rows in key order");
+    let mut submit = 0;
+    for c in clusters {
+        for f in [
+            "idle_jobs",
+            "waiting",
+            "unmatched",
+            "claimed",
+            "failed",
+            "unknown",
+            "min_pods",
+            "submit",
+        ] {
+            assert!(c[f].is_u64(), "{f} in {c}");
+        }
+        assert!(c.get("backoff").is_some());
+        submit += c["submit"].as_u64().unwrap();
+    }
+    let jobs = v["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len() as u64, submit);
+    assert!(!jobs.is_empty());
+    for j in jobs {
+        assert_eq!(j["kind"], "Job");
+        assert_eq!(j["spec"]["backoffLimit"], 0);
+        assert_eq!(j["spec"]["ttlSecondsAfterFinished"], 3600);
+        let pod = &j["spec"]["template"]["spec"];
+        assert_eq!(pod["serviceAccountName"], "prp-htcondor-wn-ro");
+        assert_eq!(pod["priorityClassName"], "opportunistic");
+        let expr = &pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            ["nodeSelectorTerms"][0]["matchExpressions"][0];
+        assert_eq!(expr["operator"], "NotIn");
+    }
+    // The same snapshot and instant give the same plan.
+    assert_eq!(plan(&config), v);
+}
+
+#[test]
+fn the_deployment_configmap_holds_a_valid_pilotd_toml() {
+    let path = harness::repo("deploy/kubernetes/configmap.yaml");
+    let yaml = std::fs::read_to_string(&path).unwrap();
+    let start =
+        yaml.find("pilotd.toml: |\n").expect("a pilotd.toml key") + "pilotd.toml: |\n".len();
+    let toml: String = yaml[start..]
+        .lines()
+        .map(|l| l.strip_prefix("    ").unwrap_or(l))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let site = pilotd::config::parse_site(&path, &toml).unwrap_or_else(|e| panic!("{e}"));
+    let k = site.kubernetes.unwrap();
+    assert_eq!(k.namespace.get_ref(), "osg-opportunistic");
+    assert_eq!(
+        *k.client.get_ref(),
+        pilotd::config::kubernetes::ClientSource::InCluster
+    );
+}

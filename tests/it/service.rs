@@ -1,0 +1,404 @@
+//! pilotd as a system service, with real processes and signals: systemd's notify protocol
+//! captured on a socket the test owns, SIGHUP reload with a valid and an invalid file,
+//! `--daemon` with a live and a stale pid file, and a daemon that fails before it is ready.
+//! The Docker socket points nowhere on purpose: the service layer must work (and say why no
+//! worker starts) without an engine.
+
+use crate::harness::bin;
+use std::io::{BufRead, BufReader};
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+struct Setup {
+    dir: tempfile::TempDir,
+}
+
+impl Setup {
+    fn new(extra: &str) -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::create_dir_all(d.join("state")).unwrap();
+        // An empty utmp file: nobody is logged in (missing would mean "unknown").
+        std::fs::write(d.join("utmp"), b"").unwrap();
+        std::fs::write(
+            d.join("policy.toml"),
+            "[schedule]\nwindows = [{ days = \"daily\", from = \"00:00\", to = \"24:00\" }]\n",
+        )
+        .unwrap();
+        std::fs::write(
+            d.join("pilotd.toml"),
+            format!(
+                "policy = \"{p}/policy.toml\"\nstate_dir = \"{p}/state\"\ninterval = \"1s\"\n\
+                 [host]\nutmp = \"{p}/utmp\"\n[docker]\nsocket = \"unix://{p}/no-docker.sock\"\n\
+                 [worker]\nimage = \"127.0.0.1:5000/pilotd-test/worker:current\"\n\
+                 allowed_images = [\"127.0.0.1:5000/*\"]\n{extra}",
+                p = d.display()
+            ),
+        )
+        .unwrap();
+        Setup { dir }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn cmd(&self) -> Command {
+        let mut c = Command::new(bin());
+        c.arg("-c").arg(self.path("pilotd.toml"));
+        c.env_remove("NOTIFY_SOCKET")
+            .env_remove("JOURNAL_STREAM")
+            .env("RUST_LOG", "info");
+        c
+    }
+}
+
+/// Collects the child's stderr lines on a channel.
+fn lines(child: &mut Child) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    let err = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for l in BufReader::new(err).lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+fn wait_line(rx: &mpsc::Receiver<String>, needle: &str, seen: &mut Vec<String>) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if let Ok(l) = rx.recv_timeout(Duration::from_millis(200)) {
+            seen.push(l.clone());
+            if l.contains(needle) {
+                return l;
+            }
+        }
+    }
+    panic!(
+        "no log line containing {needle:?}; saw:\n{}",
+        seen.join("\n")
+    );
+}
+
+fn signal(child: &Child, sig: nix::sys::signal::Signal) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), sig).unwrap();
+}
+
+fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("pilotd did not exit within {within:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn recv_until(sock: &UnixDatagram, needle: &str, seen: &mut Vec<String>) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut buf = [0u8; 4096];
+    while Instant::now() < deadline {
+        if let Ok(n) = sock.recv(&mut buf) {
+            let msg = String::from_utf8_lossy(&buf[..n]).to_string();
+            seen.push(msg.clone());
+            if msg.contains(needle) {
+                return;
+            }
+        }
+    }
+    panic!("no notification containing {needle:?}; got {seen:?}");
+}
+
+#[test]
+fn notifies_systemd_and_reloads_keeping_the_last_good_config() {
+    let s = Setup::new("");
+    let sock_path = s.path("notify.sock");
+    let sock = UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut child = s
+        .cmd()
+        .arg("run")
+        .env("NOTIFY_SOCKET", &sock_path)
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let log = lines(&mut child);
+    let mut seen = Vec::new();
+    let mut notes = Vec::new();
+
+    // READY with a STATUS line that carries the decision, after the first cycle.
+    recv_until(&sock, "READY=1", &mut notes);
+    assert!(notes.iter().any(|n| n.contains("STATUS=")), "{notes:?}");
+    // Without an engine the decision says so instead of pretending there are no workers.
+    wait_line(&log, "decision:", &mut seen);
+
+    // An invalid policy: reported with file:line:col, the daemon keeps the old one.
+    let policy = s.path("policy.toml");
+    let good = std::fs::read_to_string(&policy).unwrap();
+    std::fs::write(&policy, "[owner]\non_return = \"explode\"\n").unwrap();
+    signal(&child, nix::sys::signal::Signal::SIGHUP);
+    recv_until(&sock, "RELOADING=1", &mut notes);
+    let line = wait_line(&log, "keeping the last good configuration", &mut seen);
+    assert!(line.contains("reload failed"), "{line}");
+    wait_line(
+        &log,
+        &format!("{}:2:13: unknown on_return rule", policy.display()),
+        &mut seen,
+    );
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the daemon must keep running"
+    );
+    // It still completes cycles and tells systemd it is ready again.
+    recv_until(&sock, "READY=1", &mut notes);
+
+    // A valid file is taken.
+    std::fs::write(
+        &policy,
+        good + "[share]
+workers = 1
+",
+    )
+    .unwrap();
+    signal(&child, nix::sys::signal::Signal::SIGHUP);
+    wait_line(&log, "configuration reloaded", &mut seen);
+
+    // SIGTERM: STOPPING, then a clean exit.
+    signal(&child, nix::sys::signal::Signal::SIGTERM);
+    recv_until(&sock, "STOPPING=1", &mut notes);
+    let status = wait_exit(&mut child, Duration::from_secs(20));
+    assert!(status.success(), "{status:?}\n{}", seen.join("\n"));
+}
+
+fn read_pid(p: &Path) -> i32 {
+    std::fs::read_to_string(p).unwrap().trim().parse().unwrap()
+}
+
+fn alive(pid: i32) -> bool {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+}
+
+fn wait_dead(pid: i32) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while alive(pid) {
+        assert!(Instant::now() < deadline, "daemon {pid} did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn daemon_mode_with_live_and_stale_pid_files() {
+    let s = Setup::new("");
+    let pidfile = s.path("pilotd.pid");
+
+    // Stale: a pid file left by a dead process, not locked.
+    std::fs::write(&pidfile, "999999999\n").unwrap();
+    let started = Instant::now();
+    let out = s
+        .cmd()
+        .args(["run", "--daemon", "--pidfile"])
+        .arg(&pidfile)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The parent waited for the daemon's first cycle, but not for long.
+    assert!(started.elapsed() < Duration::from_secs(15));
+    let pid = read_pid(&pidfile);
+    assert!(alive(pid));
+    assert_ne!(pid as u32, std::process::id());
+
+    // Live: a second daemon is refused in the foreground, naming the running one.
+    let out = s
+        .cmd()
+        .args(["run", "--daemon", "--pidfile"])
+        .arg(&pidfile)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("already running as pid {pid}")),
+        "{err}"
+    );
+    assert!(alive(pid), "the running daemon is untouched");
+    assert_eq!(read_pid(&pidfile), pid);
+
+    // Its log went to the state dir.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    wait_dead(pid);
+    let log = std::fs::read_to_string(s.path("state/pilotd.log")).unwrap();
+    assert!(log.contains("pilotd starting in volunteer mode"), "{log}");
+}
+
+#[test]
+fn daemon_that_fails_before_ready_fails_its_parent() {
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = held.local_addr().unwrap();
+    let s = Setup::new(&format!("[metrics]\nlisten = \"{addr}\"\n"));
+    let out = s.cmd().args(["run", "--daemon"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("the daemon failed to start"), "{err}");
+    assert!(
+        err.contains(&format!("cannot listen for metrics on {addr}")),
+        "{err}"
+    );
+}
+
+#[test]
+fn metrics_are_scraped_from_a_running_daemon() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let s = Setup::new(&format!("[metrics]\nlisten = \"127.0.0.1:{port}\"\n"));
+    let mut child = s
+        .cmd()
+        .arg("run")
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let log = lines(&mut child);
+    let mut seen = Vec::new();
+    wait_line(&log, "decision:", &mut seen);
+    // Give the cycle that logged the decision time to finish and record its duration.
+    std::thread::sleep(Duration::from_millis(1500));
+    let body = scrape(port);
+    signal(&child, nix::sys::signal::Signal::SIGTERM);
+    wait_exit(&mut child, Duration::from_secs(20));
+    for series in [
+        "pilotd_allowed 0",
+        // Which cause depends on this machine's load right now; one was counted.
+        "pilotd_decisions_total{cause=",
+        "pilotd_cycle_duration_seconds_count",
+        "pilotd_backoff_level 0",
+        "# EOF",
+    ] {
+        assert!(body.contains(series), "missing {series} in\n{body}");
+    }
+}
+
+fn scrape(port: u16) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    body
+}
+
+/// The status code and body the manifest server answers with.
+type Reply = std::sync::Arc<std::sync::Mutex<(u16, Vec<u8>)>>;
+
+/// A tiny HTTP server on 127.0.0.1 whose single response the test can change at any time.
+fn manifest_server() -> (String, Reply) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/manifest.toml", listener.local_addr().unwrap());
+    let reply = std::sync::Arc::new(std::sync::Mutex::new((200u16, Vec::new())));
+    let r = reply.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut c) = conn else { return };
+            let mut buf = [0u8; 2048];
+            let _ = c.read(&mut buf);
+            let (status, body) = r.lock().unwrap().clone();
+            let head = format!(
+                "HTTP/1.1 {status} X\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = c.write_all(head.as_bytes());
+            let _ = c.write_all(&body);
+        }
+    });
+    (url, reply)
+}
+
+#[test]
+fn manifest_failures_keep_the_last_good_one_and_history_survives_corruption() {
+    let (url, reply) = manifest_server();
+    *reply.lock().unwrap() = (
+        200,
+        b"version = \"7\"\n[worker]\nimage = \"127.0.0.1:5000/pilotd-test/worker:v2\"\n".to_vec(),
+    );
+    let s = Setup::new(&format!("[remote]\nurl = \"{url}\"\nrefresh = \"1s\"\n"));
+    // A corrupted history from an earlier life: set aside, counting starts over.
+    std::fs::write(
+        s.path("state/history.json"),
+        b"{\"version\":1,\"buckets\":[",
+    )
+    .unwrap();
+    let mut child = s
+        .cmd()
+        .arg("run")
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let log = lines(&mut child);
+    let mut seen = Vec::new();
+    wait_line(&log, "history.json.corrupt", &mut seen);
+    wait_line(&log, "remote manifest applied", &mut seen);
+    assert!(s.path("state/manifest.toml").exists());
+
+    for (status, body, expect) in [
+        (500u16, b"oops".to_vec(), "HTTP 500"),
+        (200, b"version = \"8\"\n[worker\n".to_vec(), "is invalid"),
+        (
+            200,
+            b"version = \"9\"\n[worker]\nimage = \"docker.io/x/y:1\"\n".to_vec(),
+            "not in this host's allowed_images",
+        ),
+        (200, vec![b'#'; 100 * 1024], "larger than 65536 bytes"),
+    ] {
+        *reply.lock().unwrap() = (status, body);
+        let line = wait_line(&log, expect, &mut seen);
+        assert!(line.contains(&url), "{line}");
+        assert!(
+            line.contains("keeping the last good manifest (version 7)"),
+            "{line}"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the daemon keeps running"
+        );
+    }
+    // The history is being counted again, in a valid file.
+    std::thread::sleep(Duration::from_millis(1500));
+    let h: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(s.path("state/history.json")).unwrap()).unwrap();
+    assert_eq!(h["buckets"].as_array().unwrap().len(), 168);
+    signal(&child, nix::sys::signal::Signal::SIGTERM);
+    wait_exit(&mut child, Duration::from_secs(20));
+
+    // status says which manifest is in force.
+    let out = s.cmd().arg("status").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("pool manifest: version 7 from {url}")),
+        "{text}"
+    );
+    assert!(text.contains("learned availability:"), "{text}");
+}
