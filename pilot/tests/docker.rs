@@ -177,7 +177,7 @@ fn stop_running_container(
     let dest = dir.path().join("MasterLog");
     docker_ok(&[
         "cp",
-        &format!("{name}:/var/log/condor/MasterLog"),
+        &format!("{name}:/pilot/condor/log/MasterLog"),
         dest.to_str().unwrap(),
     ]);
     let master_log = std::fs::read_to_string(dest).unwrap();

@@ -39,6 +39,12 @@ pub fn run(g: &Global, a: &GcArgs) -> Result<String, CmdError> {
             &list,
             &settings.name_prefix(),
         ));
+        items.extend(gc::token_copies(
+            &settings.tokens_root,
+            &gc::token_entries(&settings.tokens_root),
+            &list,
+            &settings.name_prefix(),
+        ));
         let (repository, _, _) = split_reference(&settings.image);
         let current = status
             .image

@@ -19,6 +19,15 @@ use tokio::sync::mpsc;
 
 pub fn run(g: &Global, a: &RunArgs) -> Result<String, CmdError> {
     let mut cfg = load_config(g, SiteFile::Required, this_machine())?;
+    // One daemon per instance and engine, claimed before anything else happens (inherited
+    // across the --daemon fork, released by the kernel however this process ends).
+    let _claim = match cfg.site.mode {
+        Mode::Volunteer => Some(
+            volunteer::claim::claim(&volunteer::settings::EngineSettings::of_site(&cfg.site))
+                .map_err(|e| CmdError::Usage(e.to_string()))?,
+        ),
+        Mode::Kubernetes => None,
+    };
     // Detach (or lock the pid file) before logging threads or any runtime exist: tokio does
     // not survive a fork.
     let service = match prepare_process(&cfg, a)? {

@@ -315,6 +315,10 @@ fn render(v: &StatusView<'_>, now: DateTime<Utc>, path: &std::path::Path) -> Str
         let _ = writeln!(out, "recent outcomes:");
         for o in s.outcomes.iter().rev().take(5) {
             let _ = writeln!(out, "  {} ago {}: {}", ago(now, o.at), o.name, o.outcome);
+            // The last lines say why; the status file keeps more (`--format json`).
+            for line in &o.output[o.output.len().saturating_sub(10)..] {
+                let _ = writeln!(out, "    | {line}");
+            }
         }
     }
     out

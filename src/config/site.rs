@@ -275,8 +275,9 @@ pub struct WorkerConfig {
     /// switch users). Empty by default.
     #[serde(default)]
     pub cap_add: Vec<String>,
-    /// Run the worker as this user ("uid" or "uid:gid"); its scratch dir is chowned to it.
-    pub user: Option<String>,
+    /// Run the worker as this user: "uid" or "uid:gid" (numeric: the scratch dir and the
+    /// token copy are given to it), or "image" (the image's own USER). Default 65532:65532.
+    pub user: Option<Spanned<String>>,
     /// Docker network mode (default: the engine's default bridge).
     pub network: Option<String>,
     #[serde(default)]
@@ -454,9 +455,75 @@ impl SiteConfig {
     }
 }
 
+/// Who a worker runs as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkerUser {
+    /// These numeric ids: the scratch dir and the token copy belong to them.
+    Ids { uid: u32, gid: u32 },
+    /// The image's own USER; pilotd cannot know its ids, so the scratch dir stays root's.
+    Image,
+}
+
+impl WorkerUser {
+    /// Not root, and no user of the host's ordinary ranges: Debian reserves 65000–65533, so no
+    /// account of the owner's shares it (the "nonroot" uid of distroless images too).
+    pub const DEFAULT: WorkerUser = WorkerUser::Ids {
+        uid: 65532,
+        gid: 65532,
+    };
+
+    /// `"uid"`, `"uid:gid"` or `"image"`.
+    pub fn parse(raw: &str) -> Result<WorkerUser, String> {
+        let raw = raw.trim();
+        if raw == "image" {
+            return Ok(WorkerUser::Image);
+        }
+        let id = |s: &str| s.parse::<u32>().ok().filter(|&n| n < u32::MAX);
+        let (uid, gid) = match raw.split_once(':') {
+            Some((u, g)) => (id(u), id(g)),
+            None => (id(raw), id(raw)),
+        };
+        match (uid, gid) {
+            (Some(uid), Some(gid)) => Ok(WorkerUser::Ids { uid, gid }),
+            _ => Err(format!(
+                "user `{raw}` is not a numeric uid or uid:gid: names are resolved inside the image, \
+                 so pilotd could not give the worker its scratch dir"
+            )),
+        }
+    }
+
+    /// The engine's `User` field: `None` leaves the image's.
+    pub fn engine_user(self) -> Option<String> {
+        match self {
+            WorkerUser::Ids { uid, gid } => Some(format!("{uid}:{gid}")),
+            WorkerUser::Image => None,
+        }
+    }
+}
+
+impl WorkerConfig {
+    /// `[worker] user`, or the default; an invalid value (reported by `check`) falls back to
+    /// the default.
+    pub fn worker_user(&self) -> WorkerUser {
+        self.user
+            .as_ref()
+            .and_then(|u| WorkerUser::parse(u.get_ref()).ok())
+            .unwrap_or(WorkerUser::DEFAULT)
+    }
+}
+
 impl SiteConfig {
     /// Checks of `[docker]` and `[worker]` that serde cannot express.
     fn validate_worker(&self, d: &mut Diagnostics) {
+        if let Some(user) = &self.worker.user
+            && let Err(e) = WorkerUser::parse(user.get_ref())
+        {
+            d.error(
+                user.span(),
+                e,
+                "write the numeric ids the image runs as, e.g. user = \"1000:1000\" for the OSPool EP image, or user = \"image\" to keep the image's own (the scratch dir then stays root's)",
+            );
+        }
         let inst = &self.docker.instance;
         if !valid_instance(inst.get_ref()) {
             d.error(
@@ -555,6 +622,58 @@ pub fn image_allowed(image: &str, patterns: &[String]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn worker_users_are_numeric_or_the_images() {
+        assert_eq!(WorkerUser::parse("65532:65532"), Ok(WorkerUser::DEFAULT));
+        assert_eq!(
+            WorkerUser::parse("1000"),
+            Ok(WorkerUser::Ids {
+                uid: 1000,
+                gid: 1000
+            })
+        );
+        assert_eq!(
+            WorkerUser::parse("1000:50"),
+            Ok(WorkerUser::Ids { uid: 1000, gid: 50 })
+        );
+        assert_eq!(WorkerUser::parse("image"), Ok(WorkerUser::Image));
+        for bad in [
+            "condor",
+            "1000:condor",
+            "",
+            ":",
+            "-1",
+            "4294967295",
+            "1:2:3",
+        ] {
+            assert!(WorkerUser::parse(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            WorkerUser::DEFAULT.engine_user().as_deref(),
+            Some("65532:65532")
+        );
+        assert_eq!(WorkerUser::Image.engine_user(), None);
+        // Unset means the default, never the image's root.
+        assert_eq!(
+            SiteConfig::defaults().worker.worker_user(),
+            WorkerUser::DEFAULT
+        );
+    }
+
+    #[test]
+    fn a_user_name_is_refused_at_its_position() {
+        let text = "[worker]\nuser = \"condor\"\n";
+        let site: SiteConfig = toml::from_str(text).unwrap();
+        let mut d = Diagnostics::new(std::path::Path::new("pilotd.toml"), text);
+        site.validate_worker(&mut d);
+        let e = d.into_vec().into_iter().next().expect("refused");
+        assert!(
+            e.message.contains("user `condor` is not a numeric uid"),
+            "{e:?}"
+        );
+        assert_eq!((e.line, e.col), (2, 8));
+    }
 
     #[test]
     fn qualification() {

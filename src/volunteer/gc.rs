@@ -32,6 +32,10 @@ pub enum Item {
     RemoveScratch {
         path: PathBuf,
     },
+    /// A worker's private copy of the pool token, left by a worker that is gone.
+    RemoveTokenCopy {
+        path: PathBuf,
+    },
     RemoveImage {
         id: String,
         reference: String,
@@ -44,6 +48,7 @@ impl std::fmt::Display for Item {
             Item::RemoveWorker { name, why, .. } => write!(f, "remove worker {name} ({why})"),
             Item::StopWorker { name, why, .. } => write!(f, "stop worker {name} ({why})"),
             Item::RemoveScratch { path } => write!(f, "remove scratch dir {}", path.display()),
+            Item::RemoveTokenCopy { path } => write!(f, "remove token copy {}", path.display()),
             Item::RemoveImage { id, reference } => write!(f, "remove image {reference} ({id})"),
         }
     }
@@ -77,6 +82,22 @@ pub fn workers(list: &[Worker], now: DateTime<Utc>) -> Vec<Item> {
         .collect()
 }
 
+/// Entries (name, age) of this instance whose worker no longer exists.
+fn orphans<'a>(
+    entries: &'a [(String, Duration)],
+    list: &'a [Worker],
+    prefix: &'a str,
+) -> impl Iterator<Item = &'a String> {
+    entries
+        .iter()
+        .filter(move |(name, age)| {
+            name.starts_with(prefix)
+                && *age >= SCRATCH_MIN_AGE
+                && !list.iter().any(|w| &w.name == name)
+        })
+        .map(|(name, _)| name)
+}
+
 /// Scratch dirs (name, age) of this instance whose worker no longer exists (pure).
 pub fn scratch(
     root: &Path,
@@ -84,14 +105,22 @@ pub fn scratch(
     list: &[Worker],
     prefix: &str,
 ) -> Vec<Item> {
-    entries
-        .iter()
-        .filter(|(name, age)| {
-            name.starts_with(prefix)
-                && *age >= SCRATCH_MIN_AGE
-                && !list.iter().any(|w| &w.name == name)
+    orphans(entries, list, prefix)
+        .map(|name| Item::RemoveScratch {
+            path: root.join(name),
         })
-        .map(|(name, _)| Item::RemoveScratch {
+        .collect()
+}
+
+/// Token copies (name, age) of this instance whose worker no longer exists (pure).
+pub fn token_copies(
+    root: &Path,
+    entries: &[(String, Duration)],
+    list: &[Worker],
+    prefix: &str,
+) -> Vec<Item> {
+    orphans(entries, list, prefix)
+        .map(|name| Item::RemoveTokenCopy {
             path: root.join(name),
         })
         .collect()
@@ -131,12 +160,24 @@ pub fn images(
 
 /// The entries of the scratch root with their ages; a missing root has none.
 pub fn scratch_entries(root: &Path) -> Vec<(String, Duration)> {
+    entries(root, true)
+}
+
+/// The token copies (files) with their ages; a missing dir has none.
+pub fn token_entries(root: &Path) -> Vec<(String, Duration)> {
+    entries(root, false)
+}
+
+fn entries(root: &Path, dirs: bool) -> Vec<(String, Duration)> {
     let Ok(dir) = std::fs::read_dir(root) else {
         return vec![];
     };
     let now = SystemTime::now();
     dir.flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter(|e| {
+            e.file_type()
+                .is_ok_and(|t| if dirs { t.is_dir() } else { t.is_file() })
+        })
         .filter_map(|e| {
             let age = e
                 .metadata()
@@ -192,6 +233,14 @@ pub async fn apply<'a, B: Backend>(
         let result = match item {
             Item::RemoveWorker { id, .. } => backend.remove(id).await.map_err(GcError::from),
             Item::StopWorker { id, .. } => backend.stop(id, grace).await.map_err(GcError::from),
+            Item::RemoveTokenCopy { path } => match std::fs::remove_file(path) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(source) => Err(GcError::Scratch {
+                    path: path.clone(),
+                    source,
+                }),
+            },
             Item::RemoveScratch { path } => match std::fs::remove_dir_all(path) {
                 Ok(()) => Ok(()),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -247,6 +296,25 @@ mod tests {
             },
             created: None,
         }
+    }
+
+    #[test]
+    fn token_copies_go_with_their_workers_and_only_ours() {
+        let root = Path::new("/s/tokens");
+        let old = Duration::from_secs(3600);
+        let entries = vec![
+            ("pilotd-t-gone".to_string(), old),
+            ("pilotd-t-live".to_string(), old),
+            ("pilotd-t-young".to_string(), Duration::from_secs(5)),
+            ("pilotd-other-gone".to_string(), old),
+        ];
+        let list = vec![w("pilotd-t-live", WorkerState::Running, "sha256:1", None)];
+        assert_eq!(
+            token_copies(root, &entries, &list, "pilotd-t-"),
+            vec![Item::RemoveTokenCopy {
+                path: root.join("pilotd-t-gone")
+            }]
+        );
     }
 
     #[test]

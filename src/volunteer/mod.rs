@@ -17,6 +17,7 @@
 //! Pure parts (`policy`, `plan`, `outcome`, `settings`) read no clock and do no I/O.
 
 pub mod backend;
+pub mod claim;
 pub mod daemon;
 pub mod gc;
 pub mod history;

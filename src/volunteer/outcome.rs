@@ -100,6 +100,15 @@ impl Outcome {
     /// A worker that ran no job or could not start widens the delay before the next start;
     /// one that ran a job resets it; one ended by a signal (pilotd's own stop) or by the
     /// memory limit says nothing about the pool.
+    /// A failure someone must read about (a bad configuration, a failed self-test, condor
+    /// failing, the memory limit, an image off the contract): its output is worth keeping.
+    pub fn is_failure(&self) -> bool {
+        !matches!(
+            self,
+            Outcome::Exited(PilotExit::RanJobs | PilotExit::Idle | PilotExit::Signal(_))
+        )
+    }
+
     pub fn effect(&self) -> BackoffEffect {
         match self {
             Outcome::Exited(PilotExit::RanJobs) => BackoffEffect::Reset,

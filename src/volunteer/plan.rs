@@ -19,6 +19,7 @@
 //!   while the owner is present): downloads obey the schedule.
 
 use crate::config::Evict;
+use crate::config::site::WorkerUser;
 use crate::config::template;
 use crate::volunteer::outcome::{Outcome, StartBackoff};
 use crate::volunteer::policy::Supply;
@@ -527,13 +528,18 @@ pub fn worker_spec(
         gpus: r.gpus,
         memory_bytes: i64::try_from(r.memory_mib.saturating_mul(1 << 20)).unwrap_or(i64::MAX),
         pids_limit: s.pids_limit,
-        token_file: s.token_file.clone(),
+        token_file: s.token_file.as_ref().map(|_| s.tokens_root.join(&name)),
+        token_source: s.token_file.clone(),
+        owner: match s.user {
+            WorkerUser::Ids { uid, gid } => Some((uid, gid)),
+            WorkerUser::Image => None,
+        },
         token_mount: s.token_mount.clone(),
         scratch_dir: s.scratch_root.join(&name),
         scratch_mount: s.scratch_mount.clone(),
         cvmfs: s.cvmfs.clone(),
         cap_add: s.cap_add.clone(),
-        user: s.user.clone(),
+        user: s.user.engine_user(),
         network: s.network.clone(),
         name,
     }

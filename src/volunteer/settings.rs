@@ -5,7 +5,7 @@
 //! reads the files' structure (spans, units, defaults, tables). Plain data only.
 
 use crate::backoff::Backoff;
-use crate::config::site::OnShutdown;
+use crate::config::site::{OnShutdown, WorkerUser};
 use crate::config::{Config, Policy, SiteConfig};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -72,11 +72,14 @@ pub struct WorkerSettings {
     pub token_file: Option<PathBuf>,
     pub token_mount: PathBuf,
     pub scratch_root: PathBuf,
+    /// Per-worker copies of the token, readable by the worker's uid (`<state_dir>/tokens`).
+    pub tokens_root: PathBuf,
     pub scratch_mount: PathBuf,
     pub cvmfs: Option<PathBuf>,
     pub cap_add: Vec<String>,
     pub pids_limit: i64,
-    pub user: Option<String>,
+    /// Who workers run as (default uid 65532, never root unless the site says so).
+    pub user: WorkerUser,
     pub network: Option<String>,
     pub pull_while_owner_present: bool,
     /// Delays the next start after workers that ran no job or could not start.
@@ -147,11 +150,12 @@ impl WorkerSettings {
             token_file: w.token_file.clone(),
             token_mount: w.token_mount.clone(),
             scratch_root: site.scratch(),
+            tokens_root: site.state_dir.join("tokens"),
             scratch_mount: w.scratch_mount.clone(),
             cvmfs: w.cvmfs.clone(),
             cap_add: w.cap_add.clone(),
             pids_limit: w.pids_limit,
-            user: w.user.clone(),
+            user: w.worker_user(),
             network: w.network.clone(),
             pull_while_owner_present: w.pull_while_owner_present,
             backoff: Backoff::new(w.backoff_base.0, w.backoff_max.0),

@@ -102,6 +102,9 @@ pub struct OutcomeRecord {
     pub name: String,
     pub at: DateTime<Utc>,
     pub outcome: Outcome,
+    /// A failed worker's last lines of output (the container itself is removed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub output: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]

@@ -106,8 +106,14 @@ pub struct WorkerSpec {
     /// GPUs requested from the engine's NVIDIA device driver (0: none).
     pub gpus: u32,
     pub pids_limit: i64,
-    /// Host path of the token file, bind-mounted read-only at `token_mount`. Never in env.
+    /// Host path bind-mounted read-only at `token_mount`: this worker's own copy of the
+    /// site's token, readable by the worker's uid. Never in env.
     pub token_file: Option<PathBuf>,
+    /// The site's token file the copy is made from (root's, 0600; never mounted itself).
+    pub token_source: Option<PathBuf>,
+    /// The ids the scratch dir and the token copy are given to (`None`: the image's user,
+    /// unknown to pilotd).
+    pub owner: Option<(u32, u32)>,
     pub token_mount: PathBuf,
     /// Host path of this worker's scratch dir, mounted at `scratch_mount`.
     pub scratch_dir: PathBuf,

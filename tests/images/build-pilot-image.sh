@@ -2,7 +2,8 @@
 # Builds the pilot test image without any registry: a root filesystem of Debian's
 # busybox-static, the pilot binary with the shared libraries ldd lists, and the fake condor
 # from tests/fake-condor installed where HTCondor's packages put the real programs
-# (/usr/sbin/condor_master, /usr/bin/condor_config_val, /etc/condor/...). Imported with
+# (/usr/sbin/condor_master, /usr/bin/condor_config_val, /etc/condor/...), run as uid 65532
+# with PILOT_LOCAL_DIR=/pilot/condor like the real worker images. Imported with
 # `docker import`, tagged pilotd-test/pilot:latest (or $PILOT_TEST_IMAGE), tag printed last.
 #
 # Idempotent: rebuilds the binary if needed and re-imports (the tag moves to the new image).
@@ -35,8 +36,12 @@ trap 'rm -rf "$root"' EXIT
 mkdir -p "$root/bin" "$root/usr/bin" "$root/usr/sbin" "$root/usr/local/bin" \
     "$root/etc/condor/config.d" "$root/etc/condor/tokens.d" "$root/etc/pilot" \
     "$root/var/log/condor" "$root/var/lib/condor/execute" "$root/tmp" "$root/proc" \
-    "$root/sys" "$root/dev"
+    "$root/sys" "$root/dev" "$root/pilot"
 chmod 1777 "$root/tmp"
+# Like the real worker images, it runs as uid 65532 from /pilot (pilotd mounts the worker's
+# scratch dir there; a plain `docker run` gets this empty dir of the image's, owned by 65532).
+chown 65532:65532 "$root/pilot"
+chmod 700 "$root/pilot"
 
 cp "$busybox" "$root/bin/busybox"
 for applet in $("$busybox" --list); do
@@ -72,12 +77,16 @@ LOCAL_CONFIG_DIR = /etc/condor/config.d
 LOG = /var/log/condor
 CONF
 printf 'fake-pool-token-for-tests\n' > "$root/etc/pilot/pool.token"
-chmod 0600 "$root/etc/pilot/pool.token"
+chown 65532:65532 "$root/etc/pilot/pool.token"
+chmod 0400 "$root/etc/pilot/pool.token"
 
 tar -C "$root" -c . | docker import \
     --change 'ENV PATH=/usr/local/bin:/usr/sbin:/usr/bin:/bin' \
     --change 'ENV CONDOR_CONFIG=/etc/condor/condor_config' \
     --change 'ENV PILOT_TOKEN_FILE=/etc/pilot/pool.token' \
+    --change 'ENV PILOT_LOCAL_DIR=/pilot/condor' \
+    --change 'ENV PILOT_SCRATCH=/pilot/execute' \
+    --change 'USER 65532:65532' \
     --change 'ENTRYPOINT ["/usr/local/bin/pilot"]' \
     - "$tag" >/dev/null
 echo "$tag"

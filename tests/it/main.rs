@@ -15,6 +15,7 @@
 //! without a pool skips them and says so.
 
 mod cli;
+mod condor_pool;
 mod docker;
 mod harness;
 #[cfg(feature = "kubernetes")]

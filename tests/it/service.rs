@@ -402,3 +402,55 @@ fn manifest_failures_keep_the_last_good_one_and_history_survives_corruption() {
     );
     assert!(text.contains("learned availability:"), "{text}");
 }
+
+#[test]
+fn a_second_daemon_with_the_same_instance_on_the_same_engine_is_refused() {
+    // Seen on a real host: two pilotds with one instance (two state dirs) removed each
+    // other's workers every cycle. The second one must refuse to start and say why.
+    let s = Setup::new("");
+    let mut first = s.cmd().arg("run").stderr(Stdio::piped()).spawn().unwrap();
+    let rx = lines(&mut first);
+    let mut seen = Vec::new();
+    wait_line(&rx, "ready", &mut seen);
+    let other_state = s.path("state-2");
+    let config = std::fs::read_to_string(s.path("pilotd.toml"))
+        .unwrap()
+        .replace(
+            &format!("state_dir = \"{}\"", s.path("state").display()),
+            &format!("state_dir = \"{}\"", other_state.display()),
+        );
+    std::fs::write(s.path("pilotd-2.toml"), config).unwrap();
+    let out = Command::new(bin())
+        .arg("-c")
+        .arg(s.path("pilotd-2.toml"))
+        .arg("run")
+        .env_remove("NOTIFY_SOCKET")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "another pilotd (pid {}) already runs instance",
+            first.id()
+        )),
+        "{err}"
+    );
+    assert!(!other_state.join("status.json").exists(), "it did nothing");
+    // Once the first is gone, the instance is free again.
+    signal(&first, nix::sys::signal::Signal::SIGKILL);
+    let _ = first.wait();
+    let mut second = Command::new(bin())
+        .arg("-c")
+        .arg(s.path("pilotd-2.toml"))
+        .arg("run")
+        .env_remove("NOTIFY_SOCKET")
+        .env("RUST_LOG", "info")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rx = lines(&mut second);
+    wait_line(&rx, "ready", &mut seen);
+    signal(&second, nix::sys::signal::Signal::SIGTERM);
+    let _ = wait_exit(&mut second, Duration::from_secs(20));
+}

@@ -204,6 +204,37 @@ impl Pool {
         .to_owned()
     }
 
+    /// How many times `user`'s job `name` (submitted by [`Pool::submit`]) began executing, from
+    /// its user log (`001 (...) Job executing on host`), which the shadow writes at once
+    /// (queue attributes such as NumJobStarts are updated lazily).
+    pub fn times_executed(&self, user: &str, name: &str) -> usize {
+        self.job_events(user, name, "001 (")
+    }
+
+    /// How many events of one kind (e.g. `"004 ("` evicted, `"005 ("` terminated) the job's
+    /// user log holds.
+    pub fn job_events(&self, user: &str, name: &str, event: &str) -> usize {
+        self.on_ap(user, &format!("cat {name}.log 2>/dev/null || true"))
+            .lines()
+            .filter(|l| l.starts_with(event))
+            .count()
+    }
+
+    pub fn wait_executed(&self, user: &str, name: &str, times: usize, deadline: Duration) {
+        wait_for(
+            &format!("{user}'s job {name} to have begun executing {times} time(s)"),
+            deadline,
+            || (self.times_executed(user, name) >= times).then_some(()),
+        );
+    }
+
+    /// Waits until one attribute of a job (as -af prints it) is `want`.
+    pub fn wait_job_attr(&self, id: &str, attr: &str, want: &str, deadline: Duration) {
+        wait_for(&format!("job {id}'s {attr} to be {want}"), deadline, || {
+            (self.job_attr(id, attr) == want).then_some(())
+        });
+    }
+
     pub fn wait_job_status(&self, id: &str, want: u32, deadline: Duration) {
         wait_for(
             &format!("job {id} to reach JobStatus {want}"),

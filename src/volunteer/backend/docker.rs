@@ -23,8 +23,8 @@ use bollard::models::{
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, CreateImageOptionsBuilder, EventsOptionsBuilder,
     KillContainerOptionsBuilder, ListContainersOptionsBuilder, ListImagesOptionsBuilder,
-    RemoveContainerOptionsBuilder, RemoveImageOptionsBuilder, StatsOptionsBuilder,
-    StopContainerOptionsBuilder,
+    LogsOptionsBuilder, RemoveContainerOptionsBuilder, RemoveImageOptionsBuilder,
+    StatsOptionsBuilder, StopContainerOptionsBuilder,
 };
 use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
@@ -484,6 +484,24 @@ impl Backend for DockerBackend {
         }
     }
 
+    async fn output_tail(&self, id: &str, lines: usize) -> Result<Vec<String>, BackendError> {
+        let opts = LogsOptionsBuilder::default()
+            .stdout(true)
+            .stderr(true)
+            .tail(&lines.to_string())
+            .build();
+        let mut stream = self.docker.logs(id, Some(opts));
+        let mut text = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk =
+                chunk.map_err(|e| self.err(format!("reading the output of worker {id}"), e))?;
+            text.extend_from_slice(chunk.as_ref());
+        }
+        let text = String::from_utf8_lossy(&text);
+        let all: Vec<String> = text.lines().map(str::to_owned).collect();
+        Ok(all[all.len().saturating_sub(lines)..].to_vec())
+    }
+
     async fn cpu_sample(&self, id: &str) -> Result<CpuSample, BackendError> {
         // one_shot: one reading without the engine's own 1 s second sample; the caller
         // differences two readings over its own interval.
@@ -623,13 +641,15 @@ mod tests {
             memory_bytes: 4 << 30,
             gpus,
             pids_limit: 4096,
-            token_file: token.then(|| PathBuf::from("/etc/pilotd/pool.token")),
+            token_file: token.then(|| PathBuf::from("/var/lib/pilotd/tokens/pilotd-default-1")),
+            token_source: token.then(|| PathBuf::from("/etc/pilotd/pool.token")),
+            owner: Some((65532, 65532)),
             token_mount: "/etc/pilotd/token".into(),
             scratch_dir: "/var/lib/pilotd/scratch/pilotd-default-1".into(),
             scratch_mount: "/pilot".into(),
             cvmfs: None,
             cap_add: vec![],
-            user: None,
+            user: Some("65532:65532".into()),
             network: None,
         }
     }

@@ -23,6 +23,10 @@ pub struct FakeWorld {
     pub registry_down: bool,
     /// Names whose start fails (a bad entrypoint).
     pub failing_starts: Vec<String>,
+    /// What each worker printed, by id.
+    pub output: BTreeMap<String, Vec<String>>,
+    /// Every spec a worker was started from, in order.
+    pub specs: Vec<WorkerSpec>,
     next_id: u64,
 }
 
@@ -186,6 +190,7 @@ impl Backend for FakeBackend {
             oom_killed: false,
         };
         w.workers.push(worker);
+        w.specs.push(spec.clone());
         Ok(id)
     }
 
@@ -213,6 +218,12 @@ impl Backend for FakeBackend {
         let mut w = self.call(format!("remove {id}"))?;
         w.workers.retain(|x| x.id != id);
         Ok(())
+    }
+
+    async fn output_tail(&self, id: &str, lines: usize) -> Result<Vec<String>, BackendError> {
+        let w = self.call(format!("logs {id} {lines}"))?;
+        let all = w.output.get(id).cloned().unwrap_or_default();
+        Ok(all[all.len().saturating_sub(lines)..].to_vec())
     }
 
     async fn cpu_sample(&self, id: &str) -> Result<CpuSample, BackendError> {

@@ -117,6 +117,14 @@ pub trait Backend: Send + Sync {
     /// Cumulative CPU counters of a running or paused worker.
     fn cpu_sample(&self, id: &str) -> impl Future<Output = Result<CpuSample, BackendError>> + Send;
 
+    /// The last `lines` lines a worker printed (stdout and stderr, in order): what remains
+    /// to say why it failed once the container is removed.
+    fn output_tail(
+        &self,
+        id: &str,
+        lines: usize,
+    ) -> impl Future<Output = Result<Vec<String>, BackendError>> + Send;
+
     /// Streams events about this daemon's workers into `tx` until the stream breaks; the
     /// caller reconnects.
     fn watch(
@@ -172,6 +180,9 @@ impl Backend for AnyBackend {
     }
     async fn start(&self, spec: &WorkerSpec) -> Result<String, BackendError> {
         dispatch!(self, b => b.start(spec).await)
+    }
+    async fn output_tail(&self, id: &str, lines: usize) -> Result<Vec<String>, BackendError> {
+        dispatch!(self, b => b.output_tail(id, lines).await)
     }
     async fn pause(&self, id: &str) -> Result<(), BackendError> {
         dispatch!(self, b => b.pause(id).await)

@@ -54,6 +54,9 @@ impl CpuMeter {
     }
 }
 
+/// How many lines of a failed worker's output are kept (log and status file).
+const OUTPUT_LINES: usize = 20;
+
 /// What one cycle leaves in the status file.
 struct Record<'a> {
     supply: Option<&'a Supply>,
@@ -152,6 +155,10 @@ impl Daemon {
             );
             return summary;
         };
+
+        // Finished workers' outcomes first: the back-off they widen must hold back a start
+        // planned in this very cycle.
+        self.record_finished(&b, &list, now).await;
 
         // Plan.
         image::refresh(
@@ -296,13 +303,14 @@ impl Daemon {
                         outcome: Some(o),
                     },
                     _,
-                ) => self.record_outcome(id, name, o.clone(), now),
+                ) => self.record_outcome(id, name, o.clone(), Vec::new(), now),
                 (Action::Start { spec }, Err(e)) => self.record_outcome(
                     &spec.name,
                     &spec.name,
                     Outcome::StartFailed {
                         message: e.to_string(),
                     },
+                    Vec::new(),
                     now,
                 ),
                 _ => {}
@@ -315,10 +323,52 @@ impl Daemon {
         lines
     }
 
+    /// Records the outcome of every finished worker not recorded yet, with the last lines of
+    /// output of one that failed (read before the plan removes the container).
+    async fn record_finished(&mut self, b: &AnyBackend, list: &[Worker], now: DateTime<Utc>) {
+        for w in list {
+            if !matches!(w.state, WorkerState::Exited | WorkerState::Dead)
+                || self.status.recorded.iter().any(|r| r == &w.id)
+            {
+                continue;
+            }
+            let outcome = Outcome::from_exit(w.exit_code, w.oom_killed);
+            let output = if outcome.is_failure() {
+                match b.output_tail(&w.id, OUTPUT_LINES).await {
+                    // The image wrote these: no control character reaches the log or a terminal.
+                    Ok(lines) => lines.iter().map(|l| printable(l)).collect(),
+                    Err(e) => vec![format!("(its output could not be read: {e})")],
+                }
+            } else {
+                Vec::new()
+            };
+            self.record_outcome(&w.id, &w.name, outcome, output, now);
+        }
+    }
+
     /// A finished worker's outcome: feeds the back-off, once per container.
-    fn record_outcome(&mut self, id: &str, name: &str, outcome: Outcome, now: DateTime<Utc>) {
+    fn record_outcome(
+        &mut self,
+        id: &str,
+        name: &str,
+        outcome: Outcome,
+        output: Vec<String>,
+        now: DateTime<Utc>,
+    ) {
         if self.status.recorded.iter().any(|r| r == id) {
             return;
+        }
+        if !output.is_empty() {
+            tracing::error!(
+                worker = name,
+                "worker failed: {outcome}; its last {} line(s) of output:\n{}",
+                output.len(),
+                output
+                    .iter()
+                    .map(|l| format!("  | {l}"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            );
         }
         let before = self.status.backoff.failures;
         self.status.backoff = self
@@ -344,6 +394,7 @@ impl Daemon {
             name: name.to_string(),
             at: now,
             outcome,
+            output,
         });
         let excess = self
             .status
@@ -384,6 +435,12 @@ impl Daemon {
             list,
             &self.worker.name_prefix(),
         );
+        items.extend(gc::token_copies(
+            &self.worker.tokens_root,
+            &gc::token_entries(&self.worker.tokens_root),
+            list,
+            &self.worker.name_prefix(),
+        ));
         let (repository, _, _) = split_reference(&self.worker.image);
         match b.list_images(&repository).await {
             Ok(local) => items.extend(gc::images(
@@ -455,6 +512,19 @@ impl Daemon {
             self.last_decision = Some(now);
         }
     }
+}
+
+/// A line as it may be shown: control characters (escape sequences, carriage returns) escaped.
+fn printable(line: &str) -> String {
+    line.chars()
+        .flat_map(|c| {
+            if c.is_control() && c != '\t' {
+                c.escape_default().collect::<Vec<_>>()
+            } else {
+                vec![c]
+            }
+        })
+        .collect()
 }
 
 /// The `state` label of the workers metric.

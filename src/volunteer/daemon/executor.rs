@@ -39,7 +39,7 @@ pub enum ExecError {
     Scratch(#[from] ScratchError),
 }
 
-/// A worker's scratch dir could not be made ready.
+/// A worker's scratch dir or token copy could not be made ready.
 #[derive(Debug, thiserror::Error)]
 pub enum ScratchError {
     #[error("cannot create scratch dir {}: {source}\n  hint: check [host] scratch in pilotd.toml", dir.display())]
@@ -47,15 +47,21 @@ pub enum ScratchError {
         dir: PathBuf,
         source: std::io::Error,
     },
-    #[error("cannot give scratch dir {} to uid {uid}: {source}", dir.display())]
+    #[error("cannot give {} to uid {uid}: {source}\n  hint: pilotd needs CAP_CHOWN (it runs as root under its unit)", path.display())]
     Chown {
-        dir: PathBuf,
+        path: PathBuf,
         uid: u32,
-        source: nix::Error,
+        source: std::io::Error,
     },
-    #[error("cannot set permissions of {}: {source}", dir.display())]
+    #[error("cannot set permissions of {}: {source}", path.display())]
     Permissions {
-        dir: PathBuf,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot copy the pool token {} for the worker to {}: {source}\n  hint: check [worker] token_file in pilotd.toml", from.display(), to.display())]
+    Token {
+        from: PathBuf,
+        to: PathBuf,
         source: std::io::Error,
     },
 }
@@ -147,7 +153,11 @@ async fn start(
     spec: &WorkerSpec,
     worker: &WorkerSettings,
 ) -> Result<Done, ExecError> {
-    prepare_scratch(&spec.scratch_dir, spec.user.as_deref())?;
+    prepare_scratch(&spec.scratch_dir, spec.owner)?;
+    if let Err(e) = prepare_token(spec) {
+        remove_scratch(worker, &spec.name);
+        return Err(e.into());
+    }
     match b.start(spec).await {
         Ok(id) => {
             tracing::info!(
@@ -168,43 +178,91 @@ async fn start(
     }
 }
 
-/// Creates a worker's scratch dir (owned by the worker's user when one is configured).
-fn prepare_scratch(dir: &Path, user: Option<&str>) -> Result<(), ScratchError> {
+/// Creates a worker's scratch dir: owned by the worker's uid and private to it (0700), so
+/// condor running unprivileged in the worker can make it its own; root's 0755 when the image's
+/// user is unknown.
+fn prepare_scratch(dir: &Path, owner: Option<(u32, u32)>) -> Result<(), ScratchError> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::create_dir_all(dir).map_err(|source| ScratchError::Create {
         dir: dir.to_path_buf(),
         source,
     })?;
-    if let Some(user) = user {
-        let mut ids = user.split(':').map(|s| s.parse::<u32>().ok());
-        if let Some(Some(uid)) = ids.next() {
-            let gid = ids.next().flatten();
-            nix::unistd::chown(
-                dir,
-                Some(nix::unistd::Uid::from_raw(uid)),
-                gid.map(nix::unistd::Gid::from_raw),
-            )
-            .map_err(|source| ScratchError::Chown {
-                dir: dir.to_path_buf(),
-                uid,
-                source,
+    let mode = match owner {
+        Some((uid, gid)) => {
+            std::os::unix::fs::chown(dir, Some(uid), Some(gid)).map_err(|source| {
+                ScratchError::Chown {
+                    path: dir.to_path_buf(),
+                    uid,
+                    source,
+                }
             })?;
+            0o700
         }
-    }
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).map_err(|source| {
+        None => 0o755,
+    };
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode)).map_err(|source| {
         ScratchError::Permissions {
-            dir: dir.to_path_buf(),
+            path: dir.to_path_buf(),
             source,
         }
     })
 }
 
-/// Removes a worker's scratch dir; failures are left to GC.
-fn remove_scratch(worker: &WorkerSettings, name: &str) {
+/// The worker's own copy of the site's token: the site's file stays root's and private (0600);
+/// the copy, in a root-only directory, is readable by the worker's uid alone (0400), and is
+/// what gets bind-mounted read-only. With the image's user unknown, the copy is 0444 (still
+/// unreachable on the host: its directory is 0700).
+fn prepare_token(spec: &WorkerSpec) -> Result<(), ScratchError> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let (Some(from), Some(to)) = (&spec.token_source, &spec.token_file) else {
+        return Ok(());
+    };
+    let fail = |source: std::io::Error| ScratchError::Token {
+        from: from.clone(),
+        to: to.clone(),
+        source,
+    };
+    if let Some(dir) = to.parent() {
+        std::fs::create_dir_all(dir).map_err(fail)?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(fail)?;
+    }
+    let token = std::fs::read(from).map_err(fail)?;
+    // A fresh file (never through a link someone left there), then the owner, then the mode.
+    let _ = std::fs::remove_file(to);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(to)
+        .map_err(fail)?;
+    f.write_all(&token).map_err(fail)?;
+    f.sync_all().map_err(fail)?;
+    let mode = match spec.owner {
+        Some((uid, gid)) => {
+            std::os::unix::fs::fchown(&f, Some(uid), Some(gid)).map_err(|source| {
+                ScratchError::Chown {
+                    path: to.clone(),
+                    uid,
+                    source,
+                }
+            })?;
+            0o400
+        }
+        None => 0o444,
+    };
+    f.set_permissions(std::fs::Permissions::from_mode(mode))
+        .map_err(fail)
+}
+
+/// Removes a worker's scratch dir and token copy; failures are left to GC.
+pub(crate) fn remove_scratch(worker: &WorkerSettings, name: &str) {
     // Only ever a dir named after one of this instance's workers.
     if !name.starts_with(&worker.name_prefix()) || name.contains('/') {
         return;
     }
+    let _ = std::fs::remove_file(worker.tokens_root.join(name));
     let dir = worker.scratch_root.join(name);
     if let Err(e) = std::fs::remove_dir_all(&dir)
         && e.kind() != std::io::ErrorKind::NotFound

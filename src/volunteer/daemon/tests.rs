@@ -31,6 +31,7 @@ impl Machine {
     fn new() -> Machine {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("utmp"), b"").unwrap();
+        std::fs::write(dir.path().join("pool.token"), b"pool-secret\n").unwrap();
         let engine = FakeBackend::new();
         {
             let mut w = engine.lock();
@@ -54,7 +55,11 @@ impl Machine {
              [host]\nutmp = \"{d}/utmp\"\ndev = \"{d}/dev\"\npower_supply = \"{d}/power\"\n\
              scratch = \"{d}/scratch\"\n\
              [docker]\ninstance = \"test\"\n\
-             [worker]\nimage = \"{IMAGE}\"\nallowed_images = [\"127.0.0.1:5000/*\"]\n"
+             [worker]\nimage = \"{IMAGE}\"\nallowed_images = [\"127.0.0.1:5000/*\"]\n\
+             token_file = \"{d}/pool.token\"\n\
+             user = \"{uid}:{gid}\"\n",
+            uid = nix::unistd::geteuid(),
+            gid = nix::unistd::getegid(),
         ))
         .unwrap();
         let mut policy = Policy::defaults(chrono_tz::UTC);
@@ -295,4 +300,103 @@ async fn the_service_drives_the_daemon_in_process_and_a_bad_reload_changes_nothi
     let saved = status::load(&d.status_path).unwrap().unwrap();
     assert!(saved.updated_at.is_some());
     assert!(m.calls("stop").is_empty());
+}
+
+/// A finished worker as the engine lists it.
+fn exited(id: &str, code: i64) -> Worker {
+    Worker {
+        id: id.into(),
+        name: format!("pilotd-test-20261201-000000000-{id}"),
+        state: WorkerState::Exited,
+        created: Some(Utc::now() - chrono::Duration::hours(1)),
+        accept_until: None,
+        die_at: None,
+        image: IMAGE.into(),
+        image_digest: DIGEST.into(),
+        spec_hash: String::new(),
+        exit_code: Some(code),
+        finished_at: Some(Utc::now()),
+        oom_killed: false,
+    }
+}
+
+#[tokio::test]
+async fn a_worker_that_saw_no_job_holds_back_the_start_planned_in_the_same_cycle() {
+    // Seen with the real pool: the log said "backing off ... next_start=" four minutes away
+    // and a new worker started one second later, because the plan used the old back-off.
+    let m = Machine::new();
+    m.engine.lock().workers.push(exited("idle1", 10));
+    let mut d = m.daemon();
+    let now = Utc::now();
+    d.cycle(now, false).await;
+    assert_eq!(m.calls("remove"), vec!["remove idle1".to_string()]);
+    assert!(m.calls("start").is_empty(), "{:?}", m.engine.calls());
+    let b = &d.status().backoff;
+    assert_eq!(b.failures, 1);
+    assert_eq!(b.not_before, Some(now + chrono::Duration::seconds(60)));
+    assert!(d.status().notes.iter().any(|n| n.starts_with("back-off:")));
+    // Once it has passed, a worker starts.
+    d.cycle(now + chrono::Duration::seconds(61), false).await;
+    assert_eq!(m.calls("start").len(), 1);
+}
+
+#[tokio::test]
+async fn a_failed_worker_leaves_its_last_lines_in_the_log_and_the_status() {
+    let m = Machine::new();
+    {
+        let mut w = m.engine.lock();
+        w.workers.push(exited("bad1", 21));
+        let mut lines: Vec<String> = (0..30).map(|i| format!("line {i}")).collect();
+        lines.push("ERROR self-test: LOG /pilot/condor/log is not usable\u{1b}[31m".into());
+        w.output.insert("bad1".into(), lines);
+        // One that ran a job: nothing to keep.
+        w.workers.push(exited("good1", 0));
+        w.output.insert("good1".into(), vec!["fine".into()]);
+    }
+    let mut d = m.daemon();
+    d.cycle(Utc::now(), false).await;
+    let outcomes = &d.status().outcomes;
+    let bad = outcomes.iter().find(|o| o.name.ends_with("bad1")).unwrap();
+    assert_eq!(bad.outcome, Outcome::Exited(PilotExit::SelfTest));
+    assert_eq!(bad.output.len(), 20, "the last 20 lines");
+    assert_eq!(bad.output[0], "line 11");
+    assert_eq!(
+        bad.output[19], "ERROR self-test: LOG /pilot/condor/log is not usable\\u{1b}[31m",
+        "control characters are escaped"
+    );
+    let good = outcomes.iter().find(|o| o.name.ends_with("good1")).unwrap();
+    assert!(good.output.is_empty());
+    assert_eq!(m.calls("logs"), vec!["logs bad1 20".to_string()]);
+    // The status file keeps them after the container is gone.
+    let saved = status::load(&d.status_path).unwrap().unwrap();
+    assert_eq!(saved.outcomes, *outcomes);
+}
+
+#[tokio::test]
+async fn a_worker_gets_a_private_scratch_dir_and_token_copy_owned_by_its_uid() {
+    use std::os::unix::fs::MetadataExt;
+    let m = Machine::new();
+    let mut d = m.daemon();
+    d.cycle(Utc::now(), false).await;
+    let name = m.engine.lock().workers[0].name.clone();
+    let scratch = std::fs::metadata(m.dir.path().join("scratch").join(&name)).unwrap();
+    assert_eq!(scratch.uid(), nix::unistd::geteuid().as_raw());
+    assert_eq!(scratch.mode() & 0o777, 0o700);
+    let copy = m.dir.path().join("state/tokens").join(&name);
+    let meta = std::fs::metadata(&copy).unwrap();
+    assert_eq!(
+        meta.mode() & 0o777,
+        0o400,
+        "readable by the worker's uid only"
+    );
+    assert_eq!(std::fs::read(&copy).unwrap(), b"pool-secret\n");
+    let dir = std::fs::metadata(copy.parent().unwrap()).unwrap();
+    assert_eq!(dir.mode() & 0o777, 0o700);
+    // The engine is told to mount the copy, never the site's own file.
+    let spec = m.engine.lock().specs.last().cloned().unwrap();
+    assert_eq!(spec.token_file.as_deref(), Some(copy.as_path()));
+    assert_eq!(
+        spec.user.as_deref(),
+        Some(format!("{}:{}", nix::unistd::geteuid(), nix::unistd::getegid()).as_str())
+    );
 }

@@ -1,5 +1,6 @@
 use super::*;
 use crate::backoff::Backoff;
+use crate::config::site::WorkerUser;
 use crate::volunteer::policy::Resources;
 use chrono::TimeZone;
 use pilot_contract::PilotExit;
@@ -50,11 +51,12 @@ fn settings() -> WorkerSettings {
         token_file: Some("/etc/pilotd/pool.token".into()),
         token_mount: "/etc/pilotd/token".into(),
         scratch_root: "/var/lib/pilotd/scratch".into(),
+        tokens_root: "/var/lib/pilotd/tokens".into(),
         scratch_mount: "/pilot".into(),
         cvmfs: None,
         cap_add: vec![],
         pids_limit: 4096,
-        user: None,
+        user: WorkerUser::DEFAULT,
         network: None,
         pull_while_owner_present: false,
         backoff: Backoff::new(Duration::from_secs(60), Duration::from_secs(3600)),

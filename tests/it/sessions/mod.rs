@@ -6,4 +6,4 @@ mod robustness;
 mod utmp;
 
 #[path = "../../fixtures/utmp/record.rs"]
-mod record;
+pub(crate) mod record;

@@ -1,0 +1,331 @@
+//! Volunteer mode end to end: `pilotd run` with its defaults (workers as uid 65532, every
+//! capability dropped) pulls the condor worker image from the local registry, and its workers
+//! join the real pool and run real jobs; an owner's login evicts or pauses them, and the jobs
+//! survive.
+
+use super::pool::{Pool, Tag, wait_for};
+use crate::harness::bin;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::sessions::record;
+
+const LONG: Duration = Duration::from_secs(240);
+
+/// One donated machine: a pilotd with its own instance, state dir, utmp file and policy,
+/// whose workers join the test pool and accept only this test's jobs.
+struct Machine {
+    dir: tempfile::TempDir,
+    instance: String,
+    tag: Tag,
+    child: Option<Child>,
+}
+
+impl Machine {
+    /// `on_return`: how a login treats running workers; `idle`: the pilot's idle timeout.
+    fn new(pool: &Pool, name: &str, on_return: &str, idle: &str) -> Machine {
+        let tag = Tag::new(name);
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let d = dir.path();
+        let instance = format!("pool-{}", tag.0);
+        std::fs::write(d.join("utmp"), b"").unwrap();
+        std::fs::copy(pool.worker_token(), d.join("pool.token")).unwrap();
+        std::fs::write(
+            d.join("policy.toml"),
+            format!(
+                "timezone = \"UTC\"\n[schedule]\nwindows = [{{ days = \"daily\", from = \"00:00\", to = \"24:00\" }}]\n\
+                 [owner]\nsessions = \"any\"\nmax_owner_cpu = \"100%\"\nfree_for = \"0s\"\non_battery = \"ignore\"\n\
+                 on_return = \"{on_return}\"\ngrace = \"60s\"\n\
+                 [share]\ncpus = 1\nmemory = \"1GiB\"\ndisk = \"2GiB\"\nworkers = 1\n[jobs]\nlongest_job = \"1h\"\n"
+            ),
+        )
+        .unwrap();
+        // Everything else is pilotd's default: no user, no capabilities, no mounts given.
+        std::fs::write(
+            d.join("pilotd.toml"),
+            format!(
+                r#"policy = "{d}/policy.toml"
+state_dir = "{d}/state"
+interval = "60s"
+[host]
+utmp = "{d}/utmp"
+scratch = "{d}/scratch"
+[docker]
+instance = "{instance}"
+[worker]
+image = "{image}"
+allowed_images = ["127.0.0.1:5000/*"]
+idle_timeout = "{idle}"
+token_file = "{d}/pool.token"
+network = "{network}"
+backoff_base = "2s"
+backoff_max = "4s"
+[worker.env]
+PILOT_CONFIG_URLS = "{url}"
+PILOT_TOKEN_FILE = "{{token_path}}"
+PILOT_CPUS = "{{cpus}}"
+PILOT_MEMORY_MIB = "{{memory_mib}}"
+PILOT_DISK_KIB = "{{disk_kib}}"
+PILOT_IDLE_TIMEOUT = "{{idle_seconds}}"
+PILOT_ACCEPT_UNTIL = "{{accept_until}}"
+PILOT_DIE_AT = "{{die_at}}"
+PILOT_FREE_HOURS = "{{free_hours}}"
+PILOT_START_EXTRA = '{start}'
+PILOTD_TEST_TAG = "{tag}"
+"#,
+                d = d.display(),
+                image = pool.worker_image,
+                network = pool.network,
+                url = pool.config_url(),
+                start = tag.start_extra(),
+                tag = tag.0,
+            ),
+        )
+        .unwrap();
+        let mut m = Machine {
+            dir,
+            instance,
+            tag,
+            child: None,
+        };
+        m.start();
+        m
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn start(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.path("pilotd.log"))
+            .unwrap();
+        self.child = Some(
+            Command::new(bin())
+                .arg("-c")
+                .arg(self.path("pilotd.toml"))
+                .arg("run")
+                .env("RUST_LOG", "pilotd=info")
+                .env_remove("NOTIFY_SOCKET")
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .unwrap(),
+        );
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.path("pilotd.log")).unwrap_or_default()
+    }
+
+    fn status(&self) -> serde_json::Value {
+        let text = std::fs::read_to_string(self.path("state/status.json")).unwrap_or_default();
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::Null)
+    }
+
+    /// This instance's containers: (name, state), oldest first.
+    fn workers(&self) -> Vec<(String, String)> {
+        let out = super::pool::docker(&[
+            "ps",
+            "-a",
+            "--filter",
+            &format!("label=pilotd.instance={}", self.instance),
+            "--format",
+            "{{.CreatedAt}}\t{{.Names}}\t{{.State}}",
+        ]);
+        let mut rows: Vec<(String, String, String)> = out
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split('\t').collect();
+                (f.len() == 3).then(|| (f[0].into(), f[1].into(), f[2].into()))
+            })
+            .collect();
+        rows.sort();
+        rows.into_iter().map(|(_, n, s)| (n, s)).collect()
+    }
+
+    fn wait_worker(&self, what: &str, f: impl Fn(&[(String, String)]) -> bool) {
+        wait_for(what, LONG, || f(&self.workers()).then_some(()));
+    }
+
+    /// The running worker's name (its startd is named after the container's hostname).
+    fn running_worker(&self) -> String {
+        wait_for("a running worker", LONG, || {
+            self.workers()
+                .into_iter()
+                .find(|(_, s)| s == "running")
+                .map(|(n, _)| n)
+        })
+    }
+
+    fn hostname(name: &str) -> String {
+        super::pool::docker(&["inspect", "-f", "{{.Config.Hostname}}", name])
+            .trim()
+            .to_owned()
+    }
+
+    fn login(&self) {
+        let pid = std::process::id() as i32;
+        let secs = chrono::Utc::now().timestamp() as i32;
+        let utmp = record::file(&[record::Record::user(pid, "alice", "pts/42", secs)]);
+        std::fs::write(self.path("utmp"), utmp).unwrap();
+    }
+
+    fn logout(&self) {
+        std::fs::write(self.path("utmp"), b"").unwrap();
+    }
+
+    fn diagnose(&self) -> String {
+        format!(
+            "workers: {:?}\n--- pilotd log ---\n{}",
+            self.workers(),
+            super::pool::tail(&self.log(), 60)
+        )
+    }
+}
+
+impl Drop for Machine {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "docker ps -aq --filter label=pilotd.instance={} | xargs -r docker rm -f >/dev/null 2>&1",
+                self.instance
+            ))
+            .status();
+    }
+}
+
+/// A job script that runs `secs` seconds and says where it ran.
+fn job_body(pool: &Pool, user: &str, name: &str, secs: u32) -> String {
+    pool.on_ap(
+        user,
+        &format!(
+            "printf '#!/bin/sh\\nsleep {secs}\\necho \"ran as $(id -u) on $(hostname)\"\\n' > {name}.sh && chmod +x {name}.sh"
+        ),
+    );
+    format!(
+        "executable = {name}.sh\ntransfer_executable = True\noutput = {name}.out\nerror = {name}.err\n"
+    )
+}
+
+fn status_of(pool: &Pool, job: &str) -> Option<u32> {
+    pool.job_status(job)
+}
+
+#[test]
+#[ignore = "needs the real HTCondor pool: run by tests/run.sh"]
+fn a_real_job_runs_on_a_worker_pilotd_started_with_its_defaults_then_a_fresh_worker_follows() {
+    let pool = Pool::from_env();
+    let m = Machine::new(&pool, "vjob", "graceful", "20s");
+    let first = m.running_worker();
+    let host = Machine::hostname(&first);
+    wait_for(
+        &format!("{first}'s slot in the pool\n{}", m.diagnose()),
+        LONG,
+        || (!pool.slot_attrs(&host, &["Name"]).is_empty()).then_some(()),
+    );
+    // The worker runs unprivileged, as pilotd's default says.
+    assert_eq!(
+        super::pool::docker(&[
+            "inspect",
+            "-f",
+            "{{.Config.User}} {{.HostConfig.CapDrop}}",
+            &first
+        ])
+        .trim(),
+        "65532:65532 [ALL]"
+    );
+    let body = job_body(&pool, "alice", "vjob", 1);
+    let job = pool.submit("alice", &m.tag, "vjob", &body);
+    pool.wait_job_status(&job, 4, LONG);
+    let out = pool.on_ap("alice", "cat vjob.out");
+    assert_eq!(
+        out.trim(),
+        format!("ran as 65532 on {host}"),
+        "{}",
+        m.diagnose()
+    );
+    // The pilot exits 0 at its idle timeout; pilotd records it and starts a fresh worker.
+    let outcome = wait_for(&format!("the outcome of {first}"), LONG, || {
+        m.status()["outcomes"].as_array().and_then(|o| {
+            o.iter()
+                .find(|r| r["name"] == first.as_str())
+                .map(|r| r["outcome"]["kind"].as_str().unwrap_or("").to_owned())
+        })
+    });
+    assert_eq!(outcome, "ran_jobs", "{}", m.diagnose());
+    assert_eq!(m.status()["backoff"]["failures"], 0, "{}", m.diagnose());
+    m.wait_worker("a fresh worker", |w| {
+        w.iter().any(|(n, s)| n != &first && s == "running")
+    });
+}
+
+#[test]
+#[ignore = "needs the real HTCondor pool: run by tests/run.sh"]
+fn an_owners_login_evicts_gracefully_and_the_job_goes_back_to_the_queue_then_runs_again() {
+    let pool = Pool::from_env();
+    let m = Machine::new(&pool, "vevict", "graceful", "10m");
+    let first = m.running_worker();
+    let body = job_body(&pool, "bob", "vevict", 600);
+    let job = pool.submit("bob", &m.tag, "vevict", &body);
+    // Really executing (JobStatus turns 2 when the shadow starts, before the job does).
+    pool.wait_executed("bob", "vevict", 1, LONG);
+
+    m.login();
+    // The worker goes within the grace (60 s); the job is idle again, not held or removed.
+    m.wait_worker("the worker gone after the login", |w| {
+        !w.iter().any(|(n, s)| n == &first && s == "running")
+    });
+    pool.wait_job_status(&job, 1, LONG);
+    assert_eq!(pool.job_events("bob", "vevict", "004 ("), 1, "evicted once");
+    assert!(
+        m.workers().iter().all(|(_, s)| s != "running"),
+        "no worker while the owner is here: {}",
+        m.diagnose()
+    );
+
+    m.logout();
+    // The same job runs again on the next worker.
+    pool.wait_executed("bob", "vevict", 2, LONG);
+    pool.on_ap("bob", &format!("condor_rm {job}"));
+}
+
+#[test]
+#[ignore = "needs the real HTCondor pool: run by tests/run.sh"]
+fn a_paused_worker_keeps_its_job_which_completes_after_the_owner_leaves() {
+    let pool = Pool::from_env();
+    let m = Machine::new(&pool, "vpause", "pause", "10m");
+    let worker = m.running_worker();
+    let body = job_body(&pool, "alice", "vpause", 40);
+    let job = pool.submit("alice", &m.tag, "vpause", &body);
+    pool.wait_executed("alice", "vpause", 1, LONG);
+
+    m.login();
+    m.wait_worker("the worker paused", |w| {
+        w.iter().any(|(n, s)| n == &worker && s == "paused")
+    });
+    // Frozen for longer than the job has left to run, and still not done.
+    std::thread::sleep(Duration::from_secs(45));
+    assert_eq!(status_of(&pool, &job), Some(2), "still running, frozen");
+    assert_eq!(pool.job_events("alice", "vpause", "005 ("), 0);
+
+    m.logout();
+    pool.wait_job_status(&job, 4, LONG);
+    assert_eq!(
+        pool.times_executed("alice", "vpause"),
+        1,
+        "the job was never restarted\n{}",
+        m.diagnose()
+    );
+    let out = pool.on_ap("alice", "cat vpause.out");
+    assert!(out.starts_with("ran as 65532"), "{out}");
+    assert!(Path::new(&m.path("state")).exists());
+}
