@@ -19,21 +19,32 @@ use tokio::sync::mpsc;
 
 pub fn run(g: &Global, a: &RunArgs) -> Result<String, CmdError> {
     let mut cfg = load_config(g, SiteFile::Required, this_machine())?;
-    // One daemon per instance and engine, claimed before anything else happens (inherited
-    // across the --daemon fork, released by the kernel however this process ends).
-    let _claim = match cfg.site.mode {
-        Mode::Volunteer => Some(
-            volunteer::claim::claim(&volunteer::settings::EngineSettings::of_site(&cfg.site))
-                .map_err(|e| CmdError::Usage(e.to_string()))?,
-        ),
-        Mode::Kubernetes => None,
-    };
     // Detach (or lock the pid file) before logging threads or any runtime exist: tokio does
     // not survive a fork.
     let service = match prepare_process(&cfg, a)? {
         Prepared::Parent(Ok(())) => return Ok(String::new()),
         Prepared::Parent(Err(e)) => return Err(e),
         Prepared::Run(s) => s,
+    };
+    // One daemon per instance and engine (after the pid file, whose refusal is the more
+    // precise one for the same configuration); released by the kernel however this process
+    // ends. A detached daemon tells its waiting parent.
+    let _claim = match cfg.site.mode {
+        Mode::Volunteer => {
+            let engine = volunteer::settings::EngineSettings::of_site(&cfg.site);
+            match volunteer::claim::claim(&engine) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    if let Some(d) = &service.detached
+                        && let Ok(mut d) = d.lock()
+                    {
+                        d.failed(&e.to_string());
+                    }
+                    return Err(CmdError::Usage(e.to_string()));
+                }
+            }
+        }
+        Mode::Kubernetes => None,
     };
     logging::init(
         g.log_format == LogFormat::Json,

@@ -58,33 +58,47 @@ pub fn record_failure(
     );
 }
 
-/// Refreshes the record against the registry when due. Never fails: problems are recorded.
-pub async fn refresh<B: Backend>(
-    backend: &B,
+/// Prepares the record for `reference` at `now` and says whether the registry must be asked
+/// (pure). A new reference (a reload) starts a new record; a digest reference names its
+/// content and needs no question. When it returns true, the check counts as started.
+pub fn check_needed(
     r: &mut ImageRecord,
     reference: &str,
     now: DateTime<Utc>,
     s: &ImageSettings,
-) {
+) -> bool {
     if r.reference != reference {
-        // A new reference (config reload): nothing known about it yet.
         *r = ImageRecord {
             reference: reference.to_string(),
             ..Default::default()
         };
     }
     if let (_, None, Some(digest)) = split_reference(reference) {
-        // A digest reference names its content: nothing to re-resolve.
         r.digest = Some(digest);
         r.verified_at = Some(now);
         r.checked_at = Some(now);
-        return;
+        return false;
     }
     if !check_due(r, now, s) {
-        return;
+        return false;
     }
     r.checked_at = Some(now);
-    match backend.resolve_image(reference).await {
+    true
+}
+
+/// Records the registry's answer about `reference` (ignored when the record has moved on to
+/// another reference meanwhile). Never fails: problems are recorded and retried.
+pub fn record_check(
+    r: &mut ImageRecord,
+    reference: &str,
+    answer: Result<String, BackendError>,
+    now: DateTime<Utc>,
+    s: &ImageSettings,
+) {
+    if r.reference != reference {
+        return;
+    }
+    match answer {
         Ok(digest) => {
             if r.digest.as_deref() != Some(digest.as_str()) {
                 tracing::info!(
@@ -109,6 +123,21 @@ pub async fn refresh<B: Backend>(
             now,
             s.refresh,
         ),
+    }
+}
+
+/// Refreshes the record against the registry when due, waiting for the answer (the one-shot
+/// commands; the daemon asks beside its loop instead).
+pub async fn refresh<B: Backend>(
+    backend: &B,
+    r: &mut ImageRecord,
+    reference: &str,
+    now: DateTime<Utc>,
+    s: &ImageSettings,
+) {
+    if check_needed(r, reference, now, s) {
+        let answer = backend.resolve_image(reference).await;
+        record_check(r, reference, answer, now, s);
     }
 }
 

@@ -173,6 +173,8 @@ impl fmt::Display for Action {
 pub struct InFlight {
     pub stopping: BTreeSet<String>,
     pub pulling: Option<String>,
+    /// A registry check of the worker image runs beside the loop.
+    pub checking: bool,
 }
 
 /// What the plan looks at besides the decision.

@@ -21,6 +21,8 @@ pub struct FakeWorld {
     pub unavailable: bool,
     /// When set, resolve and pull fail as if the registry were down.
     pub registry_down: bool,
+    /// When set, resolve never answers (a registry that accepts the connection and hangs).
+    pub registry_hangs: bool,
     /// Names whose start fails (a bad entrypoint).
     pub failing_starts: Vec<String>,
     /// What each worker printed, by id.
@@ -89,7 +91,11 @@ impl Backend for FakeBackend {
     }
 
     async fn resolve_image(&self, reference: &str) -> Result<String, BackendError> {
-        let w = self.call(format!("resolve {reference}"))?;
+        let hangs = self.call(format!("resolve {reference}"))?.registry_hangs;
+        if hangs {
+            tokio::time::sleep(Duration::from_secs(86_400)).await;
+        }
+        let w = self.lock();
         if w.registry_down {
             return Err(BackendError::Registry {
                 what: format!("resolving {reference}"),

@@ -161,14 +161,17 @@ impl Daemon {
         self.record_finished(&b, &list, now).await;
 
         // Plan.
-        image::refresh(
-            &b,
-            &mut self.status.image,
-            &self.worker.image,
-            now,
-            &self.s.image,
-        )
-        .await;
+        if !self.work.in_flight.checking
+            && image::check_needed(
+                &mut self.status.image,
+                &self.worker.image,
+                now,
+                &self.s.image,
+            )
+        {
+            self.work.in_flight.checking = true;
+            super::tasks::spawn_check(&mut self.work.tasks, &b, &self.worker.image);
+        }
         let image_state = image::state(
             &b,
             &self.status.image,

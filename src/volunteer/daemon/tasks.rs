@@ -27,6 +27,21 @@ pub enum TaskDone {
         result: Result<LocalImage, BackendError>,
     },
     Manifest(Result<Manifest, manifest::ManifestError>),
+    /// The registry's answer: which digest the worker image's tag names now.
+    Checked {
+        reference: String,
+        answer: Result<String, BackendError>,
+    },
+}
+
+/// Asks the image's registry beside the loop: a slow or unreachable registry must never delay
+/// an eviction (a login's cycle runs at once, whatever the registry is doing).
+pub fn spawn_check(tasks: &mut JoinSet<TaskDone>, b: &AnyBackend, reference: &str) {
+    let (b, reference) = (b.clone(), reference.to_string());
+    tasks.spawn(async move {
+        let answer = b.resolve_image(&reference).await;
+        TaskDone::Checked { reference, answer }
+    });
 }
 
 pub fn spawn_stop(
@@ -81,6 +96,16 @@ impl Daemon {
                     Ok(()) => tracing::info!(worker = %name, "stopped"),
                     Err(e) => tracing::error!(worker = %name, "stop failed: {e}"),
                 }
+            }
+            TaskDone::Checked { reference, answer } => {
+                self.work.in_flight.checking = false;
+                image::record_check(
+                    &mut self.status.image,
+                    &reference,
+                    answer,
+                    now,
+                    &self.s.image,
+                );
             }
             TaskDone::Manifest(result) => {
                 self.refresh.finished();

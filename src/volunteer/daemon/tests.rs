@@ -115,11 +115,19 @@ async fn settle(d: &mut Daemon) {
     }
 }
 
+/// A daemon's first moments: its first cycle asks the registry beside the loop, the answer
+/// comes in, and the next cycle acts on it.
+async fn first_cycles(d: &mut Daemon, now: DateTime<Utc>) -> String {
+    d.cycle(now, false).await;
+    settle(d).await;
+    d.cycle(now, false).await
+}
+
 #[tokio::test]
 async fn a_login_evicts_the_worker_and_its_end_is_recorded() {
     let m = Machine::new();
     let mut d = m.daemon();
-    d.cycle(Utc::now(), false).await;
+    first_cycles(&mut d, Utc::now()).await;
     assert_eq!(m.calls("start").len(), 1, "{:?}", m.engine.calls());
     let id = m.engine.lock().workers[0].id.clone();
 
@@ -178,9 +186,9 @@ async fn a_failed_list_is_not_an_empty_list() {
     let saved = status::load(&d.status_path).unwrap().unwrap();
     assert_eq!(saved.workers, None);
 
-    // The engine answers again: the next cycle starts the worker.
+    // The engine answers again: the next cycles start the worker.
     m.engine.lock().unavailable = false;
-    d.cycle(Utc::now(), false).await;
+    first_cycles(&mut d, Utc::now()).await;
     assert_eq!(m.calls("start").len(), 1);
     assert_eq!(d.status().last_error, None);
 }
@@ -191,7 +199,7 @@ async fn a_start_that_fails_backs_off_and_leaves_no_scratch_behind() {
     let mut d = m.daemon();
     m.engine.lock().failing_starts = vec!["*".into()];
     let now = Utc::now();
-    d.cycle(now, false).await;
+    first_cycles(&mut d, now).await;
     let line = &d.status().last_actions[0];
     assert!(line.starts_with("FAILED start pilotd-test-"), "{line}");
     assert!(line.contains("no such file or directory"), "{line}");
@@ -336,6 +344,7 @@ async fn a_worker_that_saw_no_job_holds_back_the_start_planned_in_the_same_cycle
     assert_eq!(b.not_before, Some(now + chrono::Duration::seconds(60)));
     assert!(d.status().notes.iter().any(|n| n.starts_with("back-off:")));
     // Once it has passed, a worker starts.
+    settle(&mut d).await;
     d.cycle(now + chrono::Duration::seconds(61), false).await;
     assert_eq!(m.calls("start").len(), 1);
 }
@@ -377,7 +386,7 @@ async fn a_worker_gets_a_private_scratch_dir_and_token_copy_owned_by_its_uid() {
     use std::os::unix::fs::MetadataExt;
     let m = Machine::new();
     let mut d = m.daemon();
-    d.cycle(Utc::now(), false).await;
+    first_cycles(&mut d, Utc::now()).await;
     let name = m.engine.lock().workers[0].name.clone();
     let scratch = std::fs::metadata(m.dir.path().join("scratch").join(&name)).unwrap();
     assert_eq!(scratch.uid(), nix::unistd::geteuid().as_raw());
@@ -399,4 +408,37 @@ async fn a_worker_gets_a_private_scratch_dir_and_token_copy_owned_by_its_uid() {
         spec.user.as_deref(),
         Some(format!("{}:{}", nix::unistd::geteuid(), nix::unistd::getegid()).as_str())
     );
+}
+
+#[tokio::test]
+async fn a_login_is_acted_on_while_the_registry_hangs() {
+    let m = Machine::new();
+    let mut d = m.daemon();
+    first_cycles(&mut d, Utc::now()).await;
+    assert_eq!(m.calls("start").len(), 1);
+    // The registry now accepts connections and never answers; a check falls due.
+    m.engine.lock().registry_hangs = true;
+    let later = Utc::now() + chrono::Duration::hours(7);
+    d.cycle(later, false).await;
+    assert!(d.work.in_flight.checking, "the check runs beside the loop");
+    m.login();
+    let started = std::time::Instant::now();
+    let summary = tokio::time::timeout(Duration::from_secs(5), d.cycle(later, true))
+        .await
+        .expect("the login's cycle does not wait for the registry");
+    assert!(summary.contains("alice logged in"), "{summary}");
+    assert!(
+        d.status().last_actions[0].starts_with("stop pilotd-test-"),
+        "{:?}",
+        d.status().last_actions
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    // Only one check at a time, however many cycles pass.
+    d.cycle(later + chrono::Duration::hours(7), false).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(m.calls("resolve").len(), 2, "{:?}", m.engine.calls());
 }

@@ -334,6 +334,7 @@ fn plans() {
         let in_flight = InFlight {
             stopping: c.stopping.iter().map(|x| x.to_string()).collect(),
             pulling: matches!(c.image, ImageState::Pulling { .. }).then(|| "sha256:bb".into()),
+            checking: false,
         };
         let p = plan(
             &c.supply,
