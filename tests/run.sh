@@ -33,8 +33,8 @@ log "docker engine, registry and test images"
 # registry and repository) as eval-able lines.
 docker_env=$(sh tests/setup-docker.sh)   # a failed setup stops here (set -e)
 set -a; eval "$docker_env"; set +a
-bash tests/images/build-pilot-image.sh
-export PILOTD_DOCKER_TESTS=1
+PILOTD_TEST_PILOT_IMAGE=$(bash tests/images/build-pilot-image.sh)
+export PILOTD_TEST_PILOT_IMAGE PILOTD_DOCKER_TESTS=1
 
 log "a real HTCondor pool (Debian's condor, built into images here; cached by tag)"
 pool_env=$(bash tests/pool/up.sh)

@@ -362,6 +362,8 @@ mod tests {
             exit_code: None,
             finished_at: None,
             oom_killed: false,
+            gpus: vec![],
+            disk_kib: None,
         }
     }
 

@@ -278,6 +278,10 @@ pub struct WorkerConfig {
     /// Run the worker as this user: "uid" or "uid:gid" (numeric: the scratch dir and the
     /// token copy are given to it), or "image" (the image's own USER). Default 65532:65532.
     pub user: Option<Spanned<String>>,
+    /// The worker's root filesystem is read-only (tmpfs at /tmp and /var/tmp): a worker writes
+    /// only to its scratch dir, whose use is measured against the disk share.
+    #[serde(default = "yes")]
+    pub read_only_rootfs: bool,
     /// Docker network mode (default: the engine's default bridge).
     pub network: Option<String>,
     #[serde(default)]
@@ -308,6 +312,7 @@ impl Default for WorkerConfig {
             cvmfs: None,
             cap_add: vec![],
             user: None,
+            read_only_rootfs: true,
             network: None,
             on_shutdown: OnShutdown::Keep,
             gc_interval: default_gc_interval(),
@@ -353,6 +358,9 @@ fn default_token_mount() -> PathBuf {
 }
 fn default_scratch_mount() -> PathBuf {
     "/pilot".into()
+}
+fn yes() -> bool {
+    true
 }
 fn default_gc_interval() -> HumanDuration {
     HumanDuration(Duration::from_secs(600))

@@ -25,7 +25,7 @@ use crate::volunteer::outcome::{Outcome, StartBackoff};
 use crate::volunteer::policy::Supply;
 use crate::volunteer::settings::WorkerSettings;
 use crate::volunteer::worker::ImageState;
-use crate::volunteer::worker::{Worker, WorkerSpec, WorkerState, labels};
+use crate::volunteer::worker::{Worker, WorkerSpec, WorkerState, gpus_label, labels};
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -375,6 +375,19 @@ fn pull_new_image(supply: &Supply, obs: &Observed<'_>, s: &WorkerSettings, p: &m
     }
 }
 
+/// The shared GPUs (indices `0..workers × per-worker GPUs`, the host's first ones) that no
+/// worker still here holds, lowest first (pure).
+fn free_gpus(supply: &Supply, workers: &[Worker]) -> Vec<u32> {
+    let total = supply.workers.saturating_mul(supply.per_worker.gpus);
+    (0..total)
+        .filter(|id| {
+            !workers
+                .iter()
+                .any(|w| !w.state.is_finished() && w.gpus.contains(id))
+        })
+        .collect()
+}
+
 /// Starts `missing` workers, at most `max_starts_per_cycle`, when the back-off allows and the
 /// image is here; otherwise says why not.
 fn start_missing(
@@ -401,17 +414,24 @@ fn start_missing(
     match obs.image {
         ImageState::Ready { digest, pinned } => {
             let n = missing.min(s.max_starts_per_cycle as usize);
+            let mut free = free_gpus(supply, obs.workers);
             for i in 0..n {
+                let gpus = supply.per_worker.gpus as usize;
+                let ids: Vec<u32> = free.drain(..gpus.min(free.len())).collect();
+                if ids.len() < gpus {
+                    // Every shared GPU is held by a worker that is still here.
+                    p.notes.push(format!(
+                        "no GPU free for another worker ({} shared, all in use)",
+                        supply.workers.saturating_mul(supply.per_worker.gpus)
+                    ));
+                    break;
+                }
+                let mut spec = worker_spec(supply, s, digest, pinned, now, i, obs.free_hours);
+                spec.labels
+                    .insert(labels::GPUS.to_string(), gpus_label(&ids));
+                spec.gpu_ids = ids;
                 p.actions.push(Action::Start {
-                    spec: Box::new(worker_spec(
-                        supply,
-                        s,
-                        digest,
-                        pinned,
-                        now,
-                        i,
-                        obs.free_hours,
-                    )),
+                    spec: Box::new(spec),
                 });
             }
             if n < missing {
@@ -519,6 +539,7 @@ pub fn worker_spec(
     l.insert(labels::IMAGE_DIGEST.to_string(), digest.to_string());
     l.insert(labels::SPEC_HASH.to_string(), spec_hash);
     l.insert(labels::IMAGE.to_string(), s.image.clone());
+    l.insert(labels::DISK_KIB.to_string(), r.disk_kib.to_string());
 
     WorkerSpec {
         image: s.image.clone(),
@@ -527,7 +548,8 @@ pub fn worker_spec(
         labels: l,
         env,
         nano_cpus: i64::from(r.cpus.max(1)) * 1_000_000_000,
-        gpus: r.gpus,
+        gpu_ids: Vec::new(),
+        read_only_rootfs: s.read_only_rootfs,
         memory_bytes: i64::try_from(r.memory_mib.saturating_mul(1 << 20)).unwrap_or(i64::MAX),
         pids_limit: s.pids_limit,
         token_file: s.token_file.as_ref().map(|_| s.tokens_root.join(&name)),

@@ -80,6 +80,8 @@ pub struct WorkerSettings {
     pub pids_limit: i64,
     /// Who workers run as (default uid 65532, never root unless the site says so).
     pub user: WorkerUser,
+    /// Workers' root filesystem is read-only (they write to their scratch dir and tmpfs).
+    pub read_only_rootfs: bool,
     pub network: Option<String>,
     pub pull_while_owner_present: bool,
     /// Delays the next start after workers that ran no job or could not start.
@@ -156,6 +158,7 @@ impl WorkerSettings {
             cap_add: w.cap_add.clone(),
             pids_limit: w.pids_limit,
             user: w.worker_user(),
+            read_only_rootfs: w.read_only_rootfs,
             network: w.network.clone(),
             pull_while_owner_present: w.pull_while_owner_present,
             backoff: Backoff::new(w.backoff_base.0, w.backoff_max.0),

@@ -19,6 +19,10 @@ pub mod labels {
     pub const SPEC_HASH: &str = "pilotd.spec-hash";
     /// The image reference as configured (tag form), for `status`.
     pub const IMAGE: &str = "pilotd.image";
+    /// The GPU indices given to the worker ("0,1"), so no two workers share one.
+    pub const GPUS: &str = "pilotd.gpus";
+    /// The worker's disk share in KiB, which its scratch dir may not exceed.
+    pub const DISK_KIB: &str = "pilotd.disk-kib";
 }
 
 /// A worker's state as the runtime reports it.
@@ -87,6 +91,22 @@ pub struct Worker {
     pub exit_code: Option<i64>,
     pub finished_at: Option<DateTime<Utc>>,
     pub oom_killed: bool,
+    /// GPU indices given to it (from its label).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<u32>,
+    /// Its disk share (from its label); `None` for workers of older pilotds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_kib: Option<u64>,
+}
+
+/// GPU indices as a label value ("0,1") and back; anything unreadable is dropped.
+pub fn gpus_label(ids: &[u32]) -> String {
+    ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+}
+
+pub fn parse_gpus_label(v: Option<&String>) -> Vec<u32> {
+    v.map(|v| v.split(',').filter_map(|i| i.trim().parse().ok()).collect())
+        .unwrap_or_default()
 }
 
 /// Everything needed to create one worker container. Built by the plan (pure), executed
@@ -103,8 +123,11 @@ pub struct WorkerSpec {
     pub env: BTreeMap<String, String>,
     pub nano_cpus: i64,
     pub memory_bytes: i64,
-    /// GPUs requested from the engine's NVIDIA device driver (0: none).
-    pub gpus: u32,
+    /// GPUs requested from the engine's NVIDIA device driver, by index: each worker its own.
+    pub gpu_ids: Vec<u32>,
+    /// The root filesystem is read-only (tmpfs at /tmp and /var/tmp); the worker writes only
+    /// to its scratch dir.
+    pub read_only_rootfs: bool,
     pub pids_limit: i64,
     /// Host path bind-mounted read-only at `token_mount`: this worker's own copy of the
     /// site's token, readable by the worker's uid. Never in env.

@@ -4,7 +4,9 @@
 # from tests/fake-condor installed where HTCondor's packages put the real programs
 # (/usr/sbin/condor_master, /usr/bin/condor_config_val, /etc/condor/...), run as uid 65532
 # with PILOT_LOCAL_DIR=/pilot/condor like the real worker images. Imported with
-# `docker import`, tagged pilotd-test/pilot:latest (or $PILOT_TEST_IMAGE), tag printed last.
+# `docker import`, tagged pilotd-test/pilot:<hash of its content> and :latest (or
+# $PILOT_TEST_IMAGE), the content tag printed last: tests/run.sh passes it on in
+# PILOTD_TEST_PILOT_IMAGE, so checkouts testing side by side never run each other's pilot.
 #
 # Idempotent: rebuilds the binary if needed and re-imports (the tag moves to the new image).
 # Needs: cargo, docker, busybox-static (apt-get install -y busybox-static).
@@ -12,7 +14,7 @@
 set -eu
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
-tag=${PILOT_TEST_IMAGE:-pilotd-test/pilot:latest}
+tag=${PILOT_TEST_IMAGE:-}
 profile=${PILOT_PROFILE:-debug}
 busybox=$(command -v busybox || true)
 [ -n "$busybox" ] || busybox=/bin/busybox
@@ -30,6 +32,11 @@ fi
 target_dir=${CARGO_TARGET_DIR:-$repo/target}
 pilot="$target_dir/$profile/pilot"
 [ -x "$pilot" ] || { echo "build-pilot-image: $pilot was not built" >&2; exit 1; }
+
+if [ -z "$tag" ]; then
+    key=$(cat "$pilot" "$0" "$repo"/tests/fake-condor/* | sha256sum | cut -c1-12)
+    tag=pilotd-test/pilot:$key
+fi
 
 root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT
@@ -89,4 +96,5 @@ tar -C "$root" -c . | docker import \
     --change 'USER 65532:65532' \
     --change 'ENTRYPOINT ["/usr/local/bin/pilot"]' \
     - "$tag" >/dev/null
+docker tag "$tag" pilotd-test/pilot:latest
 echo "$tag"

@@ -172,8 +172,10 @@ impl Pool {
             tag.0,
             tag.requirement()
         );
-        let script =
-            format!("cat > {name}.sub <<'EOF'\n{submit}EOF\ncondor_submit -terse {name}.sub");
+        // A file left by an earlier run of the same test must not be read as this job's.
+        let script = format!(
+            "rm -f {name}.log {name}.out {name}.err && cat > {name}.sub <<'EOF'\n{submit}EOF\ncondor_submit -terse {name}.sub"
+        );
         let out = self.on_ap(user, &script);
         // -terse prints "cluster.proc - cluster.proc".
         let id = out.split_whitespace().next().unwrap_or_default().to_owned();

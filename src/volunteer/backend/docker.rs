@@ -11,13 +11,14 @@
 
 use super::{Backend, BackendError, BackendEvent};
 use crate::volunteer::settings::EngineSettings;
+use crate::volunteer::worker::parse_gpus_label;
 use crate::volunteer::worker::{
     CpuSample, LocalImage, Worker, WorkerSpec, WorkerState, labels, parse_instant,
 };
 use bollard::Docker;
 use bollard::errors::Error as DockerError;
 use bollard::models::{
-    ContainerCreateBody, DeviceRequest, HostConfig, Mount, MountBindOptions,
+    ContainerCreateBody, DeviceRequest, HostConfig, HostConfigLogConfig, Mount, MountBindOptions,
     MountBindOptionsPropagationEnum, MountType,
 };
 use bollard::query_parameters::{
@@ -274,6 +275,8 @@ impl Backend for DockerBackend {
                 exit_code: None,
                 finished_at: None,
                 oom_killed: false,
+                gpus: parse_gpus_label(labels.get(labels::GPUS)),
+                disk_kib: labels.get(labels::DISK_KIB).and_then(|v| v.parse().ok()),
             };
             if state.is_finished() {
                 match self.docker.inspect_container(&id, None).await {
@@ -557,6 +560,10 @@ impl Backend for DockerBackend {
     }
 }
 
+/// tmpfs for /tmp and /var/tmp when the root filesystem is read-only: small (its pages count
+/// against the worker's memory limit), no devices, no setuid.
+const TMPFS_OPTIONS: &str = "rw,nosuid,nodev,size=256m,mode=1777";
+
 /// The container a `WorkerSpec` becomes: limits, no privileges, all capabilities dropped
 /// unless the site gave some back, the token read-only, and GPUs only when the owner shares
 /// them. Pure, so the security settings are unit-tested without an engine.
@@ -604,13 +611,36 @@ pub fn container_body(spec: &WorkerSpec) -> ContainerCreateBody {
         cap_add: (!spec.cap_add.is_empty()).then(|| spec.cap_add.clone()),
         mounts: Some(mounts),
         network_mode: spec.network.clone(),
-        device_requests: (spec.gpus > 0).then(|| {
+        // Each worker its own GPUs, by index: a count would give every worker GPU 0.
+        device_requests: (!spec.gpu_ids.is_empty()).then(|| {
             vec![DeviceRequest {
                 driver: Some("nvidia".into()),
-                count: Some(i64::from(spec.gpus)),
+                device_ids: Some(spec.gpu_ids.iter().map(u32::to_string).collect()),
                 capabilities: Some(vec![vec!["gpu".into()]]),
                 ..Default::default()
             }]
+        }),
+        // The owner's processes come first: the kernel kills a worker before anything of
+        // theirs when memory runs out, and a worker gets CPU and disk time only when the owner
+        // leaves some (cpu.shares 2 against the default 1024; the I/O weight is ignored, with a
+        // warning, on kernels without a weight-aware scheduler).
+        oom_score_adj: Some(1000),
+        cpu_shares: Some(2),
+        blkio_weight: Some(10),
+        // The container's log cannot grow without limit on the owner's disk.
+        log_config: Some(HostConfigLogConfig {
+            typ: Some("json-file".into()),
+            config: Some(HashMap::from([
+                ("max-size".to_string(), "10m".to_string()),
+                ("max-file".to_string(), "2".to_string()),
+            ])),
+        }),
+        readonly_rootfs: Some(spec.read_only_rootfs),
+        tmpfs: spec.read_only_rootfs.then(|| {
+            HashMap::from([
+                ("/tmp".to_string(), TMPFS_OPTIONS.to_string()),
+                ("/var/tmp".to_string(), TMPFS_OPTIONS.to_string()),
+            ])
         }),
         ..Default::default()
     };
@@ -639,7 +669,8 @@ mod tests {
             env: BTreeMap::from([("NUM_CPUS".into(), "2".into())]),
             nano_cpus: 2_000_000_000,
             memory_bytes: 4 << 30,
-            gpus,
+            gpu_ids: (0..gpus).map(|i| i + 1).collect(),
+            read_only_rootfs: true,
             pids_limit: 4096,
             token_file: token.then(|| PathBuf::from("/var/lib/pilotd/tokens/pilotd-default-1")),
             token_source: token.then(|| PathBuf::from("/etc/pilotd/pool.token")),
@@ -687,12 +718,42 @@ mod tests {
     }
 
     #[test]
-    fn shared_gpus_become_a_device_request() {
+    fn the_owner_comes_first_and_the_worker_cannot_fill_the_disk() {
+        let h = container_body(&spec(0, true)).host_config.unwrap();
+        assert_eq!(
+            h.oom_score_adj,
+            Some(1000),
+            "killed before any owner process"
+        );
+        assert_eq!(h.cpu_shares, Some(2));
+        assert_eq!(h.blkio_weight, Some(10));
+        let log = h.log_config.unwrap();
+        assert_eq!(log.typ.as_deref(), Some("json-file"));
+        let opts = log.config.unwrap();
+        assert_eq!(opts["max-size"], "10m");
+        assert_eq!(opts["max-file"], "2");
+        assert_eq!(h.readonly_rootfs, Some(true));
+        let tmpfs = h.tmpfs.unwrap();
+        assert!(tmpfs["/tmp"].contains("size=256m") && tmpfs["/tmp"].contains("nosuid"));
+        assert!(tmpfs.contains_key("/var/tmp"));
+        let mut rw = spec(0, true);
+        rw.read_only_rootfs = false;
+        let h = container_body(&rw).host_config.unwrap();
+        assert_eq!(h.readonly_rootfs, Some(false));
+        assert_eq!(h.tmpfs, None);
+    }
+
+    #[test]
+    fn shared_gpus_become_a_device_request_for_this_workers_own_devices() {
         let h = container_body(&spec(2, false)).host_config.unwrap();
         let r = h.device_requests.unwrap();
         assert_eq!(r.len(), 1);
         assert_eq!(r[0].driver.as_deref(), Some("nvidia"));
-        assert_eq!(r[0].count, Some(2));
+        assert_eq!(r[0].count, None, "a count would give every worker GPU 0");
+        assert_eq!(
+            r[0].device_ids,
+            Some(vec!["1".to_string(), "2".to_string()])
+        );
         assert_eq!(r[0].capabilities, Some(vec![vec!["gpu".to_string()]]));
         assert_eq!(h.mounts.unwrap().len(), 1, "no token mount without a token");
     }

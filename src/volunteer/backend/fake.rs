@@ -194,6 +194,8 @@ impl Backend for FakeBackend {
             exit_code: None,
             finished_at: None,
             oom_killed: false,
+            gpus: vec![],
+            disk_kib: None,
         };
         w.workers.push(worker);
         w.specs.push(spec.clone());

@@ -252,6 +252,8 @@ async fn a_restarted_daemon_adopts_running_workers_and_its_back_off() {
         exit_code: None,
         finished_at: None,
         oom_killed: false,
+        gpus: vec![],
+        disk_kib: None,
     });
     let s = m.settings();
     status::save(
@@ -325,6 +327,8 @@ fn exited(id: &str, code: i64) -> Worker {
         exit_code: Some(code),
         finished_at: Some(Utc::now()),
         oom_killed: false,
+        gpus: vec![],
+        disk_kib: None,
     }
 }
 

@@ -57,6 +57,7 @@ fn settings() -> WorkerSettings {
         cap_add: vec![],
         pids_limit: 4096,
         user: WorkerUser::DEFAULT,
+        read_only_rootfs: true,
         network: None,
         pull_while_owner_present: false,
         backoff: Backoff::new(Duration::from_secs(60), Duration::from_secs(3600)),
@@ -77,6 +78,8 @@ fn worker(id: &str, state: WorkerState, created: DateTime<Utc>) -> Worker {
         exit_code: None,
         finished_at: None,
         oom_killed: false,
+        gpus: vec![],
+        disk_kib: None,
     }
 }
 
@@ -455,5 +458,64 @@ fn a_start_spec_carries_limits_labels_and_templated_env() {
     assert_ne!(
         spec.labels[labels::SPEC_HASH],
         other.labels[labels::SPEC_HASH]
+    );
+}
+
+#[test]
+fn each_gpu_worker_gets_its_own_devices_and_none_is_shared_twice() {
+    let mut s = settings();
+    s.max_starts_per_cycle = 4;
+    let mut sup = supply(true, 3, Evict::None);
+    sup.per_worker.gpus = 1;
+    // One worker still holds GPU 1; a finished one held GPU 0 (free again).
+    let mut busy = worker("a", WorkerState::Running, t(19, 0));
+    busy.gpus = vec![1];
+    let mut done = worker("b", WorkerState::Exited, t(18, 0));
+    done.gpus = vec![0];
+    let workers = vec![busy, done];
+    let image = ImageState::Ready {
+        digest: "sha256:aa".into(),
+        pinned: "r/w@sha256:aa".into(),
+    };
+    let p = plan(
+        &sup,
+        Observed {
+            workers: &workers,
+            in_flight: &InFlight::default(),
+            backoff: &StartBackoff::default(),
+            image: &image,
+            free_hours: None,
+        },
+        &s,
+        t(20, 0),
+    );
+    let given: Vec<Vec<u32>> = p
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Start { spec } => Some(spec.gpu_ids.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(given, vec![vec![0], vec![2]], "{:?}", p.actions);
+    let labels: Vec<String> = p
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Start { spec } => Some(spec.labels[labels::GPUS].clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(labels, vec!["0", "2"]);
+    assert_eq!(
+        p.actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Start { spec } => Some(spec.labels[labels::DISK_KIB].clone()),
+                _ => None,
+            })
+            .next()
+            .as_deref(),
+        Some("10485760")
     );
 }

@@ -11,15 +11,17 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const IMAGE: &str = "127.0.0.1:5000/pilotd-test/pilot:e2e";
-
-/// The locally built pilot image, pushed to the loopback registry (pilotd pulls by digest).
-fn push_pilot_image() {
+/// The locally built pilot image (tests/images/build-pilot-image.sh, its content-addressed tag
+/// from tests/run.sh), pushed to the loopback registry under the same tag (pilotd pulls by
+/// digest); returns the registry reference.
+fn push_pilot_image() -> String {
     let local = std::env::var("PILOTD_TEST_PILOT_IMAGE")
         .unwrap_or_else(|_| "pilotd-test/pilot:latest".into());
+    let image = format!("127.0.0.1:5000/{local}");
     sh(&format!(
-        "docker tag {local} {IMAGE} && docker push -q {IMAGE} >/dev/null"
+        "docker tag {local} {image} && docker push -q {image} >/dev/null"
     ));
+    image
 }
 
 /// Serves one condor config file on 127.0.0.1 (the workers use the host's network).
@@ -49,7 +51,7 @@ struct Run {
 }
 
 impl Run {
-    fn start(tag: &str, mode: &str) -> Run {
+    fn start(image: &str, tag: &str, mode: &str) -> Run {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
         let instance = format!("p{}-{tag}", std::process::id());
@@ -75,7 +77,7 @@ scratch = "{d}/scratch"
 [docker]
 instance = "{instance}"
 [worker]
-image = "{IMAGE}"
+image = "{image}"
 allowed_images = ["127.0.0.1:5000/*"]
 idle_timeout = "3s"
 token_file = "{d}/token"
@@ -167,8 +169,8 @@ fn a_pilot_that_ran_a_job_reports_exit_0_and_keeps_backoff_at_zero() {
     if !enabled() {
         return;
     }
-    push_pilot_image();
-    let run = Run::start("job", "job");
+    let image = push_pilot_image();
+    let run = Run::start(&image, "job", "job");
     // The outcome is recorded (not just visible on the exited container).
     let s = run.wait_status(
         "a recorded exit 0",
@@ -193,8 +195,8 @@ fn a_pilot_that_saw_no_job_reports_exit_10_and_widens_backoff() {
     if !enabled() {
         return;
     }
-    push_pilot_image();
-    let run = Run::start("idle", "idle");
+    let image = push_pilot_image();
+    let run = Run::start(&image, "idle", "idle");
     let s = run.wait_status(
         "a recorded exit 10 and a back-off",
         |s| {
