@@ -63,15 +63,17 @@ fi
 # 3. Images: a root filesystem of busybox-static plus the entrypoint, one per version.
 need_apt busybox-static
 busybox=$(command -v busybox || echo /bin/busybox)
+# The label names the version and the entrypoint's content, so a changed entrypoint rebuilds.
+content=$(sha256sum "$here/images/worker/entrypoint" | cut -c1-12)
 build() { # build VERSION
     if docker image inspect "$repo:$1" >/dev/null 2>&1 \
-        && [ "$(docker image inspect -f '{{index .Config.Labels "pilotd.test-image"}}' "$repo:$1")" = "$1" ]; then
+        && [ "$(docker image inspect -f '{{index .Config.Labels "pilotd.test-image"}}' "$repo:$1")" = "$1-$content" ]; then
         return 0
     fi
     root=$(mktemp -d)
     mkdir -p "$root/bin" "$root/etc/pilotd" "$root/tmp" "$root/proc" "$root/sys" "$root/dev" "$root/pilot"
     cp "$busybox" "$root/bin/busybox"
-    for a in sh sleep cat echo kill ls id true; do ln -s busybox "$root/bin/$a"; done
+    for a in sh sleep cat echo kill ls id true dd; do ln -s busybox "$root/bin/$a"; done
     cp "$here/images/worker/entrypoint" "$root/entrypoint"
     chmod 755 "$root/entrypoint"
     echo "$1" >"$root/etc/worker-version"
@@ -79,7 +81,7 @@ build() { # build VERSION
     log "building $repo:$1"
     tar -C "$root" -c . | docker import \
         -c 'ENTRYPOINT ["/entrypoint"]' -c 'ENV PATH=/bin' \
-        -c "LABEL pilotd.test-image=$1" - "$repo:$1" >/dev/null
+        -c "LABEL pilotd.test-image=$1-$content" - "$repo:$1" >/dev/null
     rm -rf "$root"
 }
 build v1

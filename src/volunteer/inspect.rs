@@ -11,6 +11,7 @@ use crate::volunteer::settings::Settings;
 use crate::volunteer::status::ImageRecord;
 use crate::volunteer::worker::{ImageState, Worker, WorkerState};
 use chrono::{DateTime, Utc};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// How long a command waits for the engine's list.
@@ -82,6 +83,7 @@ pub async fn next_plan(
     Ok(plan::plan(
         supply,
         Observed {
+            scratch_use: &BTreeMap::new(),
             workers: &list,
             in_flight: &InFlight::default(),
             backoff,

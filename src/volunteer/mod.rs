@@ -19,6 +19,7 @@
 pub mod backend;
 pub mod claim;
 pub mod daemon;
+pub mod disk;
 pub mod gc;
 pub mod history;
 pub mod host;

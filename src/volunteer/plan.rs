@@ -51,6 +51,8 @@ pub enum Reason {
     Surplus { target: u32 },
     /// pilotd is shutting down with `[worker] on_shutdown = "stop"`.
     Shutdown,
+    /// Its scratch dir holds more than its disk share (KiB used, KiB shared).
+    DiskShareExceeded { used_kib: u64, share_kib: u64 },
 }
 
 impl Reason {
@@ -74,6 +76,15 @@ impl fmt::Display for Reason {
             Reason::HostFree => f.write_str("the host is free again"),
             Reason::Surplus { target } => write!(f, "more workers than the target of {target}"),
             Reason::Shutdown => f.write_str("pilotd is shutting down (on_shutdown = \"stop\")"),
+            Reason::DiskShareExceeded {
+                used_kib,
+                share_kib,
+            } => write!(
+                f,
+                "its scratch dir holds {} MiB, over its disk share of {} MiB",
+                used_kib / 1024,
+                share_kib / 1024
+            ),
         }
     }
 }
@@ -187,7 +198,12 @@ pub struct Observed<'a> {
     /// How many hours the host is usually free from now (learned history); workers get it as
     /// `{free_hours}` so the pool can prefer long-free machines for long jobs.
     pub free_hours: Option<u64>,
+    /// KiB each worker's scratch dir held at the last measurement, by worker id.
+    pub scratch_use: &'a BTreeMap<String, u64>,
 }
+
+/// How long a worker over its disk share gets to stop: short, it may still be writing.
+pub const DISK_STOP_GRACE_S: u64 = 30;
 
 /// The actions of one cycle and why nothing more is done.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -255,6 +271,21 @@ fn sort_workers<'a>(supply: &Supply, obs: &Observed<'a>, now: DateTime<Utc>) -> 
         }
         let expired = w.die_at.is_some_and(|d| d <= now);
         let (id, name) = (w.id.clone(), w.name.clone());
+        if let (Some(share_kib), Some(&used_kib)) = (w.disk_kib, obs.scratch_use.get(&w.id))
+            && used_kib > share_kib
+            && matches!(w.state, WorkerState::Running | WorkerState::Restarting)
+        {
+            out.actions.push(Action::Stop {
+                id,
+                name,
+                grace_s: grace_s.min(DISK_STOP_GRACE_S),
+                why: Reason::DiskShareExceeded {
+                    used_kib,
+                    share_kib,
+                },
+            });
+            continue;
+        }
         match w.state {
             WorkerState::Exited | WorkerState::Dead => out.removals.push(Action::Remove {
                 id,

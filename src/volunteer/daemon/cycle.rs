@@ -54,6 +54,10 @@ impl CpuMeter {
     }
 }
 
+/// The running workers' scratch dirs are measured against their disk share every cycle
+/// interval, but never more often than this (a walk of a big tree costs I/O).
+const DISK_CHECK_MIN: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// How many lines of a failed worker's output are kept (log and status file).
 const OUTPUT_LINES: usize = 20;
 
@@ -159,6 +163,7 @@ impl Daemon {
         // Finished workers' outcomes first: the back-off they widen must hold back a start
         // planned in this very cycle.
         self.record_finished(&b, &list, now).await;
+        self.measure_scratch_if_due(&list, now);
 
         // Plan.
         if !self.work.in_flight.checking
@@ -191,6 +196,7 @@ impl Daemon {
                 backoff: &self.status.backoff,
                 image: &image_state,
                 free_hours: Some(outlook.free_hours()),
+                scratch_use: &self.work.scratch_use,
             },
             &self.worker,
             now,
@@ -324,6 +330,27 @@ impl Daemon {
             });
         }
         lines
+    }
+
+    /// Measures the running workers' scratch dirs beside the loop, every `interval` but at
+    /// most every 10 s; the plan stops a worker found over its disk share.
+    fn measure_scratch_if_due(&mut self, list: &[Worker], now: DateTime<Utc>) {
+        let every = chrono::Duration::from_std(self.s.interval.max(DISK_CHECK_MIN))
+            .unwrap_or(chrono::Duration::MAX);
+        if self.work.measuring || self.work.measured_at.is_some_and(|t| now - t < every) {
+            return;
+        }
+        let running: Vec<(String, String)> = list
+            .iter()
+            .filter(|w| w.state == WorkerState::Running)
+            .map(|w| (w.id.clone(), w.name.clone()))
+            .collect();
+        if running.is_empty() {
+            return;
+        }
+        self.work.measuring = true;
+        self.work.measured_at = Some(now);
+        super::tasks::spawn_measure(&mut self.work.tasks, &self.worker.scratch_root, running);
     }
 
     /// Records the outcome of every finished worker not recorded yet, with the last lines of

@@ -42,6 +42,7 @@ use crate::volunteer::status::{self, Status};
 use crate::volunteer::worker::WorkerState;
 use chrono::{DateTime, Utc};
 use cycle::CpuMeter;
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -109,6 +110,10 @@ struct Wakeups {
 struct Work {
     in_flight: InFlight,
     tasks: JoinSet<TaskDone>,
+    /// KiB in each worker's scratch dir at the last measurement, and when it was started.
+    scratch_use: BTreeMap<String, u64>,
+    measured_at: Option<DateTime<Utc>>,
+    measuring: bool,
 }
 
 /// The daemon's state between cycles, by part.
@@ -181,6 +186,9 @@ impl Daemon {
             work: Work {
                 in_flight: InFlight::default(),
                 tasks: JoinSet::new(),
+                scratch_use: BTreeMap::new(),
+                measured_at: None,
+                measuring: false,
             },
             cpu: CpuMeter::default(),
             wakeups: Wakeups {

@@ -4,6 +4,7 @@
 
 use super::{Daemon, worker_for};
 use crate::volunteer::backend::{AnyBackend, Backend, BackendError};
+use crate::volunteer::disk;
 use crate::volunteer::image;
 use crate::volunteer::manifest::{self, Manifest};
 use crate::volunteer::settings::RemoteSettings;
@@ -11,6 +12,7 @@ use crate::volunteer::status::PulledImage;
 use crate::volunteer::worker::LocalImage;
 use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::Duration;
 use tokio::task::JoinSet;
 
@@ -27,11 +29,25 @@ pub enum TaskDone {
         result: Result<LocalImage, BackendError>,
     },
     Manifest(Result<Manifest, manifest::ManifestError>),
+    /// How full the running workers' scratch dirs are, in KiB by worker id.
+    Measured(BTreeMap<String, u64>),
     /// The registry's answer: which digest the worker image's tag names now.
     Checked {
         reference: String,
         answer: Result<String, BackendError>,
     },
+}
+
+/// Measures the running workers' scratch dirs beside the loop (a walk of a big tree takes
+/// time the loop must not lose).
+pub fn spawn_measure(tasks: &mut JoinSet<TaskDone>, root: &Path, workers: Vec<(String, String)>) {
+    let root = root.to_path_buf();
+    tasks.spawn(async move {
+        let usage = tokio::task::spawn_blocking(move || disk::measure(&root, &workers))
+            .await
+            .unwrap_or_default();
+        TaskDone::Measured(usage)
+    });
 }
 
 /// Asks the image's registry beside the loop: a slow or unreachable registry must never delay
@@ -96,6 +112,10 @@ impl Daemon {
                     Ok(()) => tracing::info!(worker = %name, "stopped"),
                     Err(e) => tracing::error!(worker = %name, "stop failed: {e}"),
                 }
+            }
+            TaskDone::Measured(usage) => {
+                self.work.measuring = false;
+                self.work.scratch_use = usage;
             }
             TaskDone::Checked { reference, answer } => {
                 self.work.in_flight.checking = false;

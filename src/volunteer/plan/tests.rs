@@ -347,6 +347,7 @@ fn plans() {
                 backoff: &c.backoff,
                 image: &c.image,
                 free_hours: None,
+                scratch_use: &BTreeMap::new(),
             },
             &s,
             c.now,
@@ -367,7 +368,9 @@ fn only_evictions_are_evictions() {
     let in_flight = InFlight::default();
     let backoff = StartBackoff::default();
     let image = ready();
+    let no_use = BTreeMap::new();
     let obs = |workers| Observed {
+        scratch_use: &no_use,
         workers,
         in_flight: &in_flight,
         backoff: &backoff,
@@ -485,6 +488,7 @@ fn each_gpu_worker_gets_its_own_devices_and_none_is_shared_twice() {
             backoff: &StartBackoff::default(),
             image: &image,
             free_hours: None,
+            scratch_use: &BTreeMap::new(),
         },
         &s,
         t(20, 0),
@@ -517,5 +521,53 @@ fn each_gpu_worker_gets_its_own_devices_and_none_is_shared_twice() {
             .next()
             .as_deref(),
         Some("10485760")
+    );
+}
+
+#[test]
+fn a_worker_over_its_disk_share_is_stopped_soon_and_one_within_it_stays() {
+    let s = settings();
+    let mut over = worker("over", WorkerState::Running, t(19, 0));
+    over.disk_kib = Some(1024);
+    let mut within = worker("within", WorkerState::Running, t(19, 0));
+    within.disk_kib = Some(1024);
+    // A worker of an older pilotd has no recorded share: never stopped for it.
+    let old = worker("old", WorkerState::Running, t(19, 0));
+    let workers = vec![over, within, old];
+    let scratch_use = BTreeMap::from([
+        ("over".to_string(), 5000u64),
+        ("within".to_string(), 1024),
+        ("old".to_string(), 1 << 30),
+    ]);
+    let image = ImageState::Ready {
+        digest: "sha256:aa".into(),
+        pinned: "r/w@sha256:aa".into(),
+    };
+    let p = plan(
+        &supply(true, 3, Evict::None),
+        Observed {
+            workers: &workers,
+            in_flight: &InFlight::default(),
+            backoff: &StartBackoff::default(),
+            image: &image,
+            free_hours: None,
+            scratch_use: &scratch_use,
+        },
+        &s,
+        t(20, 0),
+    );
+    let stops: Vec<String> = p
+        .actions
+        .iter()
+        .filter(|a| matches!(a, Action::Stop { .. }))
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        stops,
+        vec![
+            "stop pilotd-test-over within 30s (its scratch dir holds 4 MiB, over its disk share of 1 MiB)"
+        ],
+        "{:?}",
+        p.actions
     );
 }

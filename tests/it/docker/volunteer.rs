@@ -41,8 +41,8 @@ impl Harness {
         std::fs::write(p_dir.join("token"), "s3cret-token-value\n").unwrap();
         std::fs::write(p_dir.join("utmp"), b"").unwrap();
         let policy = format!(
-            "timezone = \"UTC\"\n{}\n[owner]\nmax_owner_cpu = \"100%\"\nfree_for = \"0s\"\non_battery = \"ignore\"\non_return = \"{}\"\ngrace = \"{}\"\n[share]\ncpus = 2\nmemory = \"512MiB\"\ndisk = \"1GiB\"\nworkers = {}\n[jobs]\nlongest_job = \"{}\"\n",
-            p.schedule, p.on_return, p.grace, p.workers, p.longest_job
+            "timezone = \"UTC\"\n{}\n[owner]\nmax_owner_cpu = \"100%\"\nfree_for = \"0s\"\non_battery = \"ignore\"\non_return = \"{}\"\ngrace = \"{}\"\n[share]\ncpus = 2\nmemory = \"512MiB\"\ndisk = \"{}\"\nworkers = {}\n[jobs]\nlongest_job = \"{}\"\n",
+            p.schedule, p.on_return, p.grace, p.disk, p.workers, p.longest_job
         );
         std::fs::write(p_dir.join("policy.toml"), policy).unwrap();
         let p = p_dir;
@@ -189,6 +189,7 @@ struct P {
     grace: &'static str,
     workers: u32,
     longest_job: &'static str,
+    disk: &'static str,
 }
 
 fn policy(on_return: &'static str, workers: u32) -> P {
@@ -196,6 +197,7 @@ fn policy(on_return: &'static str, workers: u32) -> P {
         schedule: ALWAYS.into(),
         on_return,
         grace: "10s",
+        disk: "1GiB",
         workers,
         longest_job: "1h",
     }
@@ -360,6 +362,37 @@ fn die_at_stops_the_worker_and_a_fresh_one_replaces_it() {
     h.wait_for("replacement", Duration::from_secs(15), || {
         h.running().into_iter().find(|w| w.id != first.id)
     });
+    h.term();
+}
+
+#[test]
+fn a_worker_that_fills_its_scratch_beyond_its_disk_share_is_stopped() {
+    if !enabled() {
+        return;
+    }
+    // A 16 MiB share; the worker writes 48 MiB into its scratch dir at start.
+    let mut h = Harness::new(
+        "disk",
+        &P {
+            disk: "16MiB",
+            ..policy("graceful", 1)
+        },
+        "",
+        &format!("{}\n[worker.env]\nWORKER_FILL_MIB = \"48\"\n", image("v1")),
+    );
+    h.start();
+    let first = h.wait_for("1 worker", Duration::from_secs(30), || h.running().pop());
+    h.wait_for(
+        "the worker stopped for its disk use",
+        Duration::from_secs(60),
+        || h.workers().iter().all(|w| w.id != first.id).then_some(()),
+    );
+    assert!(
+        h.log()
+            .contains("its scratch dir holds 48 MiB, over its disk share of 16 MiB"),
+        "{}",
+        h.log()
+    );
     h.term();
 }
 
