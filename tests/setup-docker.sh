@@ -64,7 +64,7 @@ fi
 need_apt busybox-static
 busybox=$(command -v busybox || echo /bin/busybox)
 # The label names the version and the entrypoint's content, so a changed entrypoint rebuilds.
-content=$(sha256sum "$here/images/worker/entrypoint" | cut -c1-12)
+content=$(cat "$here/images/worker/entrypoint" "$0" | sha256sum | cut -c1-12)
 build() { # build VERSION
     if docker image inspect "$repo:$1" >/dev/null 2>&1 \
         && [ "$(docker image inspect -f '{{index .Config.Labels "pilotd.test-image"}}' "$repo:$1")" = "$1-$content" ]; then
@@ -73,7 +73,7 @@ build() { # build VERSION
     root=$(mktemp -d)
     mkdir -p "$root/bin" "$root/etc/pilotd" "$root/tmp" "$root/proc" "$root/sys" "$root/dev" "$root/pilot"
     cp "$busybox" "$root/bin/busybox"
-    for a in sh sleep cat echo kill ls id true dd; do ln -s busybox "$root/bin/$a"; done
+    for a in sh sleep cat echo kill ls id true dd wget nc; do ln -s busybox "$root/bin/$a"; done
     cp "$here/images/worker/entrypoint" "$root/entrypoint"
     chmod 755 "$root/entrypoint"
     echo "$1" >"$root/etc/worker-version"

@@ -24,6 +24,7 @@ use super::CmdError;
 use crate::cli::Global;
 use crate::config::{self, Mode, SiteConfig, SiteFile};
 use crate::volunteer::backend::{self, Backend};
+use crate::volunteer::egress;
 use crate::volunteer::settings::{EngineSettings, WorkerSettings};
 use crate::volunteer::status;
 use crate::volunteer::worker::{Worker, WorkerState};
@@ -300,6 +301,22 @@ pub async fn remove_all(
             format!(" ({})", removed.join(", "))
         }
     );
+    // With every worker gone, pilotd's own network and its traffic filter go too.
+    if failed.is_empty()
+        && let Some(f) = &s.egress
+    {
+        match b.remove_network(&f.network).await {
+            Ok(()) => {
+                let filter = f.clone();
+                let _ = tokio::task::spawn_blocking(move || egress::remove(&filter)).await;
+                out.push_str(&format!(
+                    "failsafe: removed pilotd's network {} and its traffic filter\n",
+                    f.network
+                ));
+            }
+            Err(e) => out.push_str(&format!("failsafe: kept network {}: {e}\n", f.network)),
+        }
+    }
     if failed.is_empty() {
         Ok(out)
     } else {
@@ -464,6 +481,8 @@ mod tests {
         let mut site = SiteConfig::defaults();
         site.host.scratch = Some(dir.path().to_path_buf());
         site.docker.instance = toml::Spanned::new(0..0, "t".to_string());
+        // A site network: this unit test must not touch the host's firewall.
+        site.worker.network = Some("bridge".into());
         let s = WorkerSettings::of_site(&site);
         std::fs::create_dir(dir.path().join("pilotd-t-a")).unwrap();
         std::fs::create_dir(dir.path().join("other")).unwrap();

@@ -282,8 +282,14 @@ pub struct WorkerConfig {
     /// only to its scratch dir, whose use is measured against the disk share.
     #[serde(default = "yes")]
     pub read_only_rootfs: bool,
-    /// Docker network mode (default: the engine's default bridge).
+    /// A network the site names for its workers (its own filtering then applies). Unset:
+    /// pilotd's own bridge, no traffic between workers, nothing private or on the host
+    /// reachable but `egress_allow`.
     pub network: Option<String>,
+    /// Private destinations (IPv4 networks, `a.b.c.d/n`) workers on pilotd's own network may
+    /// reach, e.g. the pool's collector on the campus network.
+    #[serde(default)]
+    pub egress_allow: Vec<Spanned<String>>,
     #[serde(default)]
     pub on_shutdown: OnShutdown,
     /// How often scratch dirs and old images are garbage-collected.
@@ -314,6 +320,7 @@ impl Default for WorkerConfig {
             user: None,
             read_only_rootfs: true,
             network: None,
+            egress_allow: vec![],
             on_shutdown: OnShutdown::Keep,
             gc_interval: default_gc_interval(),
         }
@@ -523,6 +530,15 @@ impl WorkerConfig {
 impl SiteConfig {
     /// Checks of `[docker]` and `[worker]` that serde cannot express.
     fn validate_worker(&self, d: &mut Diagnostics) {
+        for a in &self.worker.egress_allow {
+            if let Err(e) = super::units::Ipv4Net::parse(a.get_ref()) {
+                d.error(
+                    a.span(),
+                    format!("[worker] egress_allow: {e}"),
+                    "write IPv4 networks like \"10.20.0.0/16\" or single addresses like \"192.168.1.5\"",
+                );
+            }
+        }
         if let Some(user) = &self.worker.user
             && let Err(e) = WorkerUser::parse(user.get_ref())
         {

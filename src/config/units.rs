@@ -5,6 +5,7 @@
 use chrono::Weekday;
 use serde::{Deserialize, Deserializer, Serialize};
 use std::fmt;
+use std::net::Ipv4Addr;
 use std::time::Duration;
 
 /// Why a value is not the unit it should be; the message says how to write it.
@@ -356,6 +357,46 @@ pub fn format_minute(m: Minute) -> String {
     format!("{:02}:{:02}", m / 60, m % 60)
 }
 
+/// An IPv4 network, `a.b.c.d/n`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ipv4Net {
+    pub addr: Ipv4Addr,
+    pub prefix: u8,
+}
+
+impl Ipv4Net {
+    pub fn parse(raw: &str) -> Result<Ipv4Net, String> {
+        let (addr, prefix) = match raw.trim().split_once('/') {
+            Some((a, p)) => (
+                a,
+                p.parse::<u8>()
+                    .map_err(|_| format!("`{raw}`: bad prefix"))?,
+            ),
+            None => (raw.trim(), 32),
+        };
+        let addr: Ipv4Addr = addr
+            .parse()
+            .map_err(|_| format!("`{raw}` is not an IPv4 address or network (a.b.c.d/n)"))?;
+        if prefix > 32 {
+            return Err(format!("`{raw}`: the prefix is at most 32"));
+        }
+        let mask = u32::MAX.checked_shl(u32::from(32 - prefix)).unwrap_or(0);
+        if u32::from(addr) & !mask != 0 {
+            return Err(format!(
+                "`{raw}` has host bits set; the network is {}/{prefix}",
+                Ipv4Addr::from(u32::from(addr) & mask)
+            ));
+        }
+        Ok(Ipv4Net { addr, prefix })
+    }
+}
+
+impl fmt::Display for Ipv4Net {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -433,6 +474,26 @@ mod tests {
         assert_eq!(parse_time_of_day("24:00").unwrap(), 1440);
         for bad in ["24:01", "25:00", "12:60", "noon", "12", "12:5", "-1:00"] {
             assert!(parse_time_of_day(bad).is_err(), "{bad}");
+        }
+    }
+    #[test]
+    fn networks_parse_strictly() {
+        assert_eq!(
+            Ipv4Net::parse("10.20.0.0/16").unwrap().to_string(),
+            "10.20.0.0/16"
+        );
+        assert_eq!(
+            Ipv4Net::parse("192.168.1.5").unwrap().to_string(),
+            "192.168.1.5/32"
+        );
+        for bad in [
+            "10.20.0.1/16",
+            "10.0.0.0/33",
+            "pool.example.org",
+            "10.0.0/8",
+            "",
+        ] {
+            assert!(Ipv4Net::parse(bad).is_err(), "{bad:?}");
         }
     }
 }

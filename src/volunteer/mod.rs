@@ -20,6 +20,7 @@ pub mod backend;
 pub mod claim;
 pub mod daemon;
 pub mod disk;
+pub mod egress;
 pub mod gc;
 pub mod history;
 pub mod host;

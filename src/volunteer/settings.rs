@@ -7,6 +7,7 @@
 use crate::backoff::Backoff;
 use crate::config::site::{OnShutdown, WorkerUser};
 use crate::config::{Config, Policy, SiteConfig};
+use crate::volunteer::egress::{Filter, Ipv4Net};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -82,7 +83,10 @@ pub struct WorkerSettings {
     pub user: WorkerUser,
     /// Workers' root filesystem is read-only (they write to their scratch dir and tmpfs).
     pub read_only_rootfs: bool,
+    /// The network workers join: the site's, or pilotd's own (`egress`).
     pub network: Option<String>,
+    /// pilotd's own network and its filter, unless the site named a network.
+    pub egress: Option<Filter>,
     pub pull_while_owner_present: bool,
     /// Delays the next start after workers that ran no job or could not start.
     pub backoff: Backoff,
@@ -139,6 +143,13 @@ impl WorkerSettings {
     /// The worker template of pilotd.toml alone.
     pub fn of_site(site: &SiteConfig) -> WorkerSettings {
         let w = &site.worker;
+        let egress = Filter::for_instance(
+            site.docker.instance.get_ref(),
+            w.egress_allow
+                .iter()
+                .filter_map(|a| Ipv4Net::parse(a.get_ref()).ok())
+                .collect(),
+        );
         WorkerSettings {
             instance: site.docker.instance.get_ref().clone(),
             image: w.image.get_ref().clone(),
@@ -159,7 +170,8 @@ impl WorkerSettings {
             pids_limit: w.pids_limit,
             user: w.worker_user(),
             read_only_rootfs: w.read_only_rootfs,
-            network: w.network.clone(),
+            network: Some(w.network.clone().unwrap_or_else(|| egress.network.clone())),
+            egress: w.network.is_none().then_some(egress),
             pull_while_owner_present: w.pull_while_owner_present,
             backoff: Backoff::new(w.backoff_base.0, w.backoff_max.0),
         }

@@ -235,8 +235,11 @@ scenario_install() {
   # The site's edits: the local test image, this run's instance, metrics on loopback, worker
   # env the busybox test worker reads, and a 5s cycle (process and load changes are seen on
   # cycles; logins at once).
+  # Workers on Docker's default bridge: pilotd's own filtered network installs iptables rules
+  # in pilotd's network namespace, which here is this container's, not the engine's host
+  # (tests/it/docker/egress.rs proves the filter on the host).
   c sed -i -e 's|^interval = .*|interval = "5s"|' \
-    -e 's|^image = .*|image = "127.0.0.1:5000/pilotd-test/worker:current"|' \
+    -e 's|^image = .*|image = "127.0.0.1:5000/pilotd-test/worker:current"\nnetwork = "bridge"|' \
     -e 's|^allowed_images = .*|allowed_images = ["127.0.0.1:5000/pilotd-test/*"]|' \
     -e "s|^# instance = .*|instance = \"$instance\"|" "$site"
   printf '%s\n' 'WORKER_TERM_DELAY = "1"' '' '[metrics]' 'listen = "127.0.0.1:9464"' \

@@ -228,6 +228,16 @@ impl Backend for FakeBackend {
         Ok(())
     }
 
+    async fn ensure_network(&self, name: &str, interface: &str) -> Result<(), BackendError> {
+        let _w = self.call(format!("network {name} {interface}"))?;
+        Ok(())
+    }
+
+    async fn remove_network(&self, name: &str) -> Result<(), BackendError> {
+        let _w = self.call(format!("network-rm {name}"))?;
+        Ok(())
+    }
+
     async fn output_tail(&self, id: &str, lines: usize) -> Result<Vec<String>, BackendError> {
         let w = self.call(format!("logs {id} {lines}"))?;
         let all = w.output.get(id).cloned().unwrap_or_default();

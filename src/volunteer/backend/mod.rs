@@ -117,6 +117,18 @@ pub trait Backend: Send + Sync {
     /// Cumulative CPU counters of a running or paused worker.
     fn cpu_sample(&self, id: &str) -> impl Future<Output = Result<CpuSample, BackendError>> + Send;
 
+    /// Makes sure pilotd's own bridge network for this instance exists: created with traffic
+    /// between containers off and the given interface name, labelled as pilotd's. A network of
+    /// that name that is not pilotd's is an error, never touched.
+    fn ensure_network(
+        &self,
+        name: &str,
+        interface: &str,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// Removes pilotd's own network (after its workers are gone); absent is fine.
+    fn remove_network(&self, name: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
+
     /// The last `lines` lines a worker printed (stdout and stderr, in order): what remains
     /// to say why it failed once the container is removed.
     fn output_tail(
@@ -183,6 +195,12 @@ impl Backend for AnyBackend {
     }
     async fn output_tail(&self, id: &str, lines: usize) -> Result<Vec<String>, BackendError> {
         dispatch!(self, b => b.output_tail(id, lines).await)
+    }
+    async fn ensure_network(&self, name: &str, interface: &str) -> Result<(), BackendError> {
+        dispatch!(self, b => b.ensure_network(name, interface).await)
+    }
+    async fn remove_network(&self, name: &str) -> Result<(), BackendError> {
+        dispatch!(self, b => b.remove_network(name).await)
     }
     async fn pause(&self, id: &str) -> Result<(), BackendError> {
         dispatch!(self, b => b.pause(id).await)

@@ -8,6 +8,7 @@
 use super::Work;
 use super::tasks;
 use crate::volunteer::backend::{AnyBackend, Backend, BackendError};
+use crate::volunteer::egress::{self, EgressError, Filter};
 use crate::volunteer::plan::Action;
 use crate::volunteer::settings::WorkerSettings;
 use crate::volunteer::worker::{WorkerSpec, labels};
@@ -37,6 +38,8 @@ pub enum ExecError {
     Backend(#[from] BackendError),
     #[error(transparent)]
     Scratch(#[from] ScratchError),
+    #[error(transparent)]
+    Egress(#[from] EgressError),
 }
 
 /// A worker's scratch dir or token copy could not be made ready.
@@ -148,11 +151,44 @@ async fn execute_one(
     }
 }
 
+/// pilotd's own network and its filter, in place before any worker joins it: created or
+/// repaired when missing (the owner's firewall tool may have flushed the rules); when that
+/// fails, the start fails, so no worker ever runs unfiltered.
+async fn ensure_isolation(b: &AnyBackend, f: &Filter) -> Result<(), ExecError> {
+    b.ensure_network(&f.network, &f.interface).await?;
+    let filter = f.clone();
+    tokio::task::spawn_blocking(move || {
+        if egress::in_place(&filter) {
+            Ok(())
+        } else {
+            egress::apply(&filter).inspect(|()| {
+                tracing::info!(
+                    network = %filter.network,
+                    interface = %filter.interface,
+                    allow = %filter.allow.iter().map(ToString::to_string).collect::<Vec<_>>().join(","),
+                    "workers' traffic filtered: nothing private or on this host but what egress_allow names"
+                );
+            })
+        }
+    })
+    .await
+    .unwrap_or_else(|e| {
+        Err(EgressError::Iptables {
+            args: String::new(),
+            message: e.to_string(),
+        })
+    })?;
+    Ok(())
+}
+
 async fn start(
     b: &AnyBackend,
     spec: &WorkerSpec,
     worker: &WorkerSettings,
 ) -> Result<Done, ExecError> {
+    if let Some(f) = &worker.egress {
+        ensure_isolation(b, f).await?;
+    }
     prepare_scratch(&spec.scratch_dir, spec.owner)?;
     if let Err(e) = prepare_token(spec) {
         remove_scratch(worker, &spec.name);

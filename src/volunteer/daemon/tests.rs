@@ -57,6 +57,7 @@ impl Machine {
              [docker]\ninstance = \"test\"\n\
              [worker]\nimage = \"{IMAGE}\"\nallowed_images = [\"127.0.0.1:5000/*\"]\n\
              token_file = \"{d}/pool.token\"\n\
+             network = \"bridge\"\n\
              user = \"{uid}:{gid}\"\n",
             uid = nix::unistd::geteuid(),
             gid = nix::unistd::getegid(),

@@ -58,6 +58,7 @@ fn settings() -> WorkerSettings {
         pids_limit: 4096,
         user: WorkerUser::DEFAULT,
         read_only_rootfs: true,
+        egress: None,
         network: None,
         pull_while_owner_present: false,
         backoff: Backoff::new(Duration::from_secs(60), Duration::from_secs(3600)),

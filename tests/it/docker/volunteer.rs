@@ -173,6 +173,11 @@ impl Harness {
 impl Drop for Harness {
     fn drop(&mut self) {
         self.kill9();
+        // What the package does on removal: the workers, then pilotd's network and filter.
+        let _ = self
+            .pilotd()
+            .args(["failsafe", "--remove", "--grace", "1s"])
+            .output();
         let _ = sh(&format!(
             "docker ps -aq --filter label=pilotd.instance={} | xargs -r docker rm -f >/dev/null 2>&1",
             self.instance
