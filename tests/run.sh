@@ -57,9 +57,9 @@ cargo test --workspace --quiet 2>&1 | tee "${TMPDIR:-/tmp}/pilotd-test.log"
 
 log "tests against the real HTCondor pool"
 # Ignored by a plain `cargo test` (they need the pool); here they must all run and pass.
-cargo test --quiet -p pilot --test real_condor -- --include-ignored --test-threads 6 2>&1 \
+cargo test --quiet -p pilot --test real_condor -- --include-ignored --test-threads 4 2>&1 \
     | tee -a "${TMPDIR:-/tmp}/pilotd-test.log"
-cargo test --quiet -p pilotd --test it condor_pool -- --include-ignored --test-threads 6 2>&1 \
+cargo test --quiet -p pilotd --test it condor_pool -- --include-ignored --test-threads 4 2>&1 \
     | tee -a "${TMPDIR:-/tmp}/pilotd-test.log"
 
 log "debian package"

@@ -13,8 +13,9 @@ use std::time::Duration;
 
 use pool::{Pool, Tag, WorkerRun};
 
-const SHORT: Duration = Duration::from_secs(60);
-const LONG: Duration = Duration::from_secs(180);
+// Generous: a 2-core CI machine runs these side by side, each worker a whole condor.
+const SHORT: Duration = Duration::from_secs(150);
+const LONG: Duration = Duration::from_secs(300);
 
 /// A job script that reports who ran it, where, and which directory it ran in.
 const WHOAMI: &str = "executable = whoami.sh\ntransfer_executable = True\n\
@@ -202,8 +203,10 @@ fn a_startd_killed_with_sigkill_ends_the_pilot_with_30_at_once() {
     // The master would restart it in 10 s and keep doing so; the pilot ends condor first.
     let started = std::time::Instant::now();
     assert_eq!(worker.wait_exit(SHORT), 30, "{}", worker.diagnose());
+    // The master alone would restart it in 10 s and again for ever, until the idle timeout
+    // (300 s here); the pilot ends it at once (seconds, more under load).
     assert!(
-        started.elapsed() < Duration::from_secs(10),
+        started.elapsed() < Duration::from_secs(60),
         "exit 30 took {:?}\n{}",
         started.elapsed(),
         worker.diagnose()
@@ -343,8 +346,9 @@ fn die_at_ends_the_worker_on_time_though_condor_would_notice_minutes_later() {
     worker.wait_advertised(&pool, SHORT);
     assert_eq!(worker.wait_exit(SHORT), 10, "{}", worker.diagnose());
     let late = chrono::Utc::now().timestamp() - die_at;
+    // condor alone would notice at its next master update, up to 300 s later.
     assert!(
-        late <= 10,
+        late <= 60,
         "the worker ended {late} s after die_at\n{}",
         worker.diagnose()
     );

@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use crate::sessions::record;
 
-const LONG: Duration = Duration::from_secs(240);
+// Generous: a 2-core CI machine runs these side by side, each worker a whole condor.
+const LONG: Duration = Duration::from_secs(300);
 
 /// One donated machine: a pilotd with its own instance, state dir, utmp file and policy,
 /// whose workers join the test pool and accept only this test's jobs.
