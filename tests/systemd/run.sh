@@ -174,7 +174,7 @@ time_until_paused() { # T0
 # --- images, packages, container ---------------------------------------------------------------
 log "Docker engine, registry and worker images (tests/setup-docker.sh)"
 sh tests/setup-docker.sh >/dev/null
-image=$(sh tests/images/build-debian-image.sh pilotd-test/systemd systemd systemd-sysv dbus)
+image=$(sh tests/images/build-debian-image.sh pilotd-test/systemd systemd systemd-sysv dbus iptables)
 log "systemd image: $image"
 
 log "building the package twice (dev profile; the second with a higher version, for the upgrade)"
