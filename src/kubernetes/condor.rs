@@ -6,7 +6,7 @@
 //! ```text
 //! condor_status [-pool P] -schedd -af:V Name AuthenticatedIdentity
 //! condor_status [-pool P] -startd -constraint C_STARTD -af:V Name State Activity K8SPodName
-//! condor_q      [-pool P] -name SCHEDD -constraint C_JOBS -af:V ClusterId ProcId JobStatus \
+//! condor_q      [-pool P] -name SCHEDD -allusers -constraint C_JOBS -af:V ClusterId ProcId JobStatus \
 //!               RequestCpus RequestMemory RequestDisk RequestGPUs RequestGPUTypes \
 //!               RequestLabels RequestDiskVolumes
 //! ```
@@ -16,7 +16,9 @@
 //! (`%V`), so strings are quoted (`"ap1.example.org"`), an undefined value is the bare word
 //! `undefined` and can never be confused with the string "undefined". Attribute names are
 //! case-insensitive in ClassAds and the values come back by position, so the spelling does
-//! not matter. A non-zero exit status is a failed query. `C_JOBS` is
+//! not matter. `-allusers` is needed: since HTCondor 8.5.2 `condor_q` shows only the caller's
+//! own jobs unless the caller is a queue superuser, and `-constraint` does not lift that (the
+//! provisioner's identity owns no jobs, so without it every query is empty). A non-zero exit status is a failed query. `C_JOBS` is
 //! `(JobStatus=?=1) && regexp(RequestK8SNamespace,"NS") && (ADDITIONAL)` as the NRP
 //! provisioner built it; `C_STARTD` selects this provisioner's workers by their K8S* attrs.
 
@@ -349,6 +351,7 @@ impl CondorProbe {
         let mut args = vec![
             "-name".into(),
             schedd.into(),
+            "-allusers".into(),
             "-constraint".into(),
             constraint.into(),
             "-af:V".into(),

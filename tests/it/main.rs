@@ -10,9 +10,8 @@
 //! - `kubernetes`: kubernetes mode against an in-process fake API server and fake condor tools
 //!   (only when the `kubernetes` feature is on, as it is by default).
 //!
-//! Tests against a real HTCondor pool belong in a `condor_pool` module declared here, gated
-//! like `docker` by an environment variable (`PILOTD_CONDOR_TESTS=1`) so that a machine
-//! without a pool skips them and says so.
+//! - `condor_pool`: both modes against a real HTCondor pool (tests/pool/up.sh); `#[ignore]`d
+//!   with a reason, and run by tests/run.sh with `--include-ignored`.
 
 mod cli;
 mod condor_pool;

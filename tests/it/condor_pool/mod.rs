@@ -5,6 +5,8 @@
 //! passing them: tests/run.sh runs them with `--include-ignored`, and a missing pool is then a
 //! failure (`Pool::from_env` panics saying what to run).
 
+#[cfg(feature = "kubernetes")]
+mod kubernetes;
 mod volunteer;
 
 #[path = "../../pool/harness.rs"]

@@ -5,5 +5,5 @@
 mod backend;
 mod bench;
 mod cycle;
-mod fake_api;
+pub mod fake_api;
 mod fixtures;
