@@ -90,6 +90,5 @@ for v in v1 v2; do docker push -q "$repo:$v" >/dev/null; done
 # `current` starts at v1; tests move it with tests/images/worker/tag-move.sh.
 "$here/images/worker/tag-move.sh" v1 >/dev/null
 
-echo "PILOTD_DOCKER_TESTS=1"
 echo "PILOTD_TEST_REGISTRY=$registry"
 echo "PILOTD_TEST_REPO=$repo"

@@ -28,328 +28,334 @@ fn write_whoami(pool: &Pool, user: &str) {
     );
 }
 
-#[test]
-#[ignore = "needs the real HTCondor pool: run by tests/run.sh"]
-fn a_real_job_runs_unprivileged_its_output_returns_and_the_pilot_exits_0() {
-    let pool = Pool::from_env();
-    let tag = Tag::new("job0");
-    let worker = WorkerRun::new(&pool, &tag)
-        .env("PILOT_IDLE_TIMEOUT", "30")
-        .start();
-    worker.wait_advertised(&pool, SHORT);
-    write_whoami(&pool, "alice");
-    let job = pool.submit(
-        "alice",
-        &tag,
-        "job0",
-        &WHOAMI.replace("out.txt", "job0.out"),
-    );
-    pool.wait_job_status(&job, 4, LONG);
-    let out = pool.on_ap("alice", "cat job0.out");
-    assert!(
-        out.starts_with(&format!(
-            "ran as 65532 on {} in /pilot/execute/",
-            worker.name
-        )),
-        "the job's output came back to alice from the unprivileged worker: {out:?}\n{}",
-        worker.diagnose()
-    );
-    let code = worker.wait_exit(LONG);
-    assert_eq!(code, 0, "{}", worker.diagnose());
-    assert!(
-        worker.logs().contains("a job started on this worker"),
-        "{}",
-        worker.diagnose()
-    );
-}
+/// In a module of its own so that tests/run.sh can leave these tests out of the general run
+/// (`--skip real_pool::`) and run them with more threads: they mostly wait on condor.
+mod real_pool {
+    use super::*;
 
-#[test]
-#[ignore = "needs the real HTCondor pool: run by tests/run.sh"]
-fn no_job_before_the_idle_timeout_is_exit_10() {
-    let pool = Pool::from_env();
-    let tag = Tag::new("idle10");
-    let worker = WorkerRun::new(&pool, &tag)
-        .env("PILOT_IDLE_TIMEOUT", "15")
-        .start();
-    worker.wait_advertised(&pool, SHORT);
-    assert_eq!(worker.wait_exit(LONG), 10, "{}", worker.diagnose());
-}
+    #[test]
+    #[ignore = "needs the real HTCondor pool: run by tests/run.sh"]
+    fn a_real_job_runs_unprivileged_its_output_returns_and_the_pilot_exits_0() {
+        let pool = Pool::from_env();
+        let tag = Tag::new("job0");
+        let worker = WorkerRun::new(&pool, &tag)
+            .env("PILOT_IDLE_TIMEOUT", "30")
+            .start();
+        worker.wait_advertised(&pool, SHORT);
+        write_whoami(&pool, "alice");
+        let job = pool.submit(
+            "alice",
+            &tag,
+            "job0",
+            &WHOAMI.replace("out.txt", "job0.out"),
+        );
+        pool.wait_job_status(&job, 4, LONG);
+        let out = pool.on_ap("alice", "cat job0.out");
+        assert!(
+            out.starts_with(&format!(
+                "ran as 65532 on {} in /pilot/execute/",
+                worker.name
+            )),
+            "the job's output came back to alice from the unprivileged worker: {out:?}\n{}",
+            worker.diagnose()
+        );
+        let code = worker.wait_exit(LONG);
+        assert_eq!(code, 0, "{}", worker.diagnose());
+        assert!(
+            worker.logs().contains("a job started on this worker"),
+            "{}",
+            worker.diagnose()
+        );
+    }
 
-#[test]
-#[ignore = "needs the real HTCondor pool: run by tests/run.sh"]
-fn root_without_capabilities_fails_the_self_test_with_21_and_says_what_to_do() {
-    // The setup that used to fail two seconds into condor: root, every capability dropped.
-    let pool = Pool::from_env();
-    let tag = Tag::new("root21");
-    let worker = WorkerRun::new(&pool, &tag).user("0:0", None).start();
-    assert_eq!(worker.wait_exit(SHORT), 21, "{}", worker.diagnose());
-    let logs = worker.logs();
-    assert!(
-        logs.contains("without the SETUID and SETGID capabilities")
-            && logs.contains("[worker] user"),
-        "{logs}"
-    );
-}
+    #[test]
+    #[ignore = "needs the real HTCondor pool: run by tests/run.sh"]
+    fn no_job_before_the_idle_timeout_is_exit_10() {
+        let pool = Pool::from_env();
+        let tag = Tag::new("idle10");
+        let worker = WorkerRun::new(&pool, &tag)
+            .env("PILOT_IDLE_TIMEOUT", "15")
+            .start();
+        worker.wait_advertised(&pool, SHORT);
+        assert_eq!(worker.wait_exit(LONG), 10, "{}", worker.diagnose());
+    }
 
-#[test]
-#[ignore = "needs the real HTCondor pool: run by tests/run.sh"]
-fn a_scratch_dir_the_worker_cannot_write_fails_the_self_test_with_21_naming_it() {
-    // The scratch mount as it was before pilotd prepared it: root-owned, 0755.
-    let pool = Pool::from_env();
-    let tag = Tag::new("scratch21");
-    let worker = WorkerRun::new(&pool, &tag)
-        .user("65532:65532", None)
-        .start();
-    assert_eq!(worker.wait_exit(SHORT), 21, "{}", worker.diagnose());
-    let logs = worker.logs();
-    assert!(
-        logs.contains("/pilot/condor") && logs.contains("uid 65532"),
-        "{logs}"
-    );
-}
+    #[test]
+    #[ignore = "needs the real HTCondor pool: run by tests/run.sh"]
+    fn root_without_capabilities_fails_the_self_test_with_21_and_says_what_to_do() {
+        // The setup that used to fail two seconds into condor: root, every capability dropped.
+        let pool = Pool::from_env();
+        let tag = Tag::new("root21");
+        let worker = WorkerRun::new(&pool, &tag).user("0:0", None).start();
+        assert_eq!(worker.wait_exit(SHORT), 21, "{}", worker.diagnose());
+        let logs = worker.logs();
+        assert!(
+            logs.contains("without the SETUID and SETGID capabilities")
+                && logs.contains("[worker] user"),
+            "{logs}"
+        );
+    }
 
-#[test]
-#[ignore = "needs the real HTCondor pool: run by tests/run.sh"]
-fn a_configuration_condor_rejects_ends_the_worker_with_20_not_a_hang() {
-    let pool = Pool::from_env();
-    let tag = Tag::new("badconf20");
-    let url = pool.publish(
-        &format!("{}.conf", tag.0),
-        &format!(
-            "{}\nthis line is not condor configuration\n",
-            pool.standard_config()
-        ),
-    );
-    let worker = WorkerRun::new(&pool, &tag)
-        .env("PILOT_CONFIG_URLS", &url)
-        .start();
-    assert_eq!(worker.wait_exit(SHORT), 20, "{}", worker.diagnose());
-    assert!(
-        worker.logs().contains("condor rejected the configuration"),
-        "{}",
-        worker.diagnose()
-    );
-}
+    #[test]
+    #[ignore = "needs the real HTCondor pool: run by tests/run.sh"]
+    fn a_scratch_dir_the_worker_cannot_write_fails_the_self_test_with_21_naming_it() {
+        // The scratch mount as it was before pilotd prepared it: root-owned, 0755.
+        let pool = Pool::from_env();
+        let tag = Tag::new("scratch21");
+        let worker = WorkerRun::new(&pool, &tag)
+            .user("65532:65532", None)
+            .start();
+        assert_eq!(worker.wait_exit(SHORT), 21, "{}", worker.diagnose());
+        let logs = worker.logs();
+        assert!(
+            logs.contains("/pilot/condor") && logs.contains("uid 65532"),
+            "{logs}"
+        );
+    }
 
-#[test]
-#[ignore = "needs the real HTCondor pool: run by tests/run.sh"]
-fn plain_http_configuration_only_with_pilot_allow_http() {
-    let pool = Pool::from_env();
-    let tag = Tag::new("http");
-    let url = pool.http_url("pool.conf");
-    let refused = WorkerRun::new(&pool, &tag)
-        .name(&format!("pilotd-pool-w-{}-refused", tag.0))
-        .env("PILOT_CONFIG_URLS", &url)
-        .start();
-    assert_eq!(refused.wait_exit(SHORT), 20, "{}", refused.diagnose());
-    assert!(
-        refused.logs().contains("PILOT_ALLOW_HTTP"),
-        "{}",
-        refused.logs()
-    );
+    #[test]
+    #[ignore = "needs the real HTCondor pool: run by tests/run.sh"]
+    fn a_configuration_condor_rejects_ends_the_worker_with_20_not_a_hang() {
+        let pool = Pool::from_env();
+        let tag = Tag::new("badconf20");
+        let url = pool.publish(
+            &format!("{}.conf", tag.0),
+            &format!(
+                "{}\nthis line is not condor configuration\n",
+                pool.standard_config()
+            ),
+        );
+        let worker = WorkerRun::new(&pool, &tag)
+            .env("PILOT_CONFIG_URLS", &url)
+            .start();
+        assert_eq!(worker.wait_exit(SHORT), 20, "{}", worker.diagnose());
+        assert!(
+            worker.logs().contains("condor rejected the configuration"),
+            "{}",
+            worker.diagnose()
+        );
+    }
 
-    let allowed = WorkerRun::new(&pool, &tag)
-        .env("PILOT_CONFIG_URLS", &url)
-        .env("PILOT_ALLOW_HTTP", "1")
-        .start();
-    allowed.wait_advertised(&pool, SHORT);
-    assert!(
-        allowed
-            .logs()
-            .contains("fetched condor configuration url=http://pilotd-pool-web:8080/pool.conf"),
-        "{}",
-        allowed.logs()
-    );
-}
+    #[test]
+    #[ignore = "needs the real HTCondor pool: run by tests/run.sh"]
+    fn plain_http_configuration_only_with_pilot_allow_http() {
+        let pool = Pool::from_env();
+        let tag = Tag::new("http");
+        let url = pool.http_url("pool.conf");
+        let refused = WorkerRun::new(&pool, &tag)
+            .name(&format!("pilotd-pool-w-{}-refused", tag.0))
+            .env("PILOT_CONFIG_URLS", &url)
+            .start();
+        assert_eq!(refused.wait_exit(SHORT), 20, "{}", refused.diagnose());
+        assert!(
+            refused.logs().contains("PILOT_ALLOW_HTTP"),
+            "{}",
+            refused.logs()
+        );
 
-#[test]
-#[ignore = "needs the real HTCondor pool: run by tests/run.sh"]
-fn a_token_the_pool_refuses_ends_the_worker_with_20_within_seconds() {
-    let pool = Pool::from_env();
-    let tag = Tag::new("token20");
-    let worker = WorkerRun::new(&pool, &tag)
-        .token(&pool.wrong_token())
-        .start();
-    assert_eq!(worker.wait_exit(SHORT), 20, "{}", worker.diagnose());
-    assert!(
-        worker
-            .logs()
-            .contains("the pool refused this worker's credentials"),
-        "{}",
-        worker.diagnose()
-    );
-    assert!(
-        pool.slot_attrs(&worker.name, &["Name"]).is_empty(),
-        "a refused worker is not in the pool"
-    );
-}
+        let allowed = WorkerRun::new(&pool, &tag)
+            .env("PILOT_CONFIG_URLS", &url)
+            .env("PILOT_ALLOW_HTTP", "1")
+            .start();
+        allowed.wait_advertised(&pool, SHORT);
+        assert!(
+            allowed
+                .logs()
+                .contains("fetched condor configuration url=http://pilotd-pool-web:8080/pool.conf"),
+            "{}",
+            allowed.logs()
+        );
+    }
 
-#[test]
-#[ignore = "needs the real HTCondor pool: run by tests/run.sh"]
-fn a_startd_killed_with_sigkill_ends_the_pilot_with_30_at_once() {
-    let pool = Pool::from_env();
-    let tag = Tag::new("kill30");
-    let worker = WorkerRun::new(&pool, &tag).start();
-    worker.wait_advertised(&pool, SHORT);
-    let master_log = worker.condor_log("MasterLog");
-    let pid = master_log
-        .lines()
-        .filter_map(|l| l.split("condor_startd\", pid and pgroup = ").nth(1))
-        .next_back()
-        .expect("the master started a startd")
-        .trim()
-        .to_owned();
-    pool::docker(&["exec", &worker.name, "sh", "-c", &format!("kill -9 {pid}")]);
-    // The master would restart it in 10 s and keep doing so; the pilot ends condor first.
-    let started = std::time::Instant::now();
-    assert_eq!(worker.wait_exit(SHORT), 30, "{}", worker.diagnose());
-    // The master alone would restart it in 10 s and again for ever, until the idle timeout
-    // (300 s here); the pilot ends it at once (seconds, more under load).
-    assert!(
-        started.elapsed() < Duration::from_secs(60),
-        "exit 30 took {:?}\n{}",
-        started.elapsed(),
-        worker.diagnose()
-    );
-    assert!(
-        worker.logs().contains("died due to signal 9"),
-        "{}",
-        worker.logs()
-    );
-}
+    #[test]
+    #[ignore = "needs the real HTCondor pool: run by tests/run.sh"]
+    fn a_token_the_pool_refuses_ends_the_worker_with_20_within_seconds() {
+        let pool = Pool::from_env();
+        let tag = Tag::new("token20");
+        let worker = WorkerRun::new(&pool, &tag)
+            .token(&pool.wrong_token())
+            .start();
+        assert_eq!(worker.wait_exit(SHORT), 20, "{}", worker.diagnose());
+        assert!(
+            worker
+                .logs()
+                .contains("the pool refused this worker's credentials"),
+            "{}",
+            worker.diagnose()
+        );
+        assert!(
+            pool.slot_attrs(&worker.name, &["Name"]).is_empty(),
+            "a refused worker is not in the pool"
+        );
+    }
 
-#[test]
-#[ignore = "needs the real HTCondor pool: run by tests/run.sh"]
-fn sigterm_shuts_condor_down_gracefully_with_143() {
-    let pool = Pool::from_env();
-    let tag = Tag::new("term143");
-    let worker = WorkerRun::new(&pool, &tag).start();
-    worker.wait_advertised(&pool, SHORT);
-    worker.signal("TERM");
-    assert_eq!(worker.wait_exit(SHORT), 143, "{}", worker.diagnose());
-    assert!(
-        worker
-            .condor_log("MasterLog")
-            .contains("Got SIGTERM. Performing graceful shutdown."),
-        "{}",
-        worker.diagnose()
-    );
-}
+    #[test]
+    #[ignore = "needs the real HTCondor pool: run by tests/run.sh"]
+    fn a_startd_killed_with_sigkill_ends_the_pilot_with_30_at_once() {
+        let pool = Pool::from_env();
+        let tag = Tag::new("kill30");
+        let worker = WorkerRun::new(&pool, &tag).start();
+        worker.wait_advertised(&pool, SHORT);
+        let master_log = worker.condor_log("MasterLog");
+        let pid = master_log
+            .lines()
+            .filter_map(|l| l.split("condor_startd\", pid and pgroup = ").nth(1))
+            .next_back()
+            .expect("the master started a startd")
+            .trim()
+            .to_owned();
+        pool::docker(&["exec", &worker.name, "sh", "-c", &format!("kill -9 {pid}")]);
+        // The master would restart it in 10 s and keep doing so; the pilot ends condor first.
+        let started = std::time::Instant::now();
+        assert_eq!(worker.wait_exit(SHORT), 30, "{}", worker.diagnose());
+        // The master alone would restart it in 10 s and again for ever, until the idle timeout
+        // (300 s here); the pilot ends it at once (seconds, more under load).
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "exit 30 took {:?}\n{}",
+            started.elapsed(),
+            worker.diagnose()
+        );
+        assert!(
+            worker.logs().contains("died due to signal 9"),
+            "{}",
+            worker.logs()
+        );
+    }
 
-#[test]
-#[ignore = "needs the real HTCondor pool: run by tests/run.sh"]
-fn the_slot_ad_carries_the_owners_limits_and_a_job_that_cannot_finish_in_time_never_starts() {
-    let pool = Pool::from_env();
-    let tag = Tag::new("slotad");
-    let now = chrono::Utc::now().timestamp();
-    let (accept, die) = (now + 3600, now + 7200);
-    let worker = WorkerRun::new(&pool, &tag)
-        .env("PILOT_ACCEPT_UNTIL", &accept.to_string())
-        .env("PILOT_DIE_AT", &die.to_string())
-        .env("PILOT_FREE_HOURS", "5")
-        .start();
-    worker.wait_advertised(&pool, SHORT);
-    let ad = pool.slot_attrs(
-        &worker.name,
-        &[
-            "PILOT_ACCEPT_UNTIL",
-            "PILOT_DIE_AT",
-            "PILOT_FREE_HOURS",
-            "PILOT_LONGEST_JOB",
-        ],
-    );
-    assert_eq!(
-        ad,
-        vec![format!("{accept} {die} 5 3600")],
-        "{}",
-        worker.diagnose()
-    );
+    #[test]
+    #[ignore = "needs the real HTCondor pool: run by tests/run.sh"]
+    fn sigterm_shuts_condor_down_gracefully_with_143() {
+        let pool = Pool::from_env();
+        let tag = Tag::new("term143");
+        let worker = WorkerRun::new(&pool, &tag).start();
+        worker.wait_advertised(&pool, SHORT);
+        worker.signal("TERM");
+        assert_eq!(worker.wait_exit(SHORT), 143, "{}", worker.diagnose());
+        assert!(
+            worker
+                .condor_log("MasterLog")
+                .contains("Got SIGTERM. Performing graceful shutdown."),
+            "{}",
+            worker.diagnose()
+        );
+    }
 
-    write_whoami(&pool, "bob");
-    // Declares 10 hours; the owner's deadline is 2 hours away.
-    let too_long = pool.submit(
-        "bob",
-        &tag,
-        "toolong",
-        &format!(
-            "{}allowed_execute_duration = 36000\n",
-            WHOAMI.replace("out.txt", "toolong.out")
-        ),
-    );
-    let fits = pool.submit(
-        "bob",
-        &tag,
-        "fits",
-        &format!(
-            "{}allowed_execute_duration = 600\n",
-            WHOAMI.replace("out.txt", "fits.out")
-        ),
-    );
-    // The fitting job runs on this slot, so the negotiator has considered both.
-    pool.wait_job_status(&fits, 4, LONG);
-    assert_eq!(
-        pool.job_status(&too_long),
-        Some(1),
-        "the 10 h job stays idle\n{}",
-        worker.diagnose()
-    );
-    assert_eq!(pool.job_attr(&too_long, "NumJobStarts"), "0");
-    pool.on_ap("bob", &format!("condor_rm {too_long}"));
-}
+    #[test]
+    #[ignore = "needs the real HTCondor pool: run by tests/run.sh"]
+    fn the_slot_ad_carries_the_owners_limits_and_a_job_that_cannot_finish_in_time_never_starts() {
+        let pool = Pool::from_env();
+        let tag = Tag::new("slotad");
+        let now = chrono::Utc::now().timestamp();
+        let (accept, die) = (now + 3600, now + 7200);
+        let worker = WorkerRun::new(&pool, &tag)
+            .env("PILOT_ACCEPT_UNTIL", &accept.to_string())
+            .env("PILOT_DIE_AT", &die.to_string())
+            .env("PILOT_FREE_HOURS", "5")
+            .start();
+        worker.wait_advertised(&pool, SHORT);
+        let ad = pool.slot_attrs(
+            &worker.name,
+            &[
+                "PILOT_ACCEPT_UNTIL",
+                "PILOT_DIE_AT",
+                "PILOT_FREE_HOURS",
+                "PILOT_LONGEST_JOB",
+            ],
+        );
+        assert_eq!(
+            ad,
+            vec![format!("{accept} {die} 5 3600")],
+            "{}",
+            worker.diagnose()
+        );
 
-#[test]
-#[ignore = "needs the real HTCondor pool: run by tests/run.sh"]
-fn a_job_then_the_pools_own_shutdown_expression_is_exit_0() {
-    // The pool's configuration ends the master itself (as OSPool's does with
-    // DAEMON_SHUTDOWN_FAST); a real master stopped that way exits 99, a normal end.
-    let pool = Pool::from_env();
-    let tag = Tag::new("shutdown99");
-    let at = chrono::Utc::now().timestamp() + 30;
-    let url = pool.publish(
-        &format!("{}.conf", tag.0),
-        &format!(
-            "{}\nMASTER_UPDATE_INTERVAL = 5\nMASTER.DAEMON_SHUTDOWN_FAST = time() > {at}\n",
-            pool.standard_config()
-        ),
-    );
-    let worker = WorkerRun::new(&pool, &tag)
-        .env("PILOT_CONFIG_URLS", &url)
-        .start();
-    worker.wait_advertised(&pool, SHORT);
-    write_whoami(&pool, "alice");
-    let job = pool.submit(
-        "alice",
-        &tag,
-        "shutdown99",
-        &WHOAMI.replace("out.txt", "shutdown99.out"),
-    );
-    pool.wait_job_status(&job, 4, SHORT);
-    assert_eq!(worker.wait_exit(LONG), 0, "{}", worker.diagnose());
-    assert!(
-        worker.logs().contains("exit=Code(99)"),
-        "condor ended itself: {}",
-        worker.diagnose()
-    );
-}
+        write_whoami(&pool, "bob");
+        // Declares 10 hours; the owner's deadline is 2 hours away.
+        let too_long = pool.submit(
+            "bob",
+            &tag,
+            "toolong",
+            &format!(
+                "{}allowed_execute_duration = 36000\n",
+                WHOAMI.replace("out.txt", "toolong.out")
+            ),
+        );
+        let fits = pool.submit(
+            "bob",
+            &tag,
+            "fits",
+            &format!(
+                "{}allowed_execute_duration = 600\n",
+                WHOAMI.replace("out.txt", "fits.out")
+            ),
+        );
+        // The fitting job runs on this slot, so the negotiator has considered both.
+        pool.wait_job_status(&fits, 4, LONG);
+        assert_eq!(
+            pool.job_status(&too_long),
+            Some(1),
+            "the 10 h job stays idle\n{}",
+            worker.diagnose()
+        );
+        assert_eq!(pool.job_attr(&too_long, "NumJobStarts"), "0");
+        pool.on_ap("bob", &format!("condor_rm {too_long}"));
+    }
 
-#[test]
-#[ignore = "needs the real HTCondor pool: run by tests/run.sh"]
-fn die_at_ends_the_worker_on_time_though_condor_would_notice_minutes_later() {
-    // MASTER.DAEMON_SHUTDOWN is evaluated when the master updates the collector, every
-    // 5 minutes by default; the owner's deadline cannot wait for that.
-    let pool = Pool::from_env();
-    let tag = Tag::new("dieat");
-    let die_at = chrono::Utc::now().timestamp() + 25;
-    let worker = WorkerRun::new(&pool, &tag)
-        .env("PILOT_DIE_AT", &die_at.to_string())
-        .start();
-    worker.wait_advertised(&pool, SHORT);
-    assert_eq!(worker.wait_exit(SHORT), 10, "{}", worker.diagnose());
-    let late = chrono::Utc::now().timestamp() - die_at;
-    // condor alone would notice at its next master update, up to 300 s later.
-    assert!(
-        late <= 60,
-        "the worker ended {late} s after die_at\n{}",
-        worker.diagnose()
-    );
+    #[test]
+    #[ignore = "needs the real HTCondor pool: run by tests/run.sh"]
+    fn a_job_then_the_pools_own_shutdown_expression_is_exit_0() {
+        // The pool's configuration ends the master itself (as OSPool's does with
+        // DAEMON_SHUTDOWN_FAST); a real master stopped that way exits 99, a normal end.
+        let pool = Pool::from_env();
+        let tag = Tag::new("shutdown99");
+        let at = chrono::Utc::now().timestamp() + 30;
+        let url = pool.publish(
+            &format!("{}.conf", tag.0),
+            &format!(
+                "{}\nMASTER_UPDATE_INTERVAL = 5\nMASTER.DAEMON_SHUTDOWN_FAST = time() > {at}\n",
+                pool.standard_config()
+            ),
+        );
+        let worker = WorkerRun::new(&pool, &tag)
+            .env("PILOT_CONFIG_URLS", &url)
+            .start();
+        worker.wait_advertised(&pool, SHORT);
+        write_whoami(&pool, "alice");
+        let job = pool.submit(
+            "alice",
+            &tag,
+            "shutdown99",
+            &WHOAMI.replace("out.txt", "shutdown99.out"),
+        );
+        pool.wait_job_status(&job, 4, SHORT);
+        assert_eq!(worker.wait_exit(LONG), 0, "{}", worker.diagnose());
+        assert!(
+            worker.logs().contains("exit=Code(99)"),
+            "condor ended itself: {}",
+            worker.diagnose()
+        );
+    }
+
+    #[test]
+    #[ignore = "needs the real HTCondor pool: run by tests/run.sh"]
+    fn die_at_ends_the_worker_on_time_though_condor_would_notice_minutes_later() {
+        // MASTER.DAEMON_SHUTDOWN is evaluated when the master updates the collector, every
+        // 5 minutes by default; the owner's deadline cannot wait for that.
+        let pool = Pool::from_env();
+        let tag = Tag::new("dieat");
+        let die_at = chrono::Utc::now().timestamp() + 25;
+        let worker = WorkerRun::new(&pool, &tag)
+            .env("PILOT_DIE_AT", &die_at.to_string())
+            .start();
+        worker.wait_advertised(&pool, SHORT);
+        assert_eq!(worker.wait_exit(SHORT), 10, "{}", worker.diagnose());
+        let late = chrono::Utc::now().timestamp() - die_at;
+        // condor alone would notice at its next master update, up to 300 s later.
+        assert!(
+            late <= 60,
+            "the worker ended {late} s after die_at\n{}",
+            worker.diagnose()
+        );
+    }
 }

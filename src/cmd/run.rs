@@ -62,9 +62,21 @@ pub fn run(g: &Global, a: &RunArgs) -> Result<String, CmdError> {
         );
         cfg.site.interval.0 = half;
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    // The volunteer daemon spends its life waiting: one thread runs it (each worker thread
+    // costs a stack and a malloc arena on someone else's machine); blocking work (disk
+    // measurement, iptables) goes to tokio's blocking threads, which exit when idle. The
+    // provisioner pages through thousands of pods and keeps two workers.
+    let mut builder = match cfg.site.mode {
+        Mode::Volunteer => tokio::runtime::Builder::new_current_thread(),
+        Mode::Kubernetes => {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            b.worker_threads(2);
+            b
+        }
+    };
+    let runtime = builder
         .thread_name("pilotd")
+        .thread_keep_alive(std::time::Duration::from_secs(10))
         .enable_all()
         .build()
         .map_err(|e| CmdError::Runtime(format!("cannot start the async runtime: {e}")))?;

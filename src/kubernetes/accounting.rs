@@ -117,8 +117,11 @@ pub fn classify(
     }
 }
 
-/// Classifies every pod; startd ads are paired by `K8SPodName` (the last ad wins, as in the
-/// provisioner).
+/// Classifies every pod; startd ads are paired by `K8SPodName`. A claimed ad wins, otherwise
+/// the last one does, as in the provisioner. The NRP worker advertises one static slot, so it
+/// has one ad; a worker with a partitionable slot has the pslot's ad, always `Unclaimed`, next
+/// to its claimed dynamic slots, and the provisioner's "last wins" then counted a busy pod as
+/// idle or a claimed one by chance (seen with real condor in tests/it/condor_pool).
 pub fn observe_pods(
     pods: &[Pod],
     startds: &[StartdAd],
@@ -128,7 +131,13 @@ pub fn observe_pods(
     let mut by_pod: HashMap<&str, &StartdAd> = HashMap::with_capacity(startds.len());
     for ad in startds {
         if let Some(p) = ad.k8s_pod_name.as_deref() {
-            by_pod.insert(p, ad);
+            let claimed = |a: &StartdAd| a.state.as_deref() == Some("Claimed");
+            match by_pod.get(p) {
+                Some(seen) if claimed(seen) && !claimed(ad) => {}
+                _ => {
+                    by_pod.insert(p, ad);
+                }
+            }
         }
     }
     pods.iter()
@@ -249,5 +258,26 @@ mod tests {
         let t = acc.values().next().unwrap();
         assert_eq!((t.claimed, t.waiting, t.failed), (1, 1, 1));
         assert_eq!((t.unclaimed(), t.live()), (1, 2));
+    }
+
+    #[test]
+    fn a_claimed_dynamic_slot_beats_its_partitionable_slot_in_any_order() {
+        let mut a = pod(Some("Running"), true, Some(1));
+        a.metadata.name = Some("a".into());
+        let mut pslot = ad("Unclaimed");
+        pslot.k8s_pod_name = Some("a".into());
+        let mut dslot = ad("Claimed");
+        dslot.k8s_pod_name = Some("a".into());
+        for ads in [[pslot.clone(), dslot.clone()], [dslot, pslot]] {
+            let obs = observe_pods(std::slice::from_ref(&a), &ads, now(), WAIT);
+            assert_eq!(obs[0].state, PodState::Claimed, "{ads:?}");
+        }
+        // Two unclaimed ads: the last one, as before.
+        let mut idle = ad("Unclaimed");
+        idle.k8s_pod_name = Some("a".into());
+        let mut owner = ad("Owner");
+        owner.k8s_pod_name = Some("a".into());
+        let obs = observe_pods(&[a], &[idle, owner], now(), WAIT);
+        assert_eq!(obs[0].state, PodState::Unmatched);
     }
 }

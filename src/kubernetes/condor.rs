@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! condor_status [-pool P] -schedd -af:V Name AuthenticatedIdentity
-//! condor_status [-pool P] -startd -constraint C_STARTD -af:V Name State Activity K8SPodName
+//! condor_status [-pool P] -constraint C_STARTD -af:V Name State Activity K8SPodName
 //! condor_q      [-pool P] -name SCHEDD -allusers -constraint C_JOBS -af:V ClusterId ProcId JobStatus \
 //!               RequestCpus RequestMemory RequestDisk RequestGPUs RequestGPUTypes \
 //!               RequestLabels RequestDiskVolumes
@@ -18,7 +18,10 @@
 //! case-insensitive in ClassAds and the values come back by position, so the spelling does
 //! not matter. `-allusers` is needed: since HTCondor 8.5.2 `condor_q` shows only the caller's
 //! own jobs unless the caller is a queue superuser, and `-constraint` does not lift that (the
-//! provisioner's identity owns no jobs, so without it every query is empty). A non-zero exit status is a failed query. `C_JOBS` is
+//! provisioner's identity owns no jobs, so without it every query is empty). The startd query
+//! asks for slot ads, condor_status's default, and not `-startd`: since HTCondor 23 that flag
+//! returns the startd daemon ads, which carry the worker's `K8S*` attributes but no `State`,
+//! so every worker would count as unclaimed. A non-zero exit status is a failed query. `C_JOBS` is
 //! `(JobStatus=?=1) && regexp(RequestK8SNamespace,"NS") && (ADDITIONAL)` as the NRP
 //! provisioner built it; `C_STARTD` selects this provisioner's workers by their K8S* attrs.
 
@@ -322,12 +325,7 @@ impl CondorProbe {
     }
 
     pub async fn startds(&self, constraint: &str) -> Result<Vec<StartdAd>, CondorError> {
-        let mut args = vec![
-            "-startd".into(),
-            "-constraint".into(),
-            constraint.into(),
-            "-af:V".into(),
-        ];
+        let mut args = vec!["-constraint".into(), constraint.into(), "-af:V".into()];
         args.extend(STARTD_ATTRS.iter().map(|s| s.to_string()));
         let text = self.run(&self.condor_status, "condor_status", args).await?;
         let mut out = Vec::new();

@@ -5,8 +5,8 @@
 //! - `sessions`: the utmp probe against real and damaged files;
 //! - `manifest`: the pool's manifest fetched from a real HTTP server;
 //! - `service`: `pilotd run` as a system service (systemd notify, reload, `--daemon`, metrics);
-//! - `docker`: volunteer mode and the pilot on the real Docker engine (`PILOTD_DOCKER_TESTS=1`,
-//!   after tests/setup-docker.sh; tests/run.sh sets it up);
+//! - `docker`: volunteer mode and the pilot on the real Docker engine (after
+//!   tests/setup-docker.sh; `#[ignore]`d with that reason, tests/run.sh runs them);
 //! - `kubernetes`: kubernetes mode against an in-process fake API server and fake condor tools
 //!   (only when the `kubernetes` feature is on, as it is by default).
 //!

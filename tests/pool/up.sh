@@ -101,7 +101,10 @@ run_daemon() { # NAME CONF
     current "$name" && return 0
     docker rm -f "$name" >/dev/null 2>&1 || true
     log "starting $name"
-    docker run -d --name "$name" --hostname "$name" --network "$net" \
+    # A fully qualified host name, as every real pool has: condor_q -name resolves the schedd's
+    # name as a host, and a bare container name has no domain ("unknown host").
+    docker run -d --name "$name" --hostname "$name.pilotd.test" --network "$net" \
+        --network-alias "$name.pilotd.test" \
         --label pilotd.pool-key="$pkey" --label pilotd.test-pool=true \
         -v "$here/pool-common.conf:/etc/condor/pool-common.conf:ro" \
         -v "$here/$conf:/etc/condor/config.d/90-pool.conf:ro" \

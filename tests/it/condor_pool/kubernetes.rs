@@ -165,15 +165,59 @@ async fn provisioner_sees_every_users_idle_jobs_and_counts_real_pilots() {
         workers.push(run.start());
     }
 
-    let counts = wait_for("one claimed and one unclaimed pilot", LONG, || {
+    // Both pilots in the collector, found by the provisioner's own startd constraint.
+    let constraint = settings.condor.startd_constraint.clone();
+    for w in &workers {
+        let found = (0..LONG.as_secs() / 2).any(|_| {
+            let ads = pool.on_ap(
+                "carol",
+                &format!(
+                    "condor_status -constraint '{}' -af Machine K8SPodName State",
+                    constraint.replace('\'', "'\\''")
+                ),
+            );
+            if ads.contains(&w.name) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_secs(2));
+            false
+        });
+        assert!(
+            found,
+            "{} never advertised its K8S attributes\n{}",
+            w.name,
+            w.diagnose()
+        );
+    }
+
+    let mut last = None;
+    let claimed = (0..LONG.as_secs() / 5).any(|_| {
         let (plan, _) = futures_block(cycle(&settings, &backend, &mut book, Utc::now()));
-        let c = plan
-            .clusters
-            .iter()
-            .find(|c| c.claimed + c.unmatched > 0)?
-            .clone();
-        (c.claimed == 1 && c.unmatched == 1).then_some(c)
+        let c = only_cluster(&plan.clusters).clone();
+        let done = c.claimed == 1 && c.unmatched == 1;
+        last = Some(c);
+        if !done {
+            std::thread::sleep(Duration::from_secs(5));
+        }
+        done
     });
+    let counts = last.unwrap();
+    assert!(
+        claimed,
+        "expected one claimed and one unmatched pod: {counts:?}\npods: {:?}\nads:\n{}\n{}",
+        fake.pods()
+            .iter()
+            .map(|p| (p["metadata"]["name"].clone(), p["status"]["phase"].clone()))
+            .collect::<Vec<_>>(),
+        pool.on_ap(
+            "carol",
+            &format!(
+                "condor_status -constraint '{}' -af:V Name State Activity K8SPodName",
+                constraint.replace('\'', "'\\''")
+            )
+        ),
+        workers[0].diagnose()
+    );
     assert_eq!(counts.waiting, 0, "{counts:?}");
     // One job runs on the claimed pilot; the other four are still idle and counted.
     assert_eq!(counts.idle_jobs, 4, "{counts:?}");

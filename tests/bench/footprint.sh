@@ -1,0 +1,85 @@
+#!/bin/bash
+# The idle footprint of the volunteer daemon next to the BOINC client (not a test: it prints
+# figures). Both run side by side for DURATION seconds on this machine, idle: BOINC attached to
+# no project, pilotd with a closed schedule (it observes the host and the engine every
+# interval but starts nothing). pilotd is the package's build: release, without the
+# Kubernetes feature. Samples RSS every 10 s (median and max) and CPU time over the whole run
+# (utime + stime of the process, as CPU-seconds per hour).
+#   DURATION=600 tests/bench/footprint.sh
+# Needs root, the Docker engine (tests/setup-docker.sh) and Debian's boinc-client (installed
+# here when missing).
+set -euo pipefail
+here=$(cd "$(dirname "$0")/../.." && pwd)
+duration=${DURATION:-600}
+step=10
+command -v boinc >/dev/null || {
+    echo "footprint: installing boinc-client" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends boinc-client >/dev/null \
+        || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends boinc-client >/dev/null; }
+}
+# The service must not run twice on this machine: use our own instance only.
+systemctl stop boinc-client 2>/dev/null || true
+(cd "$here" && cargo build --release -q --no-default-features --bin pilotd)
+bin=$here/target/release/pilotd
+
+d=$(mktemp -d); inst="footprint$$"
+cleanup() {
+    for p in ${ppid:-} ${bpid:-}; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$d"
+}
+trap cleanup EXIT
+
+# pilotd: a real policy whose window never opens today, and the default interval.
+day=$(date -u -d tomorrow +%a | tr 'A-Z' 'a-z')
+mkdir -p "$d/scratch" && : >"$d/utmp"
+cat >"$d/policy.toml" <<P
+timezone = "UTC"
+[schedule]
+windows = [ { days = "$day", from = "03:00", to = "03:01" } ]
+[share]
+cpus = 1
+memory = "1GiB"
+disk = "1GiB"
+workers = 1
+P
+cat >"$d/pilotd.toml" <<C
+policy = "$d/policy.toml"
+state_dir = "$d/state"
+[host]
+utmp = "$d/utmp"
+scratch = "$d/scratch"
+[docker]
+instance = "$inst"
+[worker]
+image = "127.0.0.1:5000/pilotd-test/never-pulled:1"
+allowed_images = ["127.0.0.1:5000/*"]
+C
+"$bin" -c "$d/pilotd.toml" check >/dev/null
+"$bin" -c "$d/pilotd.toml" run 2>"$d/pilotd.log" &
+ppid=$!
+
+# BOINC: its own data dir, no project (its GUI RPC listens on loopback only).
+mkdir -p "$d/boinc"
+(cd "$d/boinc" && exec boinc --dir "$d/boinc" >"$d/boinc.log" 2>&1) &
+bpid=$!
+sleep 5
+for p in $ppid $bpid; do kill -0 "$p" || { echo "footprint: a daemon did not start" >&2; cat "$d"/*.log >&2; exit 1; }; done
+
+tck=$(getconf CLK_TCK)
+cpu() { awk -v t="$tck" '{ print ($14 + $15) / t }' "/proc/$1/stat"; }
+rss() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
+p0=$(cpu $ppid); b0=$(cpu $bpid); t0=$(date +%s.%N)
+: >"$d/p.rss"; : >"$d/b.rss"
+end=$(( $(date +%s) + duration ))
+while [ "$(date +%s)" -lt "$end" ]; do
+    rss $ppid >>"$d/p.rss"; rss $bpid >>"$d/b.rss"
+    sleep $step
+done
+p1=$(cpu $ppid); b1=$(cpu $bpid); t1=$(date +%s.%N)
+
+stats() { sort -n "$1" | awk '{ a[NR] = $1 } END { printf "median %.1f MiB, max %.1f MiB", a[int((NR + 1) / 2)] / 1024, a[NR] / 1024 }'; }
+perh() { awk -v a="$1" -v b="$2" -v s="$t0" -v e="$t1" 'BEGIN { printf "%.2f", (b - a) * 3600 / (e - s) }'; }
+echo "idle footprint over $(awk -v s="$t0" -v e="$t1" 'BEGIN { printf "%.0f", e - s }') s, sampled every ${step} s, on $(nproc) cores ($(uname -r)):"
+echo "  pilotd $("$bin" --version | awk '{ print $2 }') (release, no kubernetes): RSS $(stats "$d/p.rss"); CPU $(perh "$p0" "$p1") CPU-s/h"
+echo "  boinc $(boinc --version 2>/dev/null | head -n 1 | awk '{ print $1 }') (no project):         RSS $(stats "$d/b.rss"); CPU $(perh "$b0" "$b1") CPU-s/h"
