@@ -171,8 +171,7 @@ impl Daemon {
             None
         };
         let (tx, rx) = mpsc::channel::<Trigger>(8);
-        let mut interval = tokio::time::interval(s.interval);
-        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let interval = cycle_timer(s.interval);
         Ok(Daemon {
             worker: worker_for(&s, manifest.as_ref()),
             engine: Engine {
@@ -285,6 +284,10 @@ impl Reconciler for Daemon {
         }
         self.probe = probe;
         self.worker = worker_for(&s, self.manifest.as_ref());
+        if s.interval != self.s.interval {
+            // The timer was built from the old interval; the first tick of a new one is now.
+            self.wakeups.interval = cycle_timer(s.interval);
+        }
         self.s = s;
         self.refresh.reset();
         Ok(())
@@ -367,4 +370,12 @@ fn restore(path: &Path, s: &Settings, now: DateTime<Utc>) -> Status {
         Err(e) => tracing::warn!("{e}; starting with an empty status"),
     }
     status
+}
+
+/// The cycle timer: a tick every `interval`, the first at once; a late tick delays the next
+/// ones rather than bursting to catch up.
+fn cycle_timer(interval: Duration) -> tokio::time::Interval {
+    let mut t = tokio::time::interval(interval);
+    t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    t
 }

@@ -49,8 +49,17 @@ impl Machine {
     }
 
     fn settings(&self) -> Settings {
+        Settings::resolve(&Config {
+            site: self.site(),
+            site_path: None,
+            policy: self.policy(),
+            policy_path: "policy.toml".into(),
+        })
+    }
+
+    fn site(&self) -> SiteConfig {
         let d = self.dir.path().display();
-        let site: SiteConfig = toml::from_str(&format!(
+        toml::from_str(&format!(
             "state_dir = \"{d}/state\"\n\
              [host]\nutmp = \"{d}/utmp\"\ndev = \"{d}/dev\"\npower_supply = \"{d}/power\"\n\
              scratch = \"{d}/scratch\"\n\
@@ -62,7 +71,10 @@ impl Machine {
             uid = nix::unistd::geteuid(),
             gid = nix::unistd::getegid(),
         ))
-        .unwrap();
+        .unwrap()
+    }
+
+    fn policy(&self) -> Policy {
         let mut policy = Policy::defaults(chrono_tz::UTC);
         policy.sessions = SessionRule::Any;
         // This machine's real load (other builds) must not look like the owner.
@@ -73,12 +85,7 @@ impl Machine {
         policy.share.cpus = Share::Amount(1);
         policy.share.memory = Share::Amount(256 << 20);
         policy.share.disk = Share::Amount(64 << 20);
-        Settings::resolve(&Config {
-            site,
-            site_path: None,
-            policy,
-            policy_path: "policy.toml".into(),
-        })
+        policy
     }
 
     fn daemon(&self) -> Daemon {
@@ -311,6 +318,24 @@ async fn the_service_drives_the_daemon_in_process_and_a_bad_reload_changes_nothi
     let saved = status::load(&d.status_path).unwrap().unwrap();
     assert!(saved.updated_at.is_some());
     assert!(m.calls("stop").is_empty());
+}
+
+#[tokio::test]
+async fn a_reload_applies_the_new_interval_to_the_cycle_timer() {
+    let m = Machine::new();
+    let mut d = m.daemon();
+    let before = d.wakeups.interval.period();
+    // The same configuration as the machine's, with another interval.
+    let mut cfg = Config {
+        site: m.site(),
+        site_path: None,
+        policy: m.policy(),
+        policy_path: "policy.toml".into(),
+    };
+    cfg.site.interval.0 = before * 30;
+    d.reload(cfg).unwrap();
+    assert_eq!(d.s.interval, before * 30);
+    assert_eq!(d.wakeups.interval.period(), before * 30);
 }
 
 /// A finished worker as the engine lists it.

@@ -104,6 +104,60 @@ impl Harness {
         std::fs::read_to_string(self.path("pilotd.log")).unwrap_or_default()
     }
 
+    /// Rewrites `interval` in pilotd.toml (applied by `reload` or the next `start`).
+    fn set_interval(&self, interval: &str) {
+        let path = self.path("pilotd.toml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("interval = "))
+            .unwrap()
+            .to_owned();
+        std::fs::write(
+            &path,
+            text.replace(&line, &format!("interval = \"{interval}\"")),
+        )
+        .unwrap();
+    }
+
+    /// SIGHUP, then waits until the daemon says the new configuration is in effect.
+    fn reload(&self) {
+        let before = self.log().matches("configuration reloaded").count();
+        let pid = self.child.as_ref().expect("running").id();
+        let _ = sh(&format!("kill -HUP {pid}"));
+        self.wait_for("the reload to apply", Duration::from_secs(20), || {
+            (self.log().matches("configuration reloaded").count() > before).then_some(())
+        });
+    }
+
+    fn alive(&mut self) -> bool {
+        matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
+    }
+
+    /// The state file as the running daemon last wrote it.
+    fn status_file(&self) -> Option<serde_json::Value> {
+        let text = std::fs::read_to_string(self.path("state/status.json")).ok()?;
+        serde_json::from_str(&text).ok()
+    }
+
+    /// Waits until the running daemon has finished `n` cycles (its state file, written at the
+    /// end of each, carries its pid and a new `updated_at`).
+    fn wait_cycles(&self, n: usize) {
+        let pid = self.child.as_ref().expect("running").id();
+        let mut seen = std::collections::BTreeSet::new();
+        self.wait_for(
+            &format!("{n} cycles of pid {pid}"),
+            Duration::from_secs(60),
+            || {
+                let v = self.status_file()?;
+                if v["pid"] == pid {
+                    seen.insert(v["updated_at"].as_str()?.to_owned());
+                }
+                (seen.len() >= n).then_some(())
+            },
+        );
+    }
+
     fn workers(&self) -> Vec<Seen> {
         let out = docker(&format!(
             "ps -a --filter label=pilotd.instance={} --format '{{{{.ID}}}} {{{{.Names}}}} {{{{.State}}}} {{{{.Label \"pilotd.image-digest\"}}}}'",
@@ -215,9 +269,16 @@ fn image(tag: &str) -> String {
 #[test]
 #[ignore = "needs the Docker engine and the local registry: tests/run.sh sets them up and runs it"]
 fn start_to_target_evict_by_pause_resume_and_adopt_after_sigkill() {
-    // A foreign container (no labels) and one of another instance: never touched.
+    // A foreign container (no labels) and a worker of another pilotd instance (every label
+    // pilotd puts on its own, another instance's name): never touched, adoption included.
     let foreign = format!("pilotd-foreign-{}", std::process::id());
     docker(&format!("run -d --name {foreign} {REPO}:v1"));
+    let other = format!("pilotd-other-{}", std::process::id());
+    docker(&format!(
+        "run -d --name {other} --label pilotd.managed=true --label pilotd.instance=other-{} \
+         --label pilotd.created=2026-01-01T00:00:00Z --label pilotd.die-at=2026-01-01T00:00:00Z {REPO}:v1",
+        std::process::id()
+    ));
     let mut h = Harness::new(
         "pause",
         &policy("pause", 2),
@@ -251,38 +312,45 @@ fn start_to_target_evict_by_pause_resume_and_adopt_after_sigkill() {
     );
     assert!(!env.contains("s3cret"), "the token is never in env: {env}");
     let mounts = docker(&format!("inspect -f '{{{{json .Mounts}}}}' {}", two[0].id));
-    assert!(
-        mounts.contains("\"Destination\":\"/etc/pilotd/token\",\"Mode\":\"\",\"RW\":false")
-            || mounts.contains("/etc/pilotd/token"),
-        "{mounts}"
+    let mounts: serde_json::Value = serde_json::from_str(&mounts).unwrap();
+    let token = mounts
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["Destination"] == "/etc/pilotd/token")
+        .unwrap_or_else(|| panic!("no token mount: {mounts}"));
+    assert_eq!(
+        token["RW"], false,
+        "the token is mounted read-only: {token}"
     );
     let logs = docker(&format!("logs {}", two[0].id));
     assert!(logs.contains("token=readable"), "{logs}");
     assert!(!h.log().contains("s3cret"), "the token is never logged");
 
-    // The owner logs in: both paused, quickly (event-driven).
-    let t0 = Instant::now();
+    // A cycle every 10 minutes from now on, applied by SIGHUP: only the utmp watch (inotify)
+    // can make the next steps happen in time, not the timer.
+    h.set_interval("10m");
+    h.reload();
+    // The owner logs in: both paused, within seconds (event-driven).
     h.login();
-    h.wait_for("both paused", Duration::from_secs(5), || {
+    h.wait_for("both paused", Duration::from_secs(20), || {
         let w = h.workers();
         (w.len() == 2 && w.iter().all(|w| w.state == "paused")).then_some(())
     });
-    assert!(
-        t0.elapsed() < Duration::from_secs(2),
-        "eviction took {:?}",
-        t0.elapsed()
-    );
     // Leaves: resumed.
     h.logout();
     h.wait_for("both resumed", Duration::from_secs(5), || {
         (h.running().len() == 2).then_some(())
     });
 
-    // SIGKILL and restart: the same two containers are adopted, none added.
+    // SIGKILL and restart (a cycle every 2 s again): the same two containers are adopted,
+    // none added, over three cycles of the new daemon, which keeps running.
     let before: Vec<String> = two.iter().map(|w| w.id.clone()).collect();
     h.kill9();
+    h.set_interval("2s");
     h.start();
-    std::thread::sleep(Duration::from_secs(6)); // three cycles
+    h.wait_cycles(3);
+    assert!(h.alive(), "the restarted pilotd died:\n{}", h.log());
     let mut after: Vec<String> = h.workers().into_iter().map(|w| w.id).collect();
     let mut before = before;
     before.sort();
@@ -300,9 +368,11 @@ fn start_to_target_evict_by_pause_resume_and_adopt_after_sigkill() {
     assert_eq!(v["workers"].as_array().unwrap().len(), 2);
     h.term();
 
-    let state = docker(&format!("inspect -f '{{{{.State.Status}}}}' {foreign}"));
-    assert_eq!(state, "running", "a foreign container is never touched");
-    docker(&format!("rm -f {foreign}"));
+    for c in [&foreign, &other] {
+        let state = docker(&format!("inspect -f '{{{{.State.Status}}}}' {c}"));
+        assert_eq!(state, "running", "{c} is not pilotd's to touch");
+        docker(&format!("rm -f {c}"));
+    }
 }
 
 #[test]
@@ -567,7 +637,12 @@ fn registry_down_leaves_workers_alone_and_is_retried() {
             .find(|l| l.contains("resolving") && l.contains("running workers are unaffected"))
             .map(str::to_string)
     });
-    std::thread::sleep(Duration::from_secs(3));
+    // The outage is in the status, for `pilotd status`.
+    let err = h.wait_for("the outage in the status", Duration::from_secs(30), || {
+        let v = h.status_file()?;
+        v["image"]["last_error"].as_str().map(str::to_owned)
+    });
+    assert!(err.contains("127.0.0.1"), "names the registry: {err}");
     let still: Vec<String> = h.running().into_iter().map(|w| w.id).collect();
     assert_eq!(
         still,
@@ -584,7 +659,8 @@ fn registry_down_leaves_workers_alone_and_is_retried() {
             .output()
             .ok()?;
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-        v["image"]["last_error"].is_null().then_some(())
+        // Present and null: a missing key would read as null too.
+        (v["image"].get("last_error") == Some(&serde_json::Value::Null)).then_some(())
     });
     assert!(failures_logged >= 1);
     h.term();
