@@ -668,6 +668,64 @@ fn registry_down_leaves_workers_alone_and_is_retried() {
 
 #[test]
 #[ignore = "needs the Docker engine and the local registry: tests/run.sh sets them up and runs it"]
+fn no_new_worker_on_an_image_the_registry_has_not_confirmed_for_max_image_age() {
+    let fwd = Forwarder::start();
+    let reference = format!("127.0.0.1:{}/pilotd-test/worker:v1", fwd.port);
+    let mut h = Harness::new(
+        "imgage",
+        &policy("graceful", 1),
+        "",
+        &format!(
+            "image = \"{reference}\"\nmax_image_age = \"4s\"\n[worker.env]\nWORKER_SLEEP = \"6\"\n"
+        ),
+    );
+    h.start();
+    let first = h.wait_for("1 worker", Duration::from_secs(60), || h.running().pop());
+    // The registry goes away; the worker ends on its own a few seconds later, and its
+    // replacement must wait: the image is no longer confirmed.
+    fwd.up.store(false, Ordering::SeqCst);
+    let note = h.wait_for("the refusal in the status", Duration::from_secs(60), || {
+        let v = h.status_file()?;
+        v["notes"]
+            .as_array()?
+            .iter()
+            .filter_map(|n| n.as_str())
+            .find(|n| n.contains("longer ago than max_image_age"))
+            .map(str::to_owned)
+    });
+    assert!(note.contains("no worker can start"), "{note}");
+    assert!(
+        h.workers().iter().all(|w| w.id == first.id),
+        "no other worker started: {:?}",
+        h.workers()
+    );
+    // Confirmed again: a new worker starts.
+    fwd.up.store(true, Ordering::SeqCst);
+    h.wait_for("a new worker", Duration::from_secs(60), || {
+        h.running().into_iter().find(|w| w.id != first.id)
+    });
+    h.term();
+}
+
+#[test]
+#[ignore = "needs the Docker engine and the local registry: tests/run.sh sets them up and runs it"]
+fn on_shutdown_stop_stops_the_workers_and_keep_leaves_them() {
+    for (mode, left) in [("stop", 0), ("keep", 1)] {
+        let mut h = Harness::new(
+            &format!("shut{mode}"),
+            &policy("graceful", 1),
+            "",
+            &format!("{}\non_shutdown = \"{mode}\"\n", image("v1")),
+        );
+        h.start();
+        h.wait_for("1 worker", Duration::from_secs(60), || h.running().pop());
+        h.term();
+        assert_eq!(h.running().len(), left, "on_shutdown = {mode}: {}", h.log());
+    }
+}
+
+#[test]
+#[ignore = "needs the Docker engine and the local registry: tests/run.sh sets them up and runs it"]
 fn gc_removes_exactly_what_it_should() {
     let h = Harness::new("gc", &policy("graceful", 1), "", &image("v1"));
     let inst = &h.instance;
