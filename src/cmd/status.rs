@@ -29,8 +29,25 @@ struct StatusView<'a> {
     /// The pool's manifest in force, if one is configured.
     manifest: Option<ManifestView>,
     history: Option<HistoryView>,
+    /// The rest of the daemon's status file, without the keys above: one JSON object must not
+    /// name a key twice (parsers keep one of them, and `workers` is the live list here).
     #[serde(flatten)]
+    rest: serde_json::Map<String, serde_json::Value>,
+    #[serde(skip)]
     status: &'a state::Status,
+}
+
+/// The status file's fields that the view does not already give.
+fn rest_of(status: &state::Status) -> Result<serde_json::Map<String, serde_json::Value>, CmdError> {
+    let serde_json::Value::Object(mut m) =
+        serde_json::to_value(status).map_err(|e| CmdError::Runtime(e.to_string()))?
+    else {
+        return Err(CmdError::Runtime("the status is not a JSON object".into()));
+    };
+    for key in ["pid", "updated_at", "instance", "workers"] {
+        m.remove(key);
+    }
+    Ok(m)
 }
 
 #[derive(Debug, Serialize)]
@@ -107,6 +124,7 @@ pub fn run(g: &Global, a: &StatusArgs) -> Result<String, CmdError> {
         workers_from,
         workers,
         workers_error,
+        rest: rest_of(&status)?,
         status: &status,
     };
     match a.format {
@@ -322,4 +340,71 @@ fn render(v: &StatusView<'_>, now: DateTime<Utc>, path: &std::path::Path) -> Str
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every key of `status --format json` once: the view's own fields (the live worker list
+    /// among them) and the status file's other fields.
+    #[test]
+    fn the_json_view_names_each_key_once() {
+        let status = state::Status {
+            pid: 7,
+            workers: Some(vec![]),
+            ..state::Status::default()
+        };
+        let view = StatusView {
+            daemon_running: false,
+            pid: status.pid,
+            updated_at: status.updated_at,
+            instance: &status.instance,
+            workers_from: "unknown",
+            workers: None,
+            workers_error: None,
+            config: String::new(),
+            manifest: None,
+            history: None,
+            rest: rest_of(&status).unwrap(),
+            status: &status,
+        };
+        let text = serde_json::to_string(&view).unwrap();
+        let Keys(keys) = serde_json::from_str(&text).unwrap();
+        let mut unique = keys.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), keys.len(), "a key twice in {text}");
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        // The live list (None here), not the status file's empty one.
+        assert!(v["workers"].is_null(), "{text}");
+    }
+
+    /// The top-level keys of a JSON object in order, repeats included (a `Value` would keep
+    /// only one of each).
+    struct Keys(Vec<String>);
+
+    impl<'de> serde::Deserialize<'de> for Keys {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Keys, D::Error> {
+            struct V;
+            impl<'de> serde::de::Visitor<'de> for V {
+                type Value = Keys;
+                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    f.write_str("an object")
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(
+                    self,
+                    mut m: A,
+                ) -> Result<Keys, A::Error> {
+                    let mut keys = Vec::new();
+                    while let Some(k) = m.next_key::<String>()? {
+                        m.next_value::<serde::de::IgnoredAny>()?;
+                        keys.push(k);
+                    }
+                    Ok(Keys(keys))
+                }
+            }
+            d.deserialize_map(V)
+        }
+    }
 }
