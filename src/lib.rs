@@ -18,6 +18,7 @@ pub mod backoff;
 pub mod cli;
 pub mod cmd;
 pub mod config;
+pub mod horizon;
 #[cfg(feature = "kubernetes")]
 pub mod kubernetes;
 pub mod service;

@@ -28,7 +28,9 @@ fn init_logging() {
 }
 
 fn after(t: chrono::DateTime<Utc>, d: Duration) -> chrono::DateTime<Utc> {
-    t + chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
+    // Checked: an extreme PILOT_* duration saturates instead of panicking.
+    t.checked_add_signed(chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX))
+        .unwrap_or(chrono::DateTime::<Utc>::MAX_UTC)
 }
 
 async fn run() -> PilotExit {
@@ -87,7 +89,10 @@ async fn run() -> PilotExit {
         graceful_timeout: settings.graceful_timeout,
         fast_timeout: settings.fast_timeout,
         kill_timeout: KILL_TIMEOUT,
-        idle_backstop: Some(after(now, settings.idle_timeout + settings.idle_grace)),
+        idle_backstop: Some(after(
+            now,
+            settings.idle_timeout.saturating_add(settings.idle_grace),
+        )),
         die_at: settings.die_at,
         die_backstop: settings.die_at.map(|t| after(t, settings.die_grace)),
     };

@@ -64,8 +64,11 @@ pub fn run(g: &Global, a: &StatusArgs) -> Result<String, CmdError> {
         });
     let now = Utc::now();
     // Alive: the pid exists and the file was written recently.
-    let stale_after = chrono::Duration::from_std(s.interval * 3).unwrap_or_default()
-        + chrono::Duration::seconds(60);
+    let stale_after = crate::horizon::delta(
+        s.interval
+            .saturating_mul(3)
+            .saturating_add(std::time::Duration::from_secs(60)),
+    );
     let running = status.pid > 0
         && nix::sys::signal::kill(nix::unistd::Pid::from_raw(status.pid as i32), None).is_ok()
         && status.updated_at.is_some_and(|t| now - t <= stale_after);

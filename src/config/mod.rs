@@ -57,6 +57,8 @@ pub struct Config {
 pub struct Machine {
     pub cpus: u32,
     pub memory_kib: u64,
+    /// NVIDIA GPUs (device nodes `/dev/nvidiaN`); None when not known (a replayed snapshot).
+    pub gpus: Option<u32>,
 }
 
 /// How `load` treats a missing pilotd.toml.
@@ -199,14 +201,27 @@ pub fn check_against_machine(p: &Policy, spans: &PolicySpans, m: Machine, d: &mu
             "share at most the machine's CPUs, or write a percentage like \"50%\"",
         );
     }
-    let mem = p.share.memory.of(m.memory_kib * 1024);
-    if mem > m.memory_kib * 1024 {
+    if let Some(gpus) = m.gpus
+        && p.share.gpus > gpus
+    {
+        d.error(
+            spans.gpus.clone(),
+            format!(
+                "gpus = {} is more than this machine's {gpus} GPU(s) (counted as /dev/nvidiaN devices)",
+                p.share.gpus
+            ),
+            "share at most the GPUs this machine has, or gpus = 0",
+        );
+    }
+    let total = m.memory_kib.saturating_mul(1024);
+    let mem = p.share.memory.of(total);
+    if mem > total {
         d.error(
             spans.memory.clone(),
             format!(
                 "memory share {} is more than this machine's {}",
                 units::format_size(mem),
-                units::format_size(m.memory_kib * 1024)
+                units::format_size(total)
             ),
             "share less memory, or write a percentage like \"50%\"",
         );

@@ -7,8 +7,8 @@
 
 use super::diag::Diagnostics;
 use super::units::{
-    DaySet, Minute, Share, ShareUnit, StrOrInt, UnitError, parse_days, parse_duration, parse_share,
-    parse_time_of_day,
+    DaySet, Minute, Share, ShareUnit, StrOrInt, duration_from_secs, parse_days, parse_duration,
+    parse_share, parse_time_of_day,
 };
 use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};
@@ -354,6 +354,23 @@ pub fn validate(raw: RawPolicy, local_tz: Tz, d: &mut Diagnostics) -> (Policy, P
             "share at least 1 CPU, or \"50%\"",
         );
     }
+    for (key, v, share) in [
+        ("memory", &s.memory, p.share.memory),
+        ("disk", &s.disk, p.share.disk),
+    ] {
+        if let Some(v) = v
+            && share == Share::Amount(0)
+        {
+            d.error(
+                v.span(),
+                format!(
+                    "{key} = {} shares nothing: no worker could start",
+                    v.get_ref()
+                ),
+                format!("share some {key}, e.g. {key} = \"50%\" or \"8GiB\""),
+            );
+        }
+    }
     if let Some(l) = &raw.jobs.longest_job {
         spans.longest_job = l.span();
         let mut v = p.longest_job;
@@ -373,8 +390,7 @@ pub fn validate(raw: RawPolicy, local_tz: Tz, d: &mut Diagnostics) -> (Policy, P
 fn dur(v: &Option<Spanned<StrOrInt>>, out: &mut Duration, d: &mut Diagnostics) {
     let Some(v) = v else { return };
     let parsed = match v.get_ref() {
-        StrOrInt::Int(n) if *n >= 0 => Ok(Duration::from_secs(*n as u64)),
-        StrOrInt::Int(n) => Err(UnitError::NegativeDuration(*n)),
+        StrOrInt::Int(n) => duration_from_secs(*n),
         StrOrInt::Str(s) => parse_duration(s),
     };
     match parsed {

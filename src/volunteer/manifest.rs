@@ -290,7 +290,7 @@ impl Refresh {
         if self.fetching || self.due.is_some_and(|t| now < t) {
             return false;
         }
-        self.due = Some(now + chrono::Duration::from_std(every).unwrap_or_default());
+        self.due = Some(crate::horizon::after(now, every));
         self.fetching = true;
         true
     }

@@ -24,9 +24,12 @@ fn push_pilot_image() -> String {
     image
 }
 
-/// Serves one condor config file on 127.0.0.1 (the workers use the host's network).
+/// Serves one condor config file on the host's address on Docker's default bridge, where the
+/// workers are (`network = "host"`, which reached loopback, is refused by `check`).
 fn config_server() -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let gateway = harness::sh_ok("ip -4 -o addr show docker0 | awk '{print $4}' | cut -d/ -f1");
+    assert!(!gateway.is_empty(), "docker0 has no IPv4 address");
+    let listener = std::net::TcpListener::bind((gateway.as_str(), 0)).unwrap();
     let url = format!("http://{}/pool.conf", listener.local_addr().unwrap());
     std::thread::spawn(move || {
         for conn in listener.incoming() {
@@ -81,7 +84,7 @@ image = "{image}"
 allowed_images = ["127.0.0.1:5000/*"]
 idle_timeout = "3s"
 token_file = "{d}/token"
-network = "host"
+network = "bridge"
 backoff_base = "1s"
 backoff_max = "2s"
 [worker.env]

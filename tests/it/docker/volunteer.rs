@@ -50,7 +50,7 @@ impl Harness {
             "mode = \"volunteer\"\npolicy = \"{d}/policy.toml\"\nstate_dir = \"{d}/state\"\ninterval = \"2s\"\n{site}\n[host]\nutmp = \"{d}/utmp\"\nscratch = \"{d}/scratch\"\n[docker]\ninstance = \"{instance}\"\n[worker]\nallowed_images = [\"127.0.0.1:\"]\nrefresh = \"2s\"\ntoken_file = \"{d}/token\"\nbackoff_base = \"1s\"\nbackoff_max = \"2s\"\n{worker}\n",
             d = p.display(),
         );
-        let site = site.replace("[\"127.0.0.1:\"]", "[\"127.0.0.1:*\"]");
+        let site = site.replace("[\"127.0.0.1:\"]", "[\"127.0.0.1:5000/*\"]");
         std::fs::write(p.join("pilotd.toml"), site).unwrap();
         Harness {
             dir,
