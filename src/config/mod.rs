@@ -12,6 +12,7 @@
 pub mod diag;
 #[cfg(feature = "kubernetes")]
 pub mod kubernetes;
+pub mod ownership;
 pub mod policy;
 pub mod site;
 pub mod template;
@@ -101,7 +102,20 @@ pub fn load_site(
     site_file: SiteFile,
 ) -> Result<(SiteConfig, Option<PathBuf>), ConfigError> {
     match std::fs::read_to_string(site_path) {
-        Ok(src) => Ok((parse_site(site_path, &src)?, Some(site_path.to_path_buf()))),
+        Ok(src) => {
+            let site = parse_site(site_path, &src)?;
+            // A root daemon takes orders (images, mounts, the token) from these files only
+            // when nobody but root can change them.
+            if nix::unistd::geteuid().is_root() {
+                ownership::only_root_writes(site_path, "pilotd.toml", "644")?;
+                if site.mode == Mode::Volunteer
+                    && let Some(token) = &site.worker.token_file
+                {
+                    ownership::secret(token)?;
+                }
+            }
+            Ok((site, Some(site_path.to_path_buf())))
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && site_file == SiteFile::Optional => {
             Ok((SiteConfig::defaults(), None))
         }
@@ -145,7 +159,7 @@ pub fn load_policy(
             .into(),
     })?;
     if nix::unistd::geteuid().is_root() {
-        check_ownership(path)?;
+        ownership::only_root_writes(path, "the owner's policy", "644")?;
     }
     parse_policy(path, &src, site, machine, local_timezone())
 }
@@ -225,42 +239,6 @@ pub fn check_against_machine(p: &Policy, spans: &PolicySpans, m: Machine, d: &mu
             ),
             "share less memory, or write a percentage like \"50%\"",
         );
-    }
-}
-
-/// sshd-style StrictModes: a root daemon must not take orders from a file others can edit.
-fn check_ownership(path: &Path) -> Result<(), ConfigError> {
-    use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(path).map_err(|e| ConfigError::Read {
-        path: path.to_path_buf(),
-        source: e,
-        hint: "check the path".into(),
-    })?;
-    let reason = if meta.uid() != 0 {
-        Some(format!("it is owned by uid {}, not root", meta.uid()))
-    } else if meta.mode() & 0o022 != 0 {
-        Some(format!(
-            "it is writable by {} (mode {:o})",
-            if meta.mode() & 0o002 != 0 {
-                "everyone"
-            } else {
-                "its group"
-            },
-            meta.mode() & 0o7777
-        ))
-    } else {
-        None
-    };
-    match reason {
-        Some(reason) => Err(ConfigError::Insecure {
-            path: path.to_path_buf(),
-            reason,
-            hint: format!(
-                "only root may be able to change the owner's policy: run `chown root:root {0} && chmod 644 {0}`",
-                path.display()
-            ),
-        }),
-        None => Ok(()),
     }
 }
 

@@ -60,6 +60,12 @@ impl Run {
         let instance = format!("p{}-{tag}", std::process::id());
         std::fs::write(d.join("utmp"), b"").unwrap();
         std::fs::write(d.join("token"), "pool-token\n").unwrap();
+        // A root daemon refuses a token others can read (`config::ownership`).
+        std::fs::set_permissions(
+            d.join("token"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o600),
+        )
+        .unwrap();
         std::fs::write(
             d.join("policy.toml"),
             "timezone = \"UTC\"\n[schedule]\nwindows = [{ days = \"daily\", from = \"00:00\", to = \"24:00\" }]\n\

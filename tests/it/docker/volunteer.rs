@@ -39,6 +39,12 @@ impl Harness {
         let dir = tempfile::tempdir().unwrap();
         let p_dir = dir.path();
         std::fs::write(p_dir.join("token"), "s3cret-token-value\n").unwrap();
+        // A root daemon refuses a token others can read (`config::ownership`).
+        std::fs::set_permissions(
+            p_dir.join("token"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o600),
+        )
+        .unwrap();
         std::fs::write(p_dir.join("utmp"), b"").unwrap();
         let policy = format!(
             "timezone = \"UTC\"\n{}\n[owner]\nmax_owner_cpu = \"100%\"\nfree_for = \"0s\"\non_battery = \"ignore\"\non_return = \"{}\"\ngrace = \"{}\"\n[share]\ncpus = 2\nmemory = \"512MiB\"\ndisk = \"{}\"\nworkers = {}\n[jobs]\nlongest_job = \"{}\"\n",
