@@ -19,11 +19,13 @@ const KILL_TIMEOUT: Duration = Duration::from_secs(5);
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("PILOT_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Container logs are files, not terminals: no colour codes there.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        // Container logs are files, not terminals: no colour codes there.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        // No URL credentials (`PILOT_CONFIG_URLS` may carry a token) and one event per line.
+        .with_writer(move || redact::Redacting::new(std::io::stderr(), ansi))
+        .with_ansi(ansi)
         .init();
 }
 

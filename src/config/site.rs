@@ -415,18 +415,14 @@ impl SiteConfig {
 
     /// Semantic checks of pilotd.toml on its own.
     pub fn validate(&self, d: &mut Diagnostics) {
-        if let Some(url) = &self.remote.url {
-            let u = url.get_ref();
-            let loopback = ["http://127.0.0.1", "http://localhost", "http://[::1]"]
-                .iter()
-                .any(|p| u.starts_with(p));
-            if !u.starts_with("https://") && !loopback {
-                d.error(
-                    url.span(),
-                    format!("remote manifest URL `{u}` is not https"),
-                    "use an https:// URL (plain http is accepted only on loopback)",
-                );
-            }
+        if let Some(url) = &self.remote.url
+            && let Err(e) = secure_url(url.get_ref())
+        {
+            d.error(
+                url.span(),
+                format!("remote manifest URL: {e}"),
+                "use an https:// URL (plain http is accepted only on loopback)",
+            );
         }
         if !(0.0..=1.0).contains(&self.history.free_threshold) {
             d.error(
@@ -690,6 +686,38 @@ pub fn is_fully_qualified(image: &str) -> bool {
     host_ok && tagged && !rest.is_empty()
 }
 
+/// Whether pilotd may fetch from `url`: https, or plain http to a loopback host (a local
+/// mirror, a test server). Decided on the parsed URL, whose host is what the client connects
+/// to: `http://127.0.0.1@evil.example/` goes to evil.example.
+pub fn transport_allowed(url: &reqwest::Url) -> bool {
+    match url.scheme() {
+        "https" => url.host_str().is_some(),
+        "http" => url.host_str().is_some_and(|h| {
+            h.eq_ignore_ascii_case("localhost")
+                || h.trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|a| a.is_loopback())
+        }),
+        _ => false,
+    }
+}
+
+/// Parses a URL pilotd will fetch and applies [`transport_allowed`]; the error names the URL
+/// with its credentials redacted.
+pub fn secure_url(raw: &str) -> Result<reqwest::Url, String> {
+    let shown = redact::credentials(raw);
+    let url = reqwest::Url::parse(raw).map_err(|e| format!("`{shown}` is not a URL ({e})"))?;
+    if transport_allowed(&url) {
+        Ok(url)
+    } else {
+        Err(format!(
+            "`{shown}` is not https (its host is {})",
+            url.host_str().unwrap_or("missing")
+        ))
+    }
+}
+
 /// A name a process environment can hold and a shell can set: `[A-Za-z_][A-Za-z0-9_]*`
 /// (`"A=B"` would set `A`, `""` nothing the worker can read).
 pub fn is_env_name(s: &str) -> bool {
@@ -876,6 +904,33 @@ mod tests {
         let exact = pats("r.example/a/b@sha256:ab");
         assert!(image_allowed("r.example/a/b@sha256:ab", &exact));
         assert!(!image_allowed("r.example/a/b@sha256:abc", &exact));
+    }
+
+    #[test]
+    fn only_https_or_loopback_http_on_the_parsed_url() {
+        for ok in [
+            "https://pool.example.org/m.toml",
+            "http://127.0.0.1:8080/m",
+            "http://localhost/m",
+            "http://[::1]:9/m",
+            "http://127.0.0.2/m",
+        ] {
+            assert!(secure_url(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "http://pool.example.org/m",
+            "http://127.0.0.1@evil.example/m",
+            "http://localhost:80@evil.example/m",
+            "http://user@host/",
+            "ftp://127.0.0.1/m",
+            "file:///etc/passwd",
+            "not a url",
+        ] {
+            assert!(secure_url(bad).is_err(), "{bad}");
+        }
+        let e = secure_url("http://u:pw@evil.example/?token=t").unwrap_err();
+        assert!(!e.contains("pw") && !e.contains("=t"), "{e}");
+        assert!(e.contains("evil.example"), "{e}");
     }
 
     #[test]

@@ -152,10 +152,13 @@ fn notifies_systemd_and_reloads_keeping_the_last_good_config() {
     recv_until(&sock, "RELOADING=1", &mut notes);
     let line = wait_line(&log, "keeping the last good configuration", &mut seen);
     assert!(line.contains("reload failed"), "{line}");
-    wait_line(
-        &log,
-        &format!("{}:2:13: unknown on_return rule", policy.display()),
-        &mut seen,
+    // One event, one line: the diagnostics follow on it, their newlines escaped.
+    assert!(
+        line.contains(&format!(
+            "configuration:\\n{}:2:13: unknown on_return rule",
+            policy.display()
+        )),
+        "{line}"
     );
     assert!(
         child.try_wait().unwrap().is_none(),

@@ -160,7 +160,7 @@ impl Daemon {
             tracing::warn!("{w}");
         }
         let manifest = if s.remote.is_some() {
-            match manifest::load_last_good(&s.state_dir) {
+            match manifest::load_checked(&s.state_dir, &s.image.allowed, &s.worker.env) {
                 Ok(m) => m,
                 Err(e) => {
                     tracing::warn!("{e}; waiting for a fresh manifest");
