@@ -457,3 +457,73 @@ fn a_second_daemon_with_the_same_instance_on_the_same_engine_is_refused() {
     signal(&second, nix::sys::signal::Signal::SIGTERM);
     let _ = wait_exit(&mut second, Duration::from_secs(20));
 }
+
+/// CPU seconds (user + system) a process has used so far, from /proc/PID/stat.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // The command name may hold spaces; the fields after its closing parenthesis are fixed.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
+    ticks / 100.0
+}
+
+/// Out of file descriptors under a flood of idle connections, the metrics listener pauses
+/// between accepts instead of spinning (it used to burn 80-90 % of a core), and the daemon
+/// keeps cycling.
+#[test]
+fn the_metrics_listener_backs_off_when_out_of_descriptors() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let s = Setup::new(&format!("[metrics]\nlisten = \"127.0.0.1:{port}\"\n"));
+    let mut child = s
+        .cmd()
+        .arg("run")
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let log = lines(&mut child);
+    let mut seen = Vec::new();
+    wait_line(&log, "decision:", &mut seen);
+    // Leave the daemon two descriptors beyond what it holds now.
+    let open = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count() as u64;
+    let limit = nix::libc::rlimit {
+        rlim_cur: open + 2,
+        rlim_max: open + 2,
+    };
+    let rc = unsafe {
+        nix::libc::prlimit(
+            pid as nix::libc::pid_t,
+            nix::libc::RLIMIT_NOFILE,
+            &limit,
+            std::ptr::null_mut(),
+        )
+    };
+    assert_eq!(rc, 0, "prlimit: {}", std::io::Error::last_os_error());
+    let flood: Vec<std::net::TcpStream> = (0..40)
+        .map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let before = cpu_seconds(pid);
+    std::thread::sleep(Duration::from_secs(3));
+    let used = cpu_seconds(pid) - before;
+    let warned = wait_line(&log, "metrics: cannot accept a connection", &mut seen);
+    assert!(warned.contains("pausing"), "{warned}");
+    assert!(
+        used < 0.6,
+        "the daemon used {used:.2} s of CPU in 3 s while out of descriptors"
+    );
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the daemon must keep running"
+    );
+    drop(flood);
+    signal(&child, nix::sys::signal::Signal::SIGTERM);
+    wait_exit(&mut child, Duration::from_secs(20));
+}
