@@ -35,6 +35,8 @@ pub enum ConfigError {
     },
     #[error("{}", diag::render(.0).trim_end())]
     Invalid(Vec<Diagnostic>),
+    #[error("{} is larger than {limit} bytes, which no pilotd.toml or policy is\n  hint: check the path; these files are a few KiB", path.display())]
+    TooLarge { path: PathBuf, limit: u64 },
     #[error("refusing to use {}: {reason}\n  hint: {hint}", path.display())]
     Insecure {
         path: PathBuf,
@@ -96,12 +98,36 @@ pub fn load(
     })
 }
 
+/// The largest pilotd.toml or policy read: real ones are a few KiB; a 48 MB policy once took
+/// 1.2 GB of memory to parse.
+pub const MAX_FILE_BYTES: u64 = 1 << 20;
+
+/// Reads a whole text file of at most `limit` bytes, without reading past the limit.
+pub fn read_bounded(path: &Path, limit: u64) -> Result<String, ConfigError> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(limit + 1).read_to_string(&mut text))
+        .map_err(|e| ConfigError::Read {
+            path: path.to_path_buf(),
+            source: e,
+            hint: String::new(),
+        })?;
+    if text.len() as u64 > limit {
+        return Err(ConfigError::TooLarge {
+            path: path.to_path_buf(),
+            limit,
+        });
+    }
+    Ok(text)
+}
+
 /// Reads pilotd.toml, or the built-in defaults when it is optional and absent.
 pub fn load_site(
     site_path: &Path,
     site_file: SiteFile,
 ) -> Result<(SiteConfig, Option<PathBuf>), ConfigError> {
-    match std::fs::read_to_string(site_path) {
+    match read_bounded(site_path, MAX_FILE_BYTES) {
         Ok(src) => {
             let site = parse_site(site_path, &src)?;
             // A root daemon takes orders (images, mounts, the token) from these files only
@@ -116,15 +142,18 @@ pub fn load_site(
             }
             Ok((site, Some(site_path.to_path_buf())))
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && site_file == SiteFile::Optional => {
+        Err(ConfigError::Read { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound && site_file == SiteFile::Optional =>
+        {
             Ok((SiteConfig::defaults(), None))
         }
-        Err(e) => Err(ConfigError::Read {
-            path: site_path.to_path_buf(),
-            source: e,
+        Err(ConfigError::Read { path, source, .. }) => Err(ConfigError::Read {
+            path,
+            source,
             hint: "create it (see examples/ in the source, or /usr/share/pilotd), or pass -c FILE"
                 .into(),
         }),
+        Err(e) => Err(e),
     }
 }
 
@@ -152,11 +181,14 @@ pub fn load_policy(
     site: &SiteConfig,
     machine: Option<Machine>,
 ) -> Result<Policy, ConfigError> {
-    let src = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
-        path: path.to_path_buf(),
-        source: e,
-        hint: "write one with `pilotd init`, or pass --policy FILE (examples are in policies/)"
-            .into(),
+    let src = read_bounded(path, MAX_FILE_BYTES).map_err(|e| match e {
+        ConfigError::Read { path, source, .. } => ConfigError::Read {
+            path,
+            source,
+            hint: "write one with `pilotd init`, or pass --policy FILE (examples are in policies/)"
+                .into(),
+        },
+        other => other,
     })?;
     if nix::unistd::geteuid().is_root() {
         ownership::only_root_writes(path, "the owner's policy", "644")?;

@@ -32,6 +32,9 @@ use std::time::Duration;
 
 const FILE: &str = "manifest.toml";
 
+/// The largest stored manifest read back (a fetched one is bounded by `[remote] max_bytes`).
+const STORED_MAX_BYTES: u64 = 1 << 20;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
     #[error("remote manifest {url}: {why}\n  hint: {hint}")]
@@ -378,9 +381,16 @@ pub fn load_checked(
 /// The last manifest that passed, if any, as stored (not checked again: `status` shows its
 /// version). A damaged copy is ignored (and reported).
 pub fn load_last_good(state_dir: &Path) -> Result<Option<Manifest>, ManifestError> {
+    use std::io::Read;
     let p = path(state_dir);
-    match std::fs::read(&p) {
-        Ok(b) => parse(&p.display().to_string(), &b).map(Some),
+    // Bounded like a fetch: the stored copy is a file someone could have replaced.
+    let mut b = Vec::new();
+    match std::fs::File::open(&p).and_then(|f| f.take(STORED_MAX_BYTES + 1).read_to_end(&mut b)) {
+        Ok(_) if b.len() as u64 > STORED_MAX_BYTES => Err(ManifestError::Invalid {
+            url: p.display().to_string(),
+            why: format!("larger than {STORED_MAX_BYTES} bytes"),
+        }),
+        Ok(_) => parse(&p.display().to_string(), &b).map(Some),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(ManifestError::Store { path: p, source: e }),
     }

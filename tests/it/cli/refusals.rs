@@ -239,3 +239,23 @@ fn files_others_can_change_or_read_are_refused_when_root() {
         ))
         .stderr(predicate::str::contains("chmod 644"));
 }
+
+#[test]
+fn oversized_files_are_refused_before_they_are_parsed() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // A comment line repeated past 1 MiB: valid TOML, but no policy is that large.
+    let huge = "# padding padding padding padding padding padding padding padding\n".repeat(20_000);
+    check(d, "", &huge)
+        .code(2)
+        .stderr(predicate::str::contains(format!(
+            "{} is larger than 1048576 bytes",
+            d.join("policy.toml").display()
+        )));
+    check(d, &huge, "")
+        .code(2)
+        .stderr(predicate::str::contains(format!(
+            "{} is larger than 1048576 bytes",
+            d.join("pilotd.toml").display()
+        )));
+}
