@@ -527,3 +527,79 @@ fn the_metrics_listener_backs_off_when_out_of_descriptors() {
     signal(&child, nix::sys::signal::Signal::SIGTERM);
     wait_exit(&mut child, Duration::from_secs(20));
 }
+
+/// A reload onto the most extreme policy `check` accepts (every duration at its 100-year
+/// bound, windows that end soon) keeps a daemon that decides and stays alive; one past the
+/// bound is refused by the reload (the last good one stays) instead of crashing the daemon
+/// (which used to exit 101, and fail open under Restart=on-failure).
+#[test]
+fn a_reload_onto_extreme_durations_survives() {
+    let s = Setup::new("max_lifetime = \"100years\"\n");
+    let mut child = s
+        .cmd()
+        .arg("run")
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let log = lines(&mut child);
+    let mut seen = Vec::new();
+    wait_line(&log, "decision:", &mut seen);
+    let policy = s.path("policy.toml");
+    std::fs::write(
+        &policy,
+        "[schedule]\nwindows = [{ days = \"daily\", from = \"00:00\", to = \"24:00\" }]\n\
+         evict_before_end = \"100years\"\n[owner]\nbusy_for = \"100years\"\nfree_for = \"100years\"\n\
+         grace = \"100years\"\nsession_idle = \"100years\"\nmax_owner_cpu = \"1%\"\n[jobs]\nlongest_job = \"100years\"\n",
+    )
+    .unwrap();
+    pilotd_check(&s);
+    signal(&child, nix::sys::signal::Signal::SIGHUP);
+    wait_line(&log, "configuration reloaded", &mut seen);
+    // Cycles go on with it (interval = 1s): the status file is rewritten after each.
+    cycles_go_on(&s, &mut child);
+
+    std::fs::write(&policy, "[owner]\nbusy_for = \"300000years\"\n").unwrap();
+    signal(&child, nix::sys::signal::Signal::SIGHUP);
+    let line = wait_line(&log, "keeping the last good configuration", &mut seen);
+    assert!(
+        line.contains("duration `300000years` is too long"),
+        "{line}"
+    );
+    cycles_go_on(&s, &mut child);
+    signal(&child, nix::sys::signal::Signal::SIGTERM);
+    let status = wait_exit(&mut child, Duration::from_secs(20));
+    assert!(status.success(), "{status:?}");
+}
+
+/// The daemon is alive and its status file is written again within a few seconds.
+fn cycles_go_on(s: &Setup, child: &mut Child) {
+    let status = s.path("state/status.json");
+    let before = std::fs::metadata(&status).unwrap().modified().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the daemon must survive"
+        );
+        let now = std::fs::metadata(&status).unwrap().modified().unwrap();
+        if now > before {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no cycle wrote the status in 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// `pilotd check` on a Setup's files must pass (what the reload is about to read).
+fn pilotd_check(s: &Setup) {
+    let out = s.cmd().arg("check").output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
