@@ -46,6 +46,26 @@ impl Setup {
         self.dir.path().join(name)
     }
 
+    /// A Setup whose daemon serves metrics on a free loopback port.
+    fn with_metrics() -> (Setup, u16) {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let s = Setup::new(&format!("[metrics]\nlisten = \"127.0.0.1:{port}\"\n"));
+        (s, port)
+    }
+
+    /// `pilotd run` in the foreground, its stderr piped (see `lines`).
+    fn run(&self) -> Child {
+        self.cmd()
+            .arg("run")
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+
     fn cmd(&self) -> Command {
         let mut c = Command::new(bin());
         c.arg("-c").arg(self.path("pilotd.toml"));
@@ -270,18 +290,8 @@ fn daemon_that_fails_before_ready_fails_its_parent() {
 
 #[test]
 fn metrics_are_scraped_from_a_running_daemon() {
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    let s = Setup::new(&format!("[metrics]\nlisten = \"127.0.0.1:{port}\"\n"));
-    let mut child = s
-        .cmd()
-        .arg("run")
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
+    let (s, port) = Setup::with_metrics();
+    let mut child = s.run();
     let log = lines(&mut child);
     let mut seen = Vec::new();
     wait_line(&log, "decision:", &mut seen);
@@ -353,13 +363,7 @@ fn manifest_failures_keep_the_last_good_one_and_history_survives_corruption() {
         b"{\"version\":1,\"buckets\":[",
     )
     .unwrap();
-    let mut child = s
-        .cmd()
-        .arg("run")
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = s.run();
     let log = lines(&mut child);
     let mut seen = Vec::new();
     wait_line(&log, "history.json.corrupt", &mut seen);
@@ -473,18 +477,8 @@ fn cpu_seconds(pid: u32) -> f64 {
 /// keeps cycling.
 #[test]
 fn the_metrics_listener_backs_off_when_out_of_descriptors() {
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    let s = Setup::new(&format!("[metrics]\nlisten = \"127.0.0.1:{port}\"\n"));
-    let mut child = s
-        .cmd()
-        .arg("run")
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
+    let (s, port) = Setup::with_metrics();
+    let mut child = s.run();
     let pid = child.id();
     let log = lines(&mut child);
     let mut seen = Vec::new();
@@ -535,13 +529,7 @@ fn the_metrics_listener_backs_off_when_out_of_descriptors() {
 #[test]
 fn a_reload_onto_extreme_durations_survives() {
     let s = Setup::new("max_lifetime = \"100years\"\n");
-    let mut child = s
-        .cmd()
-        .arg("run")
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = s.run();
     let log = lines(&mut child);
     let mut seen = Vec::new();
     wait_line(&log, "decision:", &mut seen);
