@@ -85,7 +85,8 @@ pub fn run(g: &Global, a: &StatusArgs) -> Result<String, CmdError> {
         Err(e) => ("unknown", None, Some(e)),
     };
     let manifest = s.remote.as_ref().map(|r| ManifestView {
-        url: r.url.clone(),
+        // Shown to whoever runs `status`: never the URL's credentials.
+        url: redact::credentials(&r.url).into_owned(),
         version: manifest::load_last_good(&s.state_dir)
             .ok()
             .flatten()
