@@ -9,7 +9,8 @@
 //!   its position;
 //! - every `instant ± duration` in the house goes through [`after`] / [`before`], which
 //!   saturate at the range's ends instead of panicking, so a value that slipped past a check
-//!   (a snapshot file, a stored state file) gives a far-away instant, never a crash.
+//!   (a snapshot file, a stored state file) gives a far-away instant, never a crash; sums of
+//!   std durations (`grace + 10s`, `grace + timeout`) use `saturating_add`.
 //!
 //! Imports: nothing of pilotd (the bottom layer).
 
@@ -54,11 +55,6 @@ pub fn before(t: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
         .unwrap_or(DateTime::<Utc>::MIN_UTC)
 }
 
-/// `a + b` for std durations (tokio deadlines, grace plus a margin), saturating.
-pub fn sum(a: Duration, b: Duration) -> Duration {
-    a.saturating_add(b)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -80,7 +76,6 @@ mod tests {
             before(after(t, Duration::from_secs(90)), Duration::from_secs(90)),
             t
         );
-        assert_eq!(sum(Duration::MAX, Duration::from_secs(10)), Duration::MAX);
     }
 
     #[test]
