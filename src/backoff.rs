@@ -4,6 +4,7 @@
 //! next trial pod, a broken event stream delays its reconnect. Pure: callers add the delay to
 //! their own `now`.
 
+use chrono::{DateTime, Utc};
 use std::time::Duration;
 
 /// The delays of one kind of retry.
@@ -29,9 +30,10 @@ impl Backoff {
         self.first.saturating_mul(factor).min(self.max)
     }
 
-    /// `delay` as a chrono duration, for adding to an instant.
-    pub fn delay_chrono(&self, failures: u32) -> chrono::Duration {
-        chrono::Duration::from_std(self.delay(failures)).unwrap_or(chrono::Duration::MAX)
+    /// When the next try may happen after `failures` failures in a row at `now`: checked
+    /// arithmetic (`horizon::after`), so no `first`/`max` a file allows can overflow it.
+    pub fn retry_at(&self, now: DateTime<Utc>, failures: u32) -> DateTime<Utc> {
+        crate::horizon::after(now, self.delay(failures))
     }
 }
 
@@ -48,5 +50,15 @@ mod tests {
         assert_eq!(b.delay(u32::MAX), b.max);
         let short = Backoff::new(Duration::from_secs(2), Duration::from_secs(2));
         assert_eq!(short.delay(5), Duration::from_secs(2));
+    }
+
+    #[test]
+    fn the_retry_instant_saturates_instead_of_panicking() {
+        let huge = Backoff::new(Duration::MAX, Duration::MAX);
+        let now = DateTime::<Utc>::MAX_UTC;
+        assert_eq!(huge.retry_at(now, u32::MAX), DateTime::<Utc>::MAX_UTC);
+        let b = Backoff::new(Duration::from_secs(60), Duration::from_secs(300));
+        let t = DateTime::UNIX_EPOCH;
+        assert_eq!(b.retry_at(t, 2), DateTime::from_timestamp(120, 0).unwrap());
     }
 }

@@ -6,7 +6,8 @@
 //! - `kubernetes`: kubernetes mode, whole (condor probe, demand by shape, the plan, Job
 //!   bodies, the API client, the provisioner loop); only with the `kubernetes` feature;
 //! - shared below both: `config` (the two files, read and diagnosed), `service` (the process
-//!   as a system service, and the loop skeleton both modes run in), `backoff`;
+//!   as a system service, and the loop skeleton both modes run in), `backoff`, `horizon`
+//!   (the range of instants and durations, and saturating arithmetic on them);
 //! - above both: `cli` (the command line) and `cmd` (one file per subcommand: the edge).
 //!
 //! Both modes are a reconcile loop: observe → decide (pure) → act. The decision is a pure
@@ -18,6 +19,7 @@ pub mod backoff;
 pub mod cli;
 pub mod cmd;
 pub mod config;
+pub mod horizon;
 #[cfg(feature = "kubernetes")]
 pub mod kubernetes;
 pub mod service;

@@ -31,7 +31,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("pilotd: {e}");
+            eprintln!("pilotd: {}", redact::credentials(&e.to_string()));
             ExitCode::from(e.exit_code())
         }
     }

@@ -205,7 +205,10 @@ pub async fn fetch_one(
     source: &ConfigSource,
     policy: &FetchPolicy,
 ) -> Result<String, FetchError> {
-    let deadline = Instant::now() + policy.timeout;
+    let start = Instant::now();
+    let deadline = start
+        .checked_add(policy.timeout)
+        .unwrap_or(start + Duration::from_secs(365 * 86_400));
     let mut backoff = Duration::from_millis(250);
     let mut attempts = 0;
     loop {
@@ -222,7 +225,7 @@ pub async fn fetch_one(
             }
         };
         let now = Instant::now();
-        if now + backoff >= deadline {
+        if now.checked_add(backoff).is_none_or(|t| t >= deadline) {
             return Err(FetchError::GaveUp {
                 url: source.url.to_string(),
                 timeout: policy.timeout,

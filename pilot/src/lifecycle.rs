@@ -144,7 +144,9 @@ pub struct Lifecycle {
 }
 
 fn after(now: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
-    now + chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
+    // Checked: an extreme PILOT_* duration saturates instead of panicking.
+    now.checked_add_signed(chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX))
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
 impl Lifecycle {

@@ -19,16 +19,20 @@ const KILL_TIMEOUT: Duration = Duration::from_secs(5);
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("PILOT_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Container logs are files, not terminals: no colour codes there.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        // Container logs are files, not terminals: no colour codes there.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        // No URL credentials (`PILOT_CONFIG_URLS` may carry a token) and one event per line.
+        .with_writer(move || redact::Redacting::new(std::io::stderr(), ansi))
+        .with_ansi(ansi)
         .init();
 }
 
 fn after(t: chrono::DateTime<Utc>, d: Duration) -> chrono::DateTime<Utc> {
-    t + chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
+    // Checked: an extreme PILOT_* duration saturates instead of panicking.
+    t.checked_add_signed(chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX))
+        .unwrap_or(chrono::DateTime::<Utc>::MAX_UTC)
 }
 
 async fn run() -> PilotExit {
@@ -87,7 +91,10 @@ async fn run() -> PilotExit {
         graceful_timeout: settings.graceful_timeout,
         fast_timeout: settings.fast_timeout,
         kill_timeout: KILL_TIMEOUT,
-        idle_backstop: Some(after(now, settings.idle_timeout + settings.idle_grace)),
+        idle_backstop: Some(after(
+            now,
+            settings.idle_timeout.saturating_add(settings.idle_grace),
+        )),
         die_at: settings.die_at,
         die_backstop: settings.die_at.map(|t| after(t, settings.die_grace)),
     };

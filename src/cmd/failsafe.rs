@@ -482,7 +482,7 @@ mod tests {
         site.host.scratch = Some(dir.path().to_path_buf());
         site.docker.instance = toml::Spanned::new(0..0, "t".to_string());
         // A site network: this unit test must not touch the host's firewall.
-        site.worker.network = Some("bridge".into());
+        site.worker.network = Some(toml::Spanned::new(0..0, "bridge".into()));
         let s = WorkerSettings::of_site(&site);
         std::fs::create_dir(dir.path().join("pilotd-t-a")).unwrap();
         std::fs::create_dir(dir.path().join("other")).unwrap();

@@ -361,7 +361,7 @@ pub fn run(g: &Global, args: &InitArgs) -> Result<String, CmdError> {
 
 /// Atomic write (temp file + rename) with mode 0644, keeping the previous file as `.bak`.
 fn write_policy(path: &Path, text: &str) -> Result<(), CmdError> {
-    use std::os::unix::fs::PermissionsExt;
+    use crate::service::state_file::write_atomically_with_mode;
     let fail = |e: std::io::Error| {
         CmdError::Runtime(format!(
             "cannot write {}: {e}\n  hint: run as root for /etc/pilotd, or pass --output FILE",
@@ -371,13 +371,15 @@ fn write_policy(path: &Path, text: &str) -> Result<(), CmdError> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(fail)?;
     }
-    let tmp = path.with_extension("toml.tmp");
-    std::fs::write(&tmp, text).map_err(fail)?;
-    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644)).map_err(fail)?;
-    if path.exists() {
-        std::fs::copy(path, path.with_extension("toml.bak")).map_err(fail)?;
+    // Temp files with unique names, created without following links (state_file), for the
+    // backup too: /etc/pilotd is root's, but --output may name any directory.
+    match std::fs::read(path) {
+        Ok(old) => write_atomically_with_mode(&path.with_extension("toml.bak"), &old, 0o644)
+            .map_err(fail)?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(fail(e)),
     }
-    std::fs::rename(&tmp, path).map_err(fail)
+    write_atomically_with_mode(path, text.as_bytes(), 0o644).map_err(fail)
 }
 
 #[cfg(test)]

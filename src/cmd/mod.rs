@@ -111,21 +111,30 @@ pub fn block_on<F: std::future::Future>(f: F) -> Result<F::Output, CmdError> {
     Ok(rt.block_on(f))
 }
 
-/// Parses `--now`: RFC 3339, or unix seconds.
+/// Parses `--now`: RFC 3339, or unix seconds, from 1970 to the end of year 9999 (further out,
+/// the date arithmetic of the decision would leave chrono's range; see `horizon`).
 pub fn parse_now(s: Option<&str>) -> Result<Option<DateTime<Utc>>, CmdError> {
     let Some(s) = s else { return Ok(None) };
-    if let Ok(secs) = s.parse::<i64>() {
-        return DateTime::from_timestamp(secs, 0)
-            .map(Some)
-            .ok_or_else(|| CmdError::Usage(format!("--now {s}: out of range")));
+    let out_of_range = || {
+        CmdError::Usage(format!(
+            "--now {s}: out of range\n  hint: give an instant from 1970-01-01T00:00:00Z to 9999-12-31T23:59:59Z (unix seconds 0 to 253402300799)"
+        ))
+    };
+    let t = if let Ok(secs) = s.parse::<i64>() {
+        DateTime::from_timestamp(secs, 0).ok_or_else(out_of_range)?
+    } else {
+        DateTime::parse_from_rfc3339(s)
+            .map(|t| t.with_timezone(&Utc))
+            .map_err(|e| {
+                CmdError::Usage(format!(
+                    "--now {s}: {e}\n  hint: write an RFC 3339 instant like 2026-12-01T21:30:00Z or 2026-12-01T22:30:00+01:00"
+                ))
+            })?
+    };
+    if !crate::horizon::in_range(t) {
+        return Err(out_of_range());
     }
-    DateTime::parse_from_rfc3339(s)
-        .map(|t| Some(t.with_timezone(&Utc)))
-        .map_err(|e| {
-            CmdError::Usage(format!(
-                "--now {s}: {e}\n  hint: write an RFC 3339 instant like 2026-12-01T21:30:00Z or 2026-12-01T22:30:00+01:00"
-            ))
-        })
+    Ok(Some(t))
 }
 
 /// Where the configuration came from, for output.

@@ -40,10 +40,12 @@ pub fn run(g: &Global, a: &PlanArgs) -> Result<String, CmdError> {
         Snapshot::Host(h) => Machine {
             cpus: h.cpus,
             memory_kib: h.memory_total_kib,
+            gpus: None,
         },
         Snapshot::Cluster(_) => Machine {
             cpus: u32::MAX,
             memory_kib: u64::MAX / 1024,
+            gpus: None,
         },
     });
     let cfg = load_config(g, SiteFile::Optional, machine.or_else(this_machine))?;

@@ -48,7 +48,7 @@ pub fn run(g: &Global, a: &RunArgs) -> Result<String, CmdError> {
     };
     logging::init(
         g.log_format == LogFormat::Json,
-        cfg.site.log.level.as_deref(),
+        cfg.site.log.level.as_ref().map(|l| l.get_ref().as_str()),
     );
     // The watchdog is pinged after every cycle, so a cycle must come at least every half of
     // systemd's WatchdogSec, whatever `interval` says; otherwise a healthy daemon is killed.

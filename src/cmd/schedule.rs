@@ -6,6 +6,7 @@ use super::{CmdError, load_config, parse_now};
 use crate::cli::{Global, ScheduleArgs};
 use crate::config::units::{Share, format_duration, format_size};
 use crate::config::{Policy, SiteFile};
+use crate::horizon::{after, before};
 use crate::volunteer::host::this_machine;
 use crate::volunteer::policy::calendar::{self, Period};
 use chrono::{DateTime, Duration, TimeZone, Utc};
@@ -58,11 +59,13 @@ pub fn run(g: &Global, a: &ScheduleArgs) -> Result<String, CmdError> {
 /// band when any part of it falls within `evict_before_end` of the period's end (a 10-minute
 /// band must still be visible in a 30-minute cell).
 pub fn cell_at(p: &Policy, t: DateTime<Utc>) -> Cell {
-    let mid = t + Duration::minutes(15);
-    let guard = Duration::from_std(p.evict_before_end).unwrap_or(Duration::zero());
+    const HALF: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+    let mid = after(t, HALF);
     match calendar::period_at(&p.windows, p.timezone, mid) {
         Period::Closed { .. } => Cell::Off,
-        Period::Open { ends: Some(end) } if end - guard < t + Duration::minutes(30) => Cell::Guard,
+        Period::Open { ends: Some(end) } if before(end, p.evict_before_end) < after(mid, HALF) => {
+            Cell::Guard
+        }
         Period::Open { .. } => Cell::Compute,
     }
 }
@@ -78,6 +81,9 @@ pub fn render(p: &Policy, now: DateTime<Utc>, days: u32, source: &str) -> String
         out,
         "            00    03    06    09    12    15    18    21    24"
     );
+    // `--now` is checked, but a caller may pass any instant: past the range local dates may
+    // not exist (chrono panics), so the grid starts at the nearest accepted instant.
+    let now = now.clamp(crate::horizon::earliest(), crate::horizon::latest());
     let today = now.with_timezone(&tz).date_naive();
     let mut compute_halfhours = 0u32;
     for d in 0..days {
@@ -149,6 +155,7 @@ mod tests {
     use super::*;
     use crate::config::policy::Window;
     use crate::config::units::{parse_days, parse_time_of_day};
+    use proptest::strategy::Strategy;
 
     fn utc(s: &str) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
@@ -178,6 +185,34 @@ mod tests {
         assert_eq!(cells[14], '▒', "{row}");
         assert!(cells[15..38].iter().all(|c| *c == '·'), "{row}");
         assert!(out.contains("computing 5.0 h"), "{out}");
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(60))]
+
+        /// Any instant chrono holds, any guard band and any zone: a grid, never a panic.
+        #[test]
+        fn the_grid_is_total_at_extreme_instants(
+            secs in proptest::prop_oneof![
+                DateTime::<Utc>::MIN_UTC.timestamp()..=DateTime::<Utc>::MAX_UTC.timestamp(),
+                (crate::horizon::latest().timestamp() - 30 * 86_400)..=crate::horizon::latest().timestamp(),
+                (DateTime::<Utc>::MAX_UTC.timestamp() - 86_400)..=DateTime::<Utc>::MAX_UTC.timestamp(),
+            ],
+            guard in proptest::prop_oneof![proptest::prelude::any::<u64>(), 0u64..86_400],
+            tz in (0..chrono_tz::TZ_VARIANTS.len()).prop_map(|i| chrono_tz::TZ_VARIANTS[i]),
+            days in 1u32..=28,
+        ) {
+            let mut p = Policy::defaults(tz);
+            p.windows = vec![Window {
+                days: parse_days("mon-fri").unwrap(),
+                from: parse_time_of_day("19:00").unwrap(),
+                to: parse_time_of_day("07:30").unwrap(),
+            }];
+            p.evict_before_end = std::time::Duration::from_secs(guard);
+            let now = DateTime::from_timestamp(secs, 0).unwrap();
+            let out = render(&p, now, days, "x");
+            proptest::prop_assert!(out.contains("computing "), "{}", out);
+        }
     }
 
     #[test]

@@ -81,8 +81,11 @@ pub fn run(g: &Global, a: &StatusArgs) -> Result<String, CmdError> {
         });
     let now = Utc::now();
     // Alive: the pid exists and the file was written recently.
-    let stale_after = chrono::Duration::from_std(s.interval * 3).unwrap_or_default()
-        + chrono::Duration::seconds(60);
+    let stale_after = crate::horizon::delta(
+        s.interval
+            .saturating_mul(3)
+            .saturating_add(std::time::Duration::from_secs(60)),
+    );
     let running = status.pid > 0
         && nix::sys::signal::kill(nix::unistd::Pid::from_raw(status.pid as i32), None).is_ok()
         && status.updated_at.is_some_and(|t| now - t <= stale_after);
@@ -99,7 +102,8 @@ pub fn run(g: &Global, a: &StatusArgs) -> Result<String, CmdError> {
         Err(e) => ("unknown", None, Some(e)),
     };
     let manifest = s.remote.as_ref().map(|r| ManifestView {
-        url: r.url.clone(),
+        // Shown to whoever runs `status`: never the URL's credentials.
+        url: redact::credentials(&r.url).into_owned(),
         version: manifest::load_last_good(&s.state_dir)
             .ok()
             .flatten()

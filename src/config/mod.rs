@@ -12,6 +12,7 @@
 pub mod diag;
 #[cfg(feature = "kubernetes")]
 pub mod kubernetes;
+pub mod ownership;
 pub mod policy;
 pub mod site;
 pub mod template;
@@ -34,6 +35,8 @@ pub enum ConfigError {
     },
     #[error("{}", diag::render(.0).trim_end())]
     Invalid(Vec<Diagnostic>),
+    #[error("{} is larger than {limit} bytes, which no pilotd.toml or policy is\n  hint: check the path; these files are a few KiB", path.display())]
+    TooLarge { path: PathBuf, limit: u64 },
     #[error("refusing to use {}: {reason}\n  hint: {hint}", path.display())]
     Insecure {
         path: PathBuf,
@@ -57,6 +60,8 @@ pub struct Config {
 pub struct Machine {
     pub cpus: u32,
     pub memory_kib: u64,
+    /// NVIDIA GPUs (device nodes `/dev/nvidiaN`); None when not known (a replayed snapshot).
+    pub gpus: Option<u32>,
 }
 
 /// How `load` treats a missing pilotd.toml.
@@ -93,22 +98,62 @@ pub fn load(
     })
 }
 
+/// The largest pilotd.toml or policy read: real ones are a few KiB; a 48 MB policy once took
+/// 1.2 GB of memory to parse.
+pub const MAX_FILE_BYTES: u64 = 1 << 20;
+
+/// Reads a whole text file of at most `limit` bytes, without reading past the limit.
+pub fn read_bounded(path: &Path, limit: u64) -> Result<String, ConfigError> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(limit + 1).read_to_string(&mut text))
+        .map_err(|e| ConfigError::Read {
+            path: path.to_path_buf(),
+            source: e,
+            hint: String::new(),
+        })?;
+    if text.len() as u64 > limit {
+        return Err(ConfigError::TooLarge {
+            path: path.to_path_buf(),
+            limit,
+        });
+    }
+    Ok(text)
+}
+
 /// Reads pilotd.toml, or the built-in defaults when it is optional and absent.
 pub fn load_site(
     site_path: &Path,
     site_file: SiteFile,
 ) -> Result<(SiteConfig, Option<PathBuf>), ConfigError> {
-    match std::fs::read_to_string(site_path) {
-        Ok(src) => Ok((parse_site(site_path, &src)?, Some(site_path.to_path_buf()))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && site_file == SiteFile::Optional => {
+    match read_bounded(site_path, MAX_FILE_BYTES) {
+        Ok(src) => {
+            let site = parse_site(site_path, &src)?;
+            // A root daemon takes orders (images, mounts, the token) from these files only
+            // when nobody but root can change them.
+            if nix::unistd::geteuid().is_root() {
+                ownership::only_root_writes(site_path, "pilotd.toml", "644")?;
+                if site.mode == Mode::Volunteer
+                    && let Some(token) = &site.worker.token_file
+                {
+                    ownership::secret(token)?;
+                }
+            }
+            Ok((site, Some(site_path.to_path_buf())))
+        }
+        Err(ConfigError::Read { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound && site_file == SiteFile::Optional =>
+        {
             Ok((SiteConfig::defaults(), None))
         }
-        Err(e) => Err(ConfigError::Read {
-            path: site_path.to_path_buf(),
-            source: e,
+        Err(ConfigError::Read { path, source, .. }) => Err(ConfigError::Read {
+            path,
+            source,
             hint: "create it (see examples/ in the source, or /usr/share/pilotd), or pass -c FILE"
                 .into(),
         }),
+        Err(e) => Err(e),
     }
 }
 
@@ -136,14 +181,17 @@ pub fn load_policy(
     site: &SiteConfig,
     machine: Option<Machine>,
 ) -> Result<Policy, ConfigError> {
-    let src = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
-        path: path.to_path_buf(),
-        source: e,
-        hint: "write one with `pilotd init`, or pass --policy FILE (examples are in policies/)"
-            .into(),
+    let src = read_bounded(path, MAX_FILE_BYTES).map_err(|e| match e {
+        ConfigError::Read { path, source, .. } => ConfigError::Read {
+            path,
+            source,
+            hint: "write one with `pilotd init`, or pass --policy FILE (examples are in policies/)"
+                .into(),
+        },
+        other => other,
     })?;
     if nix::unistd::geteuid().is_root() {
-        check_ownership(path)?;
+        ownership::only_root_writes(path, "the owner's policy", "644")?;
     }
     parse_policy(path, &src, site, machine, local_timezone())
 }
@@ -199,53 +247,30 @@ pub fn check_against_machine(p: &Policy, spans: &PolicySpans, m: Machine, d: &mu
             "share at most the machine's CPUs, or write a percentage like \"50%\"",
         );
     }
-    let mem = p.share.memory.of(m.memory_kib * 1024);
-    if mem > m.memory_kib * 1024 {
+    if let Some(gpus) = m.gpus
+        && p.share.gpus > gpus
+    {
+        d.error(
+            spans.gpus.clone(),
+            format!(
+                "gpus = {} is more than this machine's {gpus} GPU(s) (counted as /dev/nvidiaN devices)",
+                p.share.gpus
+            ),
+            "share at most the GPUs this machine has, or gpus = 0",
+        );
+    }
+    let total = m.memory_kib.saturating_mul(1024);
+    let mem = p.share.memory.of(total);
+    if mem > total {
         d.error(
             spans.memory.clone(),
             format!(
                 "memory share {} is more than this machine's {}",
                 units::format_size(mem),
-                units::format_size(m.memory_kib * 1024)
+                units::format_size(total)
             ),
             "share less memory, or write a percentage like \"50%\"",
         );
-    }
-}
-
-/// sshd-style StrictModes: a root daemon must not take orders from a file others can edit.
-fn check_ownership(path: &Path) -> Result<(), ConfigError> {
-    use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(path).map_err(|e| ConfigError::Read {
-        path: path.to_path_buf(),
-        source: e,
-        hint: "check the path".into(),
-    })?;
-    let reason = if meta.uid() != 0 {
-        Some(format!("it is owned by uid {}, not root", meta.uid()))
-    } else if meta.mode() & 0o022 != 0 {
-        Some(format!(
-            "it is writable by {} (mode {:o})",
-            if meta.mode() & 0o002 != 0 {
-                "everyone"
-            } else {
-                "its group"
-            },
-            meta.mode() & 0o7777
-        ))
-    } else {
-        None
-    };
-    match reason {
-        Some(reason) => Err(ConfigError::Insecure {
-            path: path.to_path_buf(),
-            reason,
-            hint: format!(
-                "only root may be able to change the owner's policy: run `chown root:root {0} && chmod 644 {0}`",
-                path.display()
-            ),
-        }),
-        None => Ok(()),
     }
 }
 

@@ -7,8 +7,8 @@
 
 use super::diag::Diagnostics;
 use super::units::{
-    DaySet, Minute, Share, ShareUnit, StrOrInt, UnitError, parse_days, parse_duration, parse_share,
-    parse_time_of_day,
+    DaySet, Minute, Share, ShareUnit, StrOrInt, duration_from_secs, parse_days, parse_duration,
+    parse_share, parse_time_of_day,
 };
 use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};
@@ -210,6 +210,10 @@ impl Policy {
     }
 }
 
+/// More windows than any week needs (each half hour of the week could be its own window at
+/// 336); 200,000 windows once made `schedule` take 102 s.
+pub const MAX_WINDOWS: usize = 336;
+
 /// Second pass: every value checked, every problem recorded.
 pub fn validate(raw: RawPolicy, local_tz: Tz, d: &mut Diagnostics) -> (Policy, PolicySpans) {
     let mut p = Policy::defaults(local_tz);
@@ -229,14 +233,25 @@ pub fn validate(raw: RawPolicy, local_tz: Tz, d: &mut Diagnostics) -> (Policy, P
     if let Some(ws) = raw.schedule.windows {
         let span = ws.span();
         let ws = ws.into_inner();
-        if ws.is_empty() {
+        if ws.len() > MAX_WINDOWS {
             d.error(
-                span,
-                "`windows` is empty, so the machine would never compute",
-                "add a window such as { days = \"daily\", from = \"00:00\", to = \"24:00\" }",
+                span.clone(),
+                format!(
+                    "{} windows are more than the {MAX_WINDOWS} a week can use",
+                    ws.len()
+                ),
+                "merge windows: one window can name several days, e.g. days = \"mon-fri\"",
             );
+        } else {
+            if ws.is_empty() {
+                d.error(
+                    span,
+                    "`windows` is empty, so the machine would never compute",
+                    "add a window such as { days = \"daily\", from = \"00:00\", to = \"24:00\" }",
+                );
+            }
+            p.windows = ws.iter().filter_map(|w| window(w, d)).collect();
         }
-        p.windows = ws.iter().filter_map(|w| window(w, d)).collect();
     }
     dur(&raw.schedule.evict_before_end, &mut p.evict_before_end, d);
 
@@ -354,6 +369,23 @@ pub fn validate(raw: RawPolicy, local_tz: Tz, d: &mut Diagnostics) -> (Policy, P
             "share at least 1 CPU, or \"50%\"",
         );
     }
+    for (key, v, share) in [
+        ("memory", &s.memory, p.share.memory),
+        ("disk", &s.disk, p.share.disk),
+    ] {
+        if let Some(v) = v
+            && share == Share::Amount(0)
+        {
+            d.error(
+                v.span(),
+                format!(
+                    "{key} = {} shares nothing: no worker could start",
+                    v.get_ref()
+                ),
+                format!("share some {key}, e.g. {key} = \"50%\" or \"8GiB\""),
+            );
+        }
+    }
     if let Some(l) = &raw.jobs.longest_job {
         spans.longest_job = l.span();
         let mut v = p.longest_job;
@@ -373,8 +405,7 @@ pub fn validate(raw: RawPolicy, local_tz: Tz, d: &mut Diagnostics) -> (Policy, P
 fn dur(v: &Option<Spanned<StrOrInt>>, out: &mut Duration, d: &mut Diagnostics) {
     let Some(v) = v else { return };
     let parsed = match v.get_ref() {
-        StrOrInt::Int(n) if *n >= 0 => Ok(Duration::from_secs(*n as u64)),
-        StrOrInt::Int(n) => Err(UnitError::NegativeDuration(*n)),
+        StrOrInt::Int(n) => duration_from_secs(*n),
         StrOrInt::Str(s) => parse_duration(s),
     };
     match parsed {
@@ -588,6 +619,20 @@ windows = [
         )
         .unwrap();
         assert_eq!(p.windows.len(), 3);
+    }
+
+    #[test]
+    fn more_windows_than_a_week_holds_are_refused_at_the_list() {
+        let one = "{ days = \"mon\", from = \"00:00\", to = \"00:30\" },";
+        let src = format!("[schedule]\nwindows = [{}]\n", one.repeat(MAX_WINDOWS + 1));
+        let e = parse(&src).unwrap_err();
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(
+            e[0].starts_with("policy.toml:2:11: 337 windows are more than the 336"),
+            "{e:?}"
+        );
+        let src = format!("[schedule]\nwindows = [{}]\n", one.repeat(MAX_WINDOWS));
+        assert_eq!(parse(&src).unwrap().windows.len(), MAX_WINDOWS);
     }
 
     #[test]

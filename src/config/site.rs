@@ -233,8 +233,9 @@ pub struct WorkerConfig {
     /// Fully qualified image reference (registry/repository:tag or @digest).
     #[serde(default = "default_image")]
     pub image: Spanned<String>,
+    /// Pattern syntax: `image_allowed`.
     #[serde(default = "default_allowed")]
-    pub allowed_images: Vec<String>,
+    pub allowed_images: Vec<Spanned<String>>,
     #[serde(default = "default_refresh")]
     pub refresh: HumanDuration,
     #[serde(default = "default_max_image_age")]
@@ -285,7 +286,9 @@ pub struct WorkerConfig {
     /// A network the site names for its workers (its own filtering then applies). Unset:
     /// pilotd's own bridge, no traffic between workers, nothing private or on the host
     /// reachable but `egress_allow`.
-    pub network: Option<String>,
+    /// `host` and `container:…` are refused: they would put a job in the host's (or another
+    /// container's) network namespace, past every filter.
+    pub network: Option<Spanned<String>>,
     /// Private destinations (IPv4 networks, `a.b.c.d/n`) workers on pilotd's own network may
     /// reach, e.g. the pool's collector on the campus network.
     #[serde(default)]
@@ -333,8 +336,11 @@ fn default_image() -> Spanned<String> {
         "hub.opensciencegrid.org/osg-htc/ospool-ep:25-release".into(),
     )
 }
-fn default_allowed() -> Vec<String> {
-    vec!["hub.opensciencegrid.org/osg-htc/*".into()]
+fn default_allowed() -> Vec<Spanned<String>> {
+    vec![Spanned::new(
+        0..0,
+        "hub.opensciencegrid.org/osg-htc/*".into(),
+    )]
 }
 fn default_refresh() -> HumanDuration {
     HumanDuration(Duration::from_secs(6 * 3600))
@@ -377,7 +383,7 @@ fn default_gc_interval() -> HumanDuration {
 #[serde(deny_unknown_fields)]
 pub struct LogConfig {
     /// tracing filter, e.g. "info" or "pilotd=debug"; `RUST_LOG` wins when set.
-    pub level: Option<String>,
+    pub level: Option<Spanned<String>>,
 }
 
 impl SiteConfig {
@@ -394,24 +400,29 @@ impl SiteConfig {
             .unwrap_or_else(|| self.state_dir.join("scratch"))
     }
 
+    /// `[worker] allowed_images`, without positions.
+    pub fn allowed_images(&self) -> Vec<String> {
+        self.worker
+            .allowed_images
+            .iter()
+            .map(|p| p.get_ref().clone())
+            .collect()
+    }
+
     pub fn max_lifetime(&self) -> Duration {
         self.worker.max_lifetime.get_ref().0
     }
 
     /// Semantic checks of pilotd.toml on its own.
     pub fn validate(&self, d: &mut Diagnostics) {
-        if let Some(url) = &self.remote.url {
-            let u = url.get_ref();
-            let loopback = ["http://127.0.0.1", "http://localhost", "http://[::1]"]
-                .iter()
-                .any(|p| u.starts_with(p));
-            if !u.starts_with("https://") && !loopback {
-                d.error(
-                    url.span(),
-                    format!("remote manifest URL `{u}` is not https"),
-                    "use an https:// URL (plain http is accepted only on loopback)",
-                );
-            }
+        if let Some(url) = &self.remote.url
+            && let Err(e) = secure_url(url.get_ref())
+        {
+            d.error(
+                url.span(),
+                format!("remote manifest URL: {e}"),
+                "use an https:// URL (plain http is accepted only on loopback)",
+            );
         }
         if !(0.0..=1.0).contains(&self.history.free_threshold) {
             d.error(
@@ -434,11 +445,29 @@ impl SiteConfig {
                 format!("worker image `{img}` is not fully qualified"),
                 "name the registry, repository and tag, e.g. \"hub.opensciencegrid.org/osg-htc/ospool-ep:25-release\"",
             );
-        } else if !image_allowed(img, &self.worker.allowed_images) {
+        } else if !image_allowed(img, &self.allowed_images()) {
             d.error(
                 self.worker.image.span(),
                 format!("worker image `{img}` is not in allowed_images"),
                 "add a matching pattern to [worker] allowed_images, e.g. \"registry.example.org/pool/*\"",
+            );
+        }
+        for p in &self.worker.allowed_images {
+            if let Err(e) = check_image_pattern(p.get_ref()) {
+                d.error(
+                    p.span(),
+                    format!("[worker] allowed_images: {e}"),
+                    "write an exact reference, \"registry/path/*\" (every repository under that path) or \"registry/path/name:*\" (every tag and digest of one repository)",
+                );
+            }
+        }
+        if let Some(level) = &self.log.level
+            && let Err(e) = tracing_subscriber::EnvFilter::builder().parse(level.get_ref())
+        {
+            d.error(
+                level.span(),
+                format!("[log] level `{}` is not a log filter: {e}", level.get_ref()),
+                "write a level (error, warn, info, debug, trace) or directives like \"info,pilotd=debug\"",
             );
         }
         self.validate_worker(d);
@@ -559,6 +588,28 @@ impl SiteConfig {
                 "use 1 to 40 of a-z, 0-9, '-' and '_', starting with a letter or digit",
             );
         }
+        if let Some(net) = &self.worker.network {
+            let n = net.get_ref().trim();
+            if n == "host" || n.starts_with("container:") || n.is_empty() {
+                d.error(
+                    net.span(),
+                    format!("[worker] network = \"{n}\" would put jobs past every filter (in the host's or another container's network)"),
+                    "remove the key (pilotd's own filtered bridge), or name a network the site filters itself, e.g. network = \"bridge\"",
+                );
+            }
+        }
+        for (key, value) in &self.worker.env {
+            if !is_env_name(key) {
+                d.error(
+                    value.span(),
+                    format!(
+                        "[worker.env] key `{}` is not an environment variable name",
+                        key.escape_debug()
+                    ),
+                    "names are letters, digits and '_', not starting with a digit, e.g. NUM_CPUS",
+                );
+            }
+        }
         for value in self.worker.env.values() {
             if let Err(e) = template::check(value.get_ref()) {
                 // +1: the span starts at the opening quote.
@@ -635,11 +686,97 @@ pub fn is_fully_qualified(image: &str) -> bool {
     host_ok && tagged && !rest.is_empty()
 }
 
-/// `allowed_images` patterns: exact references, or a prefix ending in `*`.
+/// Whether pilotd may fetch from `url`: https, or plain http to a loopback host (a local
+/// mirror, a test server). Decided on the parsed URL, whose host is what the client connects
+/// to: `http://127.0.0.1@evil.example/` goes to evil.example.
+pub fn transport_allowed(url: &reqwest::Url) -> bool {
+    match url.scheme() {
+        "https" => url.host_str().is_some(),
+        "http" => url.host_str().is_some_and(|h| {
+            h.eq_ignore_ascii_case("localhost")
+                || h.trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|a| a.is_loopback())
+        }),
+        _ => false,
+    }
+}
+
+/// Parses a URL pilotd will fetch and applies [`transport_allowed`]; the error names the URL
+/// with its credentials redacted.
+pub fn secure_url(raw: &str) -> Result<reqwest::Url, String> {
+    let shown = redact::credentials(raw);
+    let url = reqwest::Url::parse(raw).map_err(|e| format!("`{shown}` is not a URL ({e})"))?;
+    if transport_allowed(&url) {
+        Ok(url)
+    } else {
+        Err(format!(
+            "`{shown}` is not https (its host is {})",
+            url.host_str().unwrap_or("missing")
+        ))
+    }
+}
+
+/// A name a process environment can hold and a shell can set: `[A-Za-z_][A-Za-z0-9_]*`
+/// (`"A=B"` would set `A`, `""` nothing the worker can read).
+pub fn is_env_name(s: &str) -> bool {
+    let mut b = s.bytes();
+    b.next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == b'_')
+        && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
+}
+
+/// `allowed_images` patterns match whole path components, never part of a name:
+/// - `registry/path/name:tag` or `registry/path/name@sha256:…`: exactly that reference;
+/// - `registry/path/*`: every repository under `registry/path/` (any depth), any tag or digest;
+/// - `registry/path/name:*`: every tag and digest of that one repository.
+///
+/// A `*` anywhere else (`registry.example/osg*`) is refused by `check` and matches nothing:
+/// as a plain prefix it would allow `registry.example/osg-evil/…`.
+pub fn check_image_pattern(p: &str) -> Result<(), String> {
+    let body = p
+        .strip_suffix("/*")
+        .or_else(|| p.strip_suffix(":*"))
+        .unwrap_or(p);
+    if body.is_empty() || body.contains('*') {
+        return Err(format!(
+            "pattern `{p}`: `*` may only stand for whole path components, as a final \"/*\" or \":*\""
+        ));
+    }
+    if p.ends_with(":*") && (body.contains('@') || repository(body) != body) {
+        return Err(format!(
+            "pattern `{p}`: `:*` follows a repository name without a tag"
+        ));
+    }
+    Ok(())
+}
+
+/// The repository part of a reference: without its tag (a `:` after the last `/`) or digest.
+fn repository(image: &str) -> &str {
+    let name = image.split_once('@').map_or(image, |(n, _)| n);
+    let last_slash = name.rfind('/').map_or(0, |i| i + 1);
+    match name[last_slash..].rfind(':') {
+        Some(i) => &name[..last_slash + i],
+        None => name,
+    }
+}
+
 pub fn image_allowed(image: &str, patterns: &[String]) -> bool {
-    patterns.iter().any(|p| match p.strip_suffix('*') {
-        Some(prefix) => image.starts_with(prefix),
-        None => image == p,
+    patterns.iter().any(|p| {
+        if check_image_pattern(p).is_err() {
+            return false;
+        }
+        if let Some(prefix) = p.strip_suffix("/*") {
+            // The component boundary: `osg-htc/*` allows `osg-htc/x`, not `osg-htcx/x`.
+            image
+                .strip_prefix(prefix)
+                .is_some_and(|rest| rest.starts_with('/') && rest.len() > 1)
+        } else if let Some(repo) = p.strip_suffix(":*") {
+            repository(image) == repo && image.len() > repo.len()
+        } else {
+            image == p
+        }
     })
 }
 
@@ -727,6 +864,83 @@ mod tests {
             "hub.opensciencegrid.org/osg-htcx/x:1",
             &pats
         ));
+    }
+
+    #[test]
+    fn patterns_match_whole_components_or_nothing() {
+        let pats = |p: &str| vec![p.to_string()];
+        // A partial-name `*` would let `osg-evil` through: refused, and matches nothing.
+        assert!(check_image_pattern("registry.example/osg*").is_err());
+        assert!(!image_allowed(
+            "registry.example/osg-evil/x:1",
+            &pats("registry.example/osg*")
+        ));
+        assert!(!image_allowed(
+            "registry.example/osg/x:1",
+            &pats("registry.example/osg*")
+        ));
+        for bad in [
+            "*",
+            "/*",
+            "a/*/b:1",
+            "r.example/a:1:*",
+            "r.example/a@sha256:x:*",
+        ] {
+            assert!(check_image_pattern(bad).is_err(), "{bad}");
+        }
+        // `path/*`: everything below the component, at any depth, never a sibling.
+        let under = pats("registry.example/osg/*");
+        assert!(image_allowed("registry.example/osg/ep:1", &under));
+        assert!(image_allowed("registry.example/osg/a/b@sha256:ab", &under));
+        assert!(!image_allowed("registry.example/osg-evil/ep:1", &under));
+        assert!(!image_allowed("registry.example/osg", &under));
+        // `name:*`: every tag and digest of one repository, not of a longer name.
+        let tags = pats("127.0.0.1:5000/pool/ep:*");
+        assert!(image_allowed("127.0.0.1:5000/pool/ep:25", &tags));
+        assert!(image_allowed("127.0.0.1:5000/pool/ep@sha256:ab", &tags));
+        assert!(!image_allowed("127.0.0.1:5000/pool/ep-evil:25", &tags));
+        assert!(!image_allowed("127.0.0.1:5000/pool/ep/x:25", &tags));
+        // Exact references and digests.
+        let exact = pats("r.example/a/b@sha256:ab");
+        assert!(image_allowed("r.example/a/b@sha256:ab", &exact));
+        assert!(!image_allowed("r.example/a/b@sha256:abc", &exact));
+    }
+
+    #[test]
+    fn only_https_or_loopback_http_on_the_parsed_url() {
+        for ok in [
+            "https://pool.example.org/m.toml",
+            "http://127.0.0.1:8080/m",
+            "http://localhost/m",
+            "http://[::1]:9/m",
+            "http://127.0.0.2/m",
+        ] {
+            assert!(secure_url(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "http://pool.example.org/m",
+            "http://127.0.0.1@evil.example/m",
+            "http://localhost:80@evil.example/m",
+            "http://user@host/",
+            "ftp://127.0.0.1/m",
+            "file:///etc/passwd",
+            "not a url",
+        ] {
+            assert!(secure_url(bad).is_err(), "{bad}");
+        }
+        let e = secure_url("http://u:pw@evil.example/?token=t").unwrap_err();
+        assert!(!e.contains("pw") && !e.contains("=t"), "{e}");
+        assert!(e.contains("evil.example"), "{e}");
+    }
+
+    #[test]
+    fn env_names_are_plain_identifiers() {
+        for good in ["NUM_CPUS", "_X", "a1"] {
+            assert!(is_env_name(good), "{good}");
+        }
+        for bad in ["", "A=B", "1X", "A B", "A\nB", "Ä"] {
+            assert!(!is_env_name(bad), "{bad:?}");
+        }
     }
 
     #[cfg(not(feature = "kubernetes"))]

@@ -2,6 +2,7 @@
 //! Each has a pure `parse` whose error reads as a diagnostic's message, so the validation
 //! pass can report every bad value at its position instead of stopping at the first.
 
+pub use crate::horizon::MAX_DURATION;
 use chrono::Weekday;
 use serde::{Deserialize, Deserializer, Serialize};
 use std::fmt;
@@ -15,6 +16,8 @@ pub enum UnitError {
     Duration { text: String, why: String },
     #[error("a duration cannot be negative ({0})")]
     NegativeDuration(i64),
+    #[error("duration `{0}` is too long: pilotd accepts at most 100 years")]
+    DurationRange(String),
     #[error("`{0}` is not a size; write it like \"8GiB\" or \"512MiB\"")]
     Size(String),
     #[error("unknown size unit `{unit}` in `{text}`; use KiB, MiB, GiB, TiB (or kB, MB, GB, TB)")]
@@ -44,16 +47,33 @@ pub enum UnitError {
     TimeOfDay(String),
 }
 
-/// Parses "90s", "15m", "1h 30m", "2days" or a bare number of seconds ("300").
+/// Parses "90s", "15m", "1h 30m", "2days" or a bare number of seconds ("300"), at most
+/// [`MAX_DURATION`] (longer ones would overflow the date arithmetic of `decide` and the
+/// loop; see `horizon`).
 pub fn parse_duration(s: &str) -> Result<Duration, UnitError> {
     let t = s.trim();
-    if let Ok(secs) = t.parse::<u64>() {
-        return Ok(Duration::from_secs(secs));
+    let d = match t.parse::<u64>() {
+        Ok(secs) => Duration::from_secs(secs),
+        Err(_) => humantime::parse_duration(t).map_err(|e| UnitError::Duration {
+            text: s.to_string(),
+            why: e.to_string(),
+        })?,
+    };
+    bounded(d, || s.to_string())
+}
+
+/// A number of seconds written as a TOML integer, bounded like a written duration.
+pub fn duration_from_secs(n: i64) -> Result<Duration, UnitError> {
+    let secs = u64::try_from(n).map_err(|_| UnitError::NegativeDuration(n))?;
+    bounded(Duration::from_secs(secs), || n.to_string())
+}
+
+fn bounded(d: Duration, text: impl FnOnce() -> String) -> Result<Duration, UnitError> {
+    if d > MAX_DURATION {
+        Err(UnitError::DurationRange(text()))
+    } else {
+        Ok(d)
     }
-    humantime::parse_duration(t).map_err(|e| UnitError::Duration {
-        text: s.to_string(),
-        why: e.to_string(),
-    })
 }
 
 /// Formats a duration the way owners write it ("8h", "1h 30m").
@@ -70,8 +90,9 @@ impl<'de> Deserialize<'de> for HumanDuration {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let v = StrOrInt::deserialize(d)?;
         match v {
-            StrOrInt::Int(n) if n >= 0 => Ok(HumanDuration(Duration::from_secs(n as u64))),
-            StrOrInt::Int(n) => Err(serde::de::Error::custom(UnitError::NegativeDuration(n))),
+            StrOrInt::Int(n) => duration_from_secs(n)
+                .map(HumanDuration)
+                .map_err(serde::de::Error::custom),
             StrOrInt::Str(s) => parse_duration(&s)
                 .map(HumanDuration)
                 .map_err(serde::de::Error::custom),
@@ -408,6 +429,18 @@ mod tests {
         assert_eq!(parse_duration("1h 30m").unwrap(), Duration::from_secs(5400));
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("-5m").is_err());
+    }
+
+    #[test]
+    fn durations_past_a_hundred_years_are_refused_not_overflowed() {
+        for long in ["300000years", "18446744073709551615", "101years"] {
+            let e = parse_duration(long).unwrap_err();
+            assert_eq!(e, UnitError::DurationRange(long.into()), "{long}");
+        }
+        assert_eq!(parse_duration("99years").unwrap().as_secs(), 3_124_202_400);
+        assert!(duration_from_secs(i64::MAX).is_err());
+        assert!(duration_from_secs(-1).is_err());
+        assert_eq!(duration_from_secs(300).unwrap().as_secs(), 300);
     }
 
     #[test]

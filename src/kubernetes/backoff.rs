@@ -79,8 +79,7 @@ impl KeyBackoff {
         if !self.on_trial(p) {
             return None;
         }
-        let delay = p.delay.delay_chrono(self.strikes);
-        self.last_failure.and_then(|t| t.checked_add_signed(delay))
+        self.last_failure.map(|t| p.delay.retry_at(t, self.strikes))
     }
 }
 

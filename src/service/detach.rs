@@ -10,6 +10,7 @@ use nix::unistd::{ForkResult, fork, setsid};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
 use std::os::fd::OwnedFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
@@ -64,6 +65,8 @@ pub fn detach(pidfile: Option<&Path>, log: &Path) -> Result<Role, DetachError> {
     let log_file = OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o640)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
         .open(log)
         .or_else(|_| File::options().write(true).open("/dev/null"))
         .map_err(|e| DetachError::PidFile {
@@ -141,13 +144,25 @@ fn lock_pidfile(path: &Path) -> Result<Flock<File>, DetachError> {
         path: path.to_path_buf(),
         source,
     };
+    // Never through a link: a pid file path in a writable directory (/run/user, /tmp) must not
+    // let someone point pilotd's pid write at another file.
     let file = OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
+        .mode(0o644)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
         .open(path)
-        .map_err(err)?;
+        .map_err(|e| {
+            if e.raw_os_error() == Some(nix::libc::ELOOP) {
+                err(std::io::Error::other(
+                    "it is a symbolic link; pilotd writes its pid only into a plain file",
+                ))
+            } else {
+                err(e)
+            }
+        })?;
     match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
         Ok(f) => Ok(f),
         Err((mut file, nix::errno::Errno::EWOULDBLOCK)) => {
@@ -183,5 +198,30 @@ fn wait_for_daemon(mut pipe: File) -> Role {
             message: "the daemon exited before it was ready (see pilotd.log in the state dir)"
                 .into(),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_link_at_the_pid_file_is_refused_and_its_target_untouched() {
+        let d = tempfile::tempdir().unwrap();
+        let victim = d.path().join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        let link = d.path().join("pilotd.pid");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        let e = hold_pidfile(&link).err().expect("refused").to_string();
+        assert!(e.contains("symbolic link"), "{e}");
+        assert!(e.contains(&link.display().to_string()), "{e}");
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        // A plain path works, and holds this process's pid.
+        let plain = d.path().join("plain.pid");
+        let _held = hold_pidfile(&plain).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&plain).unwrap().trim(),
+            std::process::id().to_string()
+        );
     }
 }

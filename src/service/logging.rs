@@ -1,5 +1,10 @@
 //! Where the daemon's log goes: the journal when stderr is connected to it, else stderr as
 //! text or JSON. Called once, after detaching (the journald layer opens a socket).
+//!
+//! Text and JSON lines go through `redact::Redacting`: no URL credentials, and a newline in
+//! a logged value (a manifest's, a server's) is escaped, so each event is one line. The
+//! journal keeps fields apart by itself; what may carry credentials (the manifest URL) is
+//! redacted where it is logged.
 
 /// Logs go to the journal when stderr is connected to it (systemd sets `JOURNAL_STREAM`), with
 /// structured fields; to stderr otherwise, as text or JSON. `RUST_LOG` wins over `[log] level`.
@@ -23,10 +28,11 @@ pub fn init(json: bool, level: Option<&str>) {
             .try_init();
         return;
     }
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr);
+        .with_ansi(ansi)
+        .with_writer(move || redact::Redacting::new(std::io::stderr(), ansi));
     let _ = if json {
         builder.json().try_init()
     } else {

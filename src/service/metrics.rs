@@ -4,6 +4,11 @@
 //! The registry is plain data that the run loops update; the listener is a deliberately small
 //! HTTP/1.1 responder (GET only, bounded request, one response per connection), because a
 //! scrape endpoint needs nothing more and every line here is code on someone else's machine.
+//!
+//! It holds at most [`MAX_CONNECTIONS`] connections (more wait in the kernel's backlog, not in
+//! pilotd's descriptors), each for at most 5 s to send its request and 5 s to take the answer;
+//! when accepting fails (out of descriptors: EMFILE/ENFILE) it pauses before trying again,
+//! instead of spinning on an error that a retry cannot fix.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -170,6 +175,13 @@ pub fn exposition(r: &Registry) -> String {
     out
 }
 
+/// Connections served at once; a scraper needs one.
+pub const MAX_CONNECTIONS: usize = 16;
+
+/// The pause after a failed accept: long enough that a process out of descriptors costs no
+/// CPU, short enough that scrapes resume soon after descriptors free up.
+pub const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// Binds the listener now (so a bad address fails the start, with its message) and returns
 /// the serving future, which ends when `shutdown` completes.
 pub async fn listen(
@@ -181,16 +193,45 @@ pub async fn listen(
         .await
         .map_err(|source| MetricsError::Bind { addr, source })?;
     let bound = listener.local_addr().unwrap_or(addr);
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     let serve = async move {
         tokio::pin!(shutdown);
+        let mut warned = false;
         loop {
+            // A free slot first: past the cap, connections wait in the backlog.
+            let permit = tokio::select! {
+                _ = &mut shutdown => return,
+                p = slots.clone().acquire_owned() => match p {
+                    Ok(p) => p,
+                    Err(_) => return,
+                },
+            };
             tokio::select! {
                 _ = &mut shutdown => return,
-                conn = listener.accept() => {
-                    let Ok((sock, _)) = conn else { continue };
-                    let registry = registry.clone();
-                    tokio::spawn(respond(sock, registry));
-                }
+                conn = listener.accept() => match conn {
+                    Ok((sock, _)) => {
+                        warned = false;
+                        let registry = registry.clone();
+                        tokio::spawn(async move {
+                            respond(sock, registry).await;
+                            drop(permit);
+                        });
+                    }
+                    Err(e) => {
+                        if !warned {
+                            tracing::warn!(
+                                "metrics: cannot accept a connection ({e}); pausing {} ms between tries",
+                                ACCEPT_BACKOFF.as_millis()
+                            );
+                            warned = true;
+                        }
+                        drop(permit);
+                        tokio::select! {
+                            _ = &mut shutdown => return,
+                            _ = tokio::time::sleep(ACCEPT_BACKOFF) => {}
+                        }
+                    }
+                },
             }
         }
     };
@@ -246,8 +287,12 @@ async fn respond(mut sock: tokio::net::TcpStream, registry: Arc<std::sync::Mutex
         "HTTP/1.1 {status}\r\ncontent-type: {ctype}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
         body.len()
     );
-    let _ = sock.write_all(resp.as_bytes()).await;
-    let _ = sock.shutdown().await;
+    // A client that does not read its answer does not hold its slot for ever.
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        let _ = sock.write_all(resp.as_bytes()).await;
+        let _ = sock.shutdown().await;
+    })
+    .await;
 }
 
 #[cfg(test)]
@@ -307,6 +352,47 @@ mod tests {
         let mut body = String::new();
         s.read_to_string(&mut body).await.unwrap();
         assert!(body.starts_with("HTTP/1.1 404"), "{body}");
+        let _ = tx.send(());
+        server.await.unwrap();
+    }
+
+    /// Past the cap a connection waits (in the backlog) until a slot frees: idle clients can
+    /// hold at most MAX_CONNECTIONS descriptors of pilotd, never all of them.
+    #[tokio::test]
+    async fn connections_past_the_cap_wait_for_a_free_slot() {
+        let (_, r) = Metrics::new();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let (addr, serve) = listen(
+            "127.0.0.1:0".parse().unwrap(),
+            Arc::new(std::sync::Mutex::new(r)),
+            async {
+                let _ = rx.await;
+            },
+        )
+        .await
+        .unwrap();
+        let server = tokio::spawn(serve);
+        let mut idle = Vec::new();
+        for _ in 0..MAX_CONNECTIONS {
+            idle.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+        }
+        let scrape = async {
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            s.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").await.unwrap();
+            let mut body = String::new();
+            s.read_to_string(&mut body).await.unwrap();
+            body
+        };
+        tokio::pin!(scrape);
+        // All slots are held by idle clients: no answer yet.
+        let early = tokio::time::timeout(std::time::Duration::from_millis(700), &mut scrape).await;
+        assert!(early.is_err(), "answered past the cap: {early:?}");
+        // One idle client leaves: the waiting scrape is served.
+        drop(idle.pop());
+        let body = tokio::time::timeout(std::time::Duration::from_secs(3), &mut scrape)
+            .await
+            .expect("served once a slot freed");
+        assert!(body.starts_with("HTTP/1.1 200 OK"), "{body}");
         let _ = tx.send(());
         server.await.unwrap();
     }

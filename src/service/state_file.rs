@@ -2,12 +2,45 @@
 //! replaced whole: written to a temporary file beside them, synced, renamed over the old one,
 //! and the directory synced. A reader or a crash sees the old file or the new one, never half
 //! of one.
+//!
+//! The temporary file has a name no one can predict (pid, a counter and the clock) and is
+//! created exclusively without following links: a link planted beside a state file (by
+//! anyone who can write the directory) cannot redirect pilotd's write to another file.
+//! `rename` replaces a link at the final name itself, never its target.
 
 use std::io::Write;
-use std::path::Path;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Replaces `path` with `bytes`, creating its directory when missing.
+/// Replaces `path` with `bytes` (mode 0644), creating its directory when missing.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_atomically_with_mode(path, bytes, 0o644)
+}
+
+/// A fresh file at `path`, never through a link or over an existing file: exclusive create
+/// with `O_NOFOLLOW`.
+pub fn create_fresh(path: &Path, mode: u32) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
+        .open(path)
+}
+
+/// A temporary name beside `path` that no other writer (or attacker) can guess.
+fn temp_beside(dir: &Path, name: &str) -> PathBuf {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    dir.join(format!(".{name}.{}.{n}.{nanos:x}.tmp", std::process::id()))
+}
+
+/// [`write_atomically`] with the final file's mode.
+pub fn write_atomically_with_mode(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
     let dir = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
@@ -17,12 +50,17 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         .file_name()
         .map(|n| n.to_string_lossy().to_string())
         .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp"));
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    drop(f);
-    std::fs::rename(&tmp, path)?;
+    let tmp = temp_beside(dir, &name);
+    let written = create_fresh(&tmp, mode).and_then(|mut f| {
+        // The umask may have narrowed the mode at creation.
+        f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode))?;
+        f.write_all(bytes)?;
+        f.sync_all()
+    });
+    if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, path)) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
     // The rename is durable only once the directory is synced.
     if let Ok(d) = std::fs::File::open(dir) {
         let _ = d.sync_all();
@@ -47,5 +85,39 @@ mod tests {
             .map(|e| e.file_name())
             .collect();
         assert_eq!(names, vec!["state.json"]);
+    }
+
+    #[test]
+    fn links_planted_beside_or_at_the_file_redirect_nothing() {
+        use std::os::unix::fs::{PermissionsExt, symlink};
+        let d = tempfile::tempdir().unwrap();
+        let victim = d.path().join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        let p = d.path().join("status.json");
+        // The old fixed temporary name, and a link at the file itself.
+        symlink(&victim, d.path().join(".status.json.tmp")).unwrap();
+        symlink(&victim, &p).unwrap();
+        write_atomically(&p, b"new").unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        assert!(
+            !std::fs::symlink_metadata(&p)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        assert_eq!(std::fs::read(&p).unwrap(), b"new");
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o644
+        );
+        write_atomically_with_mode(&p, b"x", 0o600).unwrap();
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        // A fresh file never opens through a link.
+        let e = create_fresh(&d.path().join(".status.json.tmp"), 0o600).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::AlreadyExists);
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
     }
 }

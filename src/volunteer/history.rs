@@ -97,7 +97,7 @@ impl History {
     pub fn likely_free_for(&self, tz: Tz, now: DateTime<Utc>, threshold: f64) -> Duration {
         let mut hours = 0i64;
         while hours < HOURS_PER_WEEK as i64 {
-            let t = now + Duration::hours(hours);
+            let t = crate::horizon::after(now, std::time::Duration::from_secs(hours as u64 * 3600));
             match self.free_fraction(Self::hour_of_week(tz, t)) {
                 Some(f) if f >= threshold => hours += 1,
                 _ => break,
@@ -128,7 +128,7 @@ impl Learner {
     /// host free, whatever the schedule says: the history shows when this machine is really
     /// free, including hours the policy does not open).
     pub fn learn(&mut self, tz: Tz, now: DateTime<Utc>, interval: std::time::Duration, free: bool) {
-        let cap = Duration::from_std(interval * 2).unwrap_or_default();
+        let cap = Duration::from_std(interval.saturating_mul(2)).unwrap_or_default();
         let (elapsed, counted_until) = match self.counted_until {
             None => (Duration::zero(), now),
             Some(t) if now - t > cap => (cap, now),
@@ -162,7 +162,8 @@ impl Outlook {
             likely_free,
             limits: Limits {
                 max_lifetime: s.max_lifetime,
-                likely_free_until: predicted.then(|| now + likely_free),
+                likely_free_until: predicted
+                    .then(|| crate::horizon::after(now, likely_free.to_std().unwrap_or_default())),
             },
         }
     }

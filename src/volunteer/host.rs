@@ -94,7 +94,25 @@ pub fn this_machine() -> Option<Machine> {
     Some(Machine {
         cpus,
         memory_kib: sys.total_memory() / 1024,
+        gpus: Some(nvidia_gpus(Path::new("/dev"))),
     })
+}
+
+/// NVIDIA GPUs: the `nvidiaN` device nodes under `dev` (the ones Docker's nvidia driver
+/// hands to workers by index); `nvidiactl`, `nvidia-uvm` and the like are not GPUs.
+pub fn nvidia_gpus(dev: &Path) -> u32 {
+    let Ok(entries) = std::fs::read_dir(dev) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|e| {
+            e.file_name().to_str().is_some_and(|n| {
+                n.strip_prefix("nvidia")
+                    .is_some_and(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()))
+            })
+        })
+        .count() as u32
 }
 
 /// Free space for unprivileged use on the filesystem holding `path` (or its nearest existing

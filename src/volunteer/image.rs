@@ -47,7 +47,7 @@ pub fn record_failure(
     refresh: Duration,
 ) {
     r.failures = r.failures.saturating_add(1);
-    let retry = now + retry_backoff(refresh).delay_chrono(r.failures);
+    let retry = retry_backoff(refresh).retry_at(now, r.failures);
     r.retry_at = Some(retry);
     r.last_error = Some(format!("{what}: {e}"));
     tracing::warn!(

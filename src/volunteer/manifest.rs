@@ -17,7 +17,9 @@
 //! ```
 //! `check` is pure; `fetch`, `load_last_good` and `store` do the I/O.
 
-use crate::config::site::{image_allowed, is_fully_qualified};
+use crate::config::site::{
+    image_allowed, is_env_name, is_fully_qualified, secure_url, transport_allowed,
+};
 use crate::config::template;
 use crate::config::units::HumanDuration;
 use crate::service::state_file::write_atomically;
@@ -29,6 +31,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 const FILE: &str = "manifest.toml";
+
+/// The largest stored manifest read back (a fetched one is bounded by `[remote] max_bytes`).
+const STORED_MAX_BYTES: u64 = 1 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
@@ -94,7 +99,34 @@ pub const RESERVED_ENV: &[&str] = &[
     "ACCEPT_JOBS_FOR_HOURS",
     "RETIREMENT_HOURS",
     "ACCEPT_IDLE_MINUTES",
+    // Set by pilotd from the manifest's own `config_urls`.
+    "PILOT_CONFIG_URLS",
+    // Where condor finds its configuration: the pool's would replace the pilot's.
+    "CONDOR_CONFIG",
+    // What the worker's programs and TLS trust: a pool must not swap the binaries, the CA
+    // that guards the pilot's https fetches, or route them through its proxy.
+    "PATH",
+    "HOME",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "NO_PROXY",
 ];
+
+/// Env prefixes the manifest may never set (compared case-insensitively): condor reads
+/// `_CONDOR_*` as configuration that beats the pilot's own file, `PILOT_*` and `PILOTD_*` steer
+/// the pilot and pilotd, and `LD_*` (LD_PRELOAD, LD_LIBRARY_PATH) loads code into every
+/// process of the worker.
+pub const RESERVED_ENV_PREFIXES: &[&str] = &["_CONDOR_", "PILOT_", "PILOTD_", "LD_"];
+
+/// Whether the manifest may not set `key`.
+pub fn reserved(key: &str) -> bool {
+    let upper = key.to_ascii_uppercase();
+    RESERVED_ENV.contains(&upper.as_str())
+        || RESERVED_ENV_PREFIXES.iter().any(|p| upper.starts_with(p))
+}
 
 /// One thing a manifest may not do.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -103,9 +135,11 @@ pub enum Refusal {
     ImageNotQualified(String),
     #[error("image `{0}` is not in this host's allowed_images")]
     ImageNotAllowed(String),
-    #[error("config URL `{0}` is not https")]
+    #[error("config URL {0}")]
     ConfigUrlNotHttps(String),
-    #[error("env {0} is set by pilotd from the owner's decision, not by the pool")]
+    #[error(
+        "env {0} is reserved (set by pilotd from the owner's decision, or steering condor, the pilot or the loader), not the pool's"
+    )]
     ReservedEnv(String),
     #[error("env {0} is set by this site's pilotd.toml")]
     SiteEnv(String),
@@ -135,17 +169,18 @@ pub fn check(
         }
     }
     for url in &m.worker.config_urls {
-        if !url.starts_with("https://") && !is_loopback_http(url) {
-            why.push(Refusal::ConfigUrlNotHttps(url.clone()));
+        if let Err(e) = secure_url(url) {
+            why.push(Refusal::ConfigUrlNotHttps(e));
         }
     }
     for key in m.worker.env.keys() {
-        if RESERVED_ENV.contains(&key.as_str()) || key.starts_with("PILOTD_") {
-            why.push(Refusal::ReservedEnv(key.clone()));
+        let shown = key.escape_debug().to_string();
+        if !is_env_name(key) {
+            why.push(Refusal::EnvName(shown));
+        } else if reserved(key) {
+            why.push(Refusal::ReservedEnv(shown));
         } else if local_env.contains_key(key) {
-            why.push(Refusal::SiteEnv(key.clone()));
-        } else if key.is_empty() || !key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-            why.push(Refusal::EnvName(key.clone()));
+            why.push(Refusal::SiteEnv(shown));
         }
     }
     for (key, value) in &m.worker.env {
@@ -157,16 +192,6 @@ pub fn check(
         }
     }
     if why.is_empty() { Ok(()) } else { Err(why) }
-}
-
-/// Plain http is accepted only on loopback (a local mirror or a test server).
-fn is_loopback_http(url: &str) -> bool {
-    let Some(rest) = url.strip_prefix("http://") else {
-        return false;
-    };
-    let host = rest.split(['/', '?']).next().unwrap_or("");
-    let host = host.rsplit_once(':').map_or(host, |(h, _)| h);
-    matches!(host, "127.0.0.1" | "localhost" | "[::1]")
 }
 
 pub fn parse(url: &str, body: &[u8]) -> Result<Manifest, ManifestError> {
@@ -183,6 +208,22 @@ pub fn parse(url: &str, body: &[u8]) -> Result<Manifest, ManifestError> {
     })
 }
 
+/// An error and its causes on one line (reqwest puts the reason a redirect was refused in a
+/// cause, not in its own text).
+fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let c_text = c.to_string();
+        if !text.contains(&c_text) {
+            text.push_str(": ");
+            text.push_str(&c_text);
+        }
+        cause = c.source();
+    }
+    text
+}
+
 /// Fetches and checks the manifest. Nothing is stored here: the caller stores what passed.
 pub async fn fetch(
     url: &str,
@@ -191,27 +232,37 @@ pub async fn fetch(
     allowed_images: &[String],
     local_env: &BTreeMap<String, String>,
 ) -> Result<Manifest, ManifestError> {
+    // Errors name the URL without its credentials (they end up in logs and `status`).
+    let shown = redact::credentials(url).into_owned();
     let fail = |why: String, hint: &str| ManifestError::Fetch {
-        url: url.into(),
-        why,
+        url: shown.clone(),
+        why: redact::credentials(&why).into_owned(),
         hint: hint.into(),
     };
-    if !url.starts_with("https://") && !is_loopback_http(url) {
-        return Err(fail(
-            "only https is accepted (plain http only on loopback)".into(),
-            "use an https:// URL in [remote] url",
-        ));
+    if let Err(e) = secure_url(url) {
+        return Err(fail(e, "use an https:// URL in [remote] url"));
     }
     // reqwest is built without a default TLS provider (kube uses ring; two providers panic).
     let _ = rustls::crypto::ring::default_provider().install_default();
     let client = reqwest::Client::builder()
         .timeout(timeout)
-        .redirect(reqwest::redirect::Policy::limited(3))
+        // Every hop is held to the same rule as the first: a redirect to plain http (or
+        // to anything but https or loopback) ends the fetch before connecting.
+        .redirect(reqwest::redirect::Policy::custom(|attempt| {
+            if attempt.previous().len() >= 3 {
+                attempt.error("more than 3 redirects")
+            } else if !transport_allowed(attempt.url()) {
+                let to = redact::credentials(attempt.url().as_str()).into_owned();
+                attempt.error(format!("redirected to {to}, which is not https"))
+            } else {
+                attempt.follow()
+            }
+        }))
         .build()
         .map_err(|e| fail(e.to_string(), "this is a bug in pilotd"))?;
     let mut resp = client.get(url).send().await.map_err(|e| {
         fail(
-            format!("unreachable: {e}"),
+            format!("unreachable: {}", with_causes(&e)),
             "check the URL and the network; the last good manifest stays in force",
         )
     })?;
@@ -242,11 +293,9 @@ pub async fn fetch(
             ));
         }
     }
-    let m = parse(url, &body)?;
-    check(&m, allowed_images, local_env).map_err(|why| ManifestError::Refused {
-        url: url.into(),
-        why,
-    })?;
+    let m = parse(&shown, &body)?;
+    check(&m, allowed_images, local_env)
+        .map_err(|why| ManifestError::Refused { url: shown, why })?;
     Ok(m)
 }
 
@@ -290,7 +339,7 @@ impl Refresh {
         if self.fetching || self.due.is_some_and(|t| now < t) {
             return false;
         }
-        self.due = Some(now + chrono::Duration::from_std(every).unwrap_or_default());
+        self.due = Some(crate::horizon::after(now, every));
         self.fetching = true;
         true
     }
@@ -310,11 +359,38 @@ pub fn path(state_dir: &Path) -> PathBuf {
     state_dir.join(FILE)
 }
 
-/// The last manifest that passed, if any. A damaged copy is ignored (and reported).
+/// The stored manifest, checked again against today's limits: the site may have narrowed
+/// `allowed_images` or `[worker.env]` since it was stored, and the file may have been
+/// changed. A copy that no longer passes is refused (the caller logs it and waits for a
+/// fresh one), never used.
+pub fn load_checked(
+    state_dir: &Path,
+    allowed_images: &[String],
+    local_env: &BTreeMap<String, String>,
+) -> Result<Option<Manifest>, ManifestError> {
+    let Some(m) = load_last_good(state_dir)? else {
+        return Ok(None);
+    };
+    check(&m, allowed_images, local_env).map_err(|why| ManifestError::Refused {
+        url: path(state_dir).display().to_string(),
+        why,
+    })?;
+    Ok(Some(m))
+}
+
+/// The last manifest that passed, if any, as stored (not checked again: `status` shows its
+/// version). A damaged copy is ignored (and reported).
 pub fn load_last_good(state_dir: &Path) -> Result<Option<Manifest>, ManifestError> {
+    use std::io::Read;
     let p = path(state_dir);
-    match std::fs::read(&p) {
-        Ok(b) => parse(&p.display().to_string(), &b).map(Some),
+    // Bounded like a fetch: the stored copy is a file someone could have replaced.
+    let mut b = Vec::new();
+    match std::fs::File::open(&p).and_then(|f| f.take(STORED_MAX_BYTES + 1).read_to_end(&mut b)) {
+        Ok(_) if b.len() as u64 > STORED_MAX_BYTES => Err(ManifestError::Invalid {
+            url: p.display().to_string(),
+            why: format!("larger than {STORED_MAX_BYTES} bytes"),
+        }),
+        Ok(_) => parse(&p.display().to_string(), &b).map(Some),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(ManifestError::Store { path: p, source: e }),
     }
@@ -363,9 +439,9 @@ OK_VAR = "1"
             why[0],
             Refusal::ImageNotAllowed("docker.io/evil/miner:latest".into())
         );
-        assert_eq!(
-            why[1],
-            Refusal::ConfigUrlNotHttps("http://pool.example.org/x".into())
+        assert!(
+            matches!(&why[1], Refusal::ConfigUrlNotHttps(e) if e.contains("pool.example.org")),
+            "{why:?}"
         );
         assert!(why.contains(&Refusal::ReservedEnv("NUM_CPUS".into())));
         assert!(why.contains(&Refusal::ReservedEnv("PILOT_TOKEN_FILE".into())));
@@ -378,6 +454,99 @@ OK_VAR = "1"
         assert!(
             text.contains("; env GLIDEIN_Site is set by this site"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn reserved_prefixes_and_names_are_refused_whatever_their_case() {
+        let m = parse(
+            "u",
+            br#"version = "1"
+[worker]
+config_urls = ["http://127.0.0.1@evil.example/x", "https://u:pw@pool.example.org/y"]
+[worker.env]
+_CONDOR_START = "True"
+_condor_SEC_DEFAULT_AUTHENTICATION = "NEVER"
+PILOT_SELFTEST_CMD = "true"
+PILOT_NEW_KNOB = "1"
+LD_PRELOAD = "/pilot/x.so"
+ld_library_path = "/pilot"
+CONDOR_CONFIG = "/pilot/evil"
+SSL_CERT_FILE = "/pilot/ca.pem"
+https_proxy = "http://proxy.evil"
+"A=B" = "x"
+"" = "y"
+"X\nY" = "z"
+GLIDEIN_Site = "OK"
+"#,
+        )
+        .unwrap();
+        let why = check(&m, &allowed(), &BTreeMap::new()).unwrap_err();
+        let reserved: Vec<&str> = why
+            .iter()
+            .filter_map(|r| match r {
+                Refusal::ReservedEnv(k) => Some(k.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            reserved,
+            [
+                "CONDOR_CONFIG",
+                "LD_PRELOAD",
+                "PILOT_NEW_KNOB",
+                "PILOT_SELFTEST_CMD",
+                "SSL_CERT_FILE",
+                "_CONDOR_START",
+                "_condor_SEC_DEFAULT_AUTHENTICATION",
+                "https_proxy",
+                "ld_library_path",
+            ]
+        );
+        let names: Vec<&str> = why
+            .iter()
+            .filter_map(|r| match r {
+                Refusal::EnvName(k) => Some(k.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(names, ["", "A=B", "X\\nY"]);
+        // The userinfo trick is refused on the parsed host; a credential never reaches the text.
+        let text = ManifestError::Refused {
+            url: "u".into(),
+            why,
+        }
+        .to_string();
+        assert!(text.contains("evil.example"), "{text}");
+        assert_eq!(text.lines().count(), 1, "{text}");
+    }
+
+    #[test]
+    fn a_stored_copy_that_no_longer_passes_is_refused_not_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = path(dir.path());
+        std::fs::write(
+            &p,
+            "version = \"9\"\n[worker]\nimage = \"docker.io/evil/miner:1\"\nconfig_urls = [\"http://pool.example.org/c\"]\n",
+        )
+        .unwrap();
+        let e = load_checked(dir.path(), &allowed(), &BTreeMap::new())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(&p.display().to_string()), "{e}");
+        assert!(
+            e.contains("docker.io/evil/miner:1") && e.contains("pool.example.org"),
+            "{e}"
+        );
+        // As stored it still reads (status shows its version), and a good copy loads checked.
+        assert_eq!(load_last_good(dir.path()).unwrap().unwrap().version, "9");
+        std::fs::write(&p, "version = \"10\"\n").unwrap();
+        assert_eq!(
+            load_checked(dir.path(), &allowed(), &BTreeMap::new())
+                .unwrap()
+                .unwrap()
+                .version,
+            "10"
         );
     }
 

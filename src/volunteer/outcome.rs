@@ -155,7 +155,7 @@ impl StartBackoff {
                 let failures = self.failures.saturating_add(1);
                 StartBackoff {
                     failures,
-                    not_before: Some(now + policy.delay_chrono(failures)),
+                    not_before: Some(policy.retry_at(now, failures)),
                     last_outcome: Some(outcome.clone()),
                 }
             }

@@ -30,6 +30,12 @@ use super::snapshot::{Session, Sessions};
 /// would otherwise spin forever on well-formed "empty" records.
 pub const MAX_RECORDS: usize = 1 << 16;
 
+/// The size of one record: glibc's `struct utmp` with 32-bit times (the layout utmp-rs reads).
+pub const RECORD_SIZE: usize = 384;
+
+/// USER_PROCESS, the type of a login record.
+const USER_PROCESS: i16 = 7;
+
 /// Why the sessions could not be observed. Each one becomes the reason of
 /// `Sessions::Unknown`, which the policy reads as "owner present".
 #[derive(Debug, thiserror::Error)]
@@ -56,6 +62,12 @@ pub enum SessionsError {
         path.display()
     )]
     TooLarge { path: PathBuf, limit: usize },
+    #[error(
+        "{} is not a regular file ({kind}), so it is not a utmp file; check the utmp path in \
+         pilotd.toml",
+        path.display()
+    )]
+    NotAFile { path: PathBuf, kind: &'static str },
 }
 
 /// What the probe has to ask the running system about a utmp record. The real answers come
@@ -120,22 +132,74 @@ impl HostLookup for LiveHost<'_> {
 /// Never fails: anything that prevents a trustworthy answer becomes `Sessions::Unknown` with a
 /// reason that names the file and the problem.
 pub fn read_sessions(utmp: &Path, dev: &Path, now: DateTime<Utc>) -> Sessions {
-    let parser = match UtmpParser::from_path(utmp) {
-        Ok(p) => p,
-        Err(source) => {
-            return Sessions::Unknown(
-                SessionsError::Read {
-                    path: utmp.to_path_buf(),
-                    source,
-                }
-                .to_string(),
-            );
-        }
-    };
-    match sessions_from_entries(utmp, parser, now, &LiveHost { dev }) {
+    let result = read_bounded(utmp)
+        .and_then(|bytes| sessions_from_bytes(utmp, &bytes, now, &LiveHost { dev }));
+    match result {
         Ok(sessions) => Sessions::Known(sessions),
         Err(e) => Sessions::Unknown(e.to_string()),
     }
+}
+
+/// The whole file, read without blocking and without reading more than [`MAX_RECORDS`]
+/// records: opened non-blocking (a FIFO at the path would otherwise block the daemon until
+/// someone writes to it), then refused unless it is a regular file.
+fn read_bounded(path: &Path) -> Result<Vec<u8>, SessionsError> {
+    use std::io::Read;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let read_err = |source| SessionsError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY)
+        .open(path)
+        .map_err(read_err)?;
+    let ft = file.metadata().map_err(read_err)?.file_type();
+    if !ft.is_file() {
+        let kind = if ft.is_fifo() {
+            "a FIFO"
+        } else if ft.is_dir() {
+            "a directory"
+        } else if ft.is_char_device() || ft.is_block_device() {
+            "a device"
+        } else if ft.is_socket() {
+            "a socket"
+        } else {
+            "not a file"
+        };
+        return Err(SessionsError::NotAFile {
+            path: path.to_path_buf(),
+            kind,
+        });
+    }
+    let limit = (MAX_RECORDS * RECORD_SIZE) as u64;
+    let mut bytes = Vec::new();
+    file.take(limit + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read_err)?;
+    if bytes.len() as u64 > limit {
+        return Err(SessionsError::TooLarge {
+            path: path.to_path_buf(),
+            limit: MAX_RECORDS,
+        });
+    }
+    Ok(bytes)
+}
+
+/// [`sessions_from_entries`] over the bytes of a utmp file, with one more rule toward the
+/// owner: a record utmp-rs cannot decode (a user or host that is not UTF-8, a negative
+/// `tv_usec`) but whose raw type is USER_PROCESS with a live pid is still a session, with its
+/// names decoded lossily. Skipping it would count a logged-in owner as absent.
+pub fn sessions_from_bytes(
+    source: &Path,
+    bytes: &[u8],
+    now: DateTime<Utc>,
+    host: &impl HostLookup,
+) -> Result<Vec<Session>, SessionsError> {
+    let parsed = UtmpParser::from_reader(bytes);
+    let raw = bytes.chunks(RECORD_SIZE).map(Some);
+    sessions_from_records(source, parsed.zip(raw), now, host)
 }
 
 /// The pure core of the probe: turn parsed utmp records into live sessions.
@@ -163,6 +227,19 @@ pub fn sessions_from_entries<I>(
 where
     I: IntoIterator<Item = Result<UtmpEntry, ParseError>>,
 {
+    sessions_from_records(source, entries.into_iter().map(|e| (e, None)), now, host)
+}
+
+/// Parsed records, each with its raw bytes when known (for the undecodable-login rule).
+fn sessions_from_records<'a, I>(
+    source: &Path,
+    entries: I,
+    now: DateTime<Utc>,
+    host: &impl HostLookup,
+) -> Result<Vec<Session>, SessionsError>
+where
+    I: IntoIterator<Item = (Result<UtmpEntry, ParseError>, Option<&'a [u8]>)>,
+{
     // Keyed by line so that a DEAD_PROCESS costs one lookup: a forged file of thousands of
     // logins and logouts must not make the probe quadratic.
     let mut logins: HashMap<String, Vec<Login>> = HashMap::new();
@@ -170,7 +247,7 @@ where
     let mut bad = 0usize;
     let mut first_bad: Option<String> = None;
 
-    for (index, entry) in entries.into_iter().enumerate() {
+    for (index, (entry, raw)) in entries.into_iter().enumerate() {
         if index >= MAX_RECORDS {
             return Err(SessionsError::TooLarge {
                 path: source.to_path_buf(),
@@ -193,6 +270,14 @@ where
             Err(e) => {
                 bad += 1;
                 first_bad.get_or_insert_with(|| format!("record {index}: {e}"));
+                if let Some(login) = raw.and_then(|r| undecodable_login(index, r)) {
+                    tracing::debug!(
+                        path = %source.display(),
+                        record = index,
+                        "an undecodable login record counts as a session ({e})"
+                    );
+                    logins.entry(login.line.clone()).or_default().push(login);
+                }
                 continue;
             }
         };
@@ -260,6 +345,38 @@ where
             }
         })
         .collect())
+}
+
+/// A login utmp-rs could not decode, from its raw bytes: USER_PROCESS with a pid (checked for
+/// life later, like every login). Names are decoded lossily and the time from `tv_sec` alone.
+fn undecodable_login(index: usize, raw: &[u8]) -> Option<Login> {
+    if raw.len() < RECORD_SIZE {
+        return None;
+    }
+    let i16_at = |o: usize| i16::from_ne_bytes([raw[o], raw[o + 1]]);
+    let i32_at = |o: usize| i32::from_ne_bytes([raw[o], raw[o + 1], raw[o + 2], raw[o + 3]]);
+    let text = |r: std::ops::Range<usize>| {
+        let field = &raw[r];
+        let end = field.iter().position(|b| *b == 0).unwrap_or(field.len());
+        String::from_utf8_lossy(&field[..end]).into_owned()
+    };
+    if i16_at(0) != USER_PROCESS {
+        return None;
+    }
+    let user = text(44..76);
+    Some(Login {
+        index,
+        pid: i32_at(4),
+        // An empty name is still someone: `who` would show the record.
+        user: if user.is_empty() {
+            "(undecodable)".into()
+        } else {
+            user
+        },
+        line: text(8..40),
+        host: text(76..332),
+        login: offset_to_utc(i64::from(i32_at(340)), 0),
+    })
 }
 
 /// A USER_PROCESS record not yet checked against the running system.

@@ -170,7 +170,12 @@ impl WorkerSettings {
             pids_limit: w.pids_limit,
             user: w.worker_user(),
             read_only_rootfs: w.read_only_rootfs,
-            network: Some(w.network.clone().unwrap_or_else(|| egress.network.clone())),
+            network: Some(
+                w.network
+                    .as_ref()
+                    .map(|n| n.get_ref().clone())
+                    .unwrap_or_else(|| egress.network.clone()),
+            ),
             egress: w.network.is_none().then_some(egress),
             pull_while_owner_present: w.pull_while_owner_present,
             backoff: Backoff::new(w.backoff_base.0, w.backoff_max.0),
@@ -199,7 +204,7 @@ impl Settings {
             },
             worker: WorkerSettings::of_site(site),
             image: ImageSettings {
-                allowed: w.allowed_images.clone(),
+                allowed: site.allowed_images(),
                 refresh: w.refresh.0,
                 max_age: w.max_image_age.0,
             },

@@ -122,5 +122,71 @@ async fn unreachable_and_plain_http_elsewhere() {
         .await
         .unwrap_err()
         .to_string();
-    assert!(e.contains("only https"), "{e}");
+    assert!(e.contains("is not https"), "{e}");
+    // The user-info trick: the host is evil.example, whatever the text starts with.
+    let e = get("http://127.0.0.1@evil.example/m.toml")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("is not https (its host is evil.example)"), "{e}");
+}
+
+/// Answers every request with a redirect to `location`, and counts the requests.
+async fn redirect_to(location: String) -> (String, std::sync::Arc<std::sync::atomic::AtomicU32>) {
+    let hits = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let counted = hits.clone();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let location = location.clone();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let _ = sock.read(&mut buf).await;
+                let head = format!(
+                    "HTTP/1.1 302 Found\r\nlocation: {location}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                );
+                let _ = sock.write_all(head.as_bytes()).await;
+            });
+        }
+    });
+    (
+        format!("http://127.0.0.1:{}/manifest.toml", addr.port()),
+        hits,
+    )
+}
+
+#[tokio::test]
+async fn every_redirect_is_held_to_https_and_credentials_never_show() {
+    // A hop to plain http elsewhere ends the fetch before connecting (192.0.2.0/24 is
+    // TEST-NET-1: nothing is sent anywhere).
+    let (url, hits) =
+        redirect_to("http://user:pw@192.0.2.1/m.toml?access_token=s3cret".into()).await;
+    let e = get(&url).await.unwrap_err().to_string();
+    assert!(e.contains("which is not https"), "{e}");
+    assert!(e.contains("192.0.2.1"), "{e}");
+    assert!(!e.contains("pw") && !e.contains("s3cret"), "{e}");
+    assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 1);
+    // A hop to loopback http is followed (to a real manifest).
+    let good = serve("200 OK", GOOD.as_bytes().to_vec()).await;
+    let (url, _) = redirect_to(good).await;
+    assert_eq!(get(&url).await.unwrap().version, "7");
+    // A loop ends after 3 hops.
+    let (inner, _) = redirect_to("http://127.0.0.1:1/".into()).await;
+    let (a, _) = redirect_to(inner.clone()).await;
+    let (b, _) = redirect_to(a).await;
+    let (c, _) = redirect_to(b).await;
+    let e = get(&c).await.unwrap_err().to_string();
+    assert!(e.contains("more than 3 redirects"), "{e}");
+    // The manifest's own URL never shows its credentials either.
+    let e = get("https://u:pw@127.0.0.1:1/m.toml?token=t0k")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("https://***@127.0.0.1:1/m.toml?token=***"),
+        "{e}"
+    );
+    assert!(!e.contains("pw") && !e.contains("t0k"), "{e}");
 }

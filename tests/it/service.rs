@@ -46,6 +46,26 @@ impl Setup {
         self.dir.path().join(name)
     }
 
+    /// A Setup whose daemon serves metrics on a free loopback port.
+    fn with_metrics() -> (Setup, u16) {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let s = Setup::new(&format!("[metrics]\nlisten = \"127.0.0.1:{port}\"\n"));
+        (s, port)
+    }
+
+    /// `pilotd run` in the foreground, its stderr piped (see `lines`).
+    fn run(&self) -> Child {
+        self.cmd()
+            .arg("run")
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+
     fn cmd(&self) -> Command {
         let mut c = Command::new(bin());
         c.arg("-c").arg(self.path("pilotd.toml"));
@@ -152,10 +172,13 @@ fn notifies_systemd_and_reloads_keeping_the_last_good_config() {
     recv_until(&sock, "RELOADING=1", &mut notes);
     let line = wait_line(&log, "keeping the last good configuration", &mut seen);
     assert!(line.contains("reload failed"), "{line}");
-    wait_line(
-        &log,
-        &format!("{}:2:13: unknown on_return rule", policy.display()),
-        &mut seen,
+    // One event, one line: the diagnostics follow on it, their newlines escaped.
+    assert!(
+        line.contains(&format!(
+            "configuration:\\n{}:2:13: unknown on_return rule",
+            policy.display()
+        )),
+        "{line}"
     );
     assert!(
         child.try_wait().unwrap().is_none(),
@@ -267,18 +290,8 @@ fn daemon_that_fails_before_ready_fails_its_parent() {
 
 #[test]
 fn metrics_are_scraped_from_a_running_daemon() {
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    let s = Setup::new(&format!("[metrics]\nlisten = \"127.0.0.1:{port}\"\n"));
-    let mut child = s
-        .cmd()
-        .arg("run")
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
+    let (s, port) = Setup::with_metrics();
+    let mut child = s.run();
     let log = lines(&mut child);
     let mut seen = Vec::new();
     wait_line(&log, "decision:", &mut seen);
@@ -350,13 +363,7 @@ fn manifest_failures_keep_the_last_good_one_and_history_survives_corruption() {
         b"{\"version\":1,\"buckets\":[",
     )
     .unwrap();
-    let mut child = s
-        .cmd()
-        .arg("run")
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = s.run();
     let log = lines(&mut child);
     let mut seen = Vec::new();
     wait_line(&log, "history.json.corrupt", &mut seen);
@@ -453,4 +460,134 @@ fn a_second_daemon_with_the_same_instance_on_the_same_engine_is_refused() {
     wait_line(&rx, "ready", &mut seen);
     signal(&second, nix::sys::signal::Signal::SIGTERM);
     let _ = wait_exit(&mut second, Duration::from_secs(20));
+}
+
+/// CPU seconds (user + system) a process has used so far, from /proc/PID/stat.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // The command name may hold spaces; the fields after its closing parenthesis are fixed.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
+    ticks / 100.0
+}
+
+/// Out of file descriptors under a flood of idle connections, the metrics listener pauses
+/// between accepts instead of spinning (it used to burn 80-90 % of a core), and the daemon
+/// keeps cycling.
+#[test]
+fn the_metrics_listener_backs_off_when_out_of_descriptors() {
+    let (s, port) = Setup::with_metrics();
+    let mut child = s.run();
+    let pid = child.id();
+    let log = lines(&mut child);
+    let mut seen = Vec::new();
+    wait_line(&log, "decision:", &mut seen);
+    // Leave the daemon two descriptors beyond what it holds now.
+    let open = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count() as u64;
+    let limit = nix::libc::rlimit {
+        rlim_cur: open + 2,
+        rlim_max: open + 2,
+    };
+    let rc = unsafe {
+        nix::libc::prlimit(
+            pid as nix::libc::pid_t,
+            nix::libc::RLIMIT_NOFILE,
+            &limit,
+            std::ptr::null_mut(),
+        )
+    };
+    assert_eq!(rc, 0, "prlimit: {}", std::io::Error::last_os_error());
+    let flood: Vec<std::net::TcpStream> = (0..40)
+        .map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let before = cpu_seconds(pid);
+    std::thread::sleep(Duration::from_secs(3));
+    let used = cpu_seconds(pid) - before;
+    let warned = wait_line(&log, "metrics: cannot accept a connection", &mut seen);
+    assert!(warned.contains("pausing"), "{warned}");
+    assert!(
+        used < 0.6,
+        "the daemon used {used:.2} s of CPU in 3 s while out of descriptors"
+    );
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the daemon must keep running"
+    );
+    drop(flood);
+    signal(&child, nix::sys::signal::Signal::SIGTERM);
+    wait_exit(&mut child, Duration::from_secs(20));
+}
+
+/// A reload onto the most extreme policy `check` accepts (every duration at its 100-year
+/// bound, windows that end soon) keeps a daemon that decides and stays alive; one past the
+/// bound is refused by the reload (the last good one stays) instead of crashing the daemon
+/// (which used to exit 101, and fail open under Restart=on-failure).
+#[test]
+fn a_reload_onto_extreme_durations_survives() {
+    let s = Setup::new("max_lifetime = \"100years\"\n");
+    let mut child = s.run();
+    let log = lines(&mut child);
+    let mut seen = Vec::new();
+    wait_line(&log, "decision:", &mut seen);
+    let policy = s.path("policy.toml");
+    std::fs::write(
+        &policy,
+        "[schedule]\nwindows = [{ days = \"daily\", from = \"00:00\", to = \"24:00\" }]\n\
+         evict_before_end = \"100years\"\n[owner]\nbusy_for = \"100years\"\nfree_for = \"100years\"\n\
+         grace = \"100years\"\nsession_idle = \"100years\"\nmax_owner_cpu = \"1%\"\n[jobs]\nlongest_job = \"100years\"\n",
+    )
+    .unwrap();
+    pilotd_check(&s);
+    signal(&child, nix::sys::signal::Signal::SIGHUP);
+    wait_line(&log, "configuration reloaded", &mut seen);
+    // Cycles go on with it (interval = 1s): the status file is rewritten after each.
+    cycles_go_on(&s, &mut child);
+
+    std::fs::write(&policy, "[owner]\nbusy_for = \"300000years\"\n").unwrap();
+    signal(&child, nix::sys::signal::Signal::SIGHUP);
+    let line = wait_line(&log, "keeping the last good configuration", &mut seen);
+    assert!(
+        line.contains("duration `300000years` is too long"),
+        "{line}"
+    );
+    cycles_go_on(&s, &mut child);
+    signal(&child, nix::sys::signal::Signal::SIGTERM);
+    let status = wait_exit(&mut child, Duration::from_secs(20));
+    assert!(status.success(), "{status:?}");
+}
+
+/// The daemon is alive and its status file is written again within a few seconds.
+fn cycles_go_on(s: &Setup, child: &mut Child) {
+    let status = s.path("state/status.json");
+    let before = std::fs::metadata(&status).unwrap().modified().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the daemon must survive"
+        );
+        let now = std::fs::metadata(&status).unwrap().modified().unwrap();
+        if now > before {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no cycle wrote the status in 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// `pilotd check` on a Setup's files must pass (what the reload is about to read).
+fn pilotd_check(s: &Setup) {
+    let out = s.cmd().arg("check").output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -441,7 +441,10 @@ impl Backend for DockerBackend {
     async fn stop(&self, id: &str, grace: Duration) -> Result<(), BackendError> {
         let t = i32::try_from(grace.as_secs()).unwrap_or(i32::MAX);
         // The engine answers only once the container has stopped, up to `grace` later.
-        let docker = self.docker.clone().with_timeout(grace + self.timeout);
+        let docker = self
+            .docker
+            .clone()
+            .with_timeout(grace.saturating_add(self.timeout));
         let opts = StopContainerOptionsBuilder::default().t(t).build();
         match docker.stop_container(id, Some(opts)).await {
             Ok(()) => Ok(()),

@@ -160,7 +160,7 @@ impl Daemon {
             tracing::warn!("{w}");
         }
         let manifest = if s.remote.is_some() {
-            match manifest::load_last_good(&s.state_dir) {
+            match manifest::load_checked(&s.state_dir, &s.image.allowed, &s.worker.env) {
                 Ok(m) => m,
                 Err(e) => {
                     tracing::warn!("{e}; waiting for a fresh manifest");
@@ -301,7 +301,7 @@ impl Reconciler for Daemon {
             && let Some(b) = self.engine.backend.clone()
         {
             let grace = self.s.policy.grace;
-            wait = grace + Duration::from_secs(10);
+            wait = grace.saturating_add(Duration::from_secs(10));
             if let Ok(list) = b.list_workers().await {
                 for w in list
                     .iter()
@@ -319,7 +319,10 @@ impl Reconciler for Daemon {
             "draining: waiting up to {}s for running operations",
             wait.as_secs()
         );
-        let deadline = tokio::time::Instant::now() + wait;
+        let now = tokio::time::Instant::now();
+        let deadline = now
+            .checked_add(wait)
+            .unwrap_or(now + Duration::from_secs(86_400));
         while !self.work.tasks.is_empty() {
             match tokio::time::timeout_at(deadline, self.work.tasks.join_next()).await {
                 Ok(Some(Ok(done))) => self.task_done(done, Utc::now()),
@@ -351,8 +354,7 @@ fn restore(path: &Path, s: &Settings, now: DateTime<Utc>) -> Status {
     };
     match status::load(path) {
         Ok(Some(prev)) => {
-            let fresh_for = chrono::Duration::from_std(s.interval * 3)
-                .unwrap_or_default()
+            let fresh_for = crate::horizon::delta(s.interval.saturating_mul(3))
                 .max(chrono::Duration::minutes(2));
             if prev.updated_at.is_some_and(|t| now - t <= fresh_for) {
                 status.owner_busy_since = prev.owner_busy_since;

@@ -572,3 +572,58 @@ fn a_worker_over_its_disk_share_is_stopped_soon_and_one_within_it_stays() {
         p.actions
     );
 }
+
+fn extreme_instant() -> impl proptest::strategy::Strategy<Value = DateTime<Utc>> {
+    use proptest::prelude::*;
+    let min = DateTime::<Utc>::MIN_UTC.timestamp();
+    let max = DateTime::<Utc>::MAX_UTC.timestamp();
+    prop_oneof![
+        (min..=max).prop_map(|s| DateTime::from_timestamp(s, 0).unwrap()),
+        (0i64..86_400).prop_map(move |s| DateTime::from_timestamp(max - s, 0).unwrap()),
+        (0i64..86_400).prop_map(move |s| DateTime::from_timestamp(min + s, 0).unwrap()),
+        Just(t(20, 0)),
+    ]
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+
+    /// The plan at any instant, with a supply, workers and a back-off at any instants: no
+    /// panic (the worker env's hour counts subtract instants), and an eviction is never
+    /// dropped.
+    #[test]
+    fn the_plan_is_total_at_extreme_instants(
+        now in extreme_instant(), accept in proptest::option::of(extreme_instant()),
+        die in proptest::option::of(extreme_instant()), created in extreme_instant(),
+        not_before in proptest::option::of(extreme_instant()), failures in proptest::prelude::any::<u32>(),
+        allowed in proptest::prelude::any::<bool>(), grace in proptest::prelude::any::<u64>(),
+        fast in proptest::prelude::any::<bool>(),
+    ) {
+        let mut sup = supply(allowed, 2, if allowed { Evict::None } else if fast { Evict::Fast } else { Evict::Graceful });
+        sup.accept_until = accept;
+        sup.die_at = die;
+        sup.grace = Duration::from_secs(grace);
+        let mut w = worker("a", WorkerState::Running, created);
+        w.accept_until = accept;
+        w.die_at = die;
+        let workers = vec![w];
+        let backoff = StartBackoff { failures, not_before, last_outcome: None };
+        let image = ready();
+        let p = plan(
+            &sup,
+            Observed {
+                workers: &workers,
+                in_flight: &InFlight::default(),
+                backoff: &backoff,
+                image: &image,
+                free_hours: Some(u64::MAX),
+                scratch_use: &BTreeMap::new(),
+            },
+            &settings(),
+            now,
+        );
+        if !allowed {
+            proptest::prop_assert!(short(&p).iter().any(|a| a == "stop a" || a == "kill a"), "{:?}", short(&p));
+        }
+    }
+}

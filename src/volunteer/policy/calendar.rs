@@ -23,8 +23,12 @@ pub enum Period {
     Closed { opens: Option<DateTime<Utc>> },
 }
 
-/// Is `t` inside any window?
+/// Is `t` inside any window? An instant outside `horizon`'s range is in none: its local time
+/// may not exist in chrono (which would panic), and no real clock reads it.
 pub fn is_open(windows: &[Window], tz: Tz, t: DateTime<Utc>) -> bool {
+    if !crate::horizon::in_range(t) {
+        return false;
+    }
     let local = t.with_timezone(&tz);
     let day = local.weekday();
     let minute = (local.hour() * 60 + local.minute()) as u16;
@@ -42,6 +46,9 @@ pub fn is_open(windows: &[Window], tz: Tz, t: DateTime<Utc>) -> bool {
 
 /// The period `now` is in, with its end or the next start.
 pub fn period_at(windows: &[Window], tz: Tz, now: DateTime<Utc>) -> Period {
+    if !crate::horizon::in_range(now) {
+        return Period::Closed { opens: None };
+    }
     let open = is_open(windows, tz, now);
     let change = boundaries(windows, tz, now)
         .into_iter()

@@ -12,9 +12,10 @@ pub mod calendar;
 use crate::config::policy::{BatteryRule, SessionRule};
 use crate::config::units::format_duration;
 use crate::config::{Evict, Policy};
+use crate::horizon::{after, before};
 use crate::volunteer::snapshot::{HostSnapshot, Sessions};
 use calendar::Period;
-use chrono::{DateTime, Duration as ChronoDuration, Utc};
+use chrono::{DateTime, Utc};
 use serde::Serialize;
 use std::time::Duration;
 
@@ -116,11 +117,11 @@ pub struct Supply {
     pub host_free_since: Option<DateTime<Utc>>,
 }
 
-fn dur(d: Duration) -> ChronoDuration {
-    ChronoDuration::from_std(d).unwrap_or(ChronoDuration::MAX)
-}
-
 fn hm(t: DateTime<Utc>, p: &Policy) -> String {
+    if !crate::horizon::in_range(t) {
+        // Far out of any real clock's reach (a saturated sum): local time may not exist.
+        return t.format("%Y-%m-%d %H:%M UTC").to_string();
+    }
     t.with_timezone(&p.timezone)
         .format("%a %H:%M %Z")
         .to_string()
@@ -152,12 +153,12 @@ pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) 
             let lifetime_cap = limits
                 .likely_free_until
                 .filter(|t| *t > now)
-                .map_or(now + dur(limits.max_lifetime), |t| {
-                    t.min(now + dur(limits.max_lifetime))
+                .map_or(after(now, limits.max_lifetime), |t| {
+                    t.min(after(now, limits.max_lifetime))
                 });
             match ends {
                 Some(end) => {
-                    let guard = end - dur(p.evict_before_end);
+                    let guard = before(end, p.evict_before_end);
                     if now >= guard {
                         blocked = true;
                         evict = evict.max(Evict::Graceful);
@@ -241,7 +242,7 @@ pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) 
     let owner_busy_since = high.then(|| h.owner_busy_since.unwrap_or(now));
     if let Some(since) = owner_busy_since {
         blocked = true;
-        let evict_at = since + dur(p.busy_for);
+        let evict_at = after(since, p.busy_for);
         if now >= evict_at {
             evict = evict.max(p.on_return);
             causes.push(Cause::OwnerCpuEvict);
@@ -250,7 +251,7 @@ pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) 
                 owner_cpu * 100.0,
                 p.max_owner_cpu * 100.0,
                 format_duration(Duration::from_secs(
-                    (now - since).num_seconds().max(0) as u64
+                    now.signed_duration_since(since).num_seconds().max(0) as u64
                 ))
             ));
         } else {
@@ -266,12 +267,12 @@ pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) 
     }
 
     let host_free_since = (!blocked).then(|| h.host_free_since.unwrap_or(now));
-    let accept_until = die_at.map(|d| d - dur(p.longest_job));
+    let accept_until = die_at.map(|d| before(d, p.longest_job));
     let share = split_share(p, h);
 
     let mut allowed = false;
     if let Some(since) = host_free_since {
-        let ready_at = since + dur(p.free_for);
+        let ready_at = after(since, p.free_for);
         if now < ready_at {
             next.push(ready_at);
             causes.push(Cause::WaitingFreeFor);

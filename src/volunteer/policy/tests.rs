@@ -3,6 +3,7 @@
 use super::*;
 use crate::config::policy::Window;
 use crate::config::units::{Share, parse_days, parse_time_of_day};
+use chrono::Duration as ChronoDuration;
 use chrono_tz::Europe::Rome;
 use proptest::prelude::*;
 
@@ -385,5 +386,66 @@ proptest! {
         prop_assert_eq!(a.allowed, b.allowed);
         prop_assert_eq!(a.evict, b.evict);
         prop_assert_eq!(a.die_at.map(|d| d + ChronoDuration::weeks(1)), b.die_at);
+    }
+}
+
+/// Any instant chrono can represent, weighted toward the ends of its range and of pilotd's.
+fn extreme_instant() -> impl Strategy<Value = DateTime<Utc>> {
+    let min = DateTime::<Utc>::MIN_UTC.timestamp();
+    let max = DateTime::<Utc>::MAX_UTC.timestamp();
+    prop_oneof![
+        (min..=max).prop_map(|s| DateTime::from_timestamp(s, 0).unwrap()),
+        (0i64..86_400 * 30).prop_map(move |s| DateTime::from_timestamp(max - s, 0).unwrap()),
+        (0i64..86_400 * 30).prop_map(move |s| DateTime::from_timestamp(min + s, 0).unwrap()),
+        (0i64..86_400 * 30).prop_map(|s| crate::horizon::before(
+            crate::horizon::latest(),
+            Duration::from_secs(s as u64)
+        )),
+        any_instant(),
+    ]
+}
+
+/// Any duration, weighted toward the longest ones (past what `check` accepts too: a
+/// snapshot or state file could carry them).
+fn extreme_duration() -> impl Strategy<Value = Duration> {
+    prop_oneof![
+        any::<u64>().prop_map(Duration::from_secs),
+        Just(Duration::MAX),
+        Just(crate::horizon::MAX_DURATION),
+        (0u64..86_400 * 14).prop_map(Duration::from_secs),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    /// No panic and a coherent answer for any instant and any durations: chrono panics on
+    /// `instant + duration` past its range, and a panic in the daemon fails open.
+    #[test]
+    fn decide_is_total_at_extreme_instants_and_durations(
+        tz in any_tz(), ws in proptest::collection::vec(any_window(), 0..3),
+        now in extreme_instant(), since in proptest::option::of(extreme_instant()),
+        busy in proptest::option::of(extreme_instant()),
+        busy_for in extreme_duration(), free_for in extreme_duration(),
+        evict_before_end in extreme_duration(), longest_job in extreme_duration(),
+        max_lifetime in extreme_duration(), likely in proptest::option::of(extreme_instant()),
+        cpu in 0.0f64..1.0,
+    ) {
+        let mut p = Policy::defaults(tz);
+        p.windows = ws;
+        p.busy_for = busy_for;
+        p.free_for = free_for;
+        p.evict_before_end = evict_before_end;
+        p.longest_job = longest_job;
+        let mut h = HostSnapshot::test(now).with_free_since(since);
+        h.owner_busy_since = busy;
+        h.cpu_busy = cpu;
+        let limits = Limits { max_lifetime, likely_free_until: likely };
+        let s = decide(&p, &h, limits, now);
+        if let Some(n) = s.next_change { prop_assert!(n > now); }
+        if s.allowed {
+            prop_assert!(s.die_at.is_some_and(|d| d > now), "{:?}", s);
+        }
+        prop_assert_eq!(s.reasons.len(), s.causes.len());
     }
 }

@@ -32,6 +32,12 @@ impl Machine {
         let instance = format!("pool-{}", tag.0);
         std::fs::write(d.join("utmp"), b"").unwrap();
         std::fs::copy(pool.worker_token(), d.join("pool.token")).unwrap();
+        // A root daemon refuses a token others can read (`config::ownership`).
+        std::fs::set_permissions(
+            d.join("pool.token"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o600),
+        )
+        .unwrap();
         std::fs::write(
             d.join("policy.toml"),
             format!(

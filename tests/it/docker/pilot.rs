@@ -23,9 +23,12 @@ fn push_pilot_image() -> String {
     image
 }
 
-/// Serves one condor config file on 127.0.0.1 (the workers use the host's network).
+/// Serves one condor config file on the host's address on Docker's default bridge, where the
+/// workers are (`network = "host"`, which reached loopback, is refused by `check`).
 fn config_server() -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let gateway = harness::sh_ok("ip -4 -o addr show docker0 | awk '{print $4}' | cut -d/ -f1");
+    assert!(!gateway.is_empty(), "docker0 has no IPv4 address");
+    let listener = std::net::TcpListener::bind((gateway.as_str(), 0)).unwrap();
     let url = format!("http://{}/pool.conf", listener.local_addr().unwrap());
     std::thread::spawn(move || {
         for conn in listener.incoming() {
@@ -56,6 +59,12 @@ impl Run {
         let instance = format!("p{}-{tag}", std::process::id());
         std::fs::write(d.join("utmp"), b"").unwrap();
         std::fs::write(d.join("token"), "pool-token\n").unwrap();
+        // A root daemon refuses a token others can read (`config::ownership`).
+        std::fs::set_permissions(
+            d.join("token"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o600),
+        )
+        .unwrap();
         std::fs::write(
             d.join("policy.toml"),
             "timezone = \"UTC\"\n[schedule]\nwindows = [{ days = \"daily\", from = \"00:00\", to = \"24:00\" }]\n\
@@ -80,7 +89,7 @@ image = "{image}"
 allowed_images = ["127.0.0.1:5000/*"]
 idle_timeout = "3s"
 token_file = "{d}/token"
-network = "host"
+network = "bridge"
 backoff_base = "1s"
 backoff_max = "2s"
 [worker.env]

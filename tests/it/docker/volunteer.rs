@@ -39,6 +39,12 @@ impl Harness {
         let dir = tempfile::tempdir().unwrap();
         let p_dir = dir.path();
         std::fs::write(p_dir.join("token"), "s3cret-token-value\n").unwrap();
+        // A root daemon refuses a token others can read (`config::ownership`).
+        std::fs::set_permissions(
+            p_dir.join("token"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o600),
+        )
+        .unwrap();
         std::fs::write(p_dir.join("utmp"), b"").unwrap();
         let policy = format!(
             "timezone = \"UTC\"\n{}\n[owner]\nmax_owner_cpu = \"100%\"\nfree_for = \"0s\"\non_battery = \"ignore\"\non_return = \"{}\"\ngrace = \"{}\"\n[share]\ncpus = 2\nmemory = \"512MiB\"\ndisk = \"{}\"\nworkers = {}\n[jobs]\nlongest_job = \"{}\"\n",
@@ -50,7 +56,17 @@ impl Harness {
             "mode = \"volunteer\"\npolicy = \"{d}/policy.toml\"\nstate_dir = \"{d}/state\"\ninterval = \"2s\"\n{site}\n[host]\nutmp = \"{d}/utmp\"\nscratch = \"{d}/scratch\"\n[docker]\ninstance = \"{instance}\"\n[worker]\nallowed_images = [\"127.0.0.1:\"]\nrefresh = \"2s\"\ntoken_file = \"{d}/token\"\nbackoff_base = \"1s\"\nbackoff_max = \"2s\"\n{worker}\n",
             d = p.display(),
         );
-        let site = site.replace("[\"127.0.0.1:\"]", "[\"127.0.0.1:*\"]");
+        // Patterns match whole components (no `127.0.0.1:*`): allow the registry of the
+        // image the test names (a forwarder's port), else the test registry.
+        let registry = worker
+            .lines()
+            .find_map(|l| l.strip_prefix("image = \""))
+            .and_then(|r| r.split('/').next())
+            .unwrap_or("127.0.0.1:5000");
+        let site = site.replace(
+            "[\"127.0.0.1:\"]",
+            &format!("[\"{registry}/*\", \"127.0.0.1:5000/*\"]"),
+        );
         std::fs::write(p.join("pilotd.toml"), site).unwrap();
         Harness {
             dir,

@@ -309,18 +309,29 @@ fn directory_is_unknown() {
 
     assert_eq!(
         why,
-        format!("cannot read {}: Is a directory", dir.path().display())
+        format!(
+            "{} is not a regular file (a directory), so it is not a utmp file; check the utmp path in pilotd.toml",
+            dir.path().display()
+        )
     );
 }
 
 #[test]
 fn endless_file_is_unknown() {
-    // /dev/zero decodes as an endless run of EMPTY records.
+    // /dev/zero would decode as an endless run of EMPTY records: a device is refused before
+    // reading, and a huge regular file after MAX_RECORDS records' worth of bytes.
     let why = unknown(read_sessions(
         Path::new("/dev/zero"),
         Path::new("/dev"),
         now(),
     ));
+    assert!(why.contains("is not a regular file (a device)"), "{why}");
+    let dir = tempfile::tempdir().unwrap();
+    let huge = dir.path().join("utmp");
+    let f = std::fs::File::create(&huge).unwrap();
+    f.set_len((pilotd::volunteer::sessions::MAX_RECORDS * RECORD_SIZE + 1) as u64)
+        .unwrap();
+    let why = unknown(read_sessions(&huge, dir.path(), now()));
     assert!(why.contains("more than"), "{why}");
 }
 
@@ -362,4 +373,67 @@ fn idle_time_comes_from_the_tty_atime() {
     assert_eq!(idle("root"), Some(0));
     assert_eq!(idle("bob"), None, "\":0\" is not a tty");
     assert_eq!(idle("nosuchuser.pilotd"), None, "no pts/4 in the fake dev");
+}
+
+/// A live login utmp-rs cannot decode still counts: failing toward the owner.
+#[test]
+fn undecodable_live_logins_count_as_sessions() {
+    let dir = tempfile::tempdir().unwrap();
+    let alive = alive_pid() as i32;
+    let good = Record::user(alive, "bob", "pts/1", 1_704_880_000);
+    let mut bad_user = Record::user(alive, "alice", "pts/2", 1_704_880_000).encode();
+    bad_user[44..50].copy_from_slice(b"al\xffce\0");
+    let mut bad_host = Record::user(alive, "carol", "pts/3", 1_704_880_000).encode();
+    bad_host[76..80].copy_from_slice(b"\xfe\xfe\xfe\0");
+    let mut negative_usec = Record::user(alive, "dave", "pts/4", 1_704_880_000);
+    negative_usec.usecs = -1;
+    // The same undecodable login with a dead pid is a leftover and does not count.
+    let mut stale = Record::user(stale_pid() as i32, "eve", "pts/5", 1_704_880_000).encode();
+    stale[44..48].copy_from_slice(b"e\xffe\0");
+    let mut bytes = good.encode().to_vec();
+    bytes.extend_from_slice(&bad_user);
+    bytes.extend_from_slice(&bad_host);
+    bytes.extend_from_slice(&negative_usec.encode());
+    bytes.extend_from_slice(&stale);
+    let path = write(dir.path(), "utmp", &bytes);
+    let got = known(read_sessions(&path, dir.path(), now()));
+    assert_eq!(
+        user_lines(&got),
+        pairs(&[
+            ("al\u{fffd}ce", "pts/2"),
+            ("bob", "pts/1"),
+            ("carol", "pts/3"),
+            ("dave", "pts/4"),
+        ]),
+        "{got:?}"
+    );
+    let carol = got.iter().find(|s| s.user == "carol").unwrap();
+    assert_eq!(carol.host, "\u{fffd}\u{fffd}\u{fffd}");
+    assert_eq!(
+        got.iter()
+            .find(|s| s.user == "dave")
+            .unwrap()
+            .login
+            .timestamp(),
+        1_704_880_000
+    );
+}
+
+/// A FIFO at the utmp path: "unknown" at once, not a daemon blocked until someone writes.
+#[test]
+fn a_fifo_at_the_utmp_path_is_unknown_without_blocking() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("utmp");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (path, dev) = (fifo.clone(), dir.path().to_path_buf());
+    std::thread::spawn(move || {
+        let _ = tx.send(read_sessions(&path, &dev, now()));
+    });
+    let got = rx
+        .recv_timeout(std::time::Duration::from_secs(5))
+        .expect("reading a FIFO at the utmp path must not block");
+    let why = unknown(got);
+    assert!(why.contains("is not a regular file (a FIFO)"), "{why}");
+    assert!(why.contains(fifo.to_str().unwrap()), "{why}");
 }
