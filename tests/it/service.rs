@@ -295,9 +295,15 @@ fn metrics_are_scraped_from_a_running_daemon() {
     let log = lines(&mut child);
     let mut seen = Vec::new();
     wait_line(&log, "decision:", &mut seen);
-    // Give the cycle that logged the decision time to finish and record its duration.
-    std::thread::sleep(Duration::from_millis(1500));
-    let body = scrape(port);
+    // The cycle that logged the decision records its duration when it ends: scrape until then.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let body = loop {
+        let body = scrape(port);
+        if body.contains("pilotd_cycle_duration_seconds_count") || Instant::now() > deadline {
+            break body;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
     signal(&child, nix::sys::signal::Signal::SIGTERM);
     wait_exit(&mut child, Duration::from_secs(20));
     for series in [
@@ -392,10 +398,18 @@ fn manifest_failures_keep_the_last_good_one_and_history_survives_corruption() {
             "the daemon keeps running"
         );
     }
-    // The history is being counted again, in a valid file.
-    std::thread::sleep(Duration::from_millis(1500));
-    let h: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(s.path("state/history.json")).unwrap()).unwrap();
+    // The history is being counted again, in a valid file (written by a later cycle).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let h: serde_json::Value = loop {
+        let parsed = std::fs::read(s.path("state/history.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+        match parsed {
+            Some(h) => break h,
+            None if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
+            None => panic!("history.json was not rewritten as valid JSON in 30 s"),
+        }
+    };
     assert_eq!(h["buckets"].as_array().unwrap().len(), 168);
     signal(&child, nix::sys::signal::Signal::SIGTERM);
     wait_exit(&mut child, Duration::from_secs(20));

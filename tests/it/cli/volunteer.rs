@@ -33,7 +33,18 @@ fn check_accepts_every_shipped_policy() {
 
 #[test]
 fn check_prints_every_problem_with_file_line_col() {
-    let path = fixture("broken-policy.toml");
+    // The fixture, with a CPU share one larger than this machine, so that refusal is checked
+    // on any machine (the value starts at the same column).
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("broken-policy.toml");
+    let text = std::fs::read_to_string(fixture("broken-policy.toml")).unwrap();
+    assert!(text.contains("cpus = 64"), "the fixture changed");
+    std::fs::write(
+        &path,
+        text.replace("cpus = 64", &format!("cpus = {}", cpus + 1)),
+    )
+    .unwrap();
     let out = pilotd(&path)
         .arg("check")
         .assert()
@@ -55,16 +66,13 @@ fn check_prints_every_problem_with_file_line_col() {
     ] {
         assert!(err.contains(&expected), "missing {expected:?} in:\n{err}");
     }
-    // A share larger than this machine (64 CPUs) is reported when the machine has fewer.
-    let cpus = std::thread::available_parallelism().unwrap().get();
-    if cpus < 64 {
-        assert!(
-            err.contains(&format!(
-                "{f}:14:8: cpus share 64 is more than this machine's"
-            )),
-            "{err}"
-        );
-    }
+    assert!(
+        err.contains(&format!(
+            "{f}:14:8: cpus share {} is more than this machine's",
+            cpus + 1
+        )),
+        "{err}"
+    );
     assert!(err.matches("\n  hint: ").count() >= 8, "{err}");
     assert!(!err.contains("panicked"));
 }
