@@ -172,6 +172,10 @@ pub struct KubernetesConfig {
     pub condor_q: PathBuf,
     /// Collector to query (`-pool`); the tools' own configuration when absent.
     pub pool: Option<String>,
+    /// Let the condor tools query daemons that offer no authentication, encryption or
+    /// integrity (`SEC_CLIENT_* = OPTIONAL`), as some pools need; off by default.
+    #[serde(default)]
+    pub insecure_query: bool,
     /// Longest a condor tool may run before the query counts as failed.
     #[serde(default = "default_condor_timeout")]
     pub condor_timeout: HumanDuration,

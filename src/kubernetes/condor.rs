@@ -225,7 +225,19 @@ pub struct CondorProbe {
     pub schedd_identities: Regex,
     pub job_constraint: String,
     pub startd_constraint: String,
+    /// Extra environment of every tool run (`_CONDOR_*` settings), e.g. `insecure_query`'s.
+    pub client_env: Vec<(String, String)>,
 }
+
+/// The client settings of `[kubernetes] insecure_query`: the tools may talk to a collector or
+/// schedd that offers no authentication, encryption or integrity (what the upstream
+/// provisioner's multi-user client configuration did for pools that need it). Read-only
+/// queries only: the provisioner sends nothing a daemon acts on.
+pub const INSECURE_QUERY_ENV: [(&str, &str); 3] = [
+    ("_CONDOR_SEC_CLIENT_AUTHENTICATION", "OPTIONAL"),
+    ("_CONDOR_SEC_CLIENT_ENCRYPTION", "OPTIONAL"),
+    ("_CONDOR_SEC_CLIENT_INTEGRITY", "OPTIONAL"),
+];
 
 impl CondorProbe {
     async fn run(
@@ -243,6 +255,7 @@ impl CondorProbe {
         let shown = full.join(" ");
         let child = tokio::process::Command::new(path)
             .args(&full)
+            .envs(self.client_env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

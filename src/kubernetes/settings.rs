@@ -8,7 +8,9 @@ use crate::config::Config;
 use crate::config::kubernetes::{KubernetesConfig, full_match_regex};
 use crate::kubernetes::backoff::TrialPolicy;
 use crate::kubernetes::client::Connection;
-use crate::kubernetes::condor::{CondorProbe, job_constraint, startd_constraint};
+use crate::kubernetes::condor::{
+    CondorProbe, INSECURE_QUERY_ENV, job_constraint, startd_constraint,
+};
 use crate::kubernetes::identity;
 use crate::kubernetes::jobs::PodTemplate;
 use crate::kubernetes::plan::PlanSettings;
@@ -75,6 +77,14 @@ impl Settings {
                 &k.additional_requirements,
             ),
             startd_constraint: startd_constraint(&app_name, &namespace, &k.k8s_domain),
+            client_env: if k.insecure_query {
+                INSECURE_QUERY_ENV
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect()
+            } else {
+                Vec::new()
+            },
         };
         let pods = PodTemplate {
             app_name,

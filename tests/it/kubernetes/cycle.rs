@@ -403,3 +403,30 @@ async fn api_requests_of_one_live_cycle() {
     assert_eq!(report.created.len(), 6);
     assert_eq!(seen.len() as u64, backend.requests());
 }
+
+#[tokio::test]
+async fn insecure_query_runs_the_condor_tools_with_optional_client_security() {
+    let pool = Pool::new();
+    let fake = FakeKube::start().await;
+    let env = |tool: &str| {
+        std::fs::read_to_string(pool.dir.path().join(format!("client-env-{tool}")))
+            .unwrap_or_else(|e| panic!("{tool} did not run: {e}"))
+    };
+    let secure = pool.config("");
+    let backend = KubeBackend::from_client(fake.client(NS), &secure.connection);
+    cycle(&secure, &backend, &mut BackoffBook::default(), now())
+        .await
+        .unwrap();
+    assert_eq!(env("condor_status"), "", "secure by default");
+    assert_eq!(env("condor_q"), "");
+
+    let insecure = pool.config("insecure_query = true\n");
+    cycle(&insecure, &backend, &mut BackoffBook::default(), now())
+        .await
+        .unwrap();
+    let expected = "_CONDOR_SEC_CLIENT_AUTHENTICATION=OPTIONAL\n\
+                    _CONDOR_SEC_CLIENT_ENCRYPTION=OPTIONAL\n\
+                    _CONDOR_SEC_CLIENT_INTEGRITY=OPTIONAL\n";
+    assert_eq!(env("condor_status"), expected);
+    assert_eq!(env("condor_q"), expected);
+}

@@ -167,8 +167,10 @@ fn the_deployment_configmap_holds_a_valid_pilotd_toml() {
     let yaml = std::fs::read_to_string(&path).unwrap();
     let start =
         yaml.find("pilotd.toml: |\n").expect("a pilotd.toml key") + "pilotd.toml: |\n".len();
+    // The block scalar ends at the next, less indented, key.
     let toml: String = yaml[start..]
         .lines()
+        .take_while(|l| l.is_empty() || l.starts_with("    "))
         .map(|l| l.strip_prefix("    ").unwrap_or(l))
         .collect::<Vec<_>>()
         .join("\n");
