@@ -183,6 +183,12 @@ pub struct KubernetesConfig {
     /// (the provisioner's `max_wait_onerror`).
     #[serde(default = "default_unknown_after")]
     pub unknown_after: HumanDuration,
+    /// A worker pod still Pending this long after its creation (or a Job whose pod never
+    /// appeared) is stuck: its Job is deleted and it counts as a failure for the back-off.
+    /// Unschedulable pods (no node has the GPU, a quota refuses the pod) would otherwise wait
+    /// for ever.
+    #[serde(default = "default_pending_timeout")]
+    pub pending_timeout: Spanned<HumanDuration>,
     /// Consecutive failed or unclaimed exits of a shape's pods before it goes on trial.
     #[serde(default = "default_backoff_after")]
     pub backoff_after: Spanned<u32>,
@@ -260,6 +266,9 @@ fn default_condor_timeout() -> HumanDuration {
 }
 fn default_unknown_after() -> HumanDuration {
     HumanDuration(Duration::from_secs(1000))
+}
+fn default_pending_timeout() -> Spanned<HumanDuration> {
+    Spanned::new(0..0, HumanDuration(Duration::from_secs(3600)))
 }
 fn default_backoff_after() -> Spanned<u32> {
     Spanned::new(0..0, 2)
@@ -367,6 +376,13 @@ impl KubernetesConfig {
                 self.cycle.span(),
                 "[kubernetes] cycle must be at least 1s",
                 "the provisioner's default is \"120s\"",
+            );
+        }
+        if self.pending_timeout.get_ref().0 < Duration::from_secs(60) {
+            d.error(
+                self.pending_timeout.span(),
+                "[kubernetes] pending_timeout must be at least 60s",
+                "a pod needs time to be scheduled and pull its image; e.g. pending_timeout = \"1h\"",
             );
         }
         if *self.backoff_after.get_ref() == 0 {

@@ -1,6 +1,7 @@
-//! Per-shape back-off. A shape whose worker pods keep failing (phase Failed with containers)
-//! or exiting without ever being claimed would otherwise get a fresh batch every cycle (the
-//! provisioner counts failed pods nowhere). After `after` such outcomes in a row the shape is
+//! Per-shape back-off. A shape whose worker pods keep failing (phase Failed with or without
+//! containers, an odd phase past `unknown_after`, stuck Pending, deleted unseen) or exiting
+//! without ever being claimed would otherwise get a fresh batch every cycle (the provisioner
+//! counts failed pods nowhere). After `after` such outcomes in a row the shape is
 //! on trial: one pod at a time, each trial no sooner than a delay that doubles per further
 //! failure up to `max`; one pod reaching Claimed (or Succeeded after having been claimed)
 //! resets it. The book is plain data, carried between cycles and in snapshots.
@@ -102,13 +103,22 @@ impl BackoffBook {
                         entry.claimed.insert(pod.name.clone());
                         success = true;
                     }
-                    PodState::Failed | PodState::Succeeded => {
+                    // Every way a pod can end without having run a job is a bad outcome:
+                    // failed with or without containers, an odd phase for too long, stuck
+                    // Pending, or deleted (not by pilotd's cleanup, which deletes only what
+                    // was already judged) before anyone saw it end.
+                    PodState::Failed
+                    | PodState::Unknown
+                    | PodState::Stuck
+                    | PodState::Succeeded
+                    | PodState::Terminating => {
                         // Each finished pod is judged once, however many cycles it stays listed.
                         if !entry.counted.insert(pod.name.clone()) {
                             continue;
                         }
                         let ran_a_job =
-                            pod.state == PodState::Succeeded && entry.claimed.contains(&pod.name);
+                            matches!(pod.state, PodState::Succeeded | PodState::Terminating)
+                                && entry.claimed.contains(&pod.name);
                         if ran_a_job {
                             success = true;
                         } else {
@@ -188,6 +198,7 @@ mod tests {
     fn obs(name: &str, state: PodState) -> PodObservation {
         PodObservation {
             name: name.into(),
+            job: None,
             key: key(),
             state,
         }

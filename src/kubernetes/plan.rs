@@ -2,10 +2,11 @@
 //! → per-shape decisions, the worker Jobs to create (bodies from `jobs`) and the finished Jobs
 //! to delete. No I/O, no clock.
 
-use crate::kubernetes::accounting::{Accounting, account, observe_pods};
+use crate::kubernetes::accounting::{Accounting, Ages, PodState, account, observe_pods};
 use crate::kubernetes::backoff::{BackoffBook, Gate, TrialPolicy};
 use crate::kubernetes::demand::{Demand, min_pods, pods_to_submit};
 use crate::kubernetes::jobs::{PodTemplate, job_body, job_name};
+use crate::kubernetes::observed::WorkerJob;
 use crate::kubernetes::shape::ShapeKey;
 use crate::kubernetes::snapshot::ClusterSnapshot;
 use chrono::{DateTime, Utc};
@@ -67,8 +68,11 @@ pub struct KubePlan {
     pub clusters: Vec<ClusterDecision>,
     /// Job bodies to create, as the API receives them.
     pub jobs: Vec<Job>,
-    /// Names of finished Jobs to delete (background propagation).
+    /// Names of Jobs to delete (background propagation): stuck ones first, then finished ones.
     pub delete: Vec<String>,
+    /// Which of `delete` are stuck (Pending longer than `pending_after`), not finished.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stuck: Vec<String>,
     /// Schedds skipped this cycle because their query failed.
     pub failed_schedds: Vec<String>,
 }
@@ -85,8 +89,8 @@ pub struct Decision {
 pub struct PlanSettings {
     pub max_pods_per_cluster: u64,
     pub max_submit_pods_per_cluster: u64,
-    /// A pod in an odd phase counts as waiting this long after its start, then as unknown.
-    pub unknown_after: Duration,
+    /// When a pod in an odd phase is unknown, and a Pending one stuck.
+    pub ages: Ages,
     pub backoff: TrialPolicy,
     /// Finished Jobs are deleted this long after they finished, at most this many a cycle.
     pub cleanup_after: Duration,
@@ -97,7 +101,7 @@ pub struct PlanSettings {
 /// Decides one cycle from one observation.
 pub fn decide(snap: &ClusterSnapshot, cfg: &PlanSettings, now: DateTime<Utc>) -> Decision {
     let demand = Demand::from_jobs(&snap.jobs);
-    let observations = observe_pods(&snap.pods, &snap.startds, now, cfg.unknown_after);
+    let observations = observe_pods(&snap.pods, &snap.kube_jobs, &snap.startds, now, &cfg.ages);
     let accounting = account(&observations);
     let policy = cfg.backoff;
     let mut book = snap.backoff.clone();
@@ -145,18 +149,36 @@ pub fn decide(snap: &ClusterSnapshot, cfg: &PlanSettings, now: DateTime<Utc>) ->
         jobs.extend(bodies);
         clusters.push(cluster_row(key, idle, &acc, min, submit, backoff, error));
     }
+    // Stuck Jobs first (each is a pod that will never run), then finished ones; one bound.
+    let cap = usize::try_from(cfg.cleanup_max_per_cycle).unwrap_or(usize::MAX);
+    let mut stuck: Vec<String> = observations
+        .iter()
+        .filter(|o| o.state == PodState::Stuck)
+        .filter_map(|o| o.job.clone())
+        .collect();
+    stuck.sort();
+    stuck.dedup();
+    stuck.truncate(cap);
+    let mut delete = stuck.clone();
+    delete.extend(
+        finished_jobs_to_delete(
+            &snap.kube_jobs,
+            cfg.cleanup_after,
+            cfg.cleanup_max_per_cycle,
+            now,
+        )
+        .into_iter()
+        .filter(|n| !stuck.contains(n)),
+    );
+    delete.truncate(cap);
     Decision {
         plan: KubePlan {
             mode: "kubernetes",
             now,
             clusters,
             jobs,
-            delete: finished_jobs_to_delete(
-                &snap.kube_jobs,
-                cfg.cleanup_after,
-                cfg.cleanup_max_per_cycle,
-                now,
-            ),
+            delete,
+            stuck,
             failed_schedds: snap.failed_schedds.clone(),
         },
         book,
@@ -187,25 +209,10 @@ fn cluster_row(
     }
 }
 
-/// When a Job finished (its Complete or Failed condition became true), if it has.
-pub fn finished_at(job: &Job) -> Option<DateTime<Utc>> {
-    let status = job.status.as_ref()?;
-    let cond = status
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")?;
-    let t = cond
-        .last_transition_time
-        .as_ref()
-        .or(status.completion_time.as_ref())?;
-    DateTime::from_timestamp(t.0.as_second(), 0)
-}
-
 /// Finished Jobs older than `cleanup_after`, oldest first, at most `cleanup_max_per_cycle`.
 /// A delete that fails leaves the Job listed, so the next cycle retries it.
 pub fn finished_jobs_to_delete(
-    jobs: &[Job],
+    jobs: &[WorkerJob],
     cleanup_after: Duration,
     cleanup_max_per_cycle: u64,
     now: DateTime<Utc>,
@@ -214,7 +221,7 @@ pub fn finished_jobs_to_delete(
     let mut done: Vec<(DateTime<Utc>, String)> = jobs
         .iter()
         .filter(|j| j.metadata.deletion_timestamp.is_none())
-        .filter_map(|j| Some((finished_at(j)?, j.metadata.name.clone()?)))
+        .filter_map(|j| Some((j.finished()?.1?, j.metadata.name.clone())))
         .filter(|(t, _)| now.signed_duration_since(*t) >= grace)
         .collect();
     done.sort();

@@ -57,7 +57,12 @@ pub fn plan_text(plan: &KubePlan) -> String {
         );
     }
     for d in &plan.delete {
-        let _ = writeln!(out, "  delete finished Job {d} (background propagation)");
+        let why = if plan.stuck.contains(d) {
+            "stuck Pending past pending_timeout"
+        } else {
+            "finished"
+        };
+        let _ = writeln!(out, "  delete Job {d} ({why}; background propagation)");
     }
     out
 }

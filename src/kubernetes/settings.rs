@@ -6,6 +6,7 @@
 use crate::backoff::Backoff;
 use crate::config::Config;
 use crate::config::kubernetes::{KubernetesConfig, full_match_regex};
+use crate::kubernetes::accounting::Ages;
 use crate::kubernetes::backoff::TrialPolicy;
 use crate::kubernetes::client::Connection;
 use crate::kubernetes::condor::{
@@ -118,7 +119,10 @@ impl Settings {
         let plan = PlanSettings {
             max_pods_per_cluster: *k.max_pods_per_cluster.get_ref(),
             max_submit_pods_per_cluster: *k.max_submit_pods_per_cluster.get_ref(),
-            unknown_after: k.unknown_after.0,
+            ages: Ages {
+                unknown_after: k.unknown_after.0,
+                pending_after: k.pending_timeout.get_ref().0,
+            },
             backoff: TrialPolicy {
                 after: *k.backoff_after.get_ref(),
                 delay: Backoff::new(k.backoff_initial.0, k.backoff_max.0),

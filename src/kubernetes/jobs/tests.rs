@@ -1,25 +1,35 @@
 use super::*;
+use crate::kubernetes::observed::{ContainerSeen, Meta, PodStatusSeen, WorkerPod};
 use crate::kubernetes::settings::Settings;
 use crate::kubernetes::shape::POD_GPU_TYPES;
-use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodStatus};
 
 fn cfg(extra: &str) -> PodTemplate {
     Settings::test(extra).plan.pods
 }
 
-/// The pod the Job controller would make from a Job body.
-pub(crate) fn pod_of(job: &Job, name: &str, phase: &str) -> Pod {
+/// The pod the Job controller would make from a Job body (its template's metadata plus the
+/// controller's job-name label), as a decision reads it.
+pub(crate) fn pod_of(job: &Job, name: &str, phase: &str) -> WorkerPod {
     let tmpl = job.spec.as_ref().unwrap().template.clone();
-    let mut meta = tmpl.metadata.unwrap();
-    meta.name = Some(name.into());
-    Pod {
+    let mut meta: Meta =
+        serde_json::from_value(serde_json::to_value(tmpl.metadata.unwrap()).unwrap()).unwrap();
+    meta.name = name.into();
+    meta.labels.insert(
+        "batch.kubernetes.io/job-name".into(),
+        job.metadata.name.clone().unwrap_or_default(),
+    );
+    WorkerPod {
         metadata: meta,
-        spec: tmpl.spec,
-        status: Some(PodStatus {
+        status: PodStatusSeen {
             phase: Some(phase.into()),
-            container_statuses: (phase != "Pending").then(|| vec![ContainerStatus::default()]),
-            ..PodStatus::default()
-        }),
+            container_statuses: (phase != "Pending").then(|| {
+                vec![ContainerSeen {
+                    name: "htcondor".into(),
+                }]
+            }),
+            start_time: None,
+        },
+        ..WorkerPod::default()
     }
 }
 
@@ -166,7 +176,10 @@ fn gpu_types_and_site_rules_become_node_affinity() {
         tmpl.annotations.unwrap()[POD_GPU_TYPES],
         "NVIDIA-A100,NVIDIA-A40"
     );
-    assert_eq!(ShapeKey::from_pod(&pod_of(&job, "p", "Pending")), k);
+    assert_eq!(
+        ShapeKey::from_meta(&pod_of(&job, "p", "Pending").metadata),
+        k
+    );
     // CPU pods fall back to the generic class.
     let cpu = job_body(&key("1;4096;8000000;;0;;"), &c, "n").unwrap();
     assert_eq!(
