@@ -728,7 +728,7 @@ additional_requirements=(!isUndefined(ProjectName))
         assert_eq!(k.k8s_domain, "nrp-nautilus.io");
         assert_eq!(k.image.get_ref(), "sfiligoi/prp-portal-wn:ospool");
         assert_eq!(
-            k.tolerations,
+            *k.tolerations.get_ref(),
             vec!["nautilus.io/noceph", "nautilus.io/chase-ci"]
         );
         assert_eq!(k.priority_class.as_deref(), Some("opportunistic"));
@@ -736,20 +736,36 @@ additional_requirements=(!isUndefined(ProjectName))
         assert_eq!(*k.max_pods_per_cluster.get_ref(), 20);
         assert_eq!(k.job_ttl.0.as_secs(), 3600);
         assert!(!k.use_large_limit && !k.force_namespace_matching && k.request_fuse);
-        assert_eq!(k.node_affinity.len(), 2);
-        assert_eq!(k.node_affinity[0].key, "nautilus.io/low-power");
-        assert_eq!(k.node_affinity[0].operator, AffinityOperator::NotIn);
-        assert_eq!(k.node_affinity[1].values, vec!["NVIDIA-A10", "NVIDIA-A40"]);
-        assert_eq!(k.env["OSG_SQUID_LOCATION"], "10.110.90.167:3128");
-        assert_eq!(k.env["GLIDEIN_Site"], "SDSC-PRP");
+        assert_eq!(k.node_affinity.get_ref().len(), 2);
+        assert_eq!(k.node_affinity.get_ref()[0].key, "nautilus.io/low-power");
+        assert_eq!(
+            k.node_affinity.get_ref()[0].operator,
+            AffinityOperator::NotIn
+        );
+        assert_eq!(
+            k.node_affinity.get_ref()[1].values,
+            vec!["NVIDIA-A10", "NVIDIA-A40"]
+        );
+        assert_eq!(k.env.get_ref()["OSG_SQUID_LOCATION"], "10.110.90.167:3128");
+        assert_eq!(k.env.get_ref()["GLIDEIN_Site"], "SDSC-PRP");
         assert_eq!(k.labels.get_ref()["osg-provisioner"], "wn");
         assert_eq!(
-            k.annotations["container.apparmor.security.beta.kubernetes.io/htcondor"],
+            k.annotations.get_ref()["container.apparmor.security.beta.kubernetes.io/htcondor"],
             "unconfined"
         );
-        let data = k.pvc_volumes.iter().find(|p| p.claim == "data").unwrap();
+        let data = k
+            .pvc_volumes
+            .get_ref()
+            .iter()
+            .find(|p| p.claim == "data")
+            .unwrap();
         assert!(data.read_only && data.host_to_container && data.path == "/data");
-        let cvmfs = k.pvc_volumes.iter().find(|p| p.claim == "cvmfs").unwrap();
+        let cvmfs = k
+            .pvc_volumes
+            .get_ref()
+            .iter()
+            .find(|p| p.claim == "cvmfs")
+            .unwrap();
         assert!(cvmfs.host_to_container && !cvmfs.read_only);
         assert_eq!(
             k.schedd_whitelist.get_ref(),

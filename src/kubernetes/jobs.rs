@@ -5,6 +5,7 @@
 use crate::config::kubernetes::{
     AffinityRule, ConfigVolume, PullPolicy, PvcVolume, is_label_key, is_label_value,
 };
+use crate::config::kubernetes_names::reserved_label;
 use crate::kubernetes::encoding::parse_dict;
 use crate::kubernetes::identity::{self, PROVISIONER_TYPE};
 use crate::kubernetes::shape::ShapeKey;
@@ -60,6 +61,32 @@ pub struct PodTemplate {
     pub use_large_limit: bool,
     pub token_secret: String,
     pub token_key: String,
+    /// Label keys, or prefixes ending in '/', a job's `RequestLabels` may set.
+    pub job_label_allow: Vec<String>,
+    /// PVCs a job's `RequestDiskVolumes` may mount.
+    pub job_volume_allow: Vec<String>,
+}
+
+impl PodTemplate {
+    /// Whether the site lets a job put label `key` on its pod: allowed by key or prefix, and
+    /// never a reserved one whatever the list says.
+    pub fn allows_job_label(&self, key: &str) -> Result<(), String> {
+        if let Some(why) = reserved_label(key) {
+            return Err(format!("is reserved ({why})"));
+        }
+        let allowed = self.job_label_allow.iter().any(|a| {
+            if a.ends_with('/') {
+                key.starts_with(a.as_str())
+            } else {
+                a == key
+            }
+        });
+        if allowed {
+            Ok(())
+        } else {
+            Err("is not in [kubernetes] job_label_allow".into())
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -159,6 +186,9 @@ pub fn job_body(key: &ShapeKey, pods: &PodTemplate, name: &str) -> Result<Job, J
                 "is not a valid Kubernetes label",
             ));
         }
+        // Any OSPool user sets RequestLabels: only what the site allows reaches the pod.
+        pods.allows_job_label(&k)
+            .map_err(|why| bad("RequestLabels", &format!("{k}:{v}"), &why))?;
         labels.insert(k, v);
     }
     for (k, v) in identity::selector_labels(&pods.app_name) {
@@ -272,6 +302,14 @@ pub fn job_body(key: &ShapeKey, pods: &PodTemplate, name: &str) -> Result<Job, J
                 "RequestDiskVolumes",
                 &format!("{claim}:{path}"),
                 "must be PVC_NAME:/absolute/mount/path",
+            ));
+        }
+        // Any OSPool user sets RequestDiskVolumes: only PVCs the site allows are mounted.
+        if !pods.job_volume_allow.contains(&claim) {
+            return Err(bad(
+                "RequestDiskVolumes",
+                &format!("{claim}:{path}"),
+                "is not in [kubernetes] job_volume_allow",
             ));
         }
         pvc_mount(

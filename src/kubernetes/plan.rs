@@ -132,7 +132,15 @@ pub fn decide(snap: &ClusterSnapshot, cfg: &PlanSettings, now: DateTime<Utc>) ->
                     _ => e.next_trial_at(&policy),
                 },
             });
-        let mut error = None;
+        // A shape the site refuses (a job label or volume it does not allow, a field that is
+        // not valid) is reported whether or not it would get pods this cycle, and gets none.
+        let mut error = match job_body(key, &cfg.pods, "check") {
+            Ok(_) => None,
+            Err(e) => {
+                submit = 0;
+                Some(e.to_string())
+            }
+        };
         let mut bodies = Vec::new();
         for _ in 0..submit {
             let name = job_name(&cfg.pods.app_name, now, jobs.len() + bodies.len());

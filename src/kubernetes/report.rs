@@ -86,7 +86,7 @@ fn backoff_text(c: &ClusterDecision, next: &str) -> String {
 fn status_rows(plan: &KubePlan) -> impl Iterator<Item = &ClusterDecision> {
     plan.clusters
         .iter()
-        .filter(|c| !c.is_quiet() || c.backoff.is_some())
+        .filter(|c| !c.is_quiet() || c.backoff.is_some() || c.error.is_some())
 }
 
 /// `pilotd status --format json` in kubernetes mode.
@@ -121,6 +121,9 @@ pub fn status_text(plan: &KubePlan) -> String {
             let _ = write!(out, "{n:>9}");
         }
         let _ = writeln!(out, "  {}", backoff_text(c, " until "));
+        if let Some(e) = &c.error {
+            let _ = writeln!(out, "  gets no pods: {e}");
+        }
     }
     if !plan.failed_schedds.is_empty() {
         let _ = writeln!(out, "skipped schedds: {}", plan.failed_schedds.join(", "));

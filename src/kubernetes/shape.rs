@@ -19,17 +19,12 @@ pub const MEMORY_FLOOR_MIB: u64 = 4096;
 /// The worker's START expression requires Disk == 8000000 KiB below this (and undefined).
 pub const DISK_FLOOR_KIB: u64 = 8_000_000;
 
-/// Pod label (and annotation) names of the key fields, as the provisioner and the existing
-/// worker pods use them.
-pub const POD_CPUS: &str = "PodCPUs";
-pub const POD_MEMORY: &str = "PodMemory";
-pub const POD_DISK: &str = "PodDisk";
-pub const POD_GPUS: &str = "PodGPUs";
-pub const POD_DISK_VOLUMES: &str = "PodDiskVolumes";
-pub const POD_GPU_TYPES: &str = "PodGPUTypes";
-pub const POD_LABELS: &str = "PodLabels";
-/// Label-safe digest of the whole key, for selecting one shape's pods.
-pub const POD_SHAPE: &str = "pilotd.io/shape";
+/// Pod label (and annotation) names of the key fields; their one home is
+/// `config::kubernetes_names`, which `check` reserves them in.
+pub use crate::config::kubernetes_names::{
+    POD_CPUS, POD_DISK, POD_DISK_VOLUMES, POD_GPU_TYPES, POD_GPUS, POD_LABELS, POD_MEMORY,
+    POD_SHAPE,
+};
 /// Prefix of a label value that stands for a value kept in the annotation of the same name.
 const HASH_PREFIX: &str = "sha256-";
 

@@ -198,6 +198,7 @@ fn gpu_types_and_site_rules_become_node_affinity() {
 fn volumes_token_labels_and_env_as_the_worker_expects() {
     let c = cfg(
         "additional_requirements = \"(ProjectName=?=\\\"x\\\")\"\nforce_namespace_matching = false\n\
+         job_label_allow = [\"team\"]\njob_volume_allow = [\"scratch\"]\n\
          [labels]\nosg-provisioner = \"wn\"\n[env]\nGLIDEIN_Site = \"SDSC-PRP\"\n\
          [annotations]\n\"container.apparmor.security.beta.kubernetes.io/htcondor\" = \"unconfined\"\n\
          [[pvc_volumes]]\nclaim = \"cvmfs\"\npath = \"/cvmfs\"\nhost_to_container = true\n\
@@ -249,4 +250,33 @@ fn volumes_token_labels_and_env_as_the_worker_expects() {
     assert_eq!(env["FORCE_K8SNAMESPACE_MATCHING"], "no");
     assert_eq!(env["ADDITIONAL_REQUIREMENTS"], "(ProjectName=?=\"x\")");
     assert_eq!(env["GLIDEIN_Site"], "SDSC-PRP");
+}
+
+#[test]
+fn job_labels_and_volumes_reach_the_pod_only_when_the_site_allows_them() {
+    let c = cfg(
+        "job_label_allow = [\"team\", \"example.org/\", \"k8s-app\"]\njob_volume_allow = [\"shared\"]\n",
+    );
+    let with = |labels: &str, volumes: &str| ShapeKey {
+        labels: labels.into(),
+        disk_volumes: volumes.into(),
+        ..key("1;4096;8000000;;0;;")
+    };
+    let refused = |k: ShapeKey| job_body(&k, &c, "n").unwrap_err().to_string();
+    assert!(job_body(&with("team:astro,example.org/x:y", "shared:/data"), &c, "n").is_ok());
+    let e = refused(with("app:evil-service", ""));
+    assert!(
+        e.contains("RequestLabels entry `app:evil-service` is not in [kubernetes] job_label_allow"),
+        "{e}"
+    );
+    // Reserved keys are never taken from a job, even when the list names them.
+    let e = refused(with("k8s-app:other", ""));
+    assert!(e.contains("is reserved"), "{e}");
+    let e = refused(with("controller-uid:x", ""));
+    assert!(
+        e.contains("is reserved (the Job controller owns it)"),
+        "{e}"
+    );
+    let e = refused(with("", "home-of-someone:/data"));
+    assert!(e.contains("RequestDiskVolumes entry `home-of-someone:/data` is not in [kubernetes] job_volume_allow"), "{e}");
 }

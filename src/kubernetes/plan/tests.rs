@@ -65,6 +65,37 @@ fn a_bad_shape_field_fails_only_its_own_key() {
 }
 
 #[test]
+fn a_shape_asking_for_what_the_site_does_not_allow_is_reported_and_gets_no_pods() {
+    let c = cfg("");
+    let mut evil = idle_job(1, 4096, 0, 0);
+    evil.request_labels = AdValue::Str("app:evil-service".into());
+    let mut pvc = idle_job(2, 4096, 0, 0);
+    pvc.request_disk_volumes = AdValue::Str("someones-home:/home".into());
+    let d = decide(
+        &snapshot(vec![evil, pvc, idle_job(4, 4096, 0, 0)], vec![]),
+        &c,
+        now(),
+    );
+    let rows: Vec<(u64, u64, Option<&str>)> = d
+        .plan
+        .clusters
+        .iter()
+        .map(|r| (r.key.cpus, r.submit, r.error.as_deref()))
+        .collect();
+    assert_eq!(rows.len(), 3);
+    assert!(rows[0].2.unwrap().contains("job_label_allow"), "{rows:?}");
+    assert!(rows[1].2.unwrap().contains("job_volume_allow"), "{rows:?}");
+    assert_eq!((rows[0].1, rows[1].1, rows[2].1), (0, 0, 1));
+    assert_eq!(d.plan.jobs.len(), 1, "only the plain shape gets a pod");
+    let status = report::status_text(&d.plan);
+    assert!(
+        status.contains("gets no pods: shape 1;4096;8000000;;0;;app:evil-service"),
+        "{status}"
+    );
+    assert!(report::plan_text(&d.plan).contains("job_volume_allow"));
+}
+
+#[test]
 fn full_cycle_then_pending_pods_submit_nothing_more() {
     let c = cfg("");
     // 10 default jobs → min_pods 3; 1 GPU job → 1; keys in sorted order.

@@ -50,9 +50,9 @@ fn import_ini_output_is_a_valid_pilotd_toml_with_the_ini_settings() {
         k.service_account_name.as_deref(),
         Some("prp-htcondor-wn-ro")
     );
-    assert_eq!(k.env["OSG_SQUID_LOCATION"], "10.110.90.167:3128");
+    assert_eq!(k.env.get_ref()["OSG_SQUID_LOCATION"], "10.110.90.167:3128");
     assert_eq!(
-        k.config_volumes[0].path,
+        k.config_volumes.get_ref()[0].path,
         "/etc/condor/config.d/40_glidein.config"
     );
     assert!(
