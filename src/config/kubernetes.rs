@@ -152,8 +152,12 @@ pub struct KubernetesConfig {
     pub job_ttl: HumanDuration,
     #[serde(default = "default_true")]
     pub force_namespace_matching: bool,
+    /// Extra requirements of the idle-job query (the INI's [htcondor] value).
     #[serde(default)]
     pub additional_requirements: String,
+    /// The workers' `ADDITIONAL_REQUIREMENTS` (their START; the INI's [k8s] value), when it
+    /// differs from `additional_requirements`; absent, the workers get that one.
+    pub worker_additional_requirements: Option<String>,
     #[serde(default = "default_true")]
     pub request_fuse: bool,
     /// Minimum ephemeral storage of a worker in MiB (`storage_mbs`); 0 disables it. It raises

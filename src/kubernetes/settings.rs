@@ -109,7 +109,10 @@ impl Settings {
             resources: k.resources.get_ref().clone(),
             job_ttl: k.job_ttl.0,
             force_namespace_matching: k.force_namespace_matching,
-            additional_requirements: k.additional_requirements.clone(),
+            additional_requirements: k
+                .worker_additional_requirements
+                .clone()
+                .unwrap_or_else(|| k.additional_requirements.clone()),
             request_fuse: k.request_fuse,
             min_ephemeral_storage_mib: k.min_ephemeral_storage_mib,
             use_large_limit: k.use_large_limit,

@@ -182,3 +182,54 @@ fn the_deployment_configmap_holds_a_valid_pilotd_toml() {
         pilotd::config::kubernetes::ClientSource::InCluster
     );
 }
+
+/// import-ini as the upstream provisioner reads its INI: app_name osg-wn when none is given,
+/// [htcondor] additional_requirements for the schedd query and [k8s]'s for the workers, and
+/// `&amp;` decoded until it no longer occurs.
+#[test]
+fn import_ini_follows_the_upstream_provisioner_on_an_upstream_style_ini() {
+    let ini = fixture("upstream/osg_provisioner.conf");
+    let out = Command::new(harness::bin())
+        .arg("import-ini")
+        .arg(&ini)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let site = pilotd::config::parse_site(&ini, &text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let k = site.kubernetes.as_ref().unwrap();
+    assert_eq!(k.app_name.get_ref(), "osg-wn", "{text}");
+    assert_eq!(k.env.get_ref()["ICECUBE_FLAGS"], "a&b");
+    assert_eq!(k.env.get_ref()["SQUID"], "10.1.2.3:3128");
+    assert_eq!(k.env.get_ref()["SITES"], "a,b");
+    let s =
+        pilotd::kubernetes::settings::Settings::from_table(k, Path::new("/nonexistent")).unwrap();
+    assert_eq!(
+        s.condor.job_constraint,
+        "(JobStatus=?=1) && regexp(RequestK8SNamespace,\"osg-icecube\") && ((RequestGPUs>0)&&(!isUndefined(ProjectName)))",
+        "the schedd query is narrowed by [htcondor]'s"
+    );
+    assert_eq!(
+        s.plan.pods.additional_requirements, "(TARGET.IceCubeGPU=?=True)",
+        "the workers' START gets [k8s]'s"
+    );
+    assert!(
+        s.condor
+            .startd_constraint
+            .contains("(K8SProvisionerName=?=\"osg-wn\")")
+    );
+    // The pod.conf upstream's startup script writes (namespace and condor_host only) gives
+    // osg-wn too.
+    let pod_conf = Command::new(harness::bin())
+        .arg("import-ini")
+        .arg(fixture("upstream/pod.conf"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8(pod_conf.stdout).unwrap();
+    assert!(text.contains("app_name = \"osg-wn\""), "{text}");
+    assert!(!text.contains("worker_additional_requirements"), "{text}");
+}
