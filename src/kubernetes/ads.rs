@@ -112,11 +112,15 @@ pub struct JobAd {
     pub request_gpu_types: AdValue,
     pub request_labels: AdValue,
     pub request_disk_volumes: AdValue,
+    /// True when the job's Requirements constrain GPUs beyond count and type (`require_gpus`
+    /// → `RequireGPUs`, or `GPUs_Capability`): pilotd cannot make a pod that surely matches
+    /// (see `demand`). The condor probe evaluates `GPU_CONSTRAINT` for it.
+    pub constrains_gpus: AdValue,
 }
 
 /// Canonical attribute names, in the order the snapshot prints them; `ScheddName` must stay
 /// first (the condor probe queries the rest).
-pub const JOB_ATTRS: [&str; 11] = [
+pub const JOB_ATTRS: [&str; 12] = [
     "ScheddName",
     "ClusterId",
     "ProcId",
@@ -128,7 +132,14 @@ pub const JOB_ATTRS: [&str; 11] = [
     "RequestGPUTypes",
     "RequestLabels",
     "RequestDiskVolumes",
+    "ConstrainsGPUs",
 ];
+
+/// What the condor probe asks for `ConstrainsGPUs`: the attribute itself cannot be asked, as
+/// `RequireGPUs` evaluates to undefined in the job's own ad (it refers to the machine's GPUs),
+/// so the job's Requirements text is searched (condor_submit puts `require_gpus` there as
+/// `countMatches(MY.RequireGPUs, TARGET.AvailableGPUs)`; checked on HTCondor 23.9).
+pub const GPU_CONSTRAINT: &str = r#"regexp("RequireGPUs|GPUs_Capability", unparse(Requirements))"#;
 
 impl JobAd {
     fn slot(&mut self, attr: &str) -> Option<&mut AdValue> {
@@ -141,6 +152,7 @@ impl JobAd {
             "requestgputypes" => &mut self.request_gpu_types,
             "requestlabels" => &mut self.request_labels,
             "requestdiskvolumes" => &mut self.request_disk_volumes,
+            "constrainsgpus" => &mut self.constrains_gpus,
             _ => return None,
         })
     }
@@ -166,7 +178,7 @@ impl JobAd {
 
 impl Serialize for JobAd {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_map(Some(JOB_ATTRS.len()))?;
+        let mut m = s.serialize_map(None)?;
         m.serialize_entry("ScheddName", &self.schedd_name)?;
         m.serialize_entry("ClusterId", &self.cluster_id)?;
         m.serialize_entry("ProcId", &self.proc_id)?;
@@ -178,6 +190,9 @@ impl Serialize for JobAd {
         m.serialize_entry("RequestGPUTypes", &self.request_gpu_types)?;
         m.serialize_entry("RequestLabels", &self.request_labels)?;
         m.serialize_entry("RequestDiskVolumes", &self.request_disk_volumes)?;
+        if self.constrains_gpus != AdValue::Undefined {
+            m.serialize_entry("ConstrainsGPUs", &self.constrains_gpus)?;
+        }
         m.end()
     }
 }

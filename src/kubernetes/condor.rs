@@ -8,7 +8,8 @@
 //! condor_status [-pool P] -startd -constraint C_STARTD -af:V Name State Activity K8SPodName
 //! condor_q      [-pool P] -name SCHEDD -allusers -constraint C_JOBS -af:V ClusterId ProcId JobStatus \
 //!               RequestCpus RequestMemory RequestDisk RequestGPUs RequestGPUTypes \
-//!               RequestLabels RequestDiskVolumes
+//!               RequestLabels RequestDiskVolumes \
+//!               'regexp("RequireGPUs|GPUs_Capability", unparse(Requirements))'
 //! ```
 //!
 //! `-af` (autoformat) prints each ad on one line with its expressions *evaluated*, one value
@@ -22,7 +23,7 @@
 //! `(JobStatus=?=1) && regexp(RequestK8SNamespace,"NS") && (ADDITIONAL)` as the NRP
 //! provisioner built it; `C_STARTD` selects this provisioner's workers by their K8S* attrs.
 
-use crate::kubernetes::ads::{AdValue, JobAd, STARTD_ATTRS, StartdAd};
+use crate::kubernetes::ads::{AdValue, GPU_CONSTRAINT, JobAd, STARTD_ATTRS, StartdAd};
 use crate::kubernetes::identity::PROVISIONER_TYPE;
 use regex::Regex;
 use std::path::{Path, PathBuf};
@@ -369,7 +370,13 @@ impl CondorProbe {
             constraint.into(),
             "-af:V".into(),
         ];
-        args.extend(JOB_ATTRS.iter().map(|s| s.to_string()));
+        args.extend(JOB_ATTRS.iter().map(|a| {
+            if *a == "ConstrainsGPUs" {
+                GPU_CONSTRAINT.to_string()
+            } else {
+                a.to_string()
+            }
+        }));
         let text = self.run(&self.condor_q, "condor_q", args).await?;
         let mut out = Vec::new();
         for vals in Self::lines(&self.condor_q, &text, JOB_ATTRS.len()) {

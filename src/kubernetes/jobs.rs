@@ -3,7 +3,8 @@
 //! image reads them, from the pod's shape and the site's `[kubernetes]` settings.
 
 use crate::config::kubernetes::{
-    AffinityRule, ConfigVolume, PullPolicy, PvcVolume, is_label_key, is_label_value,
+    AffinityOperator, AffinityRule, ConfigVolume, PullPolicy, PvcVolume, is_label_key,
+    is_label_value,
 };
 use crate::config::kubernetes_names::reserved_label;
 use crate::kubernetes::encoding::parse_dict;
@@ -158,6 +159,24 @@ fn pvc_mount(
         mount_propagation: host_to_container.then(|| "HostToContainer".to_string()),
         ..VolumeMount::default()
     });
+}
+
+/// The job's GPU types that every site rule on the GPU product label lets through (`In`:
+/// listed, `NotIn`: not listed), in the job's order.
+pub fn site_gpu_types(job_types: &[String], rules: &[AffinityRule]) -> Vec<String> {
+    job_types
+        .iter()
+        .filter(|t| {
+            rules
+                .iter()
+                .filter(|r| r.key == GPU_PRODUCT_LABEL)
+                .all(|r| match r.operator {
+                    AffinityOperator::In => r.values.contains(t),
+                    AffinityOperator::NotIn => !r.values.contains(t),
+                })
+        })
+        .cloned()
+        .collect()
 }
 
 /// The Job for one worker pod of shape `key`: `parallelism = completions = 1`,
@@ -370,21 +389,40 @@ pub fn job_body(key: &ShapeKey, pods: &PodTemplate, name: &str) -> Result<Job, J
 
     // Scheduling: an affinity block only when something is required (an empty
     // NodeSelectorTerm matches no node at all).
+    // A job's GPU types are intersected with the site's own rules on the GPU product label
+    // and replace them: AND-ing `In(job types)` with the site's `In(...)` on the same key
+    // made pods no node could take (Pending for ever) whenever the two sets were disjoint.
+    let gpu_types = key.gpu_type_list();
+    let gpu_types = if gpu_types.is_empty() {
+        None
+    } else {
+        let allowed = site_gpu_types(&gpu_types, &pods.node_affinity);
+        if allowed.is_empty() {
+            return Err(bad(
+                "RequestGPUTypes",
+                &key.gpu_types,
+                &format!(
+                    "has no GPU type the site's {GPU_PRODUCT_LABEL} rule allows (node_affinity): no node could take the pod"
+                ),
+            ));
+        }
+        Some(allowed)
+    };
     let mut expressions: Vec<NodeSelectorRequirement> = pods
         .node_affinity
         .iter()
+        .filter(|r| gpu_types.is_none() || r.key != GPU_PRODUCT_LABEL)
         .map(|r| NodeSelectorRequirement {
             key: r.key.clone(),
             operator: r.operator.as_str().into(),
             values: Some(r.values.clone()),
         })
         .collect();
-    let gpu_types = key.gpu_type_list();
-    if !gpu_types.is_empty() {
+    if let Some(types) = gpu_types {
         expressions.push(NodeSelectorRequirement {
             key: GPU_PRODUCT_LABEL.into(),
             operator: "In".into(),
-            values: Some(gpu_types),
+            values: Some(types),
         });
     }
     let affinity = (!expressions.is_empty()).then(|| Affinity {

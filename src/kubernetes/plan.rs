@@ -4,7 +4,7 @@
 
 use crate::kubernetes::accounting::{Accounting, Ages, PodState, account, observe_pods};
 use crate::kubernetes::backoff::{BackoffBook, Gate, TrialPolicy};
-use crate::kubernetes::demand::{Demand, min_pods, pods_to_submit};
+use crate::kubernetes::demand::{Demand, GPU_CONSTRAINED_REASON, min_pods, pods_to_submit};
 use crate::kubernetes::jobs::{PodTemplate, job_body, job_name};
 use crate::kubernetes::observed::WorkerJob;
 use crate::kubernetes::shape::ShapeKey;
@@ -75,6 +75,17 @@ pub struct KubePlan {
     pub stuck: Vec<String>,
     /// Schedds skipped this cycle because their query failed.
     pub failed_schedds: Vec<String>,
+    /// Idle jobs that get no pods because pilotd does not support what they ask, by shape.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unsupported: Vec<UnsupportedDemand>,
+}
+
+/// Idle jobs of one shape that pilotd makes no pods for, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UnsupportedDemand {
+    pub key: ShapeKey,
+    pub idle_jobs: u64,
+    pub reason: &'static str,
 }
 
 /// The plan plus the back-off book to carry into the next cycle.
@@ -188,6 +199,15 @@ pub fn decide(snap: &ClusterSnapshot, cfg: &PlanSettings, now: DateTime<Utc>) ->
             delete,
             stuck,
             failed_schedds: snap.failed_schedds.clone(),
+            unsupported: demand
+                .gpu_constrained
+                .iter()
+                .map(|(key, n)| UnsupportedDemand {
+                    key: key.clone(),
+                    idle_jobs: *n,
+                    reason: GPU_CONSTRAINED_REASON,
+                })
+                .collect(),
         },
         book,
     }

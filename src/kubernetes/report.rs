@@ -40,6 +40,13 @@ pub fn plan_text(plan: &KubePlan) -> String {
             let _ = writeln!(out, "  error: {e}");
         }
     }
+    for u in &plan.unsupported {
+        let _ = writeln!(
+            out,
+            "not provisioned: {} idle job(s) of shape {}: {}",
+            u.idle_jobs, u.key, u.reason
+        );
+    }
     let _ = writeln!(out, "actions:");
     if plan.jobs.is_empty() && plan.delete.is_empty() {
         let _ = writeln!(out, "  none");
@@ -96,6 +103,7 @@ pub fn status_json(plan: &KubePlan) -> serde_json::Value {
         "now": plan.now,
         "clusters": status_rows(plan).collect::<Vec<_>>(),
         "failed_schedds": plan.failed_schedds,
+        "unsupported": plan.unsupported,
     })
 }
 
@@ -124,6 +132,13 @@ pub fn status_text(plan: &KubePlan) -> String {
         if let Some(e) = &c.error {
             let _ = writeln!(out, "  gets no pods: {e}");
         }
+    }
+    for u in &plan.unsupported {
+        let _ = writeln!(
+            out,
+            "not provisioned: {} idle job(s) of {}: {}",
+            u.idle_jobs, u.key, u.reason
+        );
     }
     if !plan.failed_schedds.is_empty() {
         let _ = writeln!(out, "skipped schedds: {}", plan.failed_schedds.join(", "));

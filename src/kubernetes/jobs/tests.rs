@@ -280,3 +280,59 @@ fn job_labels_and_volumes_reach_the_pod_only_when_the_site_allows_them() {
     let e = refused(with("", "home-of-someone:/data"));
     assert!(e.contains("RequestDiskVolumes entry `home-of-someone:/data` is not in [kubernetes] job_volume_allow"), "{e}");
 }
+
+#[test]
+fn job_gpu_types_are_intersected_with_the_sites_gpu_product_rule() {
+    // The IceCube configuration: GPU nodes of these products only.
+    let c = cfg(
+        "[[node_affinity]]\nkey = \"nvidia.com/gpu.product\"\noperator = \"In\"\n\
+                 values = [\"NVIDIA-GeForce-RTX-3090\", \"NVIDIA-A40\"]\n\
+                 [[node_affinity]]\nkey = \"nvidia.com/gpu.product\"\noperator = \"NotIn\"\nvalues = [\"NVIDIA-A10\"]\n\
+                 [[node_affinity]]\nkey = \"nautilus.io/low-power\"\noperator = \"NotIn\"\nvalues = [\"true\"]\n",
+    );
+    let exprs = |types: &str| {
+        let k = ShapeKey {
+            gpu_types: types.into(),
+            ..key("1;4096;8000000;;1;;")
+        };
+        job_body(&k, &c, "n").map(|j| {
+            let spec = j.spec.unwrap().template.spec.unwrap();
+            spec.affinity
+                .unwrap()
+                .node_affinity
+                .unwrap()
+                .required_during_scheduling_ignored_during_execution
+                .unwrap()
+                .node_selector_terms[0]
+                .match_expressions
+                .clone()
+                .unwrap()
+                .into_iter()
+                .map(|e| (e.key, e.operator, e.values.unwrap()))
+                .collect::<Vec<_>>()
+        })
+    };
+    let both = exprs("NVIDIA-A100,NVIDIA-A40,NVIDIA-A10").unwrap();
+    assert_eq!(
+        both,
+        vec![
+            (
+                "nautilus.io/low-power".into(),
+                "NotIn".into(),
+                vec!["true".to_string()]
+            ),
+            (
+                GPU_PRODUCT_LABEL.into(),
+                "In".into(),
+                vec!["NVIDIA-A40".to_string()]
+            ),
+        ],
+        "one expression on the product label: the intersection"
+    );
+    // An A100-only job: no node of the site could take it.
+    let e = exprs("NVIDIA-A100").unwrap_err().to_string();
+    assert!(e.contains("RequestGPUTypes entry `NVIDIA-A100` has no GPU type the site's nvidia.com/gpu.product rule allows"), "{e}");
+    // Without GPU types the site's rules stay as they are.
+    let plain = exprs("").unwrap();
+    assert_eq!(plain.len(), 3);
+}

@@ -96,6 +96,28 @@ fn a_shape_asking_for_what_the_site_does_not_allow_is_reported_and_gets_no_pods(
 }
 
 #[test]
+fn gpu_constrained_jobs_are_reported_and_do_not_feed_the_plain_gpu_shape() {
+    let c = cfg("");
+    let plain = idle_job(1, 4096, 0, 1);
+    let mut constrained = plain.clone();
+    constrained.constrains_gpus = AdValue::Bool(true);
+    let jobs = vec![plain, constrained.clone(), constrained.clone(), constrained];
+    let d = decide(&snapshot(jobs, vec![]), &c, now());
+    assert_eq!(d.plan.clusters.len(), 1);
+    assert_eq!(
+        (d.plan.clusters[0].idle_jobs, d.plan.clusters[0].submit),
+        (1, 1),
+        "only the plain GPU job makes demand"
+    );
+    assert_eq!(d.plan.unsupported.len(), 1);
+    assert_eq!(d.plan.unsupported[0].idle_jobs, 3);
+    let text = report::plan_text(&d.plan);
+    assert!(text.contains("not provisioned: 3 idle job(s) of shape 1;4096;8000000;;1;;: the job constrains GPUs with RequireGPUs or GPUs_Capability"), "{text}");
+    let v = serde_json::to_value(&d.plan).unwrap();
+    assert_eq!(v["unsupported"][0]["idle_jobs"], 3);
+}
+
+#[test]
 fn full_cycle_then_pending_pods_submit_nothing_more() {
     let c = cfg("");
     // 10 default jobs → min_pods 3; 1 GPU job → 1; keys in sorted order.

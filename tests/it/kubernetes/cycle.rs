@@ -52,23 +52,23 @@ impl Pool {
         let mut ap20 = String::new();
         for p in 0..10 {
             ap20.push_str(&format!(
-                "101 {p} 1 1 2048 500000 undefined undefined undefined undefined\n"
+                "101 {p} 1 1 2048 500000 undefined undefined undefined undefined false\n"
             ));
         }
         for p in 0..5 {
             ap20.push_str(&format!(
-                "102 {p} 1 4 8192 10000000 0 undefined undefined undefined\n"
+                "102 {p} 1 4 8192 10000000 0 undefined undefined undefined false\n"
             ));
         }
         pool.write("jobs-ap20.uc.osg-htc.org.txt", &ap20);
         // ap21: one GPU job restricted to two GPU types (a value that is not label-safe).
         pool.write(
             "jobs-ap21.uc.osg-htc.org.txt",
-            "7 0 1 1 4096 8000000 1 \"NVIDIA-A100,NVIDIA-A40\" undefined undefined\n",
+            "7 0 1 1 4096 8000000 1 \"NVIDIA-A100,NVIDIA-A40\" undefined undefined false\n",
         );
         pool.write(
             "jobs-rogue.example.org.txt",
-            "1 0 1 64 999999 8000000 0 undefined undefined undefined\n",
+            "1 0 1 64 999999 8000000 0 undefined undefined undefined false\n",
         );
         pool
     }
@@ -290,7 +290,7 @@ async fn failing_workers_put_their_shape_on_trial_and_finished_jobs_are_cleaned_
     let mut many = String::new();
     for p in 0..40 {
         many.push_str(&format!(
-            "9 {p} 1 2 4096 8000000 0 undefined undefined undefined\n"
+            "9 {p} 1 2 4096 8000000 0 undefined undefined undefined false\n"
         ));
     }
     pool.write("jobs-ap21.uc.osg-htc.org.txt", &many);
