@@ -194,6 +194,14 @@ pub struct KubernetesConfig {
     /// integrity (`SEC_CLIENT_* = OPTIONAL`), as some pools need; off by default.
     #[serde(default)]
     pub insecure_query: bool,
+    /// condor_q processes at once, one per whitelisted schedd.
+    #[serde(default = "default_parallel_queries")]
+    pub max_parallel_queries: Spanned<u32>,
+    /// Job creates per cycle across all shapes (taken in sorted key order); what is left
+    /// waits for the next cycle. Bounds the burst a cycle puts on the API server and the
+    /// scheduler however many shapes appear at once.
+    #[serde(default = "default_max_creates")]
+    pub max_creates_per_cycle: Spanned<u64>,
     /// Longest a condor tool may run before the query counts as failed.
     #[serde(default = "default_condor_timeout")]
     pub condor_timeout: HumanDuration,
@@ -287,6 +295,12 @@ fn default_condor_timeout() -> HumanDuration {
 }
 fn default_unknown_after() -> HumanDuration {
     HumanDuration(Duration::from_secs(1000))
+}
+fn default_parallel_queries() -> Spanned<u32> {
+    Spanned::new(0..0, 4)
+}
+fn default_max_creates() -> Spanned<u64> {
+    Spanned::new(0..0, 200)
 }
 fn default_pending_timeout() -> Spanned<HumanDuration> {
     Spanned::new(0..0, HumanDuration(Duration::from_secs(3600)))
@@ -578,6 +592,20 @@ impl KubernetesConfig {
                 self.backoff_after.span(),
                 "[kubernetes] backoff_after must be at least 1",
                 "e.g. backoff_after = 2: two failed pods in a row put the shape on trial",
+            );
+        }
+        if *self.max_parallel_queries.get_ref() == 0 {
+            d.error(
+                self.max_parallel_queries.span(),
+                "[kubernetes] max_parallel_queries is 0, so no schedd would ever be queried",
+                "e.g. max_parallel_queries = 4",
+            );
+        }
+        if *self.max_creates_per_cycle.get_ref() == 0 {
+            d.error(
+                self.max_creates_per_cycle.span(),
+                "[kubernetes] max_creates_per_cycle is 0, so no worker would ever start",
+                "e.g. max_creates_per_cycle = 200",
             );
         }
         if *self.list_page_size.get_ref() == 0 {

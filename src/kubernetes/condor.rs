@@ -228,6 +228,8 @@ pub struct CondorProbe {
     pub startd_constraint: String,
     /// Extra environment of every tool run (`_CONDOR_*` settings), e.g. `insecure_query`'s.
     pub client_env: Vec<(String, String)>,
+    /// condor_q processes running at once.
+    pub max_parallel_queries: usize,
 }
 
 /// The client settings of `[kubernetes] insecure_query`: the tools may talk to a collector or
@@ -405,11 +407,17 @@ impl CondorProbe {
                     && self.schedd_identities.is_match(&s.authenticated_identity)
             })
             .collect();
-        let results = futures_util::future::join_all(
+        // At most `max_parallel_queries` condor_q at once, results in schedd order: a pool
+        // with dozens of whitelisted schedds must not fork dozens of tools (and open as many
+        // connections) every cycle.
+        use futures_util::StreamExt as _;
+        let results: Vec<_> = futures_util::stream::iter(
             schedds
                 .iter()
                 .map(|s| self.idle_jobs(&s.name, &self.job_constraint)),
         )
+        .buffered(self.max_parallel_queries.max(1))
+        .collect()
         .await;
         let mut obs = PoolObservation::default();
         for (s, r) in schedds.iter().zip(results) {

@@ -35,6 +35,9 @@ pub struct ClusterDecision {
     pub unknown: u64,
     pub min_pods: u64,
     pub submit: u64,
+    /// Pods the shape would have got but for `max_creates_per_cycle` (next cycle's).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub held_by_cycle_cap: u64,
     pub backoff: Option<BackoffView>,
     /// Why this shape gets no Job bodies although `submit` > 0 asked for some.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -58,6 +61,10 @@ impl ClusterDecision {
     pub fn is_quiet(&self) -> bool {
         self.counts().iter().all(|n| *n == 0)
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// One cycle's plan, in the JSON shape `pilotd plan --format json` prints.
@@ -106,6 +113,8 @@ pub struct PlanSettings {
     /// Finished Jobs are deleted this long after they finished, at most this many a cycle.
     pub cleanup_after: Duration,
     pub cleanup_max_per_cycle: u64,
+    /// Job creates in one cycle across all shapes, in key order.
+    pub max_creates_per_cycle: u64,
     pub pods: PodTemplate,
 }
 
@@ -152,6 +161,10 @@ pub fn decide(snap: &ClusterSnapshot, cfg: &PlanSettings, now: DateTime<Utc>) ->
                 Some(e.to_string())
             }
         };
+        // One budget for the whole cycle, spent in key order.
+        let budget = cfg.max_creates_per_cycle.saturating_sub(jobs.len() as u64);
+        let held = submit.saturating_sub(budget);
+        submit -= held;
         let mut bodies = Vec::new();
         for _ in 0..submit {
             let name = job_name(&cfg.pods.app_name, now, jobs.len() + bodies.len());
@@ -166,7 +179,9 @@ pub fn decide(snap: &ClusterSnapshot, cfg: &PlanSettings, now: DateTime<Utc>) ->
             }
         }
         jobs.extend(bodies);
-        clusters.push(cluster_row(key, idle, &acc, min, submit, backoff, error));
+        let mut row = cluster_row(key, idle, &acc, min, submit, backoff, error);
+        row.held_by_cycle_cap = held;
+        clusters.push(row);
     }
     // Stuck Jobs first (each is a pod that will never run), then finished ones; one bound.
     let cap = usize::try_from(cfg.cleanup_max_per_cycle).unwrap_or(usize::MAX);
@@ -232,6 +247,7 @@ fn cluster_row(
         unknown: acc.unknown,
         min_pods: min,
         submit,
+        held_by_cycle_cap: 0,
         backoff,
         error,
     }

@@ -78,6 +78,7 @@ impl Settings {
                 &k.additional_requirements,
             ),
             startd_constraint: startd_constraint(&app_name, &namespace, &k.k8s_domain),
+            max_parallel_queries: *k.max_parallel_queries.get_ref() as usize,
             client_env: if k.insecure_query {
                 INSECURE_QUERY_ENV
                     .iter()
@@ -134,6 +135,7 @@ impl Settings {
             },
             cleanup_after: k.cleanup_after.0,
             cleanup_max_per_cycle: k.cleanup_max_per_cycle,
+            max_creates_per_cycle: *k.max_creates_per_cycle.get_ref(),
             pods,
         };
         Ok(Settings {

@@ -118,6 +118,35 @@ fn gpu_constrained_jobs_are_reported_and_do_not_feed_the_plain_gpu_shape() {
 }
 
 #[test]
+fn one_create_budget_per_cycle_is_spent_in_key_order() {
+    let c = cfg("max_creates_per_cycle = 25\n");
+    let mut jobs = Vec::new();
+    for cpus in [1, 2, 4] {
+        jobs.extend((0..100).map(|_| idle_job(cpus, 4096, 0, 0))); // 20 pods each
+    }
+    let d = decide(&snapshot(jobs.clone(), vec![]), &c, now());
+    let rows: Vec<(u64, u64, u64)> = d
+        .plan
+        .clusters
+        .iter()
+        .map(|r| (r.key.cpus, r.submit, r.held_by_cycle_cap))
+        .collect();
+    assert_eq!(rows, vec![(1, 20, 0), (2, 5, 15), (4, 0, 20)]);
+    assert_eq!(d.plan.jobs.len(), 25);
+    let v = serde_json::to_value(&d.plan).unwrap();
+    assert_eq!(v["clusters"][2]["held_by_cycle_cap"], 20);
+    assert!(v["clusters"][0].get("held_by_cycle_cap").is_none());
+    // The default leaves these 60 alone.
+    assert_eq!(
+        decide(&snapshot(jobs, vec![]), &cfg(""), now())
+            .plan
+            .jobs
+            .len(),
+        60
+    );
+}
+
+#[test]
 fn full_cycle_then_pending_pods_submit_nothing_more() {
     let c = cfg("");
     // 10 default jobs → min_pods 3; 1 GPU job → 1; keys in sorted order.

@@ -430,3 +430,55 @@ async fn insecure_query_runs_the_condor_tools_with_optional_client_security() {
     assert_eq!(env("condor_status"), expected);
     assert_eq!(env("condor_q"), expected);
 }
+
+#[tokio::test]
+async fn condor_q_runs_at_most_max_parallel_queries_at_once() {
+    let pool = Pool::new();
+    // Eight whitelisted schedds; a condor_q that marks itself running, looks how many are,
+    // and holds on long enough for the others to start if nothing bounds them.
+    let mut schedds = String::new();
+    for i in 0..8 {
+        schedds.push_str(&format!(
+            "\"ap{i}.osg-htc.org\" \"condor@ap{i}.osg-htc.org\"\n"
+        ));
+    }
+    pool.write("schedds.txt", &schedds);
+    let dir = pool.dir.path();
+    std::fs::create_dir(dir.join("running")).unwrap();
+    let slow = dir.join("condor_q");
+    std::fs::write(
+        &slow,
+        format!(
+            "#!/bin/sh\nd='{}'\ntouch \"$d/running/$$\"\nsleep 0.4\nls \"$d/running\" | wc -l >> \"$d/seen\"\nsleep 0.4\nrm \"$d/running/$$\"\n",
+            dir.display()
+        ),
+    )
+    .unwrap();
+    let fake = FakeKube::start().await;
+    let most = max_at_once(&pool, &fake, "max_parallel_queries = 3\n").await;
+    assert!(
+        (2..=3).contains(&most),
+        "{most} condor_q at once with a bound of 3"
+    );
+    let unbounded = max_at_once(&pool, &fake, "max_parallel_queries = 8\n").await;
+    assert!(
+        unbounded > 3,
+        "the bound, not the machine, kept it at {most}: {unbounded}"
+    );
+}
+
+/// The most condor_q processes the `condor_q_runs_at_most...` tool saw running at once in one
+/// cycle.
+async fn max_at_once(pool: &Pool, fake: &FakeKube, extra: &str) -> usize {
+    let dir = pool.dir.path();
+    let _ = std::fs::remove_file(dir.join("seen"));
+    let cfg = pool.config(extra);
+    let backend = KubeBackend::from_client(fake.client(NS), &cfg.connection);
+    cycle(&cfg, &backend, &mut BackoffBook::default(), now())
+        .await
+        .unwrap();
+    let text = std::fs::read_to_string(dir.join("seen")).unwrap();
+    let counts: Vec<usize> = text.lines().map(|l| l.trim().parse().unwrap()).collect();
+    assert_eq!(counts.len(), 8, "every schedd queried once: {text}");
+    counts.into_iter().max().unwrap()
+}
