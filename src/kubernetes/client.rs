@@ -163,6 +163,10 @@ impl KubeBackend {
         };
         let mut out = Vec::new();
         let mut token: Option<String> = None;
+        // A continue token expires when the server compacts its history (410 Expired); the
+        // list must then start over (API concepts, "Retrieving large results sets in
+        // chunks"). Once: a server that keeps expiring them fails the list, never halves it.
+        let mut restarted = false;
         loop {
             let mut lp = ListParams::default()
                 .labels(&self.selector)
@@ -174,7 +178,19 @@ impl KubeBackend {
                 .list(&lp)
                 .map_err(|e| fail(kube::Error::BuildRequest(e)))?;
             self.requests.fetch_add(1, Ordering::Relaxed);
-            let page: Page<T> = self.client.request(req).await.map_err(fail)?;
+            let page: Page<T> = match self.client.request(req).await {
+                Err(kube::Error::Api(e)) if e.code == 410 && token.is_some() && !restarted => {
+                    tracing::info!(
+                        what,
+                        "list continue token expired; listing again from the start"
+                    );
+                    restarted = true;
+                    out.clear();
+                    token = None;
+                    continue;
+                }
+                r => r.map_err(fail)?,
+            };
             out.extend(page.items);
             match page.metadata.continue_ {
                 Some(t) if !t.is_empty() => token = Some(t),
