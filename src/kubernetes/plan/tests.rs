@@ -147,6 +147,41 @@ fn one_create_budget_per_cycle_is_spent_in_key_order() {
 }
 
 #[test]
+fn jobs_pending_too_long_are_deleted_and_counted_as_failures() {
+    let c = cfg("pending_timeout = \"30m\"\ncleanup_max_per_cycle = 2\n");
+    let template = job_body(&key("1;4096;8000000;;0;;"), &c.pods, "t").unwrap();
+    let pending = |name: &str, minutes: i64| {
+        let mut p = pod_of(&template, &format!("{name}-x"), "Pending");
+        p.metadata
+            .labels
+            .insert("batch.kubernetes.io/job-name".into(), name.into());
+        p.metadata.creation_timestamp = Some(now() - chrono::Duration::minutes(minutes));
+        p
+    };
+    let pods = vec![
+        pending("old", 31),
+        pending("older", 90),
+        pending("fresh", 29),
+    ];
+    let mut snap = snapshot(vec![idle_job(1, 4096, 0, 0)], pods);
+    // A Job that failed an hour ago and whose pod is gone: a failure too, and due for cleanup.
+    snap.kube_jobs = vec![finished_job("done", 60, "Failed")];
+    let d = decide(&snap, &c, now());
+    assert_eq!(d.plan.stuck, vec!["old", "older"]);
+    assert_eq!(
+        d.plan.delete,
+        vec!["old", "older"],
+        "stuck first, one bound for all"
+    );
+    let row = &d.plan.clusters[0];
+    assert_eq!((row.failed, row.waiting), (3, 1));
+    assert_eq!(d.book.keys[&row.key].failures, 3);
+    assert!(
+        report::plan_text(&d.plan).contains("delete Job old (stuck Pending past pending_timeout")
+    );
+}
+
+#[test]
 fn full_cycle_then_pending_pods_submit_nothing_more() {
     let c = cfg("");
     // 10 default jobs → min_pods 3; 1 GPU job → 1; keys in sorted order.
