@@ -242,7 +242,9 @@ impl<'de> Deserialize<'de> for JobAd {
                 let mut ad = JobAd::default();
                 // Keys are matched without allocating for the attributes we ignore, which
                 // matters for snapshots of 100,000 jobs.
-                while let Some(AttrKey(idx)) = map.next_key_seed(AttrKeySeed(&JOB_ATTRS))? {
+                // pilotd writes the attributes in JOB_ATTRS order: the next one is tried first.
+                let mut next = 0;
+                while let Some(AttrKey(idx)) = map.next_key_seed(AttrKeySeed(&JOB_ATTRS, next))? {
                     let Some(idx) = idx else {
                         map.next_value::<IgnoredAny>()?;
                         continue;
@@ -252,6 +254,7 @@ impl<'de> Deserialize<'de> for JobAd {
                         return Err(de::Error::custom("ScheddName must be a string"));
                     }
                     ad.set_at(idx, v);
+                    next = idx + 1;
                 }
                 if ad.schedd_name.is_empty() {
                     return Err(de::Error::custom("a job ad has no ScheddName"));
@@ -269,7 +272,8 @@ pub const STARTD_ATTRS: [&str; 4] = ["Name", "State", "Activity", "K8SPodName"];
 /// A map key resolved to the index of a known attribute (case-insensitively) without
 /// allocating, or None for attributes pilotd does not read.
 struct AttrKey(Option<usize>);
-struct AttrKeySeed<'a>(&'a [&'static str]);
+/// The attribute names, and the position of the name expected next.
+struct AttrKeySeed<'a>(&'a [&'static str], usize);
 
 impl<'de> de::DeserializeSeed<'de> for AttrKeySeed<'_> {
     type Value = AttrKey;
@@ -335,7 +339,7 @@ impl<'de> Deserialize<'de> for StartdAd {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<StartdAd, A::Error> {
                 let mut ad = StartdAd::default();
-                while let Some(AttrKey(idx)) = map.next_key_seed(AttrKeySeed(&STARTD_ATTRS))? {
+                while let Some(AttrKey(idx)) = map.next_key_seed(AttrKeySeed(&STARTD_ATTRS, 0))? {
                     match idx {
                         Some(idx) => {
                             let v: AdValue = map.next_value()?;
