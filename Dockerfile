@@ -59,10 +59,25 @@ CMD []
 
 # The provisioner: pilotd in Kubernetes mode. It queries schedds with the HTCondor
 # command-line tools (condor_q, condor_status), so it starts from HTCondor's base image.
+# - The entrypoint is pilotd itself and the subcommand is the CMD, so a Deployment's `args`
+#   (`-c FILE run`) replace the CMD whole: an entrypoint ending in `run` made the container
+#   `pilotd run -c FILE run` (exit 2). tests/it/kubernetes/deployment.rs parses the argv of
+#   this target and of each manifest with pilotd's own CLI.
+# - A real user, uid/gid 65532 (the Deployment's runAsUser) with a passwd entry and a home:
+#   the condor tools look the caller up (a uid without an entry cannot authenticate).
+# - The system CA bundle (ca-certificates) for SSL to the collector and schedds, and
+#   /etc/grid-security/certificates for a site's IGTF/OSG CA directory (mounted).
+# - Client security settings: the image's defaults are in 50-pilotd-client.conf; a site's own
+#   come from the ConfigMap, mounted as /etc/condor/config.d/90-site.conf (read last).
 FROM docker.io/htcondor/base:${HTCONDOR_TAG} AS provisioner
 COPY --from=rust-build /sbin/tini-static /usr/bin/tini
 COPY --from=pilotd-build /out/pilotd /usr/local/bin/pilotd
-RUN install -d -o condor -g condor -m 0750 /var/lib/pilotd
-USER condor
-ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/pilotd", "run"]
-CMD []
+COPY deploy/kubernetes/condor-client.conf /etc/condor/config.d/50-pilotd-client.conf
+RUN dnf install -y ca-certificates && dnf clean all \
+ && groupadd -g 65532 pilotd \
+ && useradd -u 65532 -g 65532 -d /var/lib/pilotd -M -s /sbin/nologin -c "pilotd provisioner" pilotd \
+ && install -d -o 65532 -g 65532 -m 0750 /var/lib/pilotd \
+ && install -d -m 0755 /etc/grid-security/certificates
+USER 65532:65532
+ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/pilotd"]
+CMD ["-c", "/etc/pilotd/pilotd.toml", "run"]

@@ -5,6 +5,11 @@
 //! defects and carry conservative defaults.
 
 use crate::config::Diagnostics;
+use crate::config::kubernetes_names::{
+    PILOTD_ENV, PILOTD_RESOURCES, is_dns_subdomain, is_env_name, is_quantity, is_resource_name,
+    reserved_annotation, reserved_label,
+};
+pub use crate::config::kubernetes_names::{is_dns_label, is_label_key, is_label_value};
 use crate::config::units::HumanDuration;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -114,32 +119,45 @@ pub struct KubernetesConfig {
     pub priority_class_gpu: Option<String>,
     pub service_account_name: Option<String>,
     /// Taint keys tolerated with `operator: Exists, effect: NoSchedule`.
-    #[serde(default)]
-    pub tolerations: Vec<String>,
-    #[serde(default)]
-    pub node_selectors: BTreeMap<String, String>,
-    #[serde(default)]
-    pub node_affinity: Vec<AffinityRule>,
+    #[serde(default = "spanned_default")]
+    pub tolerations: Spanned<Vec<String>>,
+    #[serde(default = "spanned_default")]
+    pub node_selectors: Spanned<BTreeMap<String, String>>,
+    #[serde(default = "spanned_default")]
+    pub node_affinity: Spanned<Vec<AffinityRule>>,
     #[serde(default = "default_labels")]
     pub labels: Spanned<BTreeMap<String, String>>,
-    #[serde(default)]
-    pub annotations: BTreeMap<String, String>,
-    #[serde(default)]
-    pub env: BTreeMap<String, String>,
-    #[serde(default)]
-    pub pvc_volumes: Vec<PvcVolume>,
-    #[serde(default)]
-    pub config_volumes: Vec<ConfigVolume>,
+    #[serde(default = "spanned_default")]
+    pub annotations: Spanned<BTreeMap<String, String>>,
+    #[serde(default = "spanned_default")]
+    pub env: Spanned<BTreeMap<String, String>>,
+    #[serde(default = "spanned_default")]
+    pub pvc_volumes: Spanned<Vec<PvcVolume>>,
+    #[serde(default = "spanned_default")]
+    pub config_volumes: Spanned<Vec<ConfigVolume>>,
     /// Extra resources, request = limit (`resources_dict`).
-    #[serde(default)]
-    pub resources: BTreeMap<String, String>,
+    #[serde(default = "spanned_default")]
+    pub resources: Spanned<BTreeMap<String, String>>,
+    /// Label keys, or prefixes ending in '/', that a job's `RequestLabels` may put on its
+    /// worker pod. Empty (the default): a job that asks for labels gets no pods, and the plan
+    /// says why. Reserved keys are never allowed.
+    #[serde(default = "spanned_default")]
+    pub job_label_allow: Spanned<Vec<String>>,
+    /// PersistentVolumeClaims a job's `RequestDiskVolumes` may mount. Empty (the default):
+    /// a job that asks for volumes gets no pods, and the plan says why.
+    #[serde(default = "spanned_default")]
+    pub job_volume_allow: Spanned<Vec<String>>,
     /// `ttlSecondsAfterFinished` of every Job (`k8s_job_ttl`).
     #[serde(default = "default_job_ttl")]
     pub job_ttl: HumanDuration,
     #[serde(default = "default_true")]
     pub force_namespace_matching: bool,
+    /// Extra requirements of the idle-job query (the INI's [htcondor] value).
     #[serde(default)]
     pub additional_requirements: String,
+    /// The workers' `ADDITIONAL_REQUIREMENTS` (their START; the INI's [k8s] value), when it
+    /// differs from `additional_requirements`; absent, the workers get that one.
+    pub worker_additional_requirements: Option<String>,
     #[serde(default = "default_true")]
     pub request_fuse: bool,
     /// Minimum ephemeral storage of a worker in MiB (`storage_mbs`); 0 disables it. It raises
@@ -172,6 +190,18 @@ pub struct KubernetesConfig {
     pub condor_q: PathBuf,
     /// Collector to query (`-pool`); the tools' own configuration when absent.
     pub pool: Option<String>,
+    /// Let the condor tools query daemons that offer no authentication, encryption or
+    /// integrity (`SEC_CLIENT_* = OPTIONAL`), as some pools need; off by default.
+    #[serde(default)]
+    pub insecure_query: bool,
+    /// condor_q processes at once, one per whitelisted schedd.
+    #[serde(default = "default_parallel_queries")]
+    pub max_parallel_queries: Spanned<u32>,
+    /// Job creates per cycle across all shapes (taken in sorted key order); what is left
+    /// waits for the next cycle. Bounds the burst a cycle puts on the API server and the
+    /// scheduler however many shapes appear at once.
+    #[serde(default = "default_max_creates")]
+    pub max_creates_per_cycle: Spanned<u64>,
     /// Longest a condor tool may run before the query counts as failed.
     #[serde(default = "default_condor_timeout")]
     pub condor_timeout: HumanDuration,
@@ -179,6 +209,12 @@ pub struct KubernetesConfig {
     /// (the provisioner's `max_wait_onerror`).
     #[serde(default = "default_unknown_after")]
     pub unknown_after: HumanDuration,
+    /// A worker pod still Pending this long after its creation (or a Job whose pod never
+    /// appeared) is stuck: its Job is deleted and it counts as a failure for the back-off.
+    /// Unschedulable pods (no node has the GPU, a quota refuses the pod) would otherwise wait
+    /// for ever.
+    #[serde(default = "default_pending_timeout")]
+    pub pending_timeout: Spanned<HumanDuration>,
     /// Consecutive failed or unclaimed exits of a shape's pods before it goes on trial.
     #[serde(default = "default_backoff_after")]
     pub backoff_after: Spanned<u32>,
@@ -200,6 +236,9 @@ pub struct KubernetesConfig {
     pub state_file: Option<PathBuf>,
 }
 
+fn spanned_default<T: Default>() -> Spanned<T> {
+    Spanned::new(0..0, T::default())
+}
 fn default_client() -> Spanned<ClientSource> {
     Spanned::new(0..0, ClientSource::InCluster)
 }
@@ -257,6 +296,15 @@ fn default_condor_timeout() -> HumanDuration {
 fn default_unknown_after() -> HumanDuration {
     HumanDuration(Duration::from_secs(1000))
 }
+fn default_parallel_queries() -> Spanned<u32> {
+    Spanned::new(0..0, 4)
+}
+fn default_max_creates() -> Spanned<u64> {
+    Spanned::new(0..0, 200)
+}
+fn default_pending_timeout() -> Spanned<HumanDuration> {
+    Spanned::new(0..0, HumanDuration(Duration::from_secs(3600)))
+}
 fn default_backoff_after() -> Spanned<u32> {
     Spanned::new(0..0, 2)
 }
@@ -285,16 +333,6 @@ pub fn full_match_regex(pattern: &str) -> Result<regex::Regex, regex::Error> {
     regex::Regex::new(&format!("^(?:{pattern})$"))
 }
 
-/// RFC 1123 label: what Kubernetes requires of namespaces and (as a prefix) of Job names.
-pub fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
 impl KubernetesConfig {
     /// Parses a `[kubernetes]` table on its own (tests and tools that have no full file).
     pub fn from_table_text(src: &str) -> Result<KubernetesConfig, toml::de::Error> {
@@ -303,6 +341,183 @@ impl KubernetesConfig {
 
     pub fn cycle(&self) -> Duration {
         self.cycle.get_ref().0
+    }
+
+    /// What the API server would refuse in every Job body, and names pilotd reserves: each
+    /// problem at its table's position, with what to write instead.
+    fn validate_names(&self, d: &mut Diagnostics) {
+        const LABEL_HINT: &str = "keys are [dns.prefix/]name (name: at most 63 of [A-Za-z0-9._-], alphanumeric at both ends); values the same or empty";
+        for (k, v) in self.labels.get_ref() {
+            if !is_label_key(k) || !is_label_value(v) {
+                d.error(
+                    self.labels.span(),
+                    format!("[kubernetes] labels: `{k}` = `{v}` is not a valid Kubernetes label"),
+                    LABEL_HINT,
+                );
+            } else if let Some(why) = reserved_label(k) {
+                d.error(
+                    self.labels.span(),
+                    format!("[kubernetes] labels: `{k}` is reserved: {why}"),
+                    "choose another key",
+                );
+            }
+        }
+        for k in self.annotations.get_ref().keys() {
+            if !is_label_key(k) {
+                d.error(
+                    self.annotations.span(),
+                    format!("[kubernetes] annotations: `{k}` is not a valid annotation key"),
+                    "keys are [dns.prefix/]name, as label keys",
+                );
+            } else if let Some(why) = reserved_annotation(k) {
+                d.error(
+                    self.annotations.span(),
+                    format!("[kubernetes] annotations: `{k}` is reserved: {why}"),
+                    "choose another key",
+                );
+            }
+        }
+        for k in self.env.get_ref().keys() {
+            if !is_env_name(k) {
+                d.error(
+                    self.env.span(),
+                    format!("[kubernetes] env: `{k}` is not a valid environment variable name"),
+                    "letters, digits, '_', '-' and '.', not starting with a digit, e.g. GLIDEIN_Site",
+                );
+            } else if PILOTD_ENV.contains(&k.as_str()) {
+                d.error(
+                    self.env.span(),
+                    format!("[kubernetes] env: `{k}` is set by pilotd on every worker"),
+                    "set it through its own setting (condor_host, k8s_domain, additional_requirements, ...) or remove it",
+                );
+            }
+        }
+        for (k, v) in self.resources.get_ref() {
+            if !is_resource_name(k) {
+                d.error(
+                    self.resources.span(),
+                    format!("[kubernetes] resources: `{k}` is not a resource name the API server accepts"),
+                    "extended resources are qualified with their domain, e.g. \"smarter-devices/fuse\"",
+                );
+            } else if PILOTD_RESOURCES.contains(&k.as_str()) {
+                d.error(
+                    self.resources.span(),
+                    format!("[kubernetes] resources: `{k}` is set by pilotd from each job's shape"),
+                    "remove it (min_ephemeral_storage_mib and use_large_limit tune what pilotd sets)",
+                );
+            }
+            if !is_quantity(v) {
+                d.error(
+                    self.resources.span(),
+                    format!("[kubernetes] resources: `{k}` = `{v}` is not a Kubernetes quantity"),
+                    "a number with an optional suffix, e.g. \"1\", \"500m\", \"4Gi\"",
+                );
+            }
+        }
+        for (k, v) in self.node_selectors.get_ref() {
+            if !is_label_key(k) || !is_label_value(v) {
+                d.error(
+                    self.node_selectors.span(),
+                    format!("[kubernetes] node_selectors: `{k}` = `{v}` is not a valid node label"),
+                    LABEL_HINT,
+                );
+            }
+        }
+        for r in self.node_affinity.get_ref() {
+            if !is_label_key(&r.key) || r.values.is_empty() {
+                d.error(
+                    self.node_affinity.span(),
+                    format!("[kubernetes] node_affinity: key `{}` with {} value(s) is not a valid requirement", r.key, r.values.len()),
+                    "a node label key and at least one value, e.g. key = \"nautilus.io/low-power\", operator = \"NotIn\", values = [\"true\"]",
+                );
+            }
+        }
+        for t in self.tolerations.get_ref() {
+            if !is_label_key(t) {
+                d.error(
+                    self.tolerations.span(),
+                    format!("[kubernetes] tolerations: `{t}` is not a valid taint key"),
+                    LABEL_HINT,
+                );
+            }
+        }
+        for v in self.pvc_volumes.get_ref() {
+            if !is_dns_subdomain(&v.claim) || !v.path.starts_with('/') {
+                d.error(
+                    self.pvc_volumes.span(),
+                    format!("[kubernetes] pvc_volumes: claim `{}` at `{}` is not a PVC name and an absolute path", v.claim, v.path),
+                    "claim = \"cvmfs\", path = \"/cvmfs\"",
+                );
+            }
+        }
+        for v in self.config_volumes.get_ref() {
+            if !is_dns_subdomain(&v.config_map) || !v.path.starts_with('/') {
+                d.error(
+                    self.config_volumes.span(),
+                    format!("[kubernetes] config_volumes: ConfigMap `{}` at `{}` is not a ConfigMap name and an absolute path", v.config_map, v.path),
+                    "config_map = \"my-config\", path = \"/etc/condor/config.d/99-site.conf\"",
+                );
+            }
+        }
+        for k in self.job_label_allow.get_ref() {
+            let key = k.strip_suffix('/').unwrap_or(k);
+            let valid = if k.ends_with('/') {
+                is_dns_subdomain(key)
+            } else {
+                is_label_key(key)
+            };
+            if !valid {
+                d.error(
+                    self.job_label_allow.span(),
+                    format!("[kubernetes] job_label_allow: `{k}` is neither a label key nor a prefix ending in '/'"),
+                    "e.g. job_label_allow = [\"team\", \"example.org/\"]",
+                );
+            } else if let Some(why) = reserved_label(&if k.ends_with('/') {
+                // A prefix allows every key under it; one reserved key is enough to refuse.
+                format!("{k}x")
+            } else {
+                k.clone()
+            }) {
+                d.error(
+                    self.job_label_allow.span(),
+                    format!("[kubernetes] job_label_allow: `{k}` allows a reserved key: {why}"),
+                    "allow only your own keys; reserved keys are never taken from a job",
+                );
+            }
+        }
+        for c in self.job_volume_allow.get_ref() {
+            if !is_dns_subdomain(c) {
+                d.error(
+                    self.job_volume_allow.span(),
+                    format!("[kubernetes] job_volume_allow: `{c}` is not a PVC name"),
+                    "lowercase letters, digits, '-' and '.', e.g. \"shared-data\"",
+                );
+            }
+        }
+        for (field, name) in [
+            ("priority_class", &self.priority_class),
+            ("priority_class_cpu", &self.priority_class_cpu),
+            ("priority_class_gpu", &self.priority_class_gpu),
+            ("service_account_name", &self.service_account_name),
+        ] {
+            if let Some(n) = name.as_ref().filter(|n| !is_dns_subdomain(n)) {
+                d.error(
+                    self.namespace.span(),
+                    format!("[kubernetes] {field} `{n}` is not a valid Kubernetes object name"),
+                    "lowercase letters, digits, '-' and '.'",
+                );
+            }
+        }
+        if !is_dns_subdomain(&self.token_secret) {
+            d.error(
+                self.namespace.span(),
+                format!(
+                    "[kubernetes] token_secret `{}` is not a valid Secret name",
+                    self.token_secret
+                ),
+                "e.g. \"prp-htcondor-wn-secret\"",
+            );
+        }
     }
 
     /// Semantic checks serde cannot make; each error points at the offending value.
@@ -365,11 +580,32 @@ impl KubernetesConfig {
                 "the provisioner's default is \"120s\"",
             );
         }
+        if self.pending_timeout.get_ref().0 < Duration::from_secs(60) {
+            d.error(
+                self.pending_timeout.span(),
+                "[kubernetes] pending_timeout must be at least 60s",
+                "a pod needs time to be scheduled and pull its image; e.g. pending_timeout = \"1h\"",
+            );
+        }
         if *self.backoff_after.get_ref() == 0 {
             d.error(
                 self.backoff_after.span(),
                 "[kubernetes] backoff_after must be at least 1",
                 "e.g. backoff_after = 2: two failed pods in a row put the shape on trial",
+            );
+        }
+        if *self.max_parallel_queries.get_ref() == 0 {
+            d.error(
+                self.max_parallel_queries.span(),
+                "[kubernetes] max_parallel_queries is 0, so no schedd would ever be queried",
+                "e.g. max_parallel_queries = 4",
+            );
+        }
+        if *self.max_creates_per_cycle.get_ref() == 0 {
+            d.error(
+                self.max_creates_per_cycle.span(),
+                "[kubernetes] max_creates_per_cycle is 0, so no worker would ever start",
+                "e.g. max_creates_per_cycle = 200",
             );
         }
         if *self.list_page_size.get_ref() == 0 {
@@ -379,15 +615,7 @@ impl KubernetesConfig {
                 "e.g. list_page_size = 500",
             );
         }
-        for (k, v) in self.labels.get_ref() {
-            if !is_label_key(k) || !is_label_value(v) {
-                d.error(
-                    self.labels.span(),
-                    format!("[kubernetes] labels: `{k}` = `{v}` is not a valid Kubernetes label"),
-                    "keys are [prefix/]name, values at most 63 characters of [A-Za-z0-9._-] starting and ending alphanumeric",
-                );
-            }
-        }
+        self.validate_names(d);
         match (self.client.get_ref(), &self.kubeconfig, &self.context) {
             (ClientSource::InCluster, Some(path), _) => d.error(
                 path.span(),
@@ -402,40 +630,6 @@ impl KubernetesConfig {
             _ => {}
         }
     }
-}
-
-/// A label key: optional DNS prefix + '/' + a name of at most 63 characters.
-pub fn is_label_key(k: &str) -> bool {
-    let (prefix, name) = match k.rsplit_once('/') {
-        Some((p, n)) => (Some(p), n),
-        None => (None, k),
-    };
-    let prefix_ok = prefix.is_none_or(|p| {
-        !p.is_empty()
-            && p.len() <= 253
-            && p.split('.').all(|part| {
-                !part.is_empty()
-                    && part
-                        .bytes()
-                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            })
-    });
-    prefix_ok && !name.is_empty() && is_label_value(name)
-}
-
-/// A label value: empty, or at most 63 characters of `[A-Za-z0-9._-]`, alphanumeric at both
-/// ends.
-pub fn is_label_value(v: &str) -> bool {
-    if v.is_empty() {
-        return true;
-    }
-    let bytes = v.as_bytes();
-    v.len() <= 63
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-        && bytes[0].is_ascii_alphanumeric()
-        && bytes[bytes.len() - 1].is_ascii_alphanumeric()
 }
 
 #[cfg(test)]
@@ -492,6 +686,47 @@ mod tests {
         );
         let out = diags("namespace = \"osg\"\nkubeconfig = \"/k\"\n");
         assert!(out[0].contains("client = \\\"in-cluster\\\"") || out[0].contains("in-cluster"));
+    }
+
+    #[test]
+    fn check_refuses_what_the_api_server_would_and_reserved_names() {
+        let src = "namespace = \"osg\"\n\
+                   job_label_allow = [\"team\", \"example.org/\", \"k8s-app\", \"batch.kubernetes.io/\"]\n\
+                   job_volume_allow = [\"data\", \"Bad_Name\"]\n\
+                   [labels]\nPodLabels = \"x\"\nteam = \"a b\"\n\
+                   [annotations]\nPodGPUTypes = \"A100\"\n\"container.apparmor.security.beta.kubernetes.io/htcondor\" = \"unconfined\"\n\
+                   [env]\n\"MY VAR\" = \"1\"\nNUM_CPUS = \"4\"\nGLIDEIN_Site = \"x\"\n\
+                   [resources]\n\"smarter-devices/fuse\" = \"one gig\"\nmemory = \"1Gi\"\ngpu = \"1\"\n\
+                   [node_selectors]\n\"bad key\" = \"x\"\n";
+        let out = diags(src).join("\n");
+        for expected in [
+            "pilotd.toml:4:1: [kubernetes] labels: `PodLabels` is reserved",
+            "labels: `team` = `a b` is not a valid Kubernetes label",
+            "pilotd.toml:7:1: [kubernetes] annotations: `PodGPUTypes` is reserved",
+            "env: `MY VAR` is not a valid environment variable name",
+            "env: `NUM_CPUS` is set by pilotd",
+            "resources: `smarter-devices/fuse` = `one gig` is not a Kubernetes quantity",
+            "resources: `memory` is set by pilotd",
+            "resources: `gpu` is not a resource name",
+            "node_selectors: `bad key` = `x` is not a valid node label",
+            "job_label_allow: `k8s-app` allows a reserved key",
+            "job_label_allow: `batch.kubernetes.io/` allows a reserved key",
+            "job_volume_allow: `Bad_Name` is not a PVC name",
+        ] {
+            assert!(out.contains(expected), "missing {expected:?} in:\n{out}");
+        }
+        assert_eq!(
+            out.lines()
+                .filter(|l| l.starts_with("pilotd.toml:"))
+                .count(),
+            12,
+            "{out}"
+        );
+        assert!(
+            !out.contains("apparmor") && !out.contains("`GLIDEIN_Site`"),
+            "{out}"
+        );
+        assert!(!out.contains("`team` allows") && !out.contains("example.org/` allows"));
     }
 
     #[test]

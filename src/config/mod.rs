@@ -12,6 +12,8 @@
 pub mod diag;
 #[cfg(feature = "kubernetes")]
 pub mod kubernetes;
+#[cfg(feature = "kubernetes")]
+pub mod kubernetes_names;
 pub mod ownership;
 pub mod policy;
 pub mod site;

@@ -112,11 +112,15 @@ pub struct JobAd {
     pub request_gpu_types: AdValue,
     pub request_labels: AdValue,
     pub request_disk_volumes: AdValue,
+    /// True when the job's Requirements constrain GPUs beyond count and type (`require_gpus`
+    /// → `RequireGPUs`, or `GPUs_Capability`): pilotd cannot make a pod that surely matches
+    /// (see `demand`). The condor probe evaluates `GPU_CONSTRAINT` for it.
+    pub constrains_gpus: AdValue,
 }
 
 /// Canonical attribute names, in the order the snapshot prints them; `ScheddName` must stay
 /// first (the condor probe queries the rest).
-pub const JOB_ATTRS: [&str; 11] = [
+pub const JOB_ATTRS: [&str; 12] = [
     "ScheddName",
     "ClusterId",
     "ProcId",
@@ -128,7 +132,14 @@ pub const JOB_ATTRS: [&str; 11] = [
     "RequestGPUTypes",
     "RequestLabels",
     "RequestDiskVolumes",
+    "ConstrainsGPUs",
 ];
+
+/// What the condor probe asks for `ConstrainsGPUs`: the attribute itself cannot be asked, as
+/// `RequireGPUs` evaluates to undefined in the job's own ad (it refers to the machine's GPUs),
+/// so the job's Requirements text is searched (condor_submit puts `require_gpus` there as
+/// `countMatches(MY.RequireGPUs, TARGET.AvailableGPUs)`; checked on HTCondor 23.9).
+pub const GPU_CONSTRAINT: &str = r#"regexp("RequireGPUs|GPUs_Capability", unparse(Requirements))"#;
 
 impl JobAd {
     fn slot(&mut self, attr: &str) -> Option<&mut AdValue> {
@@ -141,6 +152,7 @@ impl JobAd {
             "requestgputypes" => &mut self.request_gpu_types,
             "requestlabels" => &mut self.request_labels,
             "requestdiskvolumes" => &mut self.request_disk_volumes,
+            "constrainsgpus" => &mut self.constrains_gpus,
             _ => return None,
         })
     }
@@ -159,6 +171,39 @@ impl JobAd {
         }
     }
 
+    /// Sets the attribute `JOB_ATTRS[idx]` without looking its name up again (snapshots of
+    /// 100,000 jobs are read this way).
+    fn set_at(&mut self, idx: usize, value: AdValue) {
+        let slot = match idx {
+            0 => {
+                self.schedd_name = match value {
+                    AdValue::Str(s) => s,
+                    other => other.as_text().unwrap_or_default(),
+                };
+                return;
+            }
+            1 => {
+                self.cluster_id = value.as_int().unwrap_or(0);
+                return;
+            }
+            2 => {
+                self.proc_id = value.as_int().unwrap_or(0);
+                return;
+            }
+            3 => &mut self.job_status,
+            4 => &mut self.request_cpus,
+            5 => &mut self.request_memory,
+            6 => &mut self.request_disk,
+            7 => &mut self.request_gpus,
+            8 => &mut self.request_gpu_types,
+            9 => &mut self.request_labels,
+            10 => &mut self.request_disk_volumes,
+            11 => &mut self.constrains_gpus,
+            _ => return,
+        };
+        *slot = value;
+    }
+
     pub fn is_idle(&self) -> bool {
         self.job_status.as_int() == Some(1)
     }
@@ -166,7 +211,7 @@ impl JobAd {
 
 impl Serialize for JobAd {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_map(Some(JOB_ATTRS.len()))?;
+        let mut m = s.serialize_map(None)?;
         m.serialize_entry("ScheddName", &self.schedd_name)?;
         m.serialize_entry("ClusterId", &self.cluster_id)?;
         m.serialize_entry("ProcId", &self.proc_id)?;
@@ -178,6 +223,9 @@ impl Serialize for JobAd {
         m.serialize_entry("RequestGPUTypes", &self.request_gpu_types)?;
         m.serialize_entry("RequestLabels", &self.request_labels)?;
         m.serialize_entry("RequestDiskVolumes", &self.request_disk_volumes)?;
+        if self.constrains_gpus != AdValue::Undefined {
+            m.serialize_entry("ConstrainsGPUs", &self.constrains_gpus)?;
+        }
         m.end()
     }
 }
@@ -194,7 +242,9 @@ impl<'de> Deserialize<'de> for JobAd {
                 let mut ad = JobAd::default();
                 // Keys are matched without allocating for the attributes we ignore, which
                 // matters for snapshots of 100,000 jobs.
-                while let Some(AttrKey(idx)) = map.next_key_seed(AttrKeySeed(&JOB_ATTRS))? {
+                // pilotd writes the attributes in JOB_ATTRS order: the next one is tried first.
+                let mut next = 0;
+                while let Some(AttrKey(idx)) = map.next_key_seed(AttrKeySeed(&JOB_ATTRS, next))? {
                     let Some(idx) = idx else {
                         map.next_value::<IgnoredAny>()?;
                         continue;
@@ -203,7 +253,8 @@ impl<'de> Deserialize<'de> for JobAd {
                     if idx == 0 && v.as_text().is_none() {
                         return Err(de::Error::custom("ScheddName must be a string"));
                     }
-                    ad.set(JOB_ATTRS[idx], v);
+                    ad.set_at(idx, v);
+                    next = idx + 1;
                 }
                 if ad.schedd_name.is_empty() {
                     return Err(de::Error::custom("a job ad has no ScheddName"));
@@ -221,7 +272,8 @@ pub const STARTD_ATTRS: [&str; 4] = ["Name", "State", "Activity", "K8SPodName"];
 /// A map key resolved to the index of a known attribute (case-insensitively) without
 /// allocating, or None for attributes pilotd does not read.
 struct AttrKey(Option<usize>);
-struct AttrKeySeed<'a>(&'a [&'static str]);
+/// The attribute names, and the position of the name expected next.
+struct AttrKeySeed<'a>(&'a [&'static str], usize);
 
 impl<'de> de::DeserializeSeed<'de> for AttrKeySeed<'_> {
     type Value = AttrKey;
@@ -236,9 +288,10 @@ impl<'de> Visitor<'de> for AttrKeySeed<'_> {
         f.write_str("an attribute name")
     }
     fn visit_str<E>(self, v: &str) -> Result<AttrKey, E> {
-        Ok(AttrKey(
-            self.0.iter().position(|a| a.eq_ignore_ascii_case(v)),
-        ))
+        // The exact spelling first (what pilotd writes), then ClassAd's case-insensitive rule.
+        Ok(AttrKey(self.0.iter().position(|a| *a == v).or_else(|| {
+            self.0.iter().position(|a| a.eq_ignore_ascii_case(v))
+        })))
     }
 }
 
@@ -286,7 +339,7 @@ impl<'de> Deserialize<'de> for StartdAd {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<StartdAd, A::Error> {
                 let mut ad = StartdAd::default();
-                while let Some(AttrKey(idx)) = map.next_key_seed(AttrKeySeed(&STARTD_ATTRS))? {
+                while let Some(AttrKey(idx)) = map.next_key_seed(AttrKeySeed(&STARTD_ATTRS, 0))? {
                     match idx {
                         Some(idx) => {
                             let v: AdValue = map.next_value()?;
@@ -307,6 +360,21 @@ impl<'de> Deserialize<'de> for StartdAd {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reading_by_position_is_reading_by_name() {
+        for (idx, attr) in JOB_ATTRS.iter().enumerate() {
+            let v = AdValue::Str(format!("v{idx}"));
+            let (mut by_name, mut by_index) = (JobAd::default(), JobAd::default());
+            by_name.set(attr, v.clone());
+            by_index.set_at(idx, v);
+            assert_eq!(by_name, by_index, "{attr}");
+            let n = AdValue::Int(7);
+            by_name.set(attr, n.clone());
+            by_index.set_at(idx, n);
+            assert_eq!(by_name, by_index, "{attr}");
+        }
+    }
 
     #[test]
     fn job_attributes_match_case_insensitively_and_null_is_undefined() {

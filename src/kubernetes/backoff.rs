@@ -1,6 +1,7 @@
-//! Per-shape back-off. A shape whose worker pods keep failing (phase Failed with containers)
-//! or exiting without ever being claimed would otherwise get a fresh batch every cycle (the
-//! provisioner counts failed pods nowhere). After `after` such outcomes in a row the shape is
+//! Per-shape back-off. A shape whose worker pods keep failing (phase Failed with or without
+//! containers, an odd phase past `unknown_after`, stuck Pending, deleted unseen) or exiting
+//! without ever being claimed would otherwise get a fresh batch every cycle (the provisioner
+//! counts failed pods nowhere). After `after` such outcomes in a row the shape is
 //! on trial: one pod at a time, each trial no sooner than a delay that doubles per further
 //! failure up to `max`; one pod reaching Claimed (or Succeeded after having been claimed)
 //! resets it. The book is plain data, carried between cycles and in snapshots.
@@ -31,7 +32,8 @@ pub struct KeyBackoff {
     /// is one strike): the delay doubles per strike.
     #[serde(default)]
     pub strikes: u32,
-    /// Pods already counted (so a failed pod seen in many cycles counts once).
+    /// Outcomes already counted, by Job (one Job, one pod), so a failed pod seen in many
+    /// cycles, and its Job seen after the pod is gone, count once.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub counted: BTreeSet<String>,
     /// Pods seen claimed: their normal exit later is a success, not an unclaimed exit.
@@ -99,15 +101,29 @@ impl BackoffBook {
                 match pod.state {
                     PodState::Claimed => {
                         entry.claimed.insert(pod.name.clone());
+                        entry.claimed.extend(pod.job.clone());
                         success = true;
                     }
-                    PodState::Failed | PodState::Succeeded => {
-                        // Each finished pod is judged once, however many cycles it stays listed.
-                        if !entry.counted.insert(pod.name.clone()) {
+                    // Every way a pod can end without having run a job is a bad outcome:
+                    // failed with or without containers, an odd phase for too long, stuck
+                    // Pending, or deleted (not by pilotd's cleanup, which deletes only what
+                    // was already judged) before anyone saw it end.
+                    PodState::Failed
+                    | PodState::Unknown
+                    | PodState::Stuck
+                    | PodState::Succeeded
+                    | PodState::Terminating => {
+                        // Each outcome is judged once, however many cycles it stays listed:
+                        // by the pod's name and by its Job's, so the Job seen after its pod is
+                        // gone is not judged again.
+                        let first_time = entry.counted.insert(pod.name.clone());
+                        entry.counted.extend(pod.job.clone());
+                        if !first_time {
                             continue;
                         }
                         let ran_a_job =
-                            pod.state == PodState::Succeeded && entry.claimed.contains(&pod.name);
+                            matches!(pod.state, PodState::Succeeded | PodState::Terminating)
+                                && entry.claimed.contains(&pod.name);
                         if ran_a_job {
                             success = true;
                         } else {
@@ -125,7 +141,11 @@ impl BackoffBook {
             } else if entry.failures > before && entry.on_trial(p) {
                 entry.strikes += 1;
             }
-            let present: BTreeSet<&str> = pods.iter().map(|o| o.name.as_str()).collect();
+            let present: BTreeSet<&str> = pods
+                .iter()
+                .flat_map(|o| [Some(o.name.as_str()), o.job.as_deref()])
+                .flatten()
+                .collect();
             entry.counted.retain(|n| present.contains(n.as_str()));
             entry.claimed.retain(|n| present.contains(n.as_str()));
         }
@@ -187,6 +207,7 @@ mod tests {
     fn obs(name: &str, state: PodState) -> PodObservation {
         PodObservation {
             name: name.into(),
+            job: None,
             key: key(),
             state,
         }
@@ -250,6 +271,36 @@ mod tests {
         b.observe(&[obs("c", PodState::Claimed)], t(1), &P);
         assert!(!b.keys.contains_key(&key()) || b.keys[&key()].failures == 0);
         b.observe(&[obs("c", PodState::Succeeded)], t(2), &P);
+        assert!(b.keys.get(&key()).is_none_or(|e| e.failures == 0));
+    }
+
+    #[test]
+    fn a_job_seen_after_its_pod_is_gone_is_the_same_outcome() {
+        let mut b = BackoffBook::default();
+        let pod = PodObservation {
+            job: Some("j".into()),
+            ..obs("j-x1", PodState::Failed)
+        };
+        b.observe(&[pod], t(0), &P);
+        assert_eq!(b.keys[&key()].failures, 1);
+        let podless = PodObservation {
+            job: Some("j".into()),
+            ..obs("j", PodState::Failed)
+        };
+        b.observe(std::slice::from_ref(&podless), t(2), &P);
+        b.observe(&[podless], t(4), &P);
+        assert_eq!(b.keys[&key()].failures, 1, "counted once, as its pod");
+        // A Job that ran a job: its pod was claimed, its Job completes after the pod went.
+        let claimed = PodObservation {
+            job: Some("k".into()),
+            ..obs("k-x1", PodState::Claimed)
+        };
+        b.observe(&[claimed], t(6), &P);
+        let done = PodObservation {
+            job: Some("k".into()),
+            ..obs("k", PodState::Succeeded)
+        };
+        b.observe(&[done], t(8), &P);
         assert!(b.keys.get(&key()).is_none_or(|e| e.failures == 0));
     }
 

@@ -3,12 +3,19 @@
 //! account), list this provisioner's pods and Jobs by label (paginated: one request per
 //! page), create Jobs, and delete finished Jobs with background propagation (a plain delete
 //! orphans their pods). It decides nothing: the plan says what to create and delete.
+//!
+//! Lists are read page by page straight into `observed::WorkerPod`/`WorkerJob`: each page's
+//! bodies are parsed for the fields a decision reads and the rest is skipped as it is read,
+//! so the cycle's memory follows the number of pods, not the size of their bodies.
 
 use crate::config::kubernetes::ClientSource;
+use crate::kubernetes::observed::{WorkerJob, WorkerPod};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
+use kube::Resource;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -66,10 +73,25 @@ pub struct Connection {
     pub page_size: u32,
 }
 
+/// One page of a list: its items and the token for the next page.
+#[derive(Deserialize)]
+struct Page<T> {
+    #[serde(default)]
+    metadata: PageMeta,
+    #[serde(default = "Vec::new")]
+    items: Vec<T>,
+}
+
+#[derive(Default, Deserialize)]
+struct PageMeta {
+    #[serde(default, rename = "continue")]
+    continue_: Option<String>,
+}
+
 /// Client for one namespace and one provisioner's label selector.
 pub struct KubeBackend {
+    client: kube::Client,
     jobs: Api<Job>,
-    pods: Api<Pod>,
     namespace: String,
     selector: String,
     page_size: u32,
@@ -114,7 +136,7 @@ impl KubeBackend {
         let ns = &cfg.namespace;
         KubeBackend {
             jobs: Api::namespaced(client.clone(), ns),
-            pods: Api::namespaced(client, ns),
+            client,
             namespace: ns.clone(),
             selector: cfg.selector.clone(),
             page_size: cfg.page_size,
@@ -127,12 +149,24 @@ impl KubeBackend {
         self.requests.load(Ordering::Relaxed)
     }
 
-    async fn list_all<K>(&self, api: &Api<K>, what: &'static str) -> Result<Vec<K>, KubeError>
+    /// Every page of one list at `url_path`, each parsed into `T` as it arrives.
+    async fn list_all<T>(&self, url_path: String, what: &'static str) -> Result<Vec<T>, KubeError>
     where
-        K: Clone + DeserializeOwned + std::fmt::Debug,
+        T: DeserializeOwned,
     {
+        let request = kube::core::Request::new(url_path);
+        let fail = |source: kube::Error| KubeError::List {
+            what,
+            namespace: self.namespace.clone(),
+            selector: self.selector.clone(),
+            source: Box::new(source),
+        };
         let mut out = Vec::new();
         let mut token: Option<String> = None;
+        // A continue token expires when the server compacts its history (410 Expired); the
+        // list must then start over (API concepts, "Retrieving large results sets in
+        // chunks"). Once: a server that keeps expiring them fails the list, never halves it.
+        let mut restarted = false;
         loop {
             let mut lp = ListParams::default()
                 .labels(&self.selector)
@@ -140,13 +174,23 @@ impl KubeBackend {
             if let Some(t) = &token {
                 lp = lp.continue_token(t);
             }
+            let req = request
+                .list(&lp)
+                .map_err(|e| fail(kube::Error::BuildRequest(e)))?;
             self.requests.fetch_add(1, Ordering::Relaxed);
-            let page = api.list(&lp).await.map_err(|source| KubeError::List {
-                what,
-                namespace: self.namespace.clone(),
-                selector: self.selector.clone(),
-                source: Box::new(source),
-            })?;
+            let page: Page<T> = match self.client.request(req).await {
+                Err(kube::Error::Api(e)) if e.code == 410 && token.is_some() && !restarted => {
+                    tracing::info!(
+                        what,
+                        "list continue token expired; listing again from the start"
+                    );
+                    restarted = true;
+                    out.clear();
+                    token = None;
+                    continue;
+                }
+                r => r.map_err(fail)?,
+            };
             out.extend(page.items);
             match page.metadata.continue_ {
                 Some(t) if !t.is_empty() => token = Some(t),
@@ -155,12 +199,14 @@ impl KubeBackend {
         }
     }
 
-    pub async fn list_pods(&self) -> Result<Vec<Pod>, KubeError> {
-        self.list_all(&self.pods, "pods").await
+    pub async fn list_pods(&self) -> Result<Vec<WorkerPod>, KubeError> {
+        self.list_all(Pod::url_path(&(), Some(&self.namespace)), "pods")
+            .await
     }
 
-    pub async fn list_jobs(&self) -> Result<Vec<Job>, KubeError> {
-        self.list_all(&self.jobs, "jobs").await
+    pub async fn list_jobs(&self) -> Result<Vec<WorkerJob>, KubeError> {
+        self.list_all(Job::url_path(&(), Some(&self.namespace)), "jobs")
+            .await
     }
 
     pub async fn create_job(&self, job: &Job) -> Result<(), KubeError> {

@@ -8,7 +8,8 @@
 //! condor_status [-pool P] -constraint C_STARTD -af:V Name State Activity K8SPodName
 //! condor_q      [-pool P] -name SCHEDD -allusers -constraint C_JOBS -af:V ClusterId ProcId JobStatus \
 //!               RequestCpus RequestMemory RequestDisk RequestGPUs RequestGPUTypes \
-//!               RequestLabels RequestDiskVolumes
+//!               RequestLabels RequestDiskVolumes \
+//!               'regexp("RequireGPUs|GPUs_Capability", unparse(Requirements))'
 //! ```
 //!
 //! `-af` (autoformat) prints each ad on one line with its expressions *evaluated*, one value
@@ -25,7 +26,7 @@
 //! `(JobStatus=?=1) && regexp(RequestK8SNamespace,"NS") && (ADDITIONAL)` as the NRP
 //! provisioner built it; `C_STARTD` selects this provisioner's workers by their K8S* attrs.
 
-use crate::kubernetes::ads::{AdValue, JobAd, STARTD_ATTRS, StartdAd};
+use crate::kubernetes::ads::{AdValue, GPU_CONSTRAINT, JobAd, STARTD_ATTRS, StartdAd};
 use crate::kubernetes::identity::PROVISIONER_TYPE;
 use regex::Regex;
 use std::path::{Path, PathBuf};
@@ -228,7 +229,21 @@ pub struct CondorProbe {
     pub schedd_identities: Regex,
     pub job_constraint: String,
     pub startd_constraint: String,
+    /// Extra environment of every tool run (`_CONDOR_*` settings), e.g. `insecure_query`'s.
+    pub client_env: Vec<(String, String)>,
+    /// condor_q processes running at once.
+    pub max_parallel_queries: usize,
 }
+
+/// The client settings of `[kubernetes] insecure_query`: the tools may talk to a collector or
+/// schedd that offers no authentication, encryption or integrity (what the upstream
+/// provisioner's multi-user client configuration did for pools that need it). Read-only
+/// queries only: the provisioner sends nothing a daemon acts on.
+pub const INSECURE_QUERY_ENV: [(&str, &str); 3] = [
+    ("_CONDOR_SEC_CLIENT_AUTHENTICATION", "OPTIONAL"),
+    ("_CONDOR_SEC_CLIENT_ENCRYPTION", "OPTIONAL"),
+    ("_CONDOR_SEC_CLIENT_INTEGRITY", "OPTIONAL"),
+];
 
 impl CondorProbe {
     async fn run(
@@ -246,6 +261,7 @@ impl CondorProbe {
         let shown = full.join(" ");
         let child = tokio::process::Command::new(path)
             .args(&full)
+            .envs(self.client_env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -354,7 +370,13 @@ impl CondorProbe {
             constraint.into(),
             "-af:V".into(),
         ];
-        args.extend(JOB_ATTRS.iter().map(|s| s.to_string()));
+        args.extend(JOB_ATTRS.iter().map(|a| {
+            if *a == "ConstrainsGPUs" {
+                GPU_CONSTRAINT.to_string()
+            } else {
+                a.to_string()
+            }
+        }));
         let text = self.run(&self.condor_q, "condor_q", args).await?;
         let mut out = Vec::new();
         for vals in Self::lines(&self.condor_q, &text, JOB_ATTRS.len()) {
@@ -383,11 +405,17 @@ impl CondorProbe {
                     && self.schedd_identities.is_match(&s.authenticated_identity)
             })
             .collect();
-        let results = futures_util::future::join_all(
+        // At most `max_parallel_queries` condor_q at once, results in schedd order: a pool
+        // with dozens of whitelisted schedds must not fork dozens of tools (and open as many
+        // connections) every cycle.
+        use futures_util::StreamExt as _;
+        let results: Vec<_> = futures_util::stream::iter(
             schedds
                 .iter()
                 .map(|s| self.idle_jobs(&s.name, &self.job_constraint)),
         )
+        .buffered(self.max_parallel_queries.max(1))
+        .collect()
         .await;
         let mut obs = PoolObservation::default();
         for (s, r) in schedds.iter().zip(results) {

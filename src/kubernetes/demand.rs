@@ -12,16 +12,30 @@ use std::collections::BTreeMap;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Demand {
     pub idle: BTreeMap<ShapeKey, u64>,
+    /// Idle jobs whose Requirements constrain GPUs beyond count and type (`RequireGPUs`,
+    /// `GPUs_Capability`), by shape: they make no demand. A pod's START cannot be made to
+    /// match such an expression (it names properties of the GPU the node will have, which
+    /// pilotd cannot choose), so pods made for them could stay unmatched and put the plain
+    /// GPU shape they would share on trial. The plan reports them with this reason.
+    pub gpu_constrained: BTreeMap<ShapeKey, u64>,
 }
+
+/// Why `gpu_constrained` jobs get no pods, for the plan and status.
+pub const GPU_CONSTRAINED_REASON: &str = "the job constrains GPUs with RequireGPUs or GPUs_Capability, which no pod pilotd makes is sure to match (only RequestGPUs and RequestGPUTypes are supported)";
 
 impl Demand {
     /// Counts the idle jobs (JobStatus 1) of each shape; other jobs do not create demand.
     pub fn from_jobs(jobs: &[JobAd]) -> Demand {
-        let mut idle = BTreeMap::new();
+        let mut d = Demand::default();
         for job in jobs.iter().filter(|j| j.is_idle()) {
-            *idle.entry(ShapeKey::from_job(job)).or_insert(0) += 1;
+            let into = if job.constrains_gpus.as_int() == Some(1) {
+                &mut d.gpu_constrained
+            } else {
+                &mut d.idle
+            };
+            *into.entry(ShapeKey::from_job(job)).or_insert(0) += 1;
         }
-        Demand { idle }
+        d
     }
 }
 
@@ -106,8 +120,15 @@ mod tests {
         let mut running = idle.clone();
         running.job_status = AdValue::Int(2);
         idle.request_cpus = AdValue::Int(2);
-        let d = Demand::from_jobs(&[idle.clone(), idle, running]);
+        let mut constrained = idle.clone();
+        constrained.constrains_gpus = AdValue::Bool(true);
+        let d = Demand::from_jobs(&[idle.clone(), idle, running, constrained]);
         assert_eq!(d.idle.len(), 1);
         assert_eq!(d.idle.values().copied().collect::<Vec<_>>(), vec![2]);
+        assert_eq!(
+            d.gpu_constrained.values().copied().collect::<Vec<_>>(),
+            vec![1],
+            "a RequireGPUs job makes no demand of its own shape"
+        );
     }
 }

@@ -1,5 +1,6 @@
 //! The NRP provisioner's encoding of lists and dicts inside one string: entries separated by
-//! `,`, key and value by `:`, then `&colon;` `&comma;` `&amp;` decoded in that order. Its INI
+//! `,`, key and value by `:`, then `&colon;` `&comma;` `&amp;` decoded in that order, each
+//! until it no longer occurs. Its INI
 //! file is written this way, and so is a job's `RequestLabels`, so the importer and the Job
 //! bodies read both with these functions.
 
@@ -11,11 +12,17 @@ pub struct EntryError {
     pub colons: usize,
 }
 
-/// Decodes one list or dict element, in the provisioner's order: `&colon;` `&comma;` `&amp;`.
+/// Decodes one list or dict element as the provisioner does: `&colon;` until none is left,
+/// then `&comma;` until none is left, then `&amp;` until none is left (so `&amp;amp;` is `&`,
+/// while an `&colon;` that only appears once `&amp;` is decoded stays as it is).
 pub fn decode(s: &str) -> String {
-    s.replace("&colon;", ":")
-        .replace("&comma;", ",")
-        .replace("&amp;", "&")
+    let mut out = s.to_string();
+    for (entity, c) in [("&colon;", ":"), ("&comma;", ","), ("&amp;", "&")] {
+        while out.contains(entity) {
+            out = out.replace(entity, c);
+        }
+    }
+    out
 }
 
 /// `parse_list`: split on `,`, decode each element. Empty input is an empty list.
@@ -55,6 +62,14 @@ mod tests {
         assert_eq!(decode("a&colon;b&comma;c&amp;d"), "a:b,c&d");
         // `&amp;colon;` must come out as the literal text `&colon;`, not `:`.
         assert_eq!(decode("&amp;colon;"), "&colon;");
+        // Each entity is decoded until it no longer occurs, as upstream loops.
+        assert_eq!(decode("a&amp;amp;b"), "a&b");
+        assert_eq!(decode("&amp;amp;amp;"), "&");
+        assert_eq!(
+            decode("&colon&colon;;"),
+            "&colon:;",
+            "one pass makes no new entity"
+        );
         assert_eq!(
             parse_dict("a:1,b:x&colon;y").unwrap(),
             vec![("a".into(), "1".into()), ("b".into(), "x:y".into())]

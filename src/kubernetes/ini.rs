@@ -11,6 +11,9 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+/// The app_name the upstream provisioner runs with when its INI names none.
+pub const UPSTREAM_APP_NAME: &str = "osg-wn";
+
 #[derive(Debug, thiserror::Error)]
 pub enum IniError {
     #[error("cannot read {}: {source}\n  hint: check the path of the provisioner's osg_provisioner.conf", path.display())]
@@ -382,8 +385,10 @@ pub fn convert(ini: &IniFile) -> Result<String, IniError> {
             "prp-cm-htcondor.htcondor-portal.svc.cluster.local"
         ))
     );
-    let k8s_app = str_or(r.k8s("app_name")?, "prp-wn");
-    let htc_app = str_or(r.htc("app_name")?, "prp-wn");
+    // The provisioner's main sets app_name = osg-wn before it reads the INI (its library
+    // default prp-wn never applies), so an INI without app_name made osg-wn pods.
+    let k8s_app = str_or(r.k8s("app_name")?, UPSTREAM_APP_NAME);
+    let htc_app = str_or(r.htc("app_name")?, UPSTREAM_APP_NAME);
     if k8s_app != htc_app {
         let v = r.htc("app_name")?.or(r.k8s("app_name")?);
         let line = v.map_or(0, |v| v.line);
@@ -471,16 +476,22 @@ pub fn convert(ini: &IniFile) -> Result<String, IniError> {
         });
     }
     let _ = writeln!(w, "force_namespace_matching = {}", force != "no");
+    // Two values upstream: [htcondor]'s narrows the schedd query, [k8s]'s is the workers'
+    // ADDITIONAL_REQUIREMENTS (their START). Kept apart, as they were.
     let k8s_req = str_or(r.k8s("additional_requirements")?, "");
     let htc_req = str_or(r.htc("additional_requirements")?, "");
+    let _ = writeln!(
+        w,
+        "additional_requirements = {}          # the schedd query ([htcondor])",
+        q(&htc_req)
+    );
     if k8s_req != htc_req {
         let _ = writeln!(
             w,
-            "# [k8s] additional_requirements (passed to the workers' START) was {}\n# and differs from [htcondor]'s (the schedd query); pilotd uses one value for both.",
+            "worker_additional_requirements = {}   # the workers' START ([k8s])",
             q(&k8s_req)
         );
     }
-    let _ = writeln!(w, "additional_requirements = {}", q(&htc_req));
     let _ = writeln!(
         w,
         "request_fuse = {}",
@@ -728,7 +739,7 @@ additional_requirements=(!isUndefined(ProjectName))
         assert_eq!(k.k8s_domain, "nrp-nautilus.io");
         assert_eq!(k.image.get_ref(), "sfiligoi/prp-portal-wn:ospool");
         assert_eq!(
-            k.tolerations,
+            *k.tolerations.get_ref(),
             vec!["nautilus.io/noceph", "nautilus.io/chase-ci"]
         );
         assert_eq!(k.priority_class.as_deref(), Some("opportunistic"));
@@ -736,20 +747,36 @@ additional_requirements=(!isUndefined(ProjectName))
         assert_eq!(*k.max_pods_per_cluster.get_ref(), 20);
         assert_eq!(k.job_ttl.0.as_secs(), 3600);
         assert!(!k.use_large_limit && !k.force_namespace_matching && k.request_fuse);
-        assert_eq!(k.node_affinity.len(), 2);
-        assert_eq!(k.node_affinity[0].key, "nautilus.io/low-power");
-        assert_eq!(k.node_affinity[0].operator, AffinityOperator::NotIn);
-        assert_eq!(k.node_affinity[1].values, vec!["NVIDIA-A10", "NVIDIA-A40"]);
-        assert_eq!(k.env["OSG_SQUID_LOCATION"], "10.110.90.167:3128");
-        assert_eq!(k.env["GLIDEIN_Site"], "SDSC-PRP");
+        assert_eq!(k.node_affinity.get_ref().len(), 2);
+        assert_eq!(k.node_affinity.get_ref()[0].key, "nautilus.io/low-power");
+        assert_eq!(
+            k.node_affinity.get_ref()[0].operator,
+            AffinityOperator::NotIn
+        );
+        assert_eq!(
+            k.node_affinity.get_ref()[1].values,
+            vec!["NVIDIA-A10", "NVIDIA-A40"]
+        );
+        assert_eq!(k.env.get_ref()["OSG_SQUID_LOCATION"], "10.110.90.167:3128");
+        assert_eq!(k.env.get_ref()["GLIDEIN_Site"], "SDSC-PRP");
         assert_eq!(k.labels.get_ref()["osg-provisioner"], "wn");
         assert_eq!(
-            k.annotations["container.apparmor.security.beta.kubernetes.io/htcondor"],
+            k.annotations.get_ref()["container.apparmor.security.beta.kubernetes.io/htcondor"],
             "unconfined"
         );
-        let data = k.pvc_volumes.iter().find(|p| p.claim == "data").unwrap();
+        let data = k
+            .pvc_volumes
+            .get_ref()
+            .iter()
+            .find(|p| p.claim == "data")
+            .unwrap();
         assert!(data.read_only && data.host_to_container && data.path == "/data");
-        let cvmfs = k.pvc_volumes.iter().find(|p| p.claim == "cvmfs").unwrap();
+        let cvmfs = k
+            .pvc_volumes
+            .get_ref()
+            .iter()
+            .find(|p| p.claim == "cvmfs")
+            .unwrap();
         assert!(cvmfs.host_to_container && !cvmfs.read_only);
         assert_eq!(
             k.schedd_whitelist.get_ref(),

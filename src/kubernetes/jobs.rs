@@ -3,8 +3,10 @@
 //! image reads them, from the pod's shape and the site's `[kubernetes]` settings.
 
 use crate::config::kubernetes::{
-    AffinityRule, ConfigVolume, PullPolicy, PvcVolume, is_label_key, is_label_value,
+    AffinityOperator, AffinityRule, ConfigVolume, PullPolicy, PvcVolume, is_label_key,
+    is_label_value,
 };
+use crate::config::kubernetes_names::reserved_label;
 use crate::kubernetes::encoding::parse_dict;
 use crate::kubernetes::identity::{self, PROVISIONER_TYPE};
 use crate::kubernetes::shape::ShapeKey;
@@ -60,6 +62,32 @@ pub struct PodTemplate {
     pub use_large_limit: bool,
     pub token_secret: String,
     pub token_key: String,
+    /// Label keys, or prefixes ending in '/', a job's `RequestLabels` may set.
+    pub job_label_allow: Vec<String>,
+    /// PVCs a job's `RequestDiskVolumes` may mount.
+    pub job_volume_allow: Vec<String>,
+}
+
+impl PodTemplate {
+    /// Whether the site lets a job put label `key` on its pod: allowed by key or prefix, and
+    /// never a reserved one whatever the list says.
+    pub fn allows_job_label(&self, key: &str) -> Result<(), String> {
+        if let Some(why) = reserved_label(key) {
+            return Err(format!("is reserved ({why})"));
+        }
+        let allowed = self.job_label_allow.iter().any(|a| {
+            if a.ends_with('/') {
+                key.starts_with(a.as_str())
+            } else {
+                a == key
+            }
+        });
+        if allowed {
+            Ok(())
+        } else {
+            Err("is not in [kubernetes] job_label_allow".into())
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -133,6 +161,24 @@ fn pvc_mount(
     });
 }
 
+/// The job's GPU types that every site rule on the GPU product label lets through (`In`:
+/// listed, `NotIn`: not listed), in the job's order.
+pub fn site_gpu_types(job_types: &[String], rules: &[AffinityRule]) -> Vec<String> {
+    job_types
+        .iter()
+        .filter(|t| {
+            rules
+                .iter()
+                .filter(|r| r.key == GPU_PRODUCT_LABEL)
+                .all(|r| match r.operator {
+                    AffinityOperator::In => r.values.contains(t),
+                    AffinityOperator::NotIn => !r.values.contains(t),
+                })
+        })
+        .cloned()
+        .collect()
+}
+
 /// The Job for one worker pod of shape `key`: `parallelism = completions = 1`,
 /// `backoffLimit = 0` (a failing worker never takes siblings down, and is not replaced
 /// behind the back-off's back), env/labels/volumes exactly as the worker image reads them.
@@ -159,6 +205,9 @@ pub fn job_body(key: &ShapeKey, pods: &PodTemplate, name: &str) -> Result<Job, J
                 "is not a valid Kubernetes label",
             ));
         }
+        // Any OSPool user sets RequestLabels: only what the site allows reaches the pod.
+        pods.allows_job_label(&k)
+            .map_err(|why| bad("RequestLabels", &format!("{k}:{v}"), &why))?;
         labels.insert(k, v);
     }
     for (k, v) in identity::selector_labels(&pods.app_name) {
@@ -274,6 +323,14 @@ pub fn job_body(key: &ShapeKey, pods: &PodTemplate, name: &str) -> Result<Job, J
                 "must be PVC_NAME:/absolute/mount/path",
             ));
         }
+        // Any OSPool user sets RequestDiskVolumes: only PVCs the site allows are mounted.
+        if !pods.job_volume_allow.contains(&claim) {
+            return Err(bad(
+                "RequestDiskVolumes",
+                &format!("{claim}:{path}"),
+                "is not in [kubernetes] job_volume_allow",
+            ));
+        }
         pvc_mount(
             &mut volumes,
             &mut mounts,
@@ -332,21 +389,40 @@ pub fn job_body(key: &ShapeKey, pods: &PodTemplate, name: &str) -> Result<Job, J
 
     // Scheduling: an affinity block only when something is required (an empty
     // NodeSelectorTerm matches no node at all).
+    // A job's GPU types are intersected with the site's own rules on the GPU product label
+    // and replace them: AND-ing `In(job types)` with the site's `In(...)` on the same key
+    // made pods no node could take (Pending for ever) whenever the two sets were disjoint.
+    let gpu_types = key.gpu_type_list();
+    let gpu_types = if gpu_types.is_empty() {
+        None
+    } else {
+        let allowed = site_gpu_types(&gpu_types, &pods.node_affinity);
+        if allowed.is_empty() {
+            return Err(bad(
+                "RequestGPUTypes",
+                &key.gpu_types,
+                &format!(
+                    "has no GPU type the site's {GPU_PRODUCT_LABEL} rule allows (node_affinity): no node could take the pod"
+                ),
+            ));
+        }
+        Some(allowed)
+    };
     let mut expressions: Vec<NodeSelectorRequirement> = pods
         .node_affinity
         .iter()
+        .filter(|r| gpu_types.is_none() || r.key != GPU_PRODUCT_LABEL)
         .map(|r| NodeSelectorRequirement {
             key: r.key.clone(),
             operator: r.operator.as_str().into(),
             values: Some(r.values.clone()),
         })
         .collect();
-    let gpu_types = key.gpu_type_list();
-    if !gpu_types.is_empty() {
+    if let Some(types) = gpu_types {
         expressions.push(NodeSelectorRequirement {
             key: GPU_PRODUCT_LABEL.into(),
             operator: "In".into(),
-            values: Some(gpu_types),
+            values: Some(types),
         });
     }
     let affinity = (!expressions.is_empty()).then(|| Affinity {

@@ -4,7 +4,8 @@
 //! Observe → decide → act, from the bottom up:
 //! - vocabulary: `identity` (how the pool and the cluster know this provisioner's workers),
 //!   `encoding` (the provisioner's list/dict strings), `ads` (condor job and startd ads),
-//!   `shape` (the resource shape a pod is made for);
+//!   `shape` (the resource shape a pod is made for), `observed` (what a decision reads of a
+//!   pod or Job, parsed straight from the API's bodies);
 //! - pure decisions: `accounting` (pods by shape and state), `demand` (how many pods a shape
 //!   may get), `backoff` (shapes on trial), `jobs` (Job bodies), `plan` (one cycle),
 //!   `report` (how plans and status look);
@@ -26,6 +27,7 @@ pub mod encoding;
 pub mod identity;
 pub mod ini;
 pub mod jobs;
+pub mod observed;
 pub mod plan;
 pub mod provisioner;
 pub mod report;

@@ -2,10 +2,11 @@
 //! → per-shape decisions, the worker Jobs to create (bodies from `jobs`) and the finished Jobs
 //! to delete. No I/O, no clock.
 
-use crate::kubernetes::accounting::{Accounting, account, observe_pods};
+use crate::kubernetes::accounting::{Accounting, Ages, PodState, account, observe_pods};
 use crate::kubernetes::backoff::{BackoffBook, Gate, TrialPolicy};
-use crate::kubernetes::demand::{Demand, min_pods, pods_to_submit};
+use crate::kubernetes::demand::{Demand, GPU_CONSTRAINED_REASON, min_pods, pods_to_submit};
 use crate::kubernetes::jobs::{PodTemplate, job_body, job_name};
+use crate::kubernetes::observed::WorkerJob;
 use crate::kubernetes::shape::ShapeKey;
 use crate::kubernetes::snapshot::ClusterSnapshot;
 use chrono::{DateTime, Utc};
@@ -34,6 +35,9 @@ pub struct ClusterDecision {
     pub unknown: u64,
     pub min_pods: u64,
     pub submit: u64,
+    /// Pods the shape would have got but for `max_creates_per_cycle` (next cycle's).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub held_by_cycle_cap: u64,
     pub backoff: Option<BackoffView>,
     /// Why this shape gets no Job bodies although `submit` > 0 asked for some.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -59,6 +63,10 @@ impl ClusterDecision {
     }
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 /// One cycle's plan, in the JSON shape `pilotd plan --format json` prints.
 #[derive(Debug, Clone, Serialize)]
 pub struct KubePlan {
@@ -67,10 +75,24 @@ pub struct KubePlan {
     pub clusters: Vec<ClusterDecision>,
     /// Job bodies to create, as the API receives them.
     pub jobs: Vec<Job>,
-    /// Names of finished Jobs to delete (background propagation).
+    /// Names of Jobs to delete (background propagation): stuck ones first, then finished ones.
     pub delete: Vec<String>,
+    /// Which of `delete` are stuck (Pending longer than `pending_after`), not finished.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stuck: Vec<String>,
     /// Schedds skipped this cycle because their query failed.
     pub failed_schedds: Vec<String>,
+    /// Idle jobs that get no pods because pilotd does not support what they ask, by shape.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unsupported: Vec<UnsupportedDemand>,
+}
+
+/// Idle jobs of one shape that pilotd makes no pods for, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UnsupportedDemand {
+    pub key: ShapeKey,
+    pub idle_jobs: u64,
+    pub reason: &'static str,
 }
 
 /// The plan plus the back-off book to carry into the next cycle.
@@ -85,19 +107,21 @@ pub struct Decision {
 pub struct PlanSettings {
     pub max_pods_per_cluster: u64,
     pub max_submit_pods_per_cluster: u64,
-    /// A pod in an odd phase counts as waiting this long after its start, then as unknown.
-    pub unknown_after: Duration,
+    /// When a pod in an odd phase is unknown, and a Pending one stuck.
+    pub ages: Ages,
     pub backoff: TrialPolicy,
     /// Finished Jobs are deleted this long after they finished, at most this many a cycle.
     pub cleanup_after: Duration,
     pub cleanup_max_per_cycle: u64,
+    /// Job creates in one cycle across all shapes, in key order.
+    pub max_creates_per_cycle: u64,
     pub pods: PodTemplate,
 }
 
 /// Decides one cycle from one observation.
 pub fn decide(snap: &ClusterSnapshot, cfg: &PlanSettings, now: DateTime<Utc>) -> Decision {
     let demand = Demand::from_jobs(&snap.jobs);
-    let observations = observe_pods(&snap.pods, &snap.startds, now, cfg.unknown_after);
+    let observations = observe_pods(&snap.pods, &snap.kube_jobs, &snap.startds, now, &cfg.ages);
     let accounting = account(&observations);
     let policy = cfg.backoff;
     let mut book = snap.backoff.clone();
@@ -128,7 +152,19 @@ pub fn decide(snap: &ClusterSnapshot, cfg: &PlanSettings, now: DateTime<Utc>) ->
                     _ => e.next_trial_at(&policy),
                 },
             });
-        let mut error = None;
+        // A shape the site refuses (a job label or volume it does not allow, a field that is
+        // not valid) is reported whether or not it would get pods this cycle, and gets none.
+        let mut error = match job_body(key, &cfg.pods, "check") {
+            Ok(_) => None,
+            Err(e) => {
+                submit = 0;
+                Some(e.to_string())
+            }
+        };
+        // One budget for the whole cycle, spent in key order.
+        let budget = cfg.max_creates_per_cycle.saturating_sub(jobs.len() as u64);
+        let held = submit.saturating_sub(budget);
+        submit -= held;
         let mut bodies = Vec::new();
         for _ in 0..submit {
             let name = job_name(&cfg.pods.app_name, now, jobs.len() + bodies.len());
@@ -143,21 +179,50 @@ pub fn decide(snap: &ClusterSnapshot, cfg: &PlanSettings, now: DateTime<Utc>) ->
             }
         }
         jobs.extend(bodies);
-        clusters.push(cluster_row(key, idle, &acc, min, submit, backoff, error));
+        let mut row = cluster_row(key, idle, &acc, min, submit, backoff, error);
+        row.held_by_cycle_cap = held;
+        clusters.push(row);
     }
+    // Stuck Jobs first (each is a pod that will never run), then finished ones; one bound.
+    let cap = usize::try_from(cfg.cleanup_max_per_cycle).unwrap_or(usize::MAX);
+    let mut stuck: Vec<String> = observations
+        .iter()
+        .filter(|o| o.state == PodState::Stuck)
+        .filter_map(|o| o.job.clone())
+        .collect();
+    stuck.sort();
+    stuck.dedup();
+    stuck.truncate(cap);
+    let mut delete = stuck.clone();
+    delete.extend(
+        finished_jobs_to_delete(
+            &snap.kube_jobs,
+            cfg.cleanup_after,
+            cfg.cleanup_max_per_cycle,
+            now,
+        )
+        .into_iter()
+        .filter(|n| !stuck.contains(n)),
+    );
+    delete.truncate(cap);
     Decision {
         plan: KubePlan {
             mode: "kubernetes",
             now,
             clusters,
             jobs,
-            delete: finished_jobs_to_delete(
-                &snap.kube_jobs,
-                cfg.cleanup_after,
-                cfg.cleanup_max_per_cycle,
-                now,
-            ),
+            delete,
+            stuck,
             failed_schedds: snap.failed_schedds.clone(),
+            unsupported: demand
+                .gpu_constrained
+                .iter()
+                .map(|(key, n)| UnsupportedDemand {
+                    key: key.clone(),
+                    idle_jobs: *n,
+                    reason: GPU_CONSTRAINED_REASON,
+                })
+                .collect(),
         },
         book,
     }
@@ -182,30 +247,16 @@ fn cluster_row(
         unknown: acc.unknown,
         min_pods: min,
         submit,
+        held_by_cycle_cap: 0,
         backoff,
         error,
     }
 }
 
-/// When a Job finished (its Complete or Failed condition became true), if it has.
-pub fn finished_at(job: &Job) -> Option<DateTime<Utc>> {
-    let status = job.status.as_ref()?;
-    let cond = status
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")?;
-    let t = cond
-        .last_transition_time
-        .as_ref()
-        .or(status.completion_time.as_ref())?;
-    DateTime::from_timestamp(t.0.as_second(), 0)
-}
-
 /// Finished Jobs older than `cleanup_after`, oldest first, at most `cleanup_max_per_cycle`.
 /// A delete that fails leaves the Job listed, so the next cycle retries it.
 pub fn finished_jobs_to_delete(
-    jobs: &[Job],
+    jobs: &[WorkerJob],
     cleanup_after: Duration,
     cleanup_max_per_cycle: u64,
     now: DateTime<Utc>,
@@ -214,7 +265,7 @@ pub fn finished_jobs_to_delete(
     let mut done: Vec<(DateTime<Utc>, String)> = jobs
         .iter()
         .filter(|j| j.metadata.deletion_timestamp.is_none())
-        .filter_map(|j| Some((finished_at(j)?, j.metadata.name.clone()?)))
+        .filter_map(|j| Some((j.finished()?.1?, j.metadata.name.clone())))
         .filter(|(t, _)| now.signed_duration_since(*t) >= grace)
         .collect();
     done.sort();

@@ -40,6 +40,13 @@ pub fn plan_text(plan: &KubePlan) -> String {
             let _ = writeln!(out, "  error: {e}");
         }
     }
+    for u in &plan.unsupported {
+        let _ = writeln!(
+            out,
+            "not provisioned: {} idle job(s) of shape {}: {}",
+            u.idle_jobs, u.key, u.reason
+        );
+    }
     let _ = writeln!(out, "actions:");
     if plan.jobs.is_empty() && plan.delete.is_empty() {
         let _ = writeln!(out, "  none");
@@ -57,7 +64,12 @@ pub fn plan_text(plan: &KubePlan) -> String {
         );
     }
     for d in &plan.delete {
-        let _ = writeln!(out, "  delete finished Job {d} (background propagation)");
+        let why = if plan.stuck.contains(d) {
+            "stuck Pending past pending_timeout"
+        } else {
+            "finished"
+        };
+        let _ = writeln!(out, "  delete Job {d} ({why}; background propagation)");
     }
     out
 }
@@ -81,7 +93,7 @@ fn backoff_text(c: &ClusterDecision, next: &str) -> String {
 fn status_rows(plan: &KubePlan) -> impl Iterator<Item = &ClusterDecision> {
     plan.clusters
         .iter()
-        .filter(|c| !c.is_quiet() || c.backoff.is_some())
+        .filter(|c| !c.is_quiet() || c.backoff.is_some() || c.error.is_some())
 }
 
 /// `pilotd status --format json` in kubernetes mode.
@@ -91,6 +103,7 @@ pub fn status_json(plan: &KubePlan) -> serde_json::Value {
         "now": plan.now,
         "clusters": status_rows(plan).collect::<Vec<_>>(),
         "failed_schedds": plan.failed_schedds,
+        "unsupported": plan.unsupported,
     })
 }
 
@@ -116,6 +129,16 @@ pub fn status_text(plan: &KubePlan) -> String {
             let _ = write!(out, "{n:>9}");
         }
         let _ = writeln!(out, "  {}", backoff_text(c, " until "));
+        if let Some(e) = &c.error {
+            let _ = writeln!(out, "  gets no pods: {e}");
+        }
+    }
+    for u in &plan.unsupported {
+        let _ = writeln!(
+            out,
+            "not provisioned: {} idle job(s) of {}: {}",
+            u.idle_jobs, u.key, u.reason
+        );
     }
     if !plan.failed_schedds.is_empty() {
         let _ = writeln!(out, "skipped schedds: {}", plan.failed_schedds.join(", "));

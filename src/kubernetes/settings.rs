@@ -6,9 +6,12 @@
 use crate::backoff::Backoff;
 use crate::config::Config;
 use crate::config::kubernetes::{KubernetesConfig, full_match_regex};
+use crate::kubernetes::accounting::Ages;
 use crate::kubernetes::backoff::TrialPolicy;
 use crate::kubernetes::client::Connection;
-use crate::kubernetes::condor::{CondorProbe, job_constraint, startd_constraint};
+use crate::kubernetes::condor::{
+    CondorProbe, INSECURE_QUERY_ENV, job_constraint, startd_constraint,
+};
 use crate::kubernetes::identity;
 use crate::kubernetes::jobs::PodTemplate;
 use crate::kubernetes::plan::PlanSettings;
@@ -75,6 +78,15 @@ impl Settings {
                 &k.additional_requirements,
             ),
             startd_constraint: startd_constraint(&app_name, &namespace, &k.k8s_domain),
+            max_parallel_queries: *k.max_parallel_queries.get_ref() as usize,
+            client_env: if k.insecure_query {
+                INSECURE_QUERY_ENV
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect()
+            } else {
+                Vec::new()
+            },
         };
         let pods = PodTemplate {
             app_name,
@@ -87,34 +99,43 @@ impl Settings {
             priority_class_cpu: k.priority_class_cpu.clone(),
             priority_class_gpu: k.priority_class_gpu.clone(),
             service_account_name: k.service_account_name.clone(),
-            tolerations: k.tolerations.clone(),
-            node_selectors: k.node_selectors.clone(),
-            node_affinity: k.node_affinity.clone(),
+            tolerations: k.tolerations.get_ref().clone(),
+            node_selectors: k.node_selectors.get_ref().clone(),
+            node_affinity: k.node_affinity.get_ref().clone(),
             labels: k.labels.get_ref().clone(),
-            annotations: k.annotations.clone(),
-            env: k.env.clone(),
-            pvc_volumes: k.pvc_volumes.clone(),
-            config_volumes: k.config_volumes.clone(),
-            resources: k.resources.clone(),
+            annotations: k.annotations.get_ref().clone(),
+            env: k.env.get_ref().clone(),
+            pvc_volumes: k.pvc_volumes.get_ref().clone(),
+            config_volumes: k.config_volumes.get_ref().clone(),
+            resources: k.resources.get_ref().clone(),
             job_ttl: k.job_ttl.0,
             force_namespace_matching: k.force_namespace_matching,
-            additional_requirements: k.additional_requirements.clone(),
+            additional_requirements: k
+                .worker_additional_requirements
+                .clone()
+                .unwrap_or_else(|| k.additional_requirements.clone()),
             request_fuse: k.request_fuse,
             min_ephemeral_storage_mib: k.min_ephemeral_storage_mib,
             use_large_limit: k.use_large_limit,
             token_secret: k.token_secret.clone(),
             token_key: k.token_key.clone(),
+            job_label_allow: k.job_label_allow.get_ref().clone(),
+            job_volume_allow: k.job_volume_allow.get_ref().clone(),
         };
         let plan = PlanSettings {
             max_pods_per_cluster: *k.max_pods_per_cluster.get_ref(),
             max_submit_pods_per_cluster: *k.max_submit_pods_per_cluster.get_ref(),
-            unknown_after: k.unknown_after.0,
+            ages: Ages {
+                unknown_after: k.unknown_after.0,
+                pending_after: k.pending_timeout.get_ref().0,
+            },
             backoff: TrialPolicy {
                 after: *k.backoff_after.get_ref(),
                 delay: Backoff::new(k.backoff_initial.0, k.backoff_max.0),
             },
             cleanup_after: k.cleanup_after.0,
             cleanup_max_per_cycle: k.cleanup_max_per_cycle,
+            max_creates_per_cycle: *k.max_creates_per_cycle.get_ref(),
             pods,
         };
         Ok(Settings {

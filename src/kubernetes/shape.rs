@@ -7,7 +7,7 @@
 
 use crate::config::kubernetes::is_label_value;
 use crate::kubernetes::ads::JobAd;
-use k8s_openapi::api::core::v1::Pod;
+use crate::kubernetes::observed::Meta;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -19,17 +19,12 @@ pub const MEMORY_FLOOR_MIB: u64 = 4096;
 /// The worker's START expression requires Disk == 8000000 KiB below this (and undefined).
 pub const DISK_FLOOR_KIB: u64 = 8_000_000;
 
-/// Pod label (and annotation) names of the key fields, as the provisioner and the existing
-/// worker pods use them.
-pub const POD_CPUS: &str = "PodCPUs";
-pub const POD_MEMORY: &str = "PodMemory";
-pub const POD_DISK: &str = "PodDisk";
-pub const POD_GPUS: &str = "PodGPUs";
-pub const POD_DISK_VOLUMES: &str = "PodDiskVolumes";
-pub const POD_GPU_TYPES: &str = "PodGPUTypes";
-pub const POD_LABELS: &str = "PodLabels";
-/// Label-safe digest of the whole key, for selecting one shape's pods.
-pub const POD_SHAPE: &str = "pilotd.io/shape";
+/// Pod label (and annotation) names of the key fields; their one home is
+/// `config::kubernetes_names`, which `check` reserves them in.
+pub use crate::config::kubernetes_names::{
+    POD_CPUS, POD_DISK, POD_DISK_VOLUMES, POD_GPU_TYPES, POD_GPUS, POD_LABELS, POD_MEMORY,
+    POD_SHAPE,
+};
 /// Prefix of a label value that stands for a value kept in the annotation of the same name.
 const HASH_PREFIX: &str = "sha256-";
 
@@ -69,12 +64,10 @@ impl ShapeKey {
         }
     }
 
-    /// The pod side: the same fields read back from the pod's labels and annotations, with
-    /// the same defaults and floors.
-    pub fn from_pod(pod: &Pod) -> ShapeKey {
-        let empty = BTreeMap::new();
-        let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
-        let annotations = pod.metadata.annotations.as_ref().unwrap_or(&empty);
+    /// The pod side: the same fields read back from a pod's (or its Job's) labels and
+    /// annotations, with the same defaults and floors.
+    pub fn from_meta(meta: &Meta) -> ShapeKey {
+        let (labels, annotations) = (&meta.labels, &meta.annotations);
         let num = |name: &str| labels.get(name).and_then(|v| v.parse::<i64>().ok());
         let text = |name: &str| {
             annotations
@@ -239,7 +232,6 @@ impl<'de> Deserialize<'de> for ShapeKey {
 mod tests {
     use super::*;
     use crate::kubernetes::ads::AdValue;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     fn job(attrs: &[(&str, AdValue)]) -> JobAd {
         let mut j = JobAd {
@@ -253,16 +245,13 @@ mod tests {
         j
     }
 
-    fn pod_for(key: &ShapeKey) -> Pod {
+    fn pod_for(key: &ShapeKey) -> Meta {
         let (labels, annotations) = key.pod_metadata();
-        Pod {
-            metadata: ObjectMeta {
-                name: Some("p".into()),
-                labels: Some(labels),
-                annotations: Some(annotations),
-                ..ObjectMeta::default()
-            },
-            ..Pod::default()
+        Meta {
+            name: "p".into(),
+            labels,
+            annotations,
+            ..Meta::default()
         }
     }
 
@@ -338,7 +327,7 @@ mod tests {
             for b in &keys[i + 1..] {
                 assert_ne!(a, b);
             }
-            assert_eq!(&ShapeKey::from_pod(&pod_for(a)), a, "pod of {a} maps back");
+            assert_eq!(&ShapeKey::from_meta(&pod_for(a)), a, "pod of {a} maps back");
             assert_eq!(a.to_string().parse::<ShapeKey>().unwrap(), *a);
         }
     }
@@ -355,7 +344,7 @@ mod tests {
         assert!(labels.values().all(|v| is_label_value(v)));
         assert_eq!(annotations[POD_GPU_TYPES], "NVIDIA-A100,NVIDIA-A40");
         assert!(!annotations.contains_key(POD_DISK_VOLUMES));
-        assert_eq!(ShapeKey::from_pod(&pod_for(&key)), key);
+        assert_eq!(ShapeKey::from_meta(&pod_for(&key)), key);
         assert_eq!(key.to_string().parse::<ShapeKey>().unwrap(), key);
         assert_eq!(key.gpu_type_list(), vec!["NVIDIA-A100", "NVIDIA-A40"]);
     }
@@ -363,7 +352,7 @@ mod tests {
     #[test]
     fn a_pod_without_key_labels_has_the_default_key() {
         assert_eq!(
-            ShapeKey::from_pod(&Pod::default()).to_string(),
+            ShapeKey::from_meta(&Meta::default()).to_string(),
             "1;4096;8000000;;0;;"
         );
         assert!("1;2;3".parse::<ShapeKey>().is_err());

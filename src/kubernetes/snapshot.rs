@@ -6,9 +6,8 @@
 
 use crate::kubernetes::ads::{JobAd, StartdAd};
 use crate::kubernetes::backoff::BackoffBook;
+use crate::kubernetes::observed::{WorkerJob, WorkerPod};
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Pod;
 use serde::{Deserialize, Serialize};
 
 /// One observation of the pool and the namespace.
@@ -19,11 +18,12 @@ pub struct ClusterSnapshot {
     pub taken_at: DateTime<Utc>,
     pub jobs: Vec<JobAd>,
     pub startds: Vec<StartdAd>,
-    /// Pod objects exactly as the Kubernetes API returns them.
-    pub pods: Vec<Pod>,
-    /// This provisioner's Jobs (for cleanup); absent in hand-written snapshots.
+    /// Pod objects as the Kubernetes API returns them, read for what a decision needs
+    /// (`observed`): a full body reads the same as the subset pilotd writes.
+    pub pods: Vec<WorkerPod>,
+    /// This provisioner's Jobs (pods not yet made, cleanup); absent in hand-written snapshots.
     #[serde(default)]
-    pub kube_jobs: Vec<Job>,
+    pub kube_jobs: Vec<WorkerJob>,
     /// Back-off state carried between cycles, so a replay decides what the daemon decided.
     #[serde(default)]
     pub backoff: BackoffBook,
@@ -52,8 +52,14 @@ pub enum SnapshotError {
 impl ClusterSnapshot {
     /// Parses a snapshot file's text; `path` only names it in errors.
     pub fn from_json(path: &str, text: &str) -> Result<ClusterSnapshot, SnapshotError> {
+        ClusterSnapshot::from_json_bytes(path, text.as_bytes())
+    }
+
+    /// As `from_json`, from the file's bytes (no separate UTF-8 pass over a 60 MB file:
+    /// serde_json checks the strings it keeps).
+    pub fn from_json_bytes(path: &str, bytes: &[u8]) -> Result<ClusterSnapshot, SnapshotError> {
         let snap: ClusterSnapshot =
-            serde_json::from_str(text).map_err(|e| SnapshotError::Parse {
+            serde_json::from_slice(bytes).map_err(|e| SnapshotError::Parse {
                 path: path.to_string(),
                 line: e.line(),
                 column: e.column(),
@@ -103,7 +109,7 @@ mod tests {
         .unwrap();
         assert_eq!(s.jobs.len(), 1);
         assert_eq!(s.startds[0].k8s_pod_name.as_deref(), Some("osg-direct-x"));
-        assert_eq!(s.pods[0].metadata.name.as_deref(), Some("osg-direct-x"));
+        assert_eq!(s.pods[0].metadata.name, "osg-direct-x");
         assert!(s.kube_jobs.is_empty());
         let e = ClusterSnapshot::from_json(
             "v.json",

@@ -1,25 +1,35 @@
 use super::*;
+use crate::kubernetes::observed::{ContainerSeen, Meta, PodStatusSeen, WorkerPod};
 use crate::kubernetes::settings::Settings;
 use crate::kubernetes::shape::POD_GPU_TYPES;
-use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodStatus};
 
 fn cfg(extra: &str) -> PodTemplate {
     Settings::test(extra).plan.pods
 }
 
-/// The pod the Job controller would make from a Job body.
-pub(crate) fn pod_of(job: &Job, name: &str, phase: &str) -> Pod {
+/// The pod the Job controller would make from a Job body (its template's metadata plus the
+/// controller's job-name label), as a decision reads it.
+pub(crate) fn pod_of(job: &Job, name: &str, phase: &str) -> WorkerPod {
     let tmpl = job.spec.as_ref().unwrap().template.clone();
-    let mut meta = tmpl.metadata.unwrap();
-    meta.name = Some(name.into());
-    Pod {
+    let mut meta: Meta =
+        serde_json::from_value(serde_json::to_value(tmpl.metadata.unwrap()).unwrap()).unwrap();
+    meta.name = name.into();
+    meta.labels.insert(
+        "batch.kubernetes.io/job-name".into(),
+        job.metadata.name.clone().unwrap_or_default(),
+    );
+    WorkerPod {
         metadata: meta,
-        spec: tmpl.spec,
-        status: Some(PodStatus {
+        status: PodStatusSeen {
             phase: Some(phase.into()),
-            container_statuses: (phase != "Pending").then(|| vec![ContainerStatus::default()]),
-            ..PodStatus::default()
-        }),
+            container_statuses: (phase != "Pending").then(|| {
+                vec![ContainerSeen {
+                    name: "htcondor".into(),
+                }]
+            }),
+            start_time: None,
+        },
+        ..WorkerPod::default()
     }
 }
 
@@ -166,7 +176,10 @@ fn gpu_types_and_site_rules_become_node_affinity() {
         tmpl.annotations.unwrap()[POD_GPU_TYPES],
         "NVIDIA-A100,NVIDIA-A40"
     );
-    assert_eq!(ShapeKey::from_pod(&pod_of(&job, "p", "Pending")), k);
+    assert_eq!(
+        ShapeKey::from_meta(&pod_of(&job, "p", "Pending").metadata),
+        k
+    );
     // CPU pods fall back to the generic class.
     let cpu = job_body(&key("1;4096;8000000;;0;;"), &c, "n").unwrap();
     assert_eq!(
@@ -185,6 +198,7 @@ fn gpu_types_and_site_rules_become_node_affinity() {
 fn volumes_token_labels_and_env_as_the_worker_expects() {
     let c = cfg(
         "additional_requirements = \"(ProjectName=?=\\\"x\\\")\"\nforce_namespace_matching = false\n\
+         job_label_allow = [\"team\"]\njob_volume_allow = [\"scratch\"]\n\
          [labels]\nosg-provisioner = \"wn\"\n[env]\nGLIDEIN_Site = \"SDSC-PRP\"\n\
          [annotations]\n\"container.apparmor.security.beta.kubernetes.io/htcondor\" = \"unconfined\"\n\
          [[pvc_volumes]]\nclaim = \"cvmfs\"\npath = \"/cvmfs\"\nhost_to_container = true\n\
@@ -236,4 +250,89 @@ fn volumes_token_labels_and_env_as_the_worker_expects() {
     assert_eq!(env["FORCE_K8SNAMESPACE_MATCHING"], "no");
     assert_eq!(env["ADDITIONAL_REQUIREMENTS"], "(ProjectName=?=\"x\")");
     assert_eq!(env["GLIDEIN_Site"], "SDSC-PRP");
+}
+
+#[test]
+fn job_labels_and_volumes_reach_the_pod_only_when_the_site_allows_them() {
+    let c = cfg(
+        "job_label_allow = [\"team\", \"example.org/\", \"k8s-app\"]\njob_volume_allow = [\"shared\"]\n",
+    );
+    let with = |labels: &str, volumes: &str| ShapeKey {
+        labels: labels.into(),
+        disk_volumes: volumes.into(),
+        ..key("1;4096;8000000;;0;;")
+    };
+    let refused = |k: ShapeKey| job_body(&k, &c, "n").unwrap_err().to_string();
+    assert!(job_body(&with("team:astro,example.org/x:y", "shared:/data"), &c, "n").is_ok());
+    let e = refused(with("app:evil-service", ""));
+    assert!(
+        e.contains("RequestLabels entry `app:evil-service` is not in [kubernetes] job_label_allow"),
+        "{e}"
+    );
+    // Reserved keys are never taken from a job, even when the list names them.
+    let e = refused(with("k8s-app:other", ""));
+    assert!(e.contains("is reserved"), "{e}");
+    let e = refused(with("controller-uid:x", ""));
+    assert!(
+        e.contains("is reserved (the Job controller owns it)"),
+        "{e}"
+    );
+    let e = refused(with("", "home-of-someone:/data"));
+    assert!(e.contains("RequestDiskVolumes entry `home-of-someone:/data` is not in [kubernetes] job_volume_allow"), "{e}");
+}
+
+#[test]
+fn job_gpu_types_are_intersected_with_the_sites_gpu_product_rule() {
+    // The IceCube configuration: GPU nodes of these products only.
+    let c = cfg(
+        "[[node_affinity]]\nkey = \"nvidia.com/gpu.product\"\noperator = \"In\"\n\
+                 values = [\"NVIDIA-GeForce-RTX-3090\", \"NVIDIA-A40\"]\n\
+                 [[node_affinity]]\nkey = \"nvidia.com/gpu.product\"\noperator = \"NotIn\"\nvalues = [\"NVIDIA-A10\"]\n\
+                 [[node_affinity]]\nkey = \"nautilus.io/low-power\"\noperator = \"NotIn\"\nvalues = [\"true\"]\n",
+    );
+    let exprs = |types: &str| {
+        let k = ShapeKey {
+            gpu_types: types.into(),
+            ..key("1;4096;8000000;;1;;")
+        };
+        job_body(&k, &c, "n").map(|j| {
+            let spec = j.spec.unwrap().template.spec.unwrap();
+            spec.affinity
+                .unwrap()
+                .node_affinity
+                .unwrap()
+                .required_during_scheduling_ignored_during_execution
+                .unwrap()
+                .node_selector_terms[0]
+                .match_expressions
+                .clone()
+                .unwrap()
+                .into_iter()
+                .map(|e| (e.key, e.operator, e.values.unwrap()))
+                .collect::<Vec<_>>()
+        })
+    };
+    let both = exprs("NVIDIA-A100,NVIDIA-A40,NVIDIA-A10").unwrap();
+    assert_eq!(
+        both,
+        vec![
+            (
+                "nautilus.io/low-power".into(),
+                "NotIn".into(),
+                vec!["true".to_string()]
+            ),
+            (
+                GPU_PRODUCT_LABEL.into(),
+                "In".into(),
+                vec!["NVIDIA-A40".to_string()]
+            ),
+        ],
+        "one expression on the product label: the intersection"
+    );
+    // An A100-only job: no node of the site could take it.
+    let e = exprs("NVIDIA-A100").unwrap_err().to_string();
+    assert!(e.contains("RequestGPUTypes entry `NVIDIA-A100` has no GPU type the site's nvidia.com/gpu.product rule allows"), "{e}");
+    // Without GPU types the site's rules stay as they are.
+    let plain = exprs("").unwrap();
+    assert_eq!(plain.len(), 3);
 }

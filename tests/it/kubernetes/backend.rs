@@ -1,5 +1,6 @@
 //! `KubeBackend` against the in-process fake API server: label selectors, pagination with
-//! `limit`/`continue`, 409 on a duplicate name, background-propagation deletes, injected 500s.
+//! `limit`/`continue`, 409 on a duplicate name, background-propagation deletes, injected
+//! failures; and the fake's own fidelity to the real API server on what pilotd relies on.
 
 use super::fake_api::FakeKube;
 use k8s_openapi::api::batch::v1::Job;
@@ -47,18 +48,16 @@ async fn lists_follow_continue_tokens_and_keep_to_the_selector_and_namespace() {
     fake.insert_pod("elsewhere", pod("foreign", "osg-direct", "elsewhere"));
     let backend = KubeBackend::from_client(fake.client(NS), &cfg(2));
     let pods = backend.list_pods().await.unwrap();
-    let names: Vec<_> = pods
-        .iter()
-        .map(|p| p.metadata.name.clone().unwrap())
-        .collect();
+    let names: Vec<_> = pods.iter().map(|p| p.metadata.name.clone()).collect();
     assert_eq!(names, vec!["w0", "w1", "w2", "w3", "w4"]);
     let seen = fake.seen();
     assert_eq!(seen.len(), 3, "5 pods in pages of 2");
     assert_eq!(seen[0].query.get("limit").map(String::as_str), Some("2"));
     assert!(!seen[0].query.contains_key("continue"));
-    assert_eq!(
-        seen[1].query.get("continue").map(String::as_str),
-        Some("ns1/w1")
+    let token = seen[1].query.get("continue").unwrap();
+    assert!(
+        !token.contains("w1") && !token.is_empty(),
+        "the client passes the opaque token back: {token}"
     );
     assert_eq!(backend.requests(), 3);
 }
@@ -101,7 +100,21 @@ async fn duplicate_names_are_409_and_deletes_propagate_in_the_background() {
         .filter(|s| s.method == "DELETE")
         .collect();
     assert_eq!(deletes.len(), 1);
+    assert_eq!(
+        deletes[0].query.get("propagationPolicy"),
+        None,
+        "the policy travels in the DeleteOptions body"
+    );
     assert!(fake.jobs().is_empty());
+    // The garbage collector takes the pod later (Terminating first), not with the delete.
+    let listed = backend.list_pods().await.unwrap();
+    assert_eq!(listed.len(), 1, "the pod outlives its Job for a while");
+    let listed = backend.list_pods().await.unwrap();
+    assert!(
+        listed[0].metadata.deletion_timestamp.is_some(),
+        "then it terminates"
+    );
+    fake.collect_garbage();
     assert!(
         fake.pods().is_empty(),
         "Background propagation deleted the pod too"
@@ -132,4 +145,185 @@ async fn server_errors_surface_with_what_failed() {
         }
         other => panic!("expected a 500, got {other:?}"),
     }
+}
+
+/// A raw GET against the fake: status code, headers and JSON body.
+async fn get(fake: &FakeKube, path_and_query: &str) -> (u16, Option<String>, serde_json::Value) {
+    let req = http::Request::get(path_and_query).body(Vec::new()).unwrap();
+    let resp = fake
+        .raw_client()
+        .send(req.map(kube::client::Body::from))
+        .await
+        .unwrap();
+    let code = resp.status().as_u16();
+    let retry = resp
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_string());
+    let body = http_body_util::BodyExt::collect(resp.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    (code, retry, serde_json::from_slice(&body).unwrap())
+}
+
+#[tokio::test]
+async fn the_fake_lists_as_the_api_server_does() {
+    let fake = FakeKube::start().await;
+    for i in 0..5 {
+        fake.insert_pod(NS, pod(&format!("w{i}"), "osg-direct", NS));
+    }
+    fake.insert_pod(NS, pod("x", "prp-wn", NS));
+    let base = "/api/v1/namespaces/ns1/pods";
+    // One resourceVersion for all pages of one list; remainingItemCount while more remain.
+    let (code, _, p1) = get(&fake, &format!("{base}?limit=2")).await;
+    assert_eq!(code, 200);
+    assert_eq!(p1["metadata"]["remainingItemCount"], 4);
+    let token = p1["metadata"]["continue"].as_str().unwrap().to_string();
+    fake.insert_pod(NS, pod("w9", "osg-direct", NS));
+    let (_, _, p2) = get(&fake, &format!("{base}?limit=2&continue={token}")).await;
+    assert_eq!(
+        p2["metadata"]["resourceVersion"],
+        p1["metadata"]["resourceVersion"]
+    );
+    // Set-based selectors, with the comma inside the set.
+    let (code, _, sel) = get(
+        &fake,
+        &format!("{base}?labelSelector=k8s-app%20in%20(prp-wn,other)"),
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert_eq!(sel["items"].as_array().unwrap().len(), 1);
+    let (_, _, not_in) = get(
+        &fake,
+        &format!("{base}?labelSelector=k8s-app%20notin%20(prp-wn),prp-htcondor-portal"),
+    )
+    .await;
+    assert_eq!(not_in["items"].as_array().unwrap().len(), 6);
+    // An invalid selector is 400, a bad token 400, an expired one 410 Expired.
+    for bad in [
+        "k8s-app%20in%20(a",
+        "bad%20key=x",
+        "k8s-app=a%20b",
+        ",",
+        "a%20in%20b",
+    ] {
+        let (code, _, st) = get(&fake, &format!("{base}?labelSelector={bad}")).await;
+        assert_eq!(
+            (code, st["kind"].as_str()),
+            (400, Some("Status")),
+            "{bad}: {st}"
+        );
+    }
+    let (code, _, _) = get(&fake, &format!("{base}?limit=2&continue=zz")).await;
+    assert_eq!(code, 400);
+    fake.expire_tokens();
+    let (code, _, st) = get(&fake, &format!("{base}?limit=2&continue={token}")).await;
+    assert_eq!((code, st["reason"].as_str()), (410, Some("Expired")));
+}
+
+#[tokio::test]
+async fn an_expired_continue_token_restarts_the_list_never_returns_half_of_it() {
+    let fake = FakeKube::start().await;
+    for i in 0..5 {
+        fake.insert_pod(NS, pod(&format!("w{i}"), "osg-direct", NS));
+    }
+    let backend = KubeBackend::from_client(fake.client(NS), &cfg(2));
+    // The store is compacted right after the first page: the second answers 410 Expired.
+    fake.store.lock().unwrap().compact_after_pages = Some(1);
+    let pods = backend.list_pods().await.unwrap();
+    assert_eq!(pods.len(), 5, "the whole list, read again from the start");
+    let pages: Vec<bool> = fake
+        .seen()
+        .iter()
+        .map(|s| s.query.contains_key("continue"))
+        .collect();
+    assert_eq!(
+        pages,
+        vec![false, true, false, true, true],
+        "page 1, expired page 2, then a fresh list of 3 pages"
+    );
+}
+
+#[tokio::test]
+async fn injected_failures_are_status_objects_per_verb_and_resource() {
+    let fake = FakeKube::start().await;
+    let backend = KubeBackend::from_client(fake.client(NS), &cfg(500));
+    fake.inject("create", "jobs", 429, Some(1));
+    fake.inject("list", "jobs", 403, Some(1));
+    fake.inject("delete", "jobs", 422, Some(1));
+    // A pod list is not a Job list: it still works.
+    backend.list_pods().await.unwrap();
+    let code = |e: KubeError| match e {
+        KubeError::Create { source, .. }
+        | KubeError::List { source, .. }
+        | KubeError::Delete { source, .. } => match *source {
+            kube::Error::Api(s) => (s.code, s.reason),
+            other => panic!("not a Status: {other:?}"),
+        },
+        other => panic!("{other:?}"),
+    };
+    // 429 is the one the client waits out: it retries after Retry-After, as kube's default
+    // retry policy does, so one 429 costs a second, not the create.
+    let t = std::time::Instant::now();
+    backend.create_job(&job("a")).await.unwrap();
+    assert!(
+        t.elapsed() >= std::time::Duration::from_millis(900),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_eq!(
+        fake.store.lock().unwrap().count("POST"),
+        2,
+        "the 429, then the create"
+    );
+    assert_eq!(
+        code(backend.list_jobs().await.unwrap_err()),
+        (403, "Forbidden".into())
+    );
+    assert_eq!(
+        code(backend.delete_job("a").await.unwrap_err()),
+        (422, "Invalid".into())
+    );
+    backend.delete_job("a").await.unwrap();
+    // 429 carries Retry-After, in the header and in the Status.
+    fake.inject("list", "pods", 429, Some(1));
+    let (code, retry, st) = get(&fake, "/api/v1/namespaces/ns1/pods").await;
+    assert_eq!((code, retry.as_deref()), (429, Some("1")));
+    assert_eq!(st["details"]["retryAfterSeconds"], 1);
+}
+
+#[tokio::test]
+async fn foreground_deletes_keep_the_job_until_its_pods_are_gone() {
+    let fake = FakeKube::start().await;
+    let backend = KubeBackend::from_client(fake.client(NS), &cfg(500));
+    backend.create_job(&job("f")).await.unwrap();
+    let req = http::Request::delete("/apis/batch/v1/namespaces/ns1/jobs/f")
+        .header("content-type", "application/json")
+        .body(br#"{"propagationPolicy":"Foreground"}"#.to_vec())
+        .unwrap();
+    let resp = fake
+        .raw_client()
+        .send(req.map(kube::client::Body::from))
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 202, "deletion accepted, not done");
+    let jobs = fake.jobs();
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0]["metadata"]["finalizers"][0], "foregroundDeletion");
+    assert!(jobs[0]["metadata"]["deletionTimestamp"].is_string());
+    fake.collect_garbage();
+    assert!(fake.jobs().is_empty() && fake.pods().is_empty());
+    // A body that is not DeleteOptions is refused, not read as Orphan.
+    backend.create_job(&job("g")).await.unwrap();
+    let req = http::Request::delete("/apis/batch/v1/namespaces/ns1/jobs/g")
+        .body(b"not json".to_vec())
+        .unwrap();
+    let resp = fake
+        .raw_client()
+        .send(req.map(kube::client::Body::from))
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 400);
+    assert_eq!(fake.jobs().len(), 1);
 }

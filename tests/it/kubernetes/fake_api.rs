@@ -1,11 +1,28 @@
 //! An in-process fake Kubernetes API server for the kubernetes-mode integration tests: plain
-//! HTTP on 127.0.0.1, an in-memory store of pods and Jobs, label selectors, list pagination
-//! with `limit`/`continue`, create (409 AlreadyExists on a duplicate name), delete with
-//! `propagationPolicy` (pods of a Job are removed only with Background/Foreground, as the real
-//! garbage collector does; otherwise they are orphaned), injectable 500s, and a stand-in for
-//! the Job controller that makes one Pending pod per created Job. Responses are shaped like
-//! the real API server's (List kinds with `metadata.continue`, `Status` objects on errors),
-//! so the real `kube` client is exercised end to end.
+//! HTTP on 127.0.0.1, an in-memory store of pods and Jobs, and a stand-in for the Job
+//! controller that makes one Pending pod per created Job. Nothing real can run here (no
+//! cluster), so it does what the real API server does on the requests pilotd makes, each
+//! behaviour after the Kubernetes API conventions
+//! (community/contributors/devel/sig-architecture/api-conventions.md, "API Concepts" in the
+//! Kubernetes reference docs):
+//!
+//! - **Lists** ("Retrieving large results sets in chunks"): `limit` and an *opaque*
+//!   `continue` token; every page of one list carries the list's one `resourceVersion`;
+//!   `remainingItemCount` while more remain; a token older than the compaction point
+//!   (`expire_tokens`) answers **410 Gone**, reason `Expired`, and a malformed one 400.
+//! - **Label selectors** ("Labels and Selectors"): equality (`=`, `==`, `!=`), set-based
+//!   (`in (..)`, `notin (..)`), existence (`k`, `!k`), terms joined by commas outside
+//!   parentheses; an invalid selector is **400 BadRequest**.
+//! - **Deletes** ("Garbage Collection", "Cascading deletion"): the body's
+//!   `propagationPolicy` (a missing body is the Job default, `Orphan`; a body that is not
+//!   DeleteOptions JSON is 400). `Background` removes the Job at once (200, a `Status` of
+//!   `Success`) and its pods *later*, as the garbage collector does (`collect_garbage`, or
+//!   after `gc_after` further requests); `Foreground` keeps the Job with a `deletionTimestamp`
+//!   and the `foregroundDeletion` finalizer (**202 Accepted**, the object) until its pods are
+//!   gone; `Orphan` leaves the pods.
+//! - **Errors** ("Response Status Kind"): every failure is a `Status` object with `reason`
+//!   and `code`; 403/409/410/422/429/500 can be injected per verb and resource (`inject`), a
+//!   429 with a `Retry-After` header and `details.retryAfterSeconds`.
 #![allow(dead_code)]
 
 use http_body_util::{BodyExt, Full};
@@ -38,13 +55,81 @@ pub struct Store {
     pub fail_list: bool,
     /// Act as the Job controller: one Pending pod per created Job.
     pub make_pods: bool,
+    /// Failures to answer, by (verb, resource); see `FakeKube::inject`.
+    pub injected: Vec<Injected>,
+    /// Continue tokens of lists older than this resourceVersion are expired (compaction).
+    pub compacted_below: u64,
+    /// Pods the garbage collector will delete, with the requests left before it does.
+    pub garbage: Vec<(String, u32)>,
+    /// Requests between a cascading delete and the collector acting on it.
+    pub gc_after: u32,
+    /// Compact (expire every continue token so far) after serving this many more list pages.
+    pub compact_after_pages: Option<u32>,
     resource_version: u64,
+}
+
+/// One injected failure: `verb` is list, create or delete; `resource` pods or jobs.
+#[derive(Debug, Clone)]
+pub struct Injected {
+    pub verb: &'static str,
+    pub resource: &'static str,
+    pub code: u16,
+    /// Seconds in `Retry-After` (429).
+    pub retry_after: Option<u32>,
+    /// How many requests it answers; `None`: until removed.
+    pub times: Option<u32>,
 }
 
 impl Store {
     fn next_rv(&mut self) -> String {
         self.resource_version += 1;
         self.resource_version.to_string()
+    }
+
+    /// The injected failure for this request, if any (spent once).
+    fn injected(&mut self, verb: &str, resource: &str) -> Option<Injected> {
+        let i = self
+            .injected
+            .iter()
+            .position(|f| f.verb == verb && f.resource == resource)?;
+        let f = self.injected[i].clone();
+        match &mut self.injected[i].times {
+            Some(1) => {
+                self.injected.remove(i);
+            }
+            Some(n) => *n -= 1,
+            None => {}
+        }
+        Some(f)
+    }
+
+    /// One step of the garbage collector: pods whose owner is gone get a deletionTimestamp
+    /// first (graceful termination), then vanish; a Foreground-deleted Job goes once its
+    /// pods have.
+    fn collect(&mut self, all: bool) {
+        let mut keep = Vec::new();
+        for (key, left) in std::mem::take(&mut self.garbage) {
+            if all || left == 0 {
+                self.pods.remove(&key);
+            } else {
+                if let Some(p) = self.pods.get_mut(&key) {
+                    p["metadata"]["deletionTimestamp"] = json!("2026-12-01T21:31:00Z");
+                }
+                keep.push((key, left - 1));
+            }
+        }
+        self.garbage = keep;
+        let pods = &self.pods;
+        self.jobs.retain(|_, j| {
+            let foreground = j["metadata"]["finalizers"]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|x| x == "foregroundDeletion"));
+            let name = j["metadata"]["name"].as_str().unwrap_or("");
+            !foreground
+                || pods
+                    .values()
+                    .any(|p| p["metadata"]["labels"]["job-name"].as_str() == Some(name))
+        });
     }
 
     /// Requests other than the given method, for counting a cycle's API traffic.
@@ -71,6 +156,7 @@ impl FakeKube {
         let addr = listener.local_addr().unwrap();
         let store = Arc::new(Mutex::new(Store {
             make_pods: true,
+            gc_after: 2,
             ..Store::default()
         }));
         let s = store.clone();
@@ -102,6 +188,14 @@ impl FakeKube {
     pub fn client(&self, namespace: &str) -> kube::Client {
         let mut config = kube::Config::new(self.url().parse().unwrap());
         config.default_namespace = namespace.to_string();
+        kube::Client::try_from(config).unwrap()
+    }
+
+    /// A client that sees every answer as sent: no retry of 429/503 (kube's default client
+    /// waits those out), for tests of the fake itself.
+    pub fn raw_client(&self) -> kube::Client {
+        let mut config = kube::Config::new(self.url().parse().unwrap());
+        config.default_retry = false;
         kube::Client::try_from(config).unwrap()
     }
 
@@ -148,6 +242,58 @@ impl FakeKube {
     pub fn clear_seen(&self) {
         self.store.lock().unwrap().seen.clear();
     }
+
+    /// Answers the next `times` (or every) `verb` on `resource` with `code`.
+    pub fn inject(
+        &self,
+        verb: &'static str,
+        resource: &'static str,
+        code: u16,
+        times: Option<u32>,
+    ) {
+        self.store.lock().unwrap().injected.push(Injected {
+            verb,
+            resource,
+            code,
+            retry_after: (code == 429).then_some(1),
+            times,
+        });
+    }
+
+    /// Compacts the store: continue tokens of every list made so far expire (410).
+    pub fn expire_tokens(&self) {
+        let mut s = self.store.lock().unwrap();
+        s.compacted_below = s.resource_version + 1;
+    }
+
+    /// Runs the garbage collector to completion.
+    pub fn collect_garbage(&self) {
+        self.store.lock().unwrap().collect(true);
+    }
+}
+
+fn failure(f: &Injected) -> Response<Full<Bytes>> {
+    let (code, reason) = match f.code {
+        403 => (StatusCode::FORBIDDEN, "Forbidden"),
+        409 => (StatusCode::CONFLICT, "Conflict"),
+        410 => (StatusCode::GONE, "Expired"),
+        422 => (StatusCode::UNPROCESSABLE_ENTITY, "Invalid"),
+        429 => (StatusCode::TOO_MANY_REQUESTS, "TooManyRequests"),
+        _ => (StatusCode::INTERNAL_SERVER_ERROR, "InternalError"),
+    };
+    let mut body = json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {},
+        "status": "Failure", "message": format!("injected {} on {} {}", f.code, f.verb, f.resource),
+        "reason": reason, "code": f.code
+    });
+    let mut r = Response::builder()
+        .status(code)
+        .header("content-type", "application/json");
+    if let Some(secs) = f.retry_after {
+        body["details"] = json!({"retryAfterSeconds": secs});
+        r = r.header("retry-after", secs.to_string());
+    }
+    r.body(Full::new(Bytes::from(body.to_string()))).unwrap()
 }
 
 fn respond(code: StatusCode, body: &Value) -> Response<Full<Bytes>> {
@@ -168,53 +314,200 @@ fn status(code: StatusCode, reason: &str, message: String) -> Response<Full<Byte
     )
 }
 
-/// One term of a label selector: `k=v`, `k==v`, `k!=v`, `k`, `!k`.
-fn matches_selector(labels: &Value, selector: &str) -> bool {
-    selector
-        .split(',')
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
-        .all(|term| {
-            let get = |k: &str| labels.get(k).and_then(Value::as_str);
-            if let Some((k, v)) = term.split_once("!=") {
-                get(k.trim()) != Some(v.trim())
-            } else if let Some((k, v)) = term.split_once("==").or_else(|| term.split_once('=')) {
-                get(k.trim()) == Some(v.trim())
-            } else if let Some(k) = term.strip_prefix('!') {
-                get(k).is_none()
-            } else {
-                get(term).is_some()
+/// One parsed selector requirement.
+enum Requirement {
+    Eq(String, String),
+    NotEq(String, String),
+    In(String, Vec<String>),
+    NotIn(String, Vec<String>),
+    Exists(String),
+    NotExists(String),
+}
+
+fn valid_key(k: &str) -> bool {
+    pilotd::config::kubernetes::is_label_key(k)
+}
+
+fn valid_value(v: &str) -> bool {
+    pilotd::config::kubernetes::is_label_value(v)
+}
+
+/// Parses a label selector as the API server does (`labels.Parse`): terms separated by
+/// commas outside parentheses; an error names the bad term.
+fn parse_selector(selector: &str) -> Result<Vec<Requirement>, String> {
+    let mut terms = Vec::new();
+    let (mut depth, mut start) = (0i32, 0usize);
+    for (i, c) in selector.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                terms.push(&selector[start..i]);
+                start = i + 1;
             }
-        })
+            _ => {}
+        }
+        if depth < 0 {
+            return Err(format!("unmatched ')' in {selector:?}"));
+        }
+    }
+    if depth != 0 {
+        return Err(format!("unmatched '(' in {selector:?}"));
+    }
+    terms.push(&selector[start..]);
+    let mut out = Vec::new();
+    for term in terms.into_iter().map(str::trim) {
+        if term.is_empty() {
+            if selector.trim().is_empty() {
+                continue;
+            }
+            return Err(format!("empty term in {selector:?}"));
+        }
+        let set = |rest: &str, key: &str| -> Result<Vec<String>, String> {
+            let inner = rest
+                .trim()
+                .strip_prefix('(')
+                .and_then(|r| r.strip_suffix(')'))
+                .ok_or_else(|| format!("{term:?}: expected a parenthesised set"))?;
+            let values: Vec<String> = inner.split(',').map(|v| v.trim().to_string()).collect();
+            if !valid_key(key) || values.iter().any(|v| !valid_value(v)) {
+                return Err(format!("{term:?}: invalid key or value"));
+            }
+            Ok(values)
+        };
+        let req = if let Some((k, v)) = term.split_once("!=") {
+            Requirement::NotEq(k.trim().into(), v.trim().into())
+        } else if let Some((k, v)) = term.split_once("==").or_else(|| term.split_once('=')) {
+            Requirement::Eq(k.trim().into(), v.trim().into())
+        } else if let Some((k, rest)) = term.split_once(" notin ") {
+            Requirement::NotIn(k.trim().into(), set(rest, k.trim())?)
+        } else if let Some((k, rest)) = term.split_once(" in ") {
+            Requirement::In(k.trim().into(), set(rest, k.trim())?)
+        } else if let Some(k) = term.strip_prefix('!') {
+            Requirement::NotExists(k.trim().into())
+        } else {
+            Requirement::Exists(term.into())
+        };
+        let (key, value) = match &req {
+            Requirement::Eq(k, v) | Requirement::NotEq(k, v) => (k, Some(v)),
+            Requirement::In(k, _) | Requirement::NotIn(k, _) => (k, None),
+            Requirement::Exists(k) | Requirement::NotExists(k) => (k, None),
+        };
+        if !valid_key(key) || value.is_some_and(|v| !valid_value(v)) {
+            return Err(format!("{term:?}: invalid label key or value"));
+        }
+        out.push(req);
+    }
+    Ok(out)
+}
+
+fn matches_selector(labels: &Value, selector: &[Requirement]) -> bool {
+    let get = |k: &str| labels.get(k).and_then(Value::as_str);
+    selector.iter().all(|r| match r {
+        Requirement::Eq(k, v) => get(k) == Some(v.as_str()),
+        Requirement::NotEq(k, v) => get(k) != Some(v.as_str()),
+        Requirement::In(k, vs) => get(k).is_some_and(|x| vs.iter().any(|v| v == x)),
+        Requirement::NotIn(k, vs) => get(k).is_none_or(|x| vs.iter().all(|v| v != x)),
+        Requirement::Exists(k) => get(k).is_some(),
+        Requirement::NotExists(k) => get(k).is_none(),
+    })
+}
+
+/// `continue` tokens: opaque to clients (hex of the list's resourceVersion and the last key
+/// served), as the real server's base64 of an internal key is.
+fn encode_token(rv: u64, last: &str) -> String {
+    format!("{rv}\n{last}")
+        .bytes()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn decode_token(t: &str) -> Option<(u64, String)> {
+    let bytes: Option<Vec<u8>> = (0..t.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(t.get(i..i + 2)?, 16).ok())
+        .collect();
+    let text = String::from_utf8(bytes?).ok()?;
+    let (rv, last) = text.split_once('\n')?;
+    Some((rv.parse().ok()?, last.to_string()))
 }
 
 fn list(
-    objects: &BTreeMap<String, Value>,
+    s: &mut Store,
+    resource: &'static str,
     namespace: &str,
     query: &BTreeMap<String, String>,
-    kind: &str,
-    api_version: &str,
-    rv: String,
 ) -> Response<Full<Bytes>> {
-    let selector = query.get("labelSelector").cloned().unwrap_or_default();
-    let after = query.get("continue").cloned();
+    if s.fail_list {
+        return status(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalError",
+            "injected".into(),
+        );
+    }
+    if let Some(f) = s.injected("list", resource) {
+        return failure(&f);
+    }
+    let selector = match parse_selector(query.get("labelSelector").map_or("", String::as_str)) {
+        Ok(sel) => sel,
+        Err(e) => {
+            return status(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                format!("unable to parse requirement: {e}"),
+            );
+        }
+    };
+    // One resourceVersion per list: the first page's, carried by the token.
+    let (rv, after) = match query.get("continue") {
+        None => (s.next_rv().parse::<u64>().unwrap(), None),
+        Some(t) => match decode_token(t) {
+            None => {
+                return status(
+                    StatusCode::BAD_REQUEST,
+                    "BadRequest",
+                    "continue key is not valid".into(),
+                );
+            }
+            Some((rv, _)) if rv < s.compacted_below => {
+                return status(
+                    StatusCode::GONE,
+                    "Expired",
+                    "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.".into(),
+                );
+            }
+            Some((rv, last)) => (rv, Some(last)),
+        },
+    };
     let limit: usize = query
         .get("limit")
         .and_then(|l| l.parse().ok())
         .filter(|l| *l > 0)
         .unwrap_or(usize::MAX);
+    let (objects, kind, api_version) = if resource == "pods" {
+        (&s.pods, "PodList", "v1")
+    } else {
+        (&s.jobs, "JobList", "batch/v1")
+    };
     let prefix = format!("{namespace}/");
-    let mut matching = objects
+    let matching: Vec<(&String, &Value)> = objects
         .iter()
         .filter(|(k, _)| k.starts_with(&prefix))
         .filter(|(k, _)| after.as_ref().is_none_or(|a| k.as_str() > a.as_str()))
-        .filter(|(_, o)| matches_selector(&o["metadata"]["labels"], &selector));
-    let page: Vec<(&String, &Value)> = matching.by_ref().take(limit).collect();
-    let more = matching.next().is_some();
-    let mut meta = json!({"resourceVersion": rv});
-    if more {
-        // Opaque to clients; here simply the last key served.
-        meta["continue"] = json!(page.last().unwrap().0);
+        .filter(|(_, o)| matches_selector(&o["metadata"]["labels"], &selector))
+        .collect();
+    let page = &matching[..limit.min(matching.len())];
+    if let Some(n) = s.compact_after_pages.as_mut() {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            s.compact_after_pages = None;
+            s.compacted_below = s.resource_version + 1;
+        }
+    }
+    let mut meta = json!({"resourceVersion": rv.to_string()});
+    if matching.len() > page.len() {
+        meta["continue"] = json!(encode_token(rv, page.last().unwrap().0));
+        meta["remainingItemCount"] = json!(matching.len() - page.len());
     }
     respond(
         StatusCode::OK,
@@ -240,6 +533,7 @@ async fn handle(store: Arc<Mutex<Store>>, req: Request<Incoming>) -> Response<Fu
         .map(|b| b.to_bytes())
         .unwrap_or_default();
     let mut s = store.lock().unwrap();
+    s.collect(false);
     s.seen.push(Seen {
         method: method.to_string(),
         path: path.clone(),
@@ -247,27 +541,9 @@ async fn handle(store: Arc<Mutex<Store>>, req: Request<Incoming>) -> Response<Fu
     });
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
     match (&method, parts.as_slice()) {
-        (&Method::GET, ["api", "v1", "namespaces", ns, "pods"]) => {
-            if s.fail_list {
-                return status(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "InternalError",
-                    "injected".into(),
-                );
-            }
-            let rv = s.next_rv();
-            list(&s.pods, ns, &query, "PodList", "v1", rv)
-        }
+        (&Method::GET, ["api", "v1", "namespaces", ns, "pods"]) => list(&mut s, "pods", ns, &query),
         (&Method::GET, ["apis", "batch", "v1", "namespaces", ns, "jobs"]) => {
-            if s.fail_list {
-                return status(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "InternalError",
-                    "injected".into(),
-                );
-            }
-            let rv = s.next_rv();
-            list(&s.jobs, ns, &query, "JobList", "batch/v1", rv)
+            list(&mut s, "jobs", ns, &query)
         }
         (&Method::POST, ["apis", "batch", "v1", "namespaces", ns, "jobs"]) => {
             let Ok(mut job) = serde_json::from_slice::<Value>(&body) else {
@@ -291,6 +567,9 @@ async fn handle(store: Arc<Mutex<Store>>, req: Request<Incoming>) -> Response<Fu
                     "AlreadyExists",
                     format!("jobs.batch \"{name}\" already exists"),
                 );
+            }
+            if let Some(f) = s.injected("create", "jobs") {
+                return failure(&f);
             }
             if s.fail_create.as_ref().is_some_and(|f| f(&job)) {
                 return status(
@@ -329,23 +608,71 @@ async fn handle(store: Arc<Mutex<Store>>, req: Request<Incoming>) -> Response<Fu
             respond(StatusCode::CREATED, &job)
         }
         (&Method::DELETE, ["apis", "batch", "v1", "namespaces", ns, "jobs", name]) => {
+            if let Some(f) = s.injected("delete", "jobs") {
+                return failure(&f);
+            }
+            // No body: the Job default (Orphan). A body must be DeleteOptions.
+            let opts: Value = if body.is_empty() {
+                json!({})
+            } else {
+                match serde_json::from_slice::<Value>(&body) {
+                    Ok(v) if v.is_object() => v,
+                    _ => {
+                        return status(
+                            StatusCode::BAD_REQUEST,
+                            "BadRequest",
+                            "the body of the request was in an unknown format".into(),
+                        );
+                    }
+                }
+            };
+            let policy = opts["propagationPolicy"]
+                .as_str()
+                .unwrap_or("Orphan")
+                .to_string();
+            if !matches!(policy.as_str(), "Orphan" | "Background" | "Foreground") {
+                return status(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "Invalid",
+                    format!("propagationPolicy: Unsupported value: \"{policy}\""),
+                );
+            }
             let key = format!("{ns}/{name}");
-            let Some(mut job) = s.jobs.remove(&key) else {
+            let Some(job) = s.jobs.get(&key).cloned() else {
                 return status(
                     StatusCode::NOT_FOUND,
                     "NotFound",
                     format!("jobs.batch \"{name}\" not found"),
                 );
             };
-            let opts: Value = serde_json::from_slice(&body).unwrap_or(json!({}));
-            let policy = opts["propagationPolicy"].as_str().unwrap_or("Orphan");
-            if policy == "Background" || policy == "Foreground" {
-                let owned = |p: &Value| p["metadata"]["labels"]["job-name"].as_str() == Some(name);
-                s.pods
-                    .retain(|k, p| !(k.starts_with(&format!("{ns}/")) && owned(p)));
+            let owned: Vec<String> = s
+                .pods
+                .iter()
+                .filter(|(k, p)| {
+                    k.starts_with(&format!("{ns}/"))
+                        && p["metadata"]["labels"]["job-name"].as_str() == Some(*name)
+                })
+                .map(|(k, _)| k.clone())
+                .collect();
+            let later = s.gc_after;
+            if policy != "Orphan" {
+                s.garbage.extend(owned.iter().map(|k| (k.clone(), later)));
             }
-            job["metadata"]["deletionTimestamp"] = json!("2026-12-01T21:31:00Z");
-            respond(StatusCode::OK, &job)
+            if policy == "Foreground" && !owned.is_empty() {
+                let j = s.jobs.get_mut(&key).unwrap();
+                j["metadata"]["deletionTimestamp"] = json!("2026-12-01T21:31:00Z");
+                j["metadata"]["finalizers"] = json!(["foregroundDeletion"]);
+                let j = j.clone();
+                return respond(StatusCode::ACCEPTED, &j);
+            }
+            s.jobs.remove(&key);
+            respond(
+                StatusCode::OK,
+                &json!({
+                    "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                    "details": {"name": name, "group": "batch", "kind": "jobs", "uid": job["metadata"]["uid"]}
+                }),
+            )
         }
         _ => status(
             StatusCode::NOT_FOUND,

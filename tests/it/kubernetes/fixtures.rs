@@ -50,9 +50,9 @@ fn import_ini_output_is_a_valid_pilotd_toml_with_the_ini_settings() {
         k.service_account_name.as_deref(),
         Some("prp-htcondor-wn-ro")
     );
-    assert_eq!(k.env["OSG_SQUID_LOCATION"], "10.110.90.167:3128");
+    assert_eq!(k.env.get_ref()["OSG_SQUID_LOCATION"], "10.110.90.167:3128");
     assert_eq!(
-        k.config_volumes[0].path,
+        k.config_volumes.get_ref()[0].path,
         "/etc/condor/config.d/40_glidein.config"
     );
     assert!(
@@ -167,8 +167,10 @@ fn the_deployment_configmap_holds_a_valid_pilotd_toml() {
     let yaml = std::fs::read_to_string(&path).unwrap();
     let start =
         yaml.find("pilotd.toml: |\n").expect("a pilotd.toml key") + "pilotd.toml: |\n".len();
+    // The block scalar ends at the next, less indented, key.
     let toml: String = yaml[start..]
         .lines()
+        .take_while(|l| l.is_empty() || l.starts_with("    "))
         .map(|l| l.strip_prefix("    ").unwrap_or(l))
         .collect::<Vec<_>>()
         .join("\n");
@@ -179,4 +181,55 @@ fn the_deployment_configmap_holds_a_valid_pilotd_toml() {
         *k.client.get_ref(),
         pilotd::config::kubernetes::ClientSource::InCluster
     );
+}
+
+/// import-ini as the upstream provisioner reads its INI: app_name osg-wn when none is given,
+/// [htcondor] additional_requirements for the schedd query and [k8s]'s for the workers, and
+/// `&amp;` decoded until it no longer occurs.
+#[test]
+fn import_ini_follows_the_upstream_provisioner_on_an_upstream_style_ini() {
+    let ini = fixture("upstream/osg_provisioner.conf");
+    let out = Command::new(harness::bin())
+        .arg("import-ini")
+        .arg(&ini)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let site = pilotd::config::parse_site(&ini, &text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let k = site.kubernetes.as_ref().unwrap();
+    assert_eq!(k.app_name.get_ref(), "osg-wn", "{text}");
+    assert_eq!(k.env.get_ref()["ICECUBE_FLAGS"], "a&b");
+    assert_eq!(k.env.get_ref()["SQUID"], "10.1.2.3:3128");
+    assert_eq!(k.env.get_ref()["SITES"], "a,b");
+    let s =
+        pilotd::kubernetes::settings::Settings::from_table(k, Path::new("/nonexistent")).unwrap();
+    assert_eq!(
+        s.condor.job_constraint,
+        "(JobStatus=?=1) && regexp(RequestK8SNamespace,\"osg-icecube\") && ((RequestGPUs>0)&&(!isUndefined(ProjectName)))",
+        "the schedd query is narrowed by [htcondor]'s"
+    );
+    assert_eq!(
+        s.plan.pods.additional_requirements, "(TARGET.IceCubeGPU=?=True)",
+        "the workers' START gets [k8s]'s"
+    );
+    assert!(
+        s.condor
+            .startd_constraint
+            .contains("(K8SProvisionerName=?=\"osg-wn\")")
+    );
+    // The pod.conf upstream's startup script writes (namespace and condor_host only) gives
+    // osg-wn too.
+    let pod_conf = Command::new(harness::bin())
+        .arg("import-ini")
+        .arg(fixture("upstream/pod.conf"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8(pod_conf.stdout).unwrap();
+    assert!(text.contains("app_name = \"osg-wn\""), "{text}");
+    assert!(!text.contains("worker_additional_requirements"), "{text}");
 }

@@ -5,5 +5,6 @@
 mod backend;
 mod bench;
 mod cycle;
+mod deployment;
 pub mod fake_api;
 mod fixtures;

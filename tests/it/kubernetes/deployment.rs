@@ -1,0 +1,214 @@
+//! The deployment starts: the container's argv is built from the Dockerfile's `provisioner`
+//! target and from each manifest in deploy/kubernetes exactly as the container runtime and the
+//! kubelet build it, and parsed with pilotd's own CLI. (An entrypoint ending in `run` plus the
+//! Deployment's `args: [-c, FILE, run]` once made `pilotd run -c FILE run`, which exits 2.)
+//! Nothing here can run the image (no outside registry); what a container would be given is
+//! read from the same files the image and the cluster read.
+
+use crate::harness;
+use clap::Parser;
+use pilotd::cli::{Cli, Command};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// ENTRYPOINT and CMD (exec form) of one Dockerfile stage. As Docker does, an ENTRYPOINT set
+/// in the stage clears a CMD inherited from its base, so only the stage's own CMD counts.
+fn stage_argv(dockerfile: &str, stage: &str) -> (Vec<String>, Vec<String>) {
+    let mut in_stage = false;
+    let (mut entrypoint, mut cmd) = (None, Vec::new());
+    for (i, line) in dockerfile.lines().enumerate() {
+        let line = line.trim();
+        if line.starts_with("FROM ") {
+            in_stage = line.ends_with(&format!(" AS {stage}"));
+            continue;
+        }
+        if !in_stage {
+            continue;
+        }
+        let exec_form = |rest: &str| -> Vec<String> {
+            serde_json::from_str(rest.trim())
+                .unwrap_or_else(|e| panic!("Dockerfile:{}: not the exec (JSON) form: {e}", i + 1))
+        };
+        if let Some(rest) = line.strip_prefix("ENTRYPOINT ") {
+            entrypoint = Some(exec_form(rest));
+        } else if let Some(rest) = line.strip_prefix("CMD ") {
+            cmd = exec_form(rest);
+        }
+    }
+    (
+        entrypoint.unwrap_or_else(|| panic!("stage {stage} has no ENTRYPOINT")),
+        cmd,
+    )
+}
+
+/// The kubelet's rule: `command` replaces the ENTRYPOINT (and then the image's CMD is not
+/// used), `args` replaces the CMD.
+fn container_argv(image: &(Vec<String>, Vec<String>), container: &Value) -> Vec<String> {
+    let strings = |v: &Value| -> Option<Vec<String>> {
+        v.as_array().map(|a| {
+            a.iter()
+                .map(|s| s.as_str().expect("argv entries are strings").to_string())
+                .collect()
+        })
+    };
+    let command = strings(&container["command"]);
+    let args = strings(&container["args"]);
+    match (command, args) {
+        (None, None) => [image.0.clone(), image.1.clone()].concat(),
+        (None, Some(a)) => [image.0.clone(), a].concat(),
+        (Some(c), None) => c,
+        (Some(c), Some(a)) => [c, a].concat(),
+    }
+}
+
+/// The pilotd command line inside tini's: `tini -- pilotd ARGS`.
+fn pilotd_argv(argv: &[String]) -> &[String] {
+    assert_eq!(
+        argv.first().map(String::as_str),
+        Some("/usr/bin/tini"),
+        "{argv:?}: tini is PID 1"
+    );
+    assert_eq!(argv.get(1).map(String::as_str), Some("--"), "{argv:?}");
+    assert!(
+        argv.get(2).is_some_and(|p| p.ends_with("/pilotd")),
+        "{argv:?}: tini runs pilotd"
+    );
+    &argv[2..]
+}
+
+fn manifests() -> Vec<(PathBuf, Value)> {
+    let dir = harness::repo("deploy/kubernetes");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        let docs: Vec<Value> = serde_saphyr::from_multiple(&text)
+            .unwrap_or_else(|e| panic!("{}: not YAML: {e}", f.display()));
+        out.extend(docs.into_iter().map(|d| (f.clone(), d)));
+    }
+    out
+}
+
+fn containers(doc: &Value) -> Vec<&Value> {
+    let spec = if doc["kind"] == "Pod" {
+        &doc["spec"]
+    } else {
+        &doc["spec"]["template"]["spec"]
+    };
+    spec["containers"]
+        .as_array()
+        .map(|a| a.iter().collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn the_image_and_every_manifest_start_pilotd_run_with_a_config_the_configmap_holds() {
+    let dockerfile = std::fs::read_to_string(harness::repo("Dockerfile")).unwrap();
+    let image = stage_argv(&dockerfile, "provisioner");
+
+    // The image on its own (`docker run IMAGE`) runs the provisioner.
+    let alone = [image.0.clone(), image.1.clone()].concat();
+    let cli = Cli::try_parse_from(pilotd_argv(&alone))
+        .unwrap_or_else(|e| panic!("image argv {alone:?}: {e}"));
+    assert!(matches!(cli.command, Command::Run(_)), "{alone:?}");
+
+    let docs = manifests();
+    let configmaps: Vec<&Value> = docs
+        .iter()
+        .map(|(_, d)| d)
+        .filter(|d| d["kind"] == "ConfigMap")
+        .collect();
+    let mut started = 0;
+    for (file, doc) in &docs {
+        for c in containers(doc) {
+            let argv = container_argv(&image, c);
+            let cli = Cli::try_parse_from(pilotd_argv(&argv)).unwrap_or_else(|e| {
+                panic!("{}: container {}: {argv:?}: {e}", file.display(), c["name"])
+            });
+            assert!(
+                matches!(cli.command, Command::Run(_)),
+                "{}: {argv:?} does not run the provisioner",
+                file.display()
+            );
+            // The config file it names is a key of a ConfigMap mounted at that path.
+            let config = cli.global.config;
+            let spec = &doc["spec"]["template"]["spec"];
+            let mount = c["volumeMounts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|m| config.starts_with(m["mountPath"].as_str().unwrap()))
+                .unwrap_or_else(|| panic!("{}: nothing mounted at {config:?}", file.display()));
+            let volume = spec["volumes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|v| v["name"] == mount["name"])
+                .expect("the mount's volume");
+            let cm_name = volume["configMap"]["name"]
+                .as_str()
+                .expect("the config comes from a ConfigMap");
+            let rel = config
+                .strip_prefix(mount["mountPath"].as_str().unwrap())
+                .unwrap();
+            let key = rel.to_str().unwrap();
+            let cm = configmaps
+                .iter()
+                .find(|m| m["metadata"]["name"] == cm_name)
+                .unwrap_or_else(|| panic!("ConfigMap {cm_name} is not in deploy/kubernetes"));
+            let toml = cm["data"][key]
+                .as_str()
+                .unwrap_or_else(|| panic!("ConfigMap {cm_name} has no key {key}"));
+            let site = pilotd::config::parse_site(Path::new(key), toml)
+                .unwrap_or_else(|e| panic!("{cm_name}/{key}: {e}"));
+            assert!(
+                site.kubernetes.is_some(),
+                "{cm_name}/{key} is kubernetes mode"
+            );
+
+            // The pod's user is the image's own non-root user (the condor tools look it up).
+            let uid = spec["securityContext"]["runAsUser"].as_u64().unwrap();
+            assert!(uid != 0);
+            assert!(
+                dockerfile.contains(&format!("useradd -u {uid} ")),
+                "the provisioner image has no passwd entry for runAsUser {uid}"
+            );
+            started += 1;
+        }
+    }
+    assert_eq!(started, 1, "one provisioner container in deploy/kubernetes");
+}
+
+#[test]
+fn argv_rules_are_the_runtimes() {
+    let image = (
+        vec![
+            "/usr/bin/tini".into(),
+            "--".into(),
+            "/usr/local/bin/pilotd".into(),
+        ],
+        vec!["run".into()],
+    );
+    let c: Value = serde_json::json!({"args": ["-c", "/x", "run"]});
+    assert_eq!(container_argv(&image, &c)[3..], ["-c", "/x", "run"]);
+    let c: Value = serde_json::json!({"command": ["/bin/sh"]});
+    assert_eq!(container_argv(&image, &c), ["/bin/sh"]);
+    // The defect this file exists for: an entrypoint that already ends in `run`.
+    let old = (
+        vec![
+            "/usr/bin/tini".into(),
+            "--".into(),
+            "/usr/local/bin/pilotd".into(),
+            "run".into(),
+        ],
+        vec![],
+    );
+    let argv = container_argv(&old, &serde_json::json!({"args": ["-c", "/x", "run"]}));
+    let e = Cli::try_parse_from(pilotd_argv(&argv)).unwrap_err();
+    assert!(e.to_string().contains("unexpected argument 'run'"), "{e}");
+}
