@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the pilotd Debian package and prints the path of the .deb (last line of stdout).
 #
-#   packaging/build-deb.sh                      release build (LTO; what you install)
+#   packaging/build-deb.sh                      `volunteer` profile (size-optimized, LTO; what you install)
 #   packaging/build-deb.sh --profile dev        unoptimized, fast: for tests/package.sh only
 #   packaging/build-deb.sh -- --deb-version 0.1.0-2   anything after -- goes to `cargo deb`
 #
@@ -15,11 +15,11 @@ cd "$(dirname "$0")/.."
 usage() { sed -n '2,11s/^# \{0,1\}//p' "$0"; }
 die() { echo "build-deb: $*" >&2; exit 1; }
 
-profile=release
+profile=volunteer
 deb_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    --profile) [ $# -ge 2 ] || die "--profile needs a value (release or dev)"; profile=$2; shift 2 ;;
+    --profile) [ $# -ge 2 ] || die "--profile needs a value (volunteer, release or dev)"; profile=$2; shift 2 ;;
     --profile=*) profile=${1#*=}; shift ;;
     -h|--help) usage; exit 0 ;;
     --) shift; deb_args+=("$@"); break ;;

@@ -2,8 +2,8 @@
 # The idle footprint of the volunteer daemon next to the BOINC client (not a test: it prints
 # figures). Both run side by side for DURATION seconds on this machine, idle: BOINC attached to
 # no project, pilotd with a closed schedule (it observes the host and the engine every
-# interval but starts nothing). pilotd is the package's build: release, without the
-# Kubernetes feature. Samples RSS every 10 s (median and max) and CPU time over the whole run
+# interval but starts nothing). pilotd is the package's build: the `volunteer` profile
+# (size-optimized), without the Kubernetes feature. Samples RSS every 10 s (median and max) and CPU time over the whole run
 # (utime + stime of the process, as CPU-seconds per hour).
 #   DURATION=600 tests/bench/footprint.sh
 # Needs root, the Docker engine (tests/setup-docker.sh) and Debian's boinc-client (installed
@@ -19,8 +19,8 @@ command -v boinc >/dev/null || {
 }
 # The service must not run twice on this machine: use our own instance only.
 systemctl stop boinc-client 2>/dev/null || true
-(cd "$here" && cargo build --release -q --no-default-features --bin pilotd)
-bin=$here/target/release/pilotd
+(cd "$here" && cargo build --profile volunteer -q --no-default-features --bin pilotd)
+bin=$here/target/volunteer/pilotd
 
 d=$(mktemp -d); inst="footprint$$"
 cleanup() {
@@ -81,5 +81,5 @@ p1=$(cpu $ppid); b1=$(cpu $bpid); t1=$(date +%s.%N)
 stats() { sort -n "$1" | awk '{ a[NR] = $1 } END { printf "median %.1f MiB, max %.1f MiB", a[int((NR + 1) / 2)] / 1024, a[NR] / 1024 }'; }
 perh() { awk -v a="$1" -v b="$2" -v s="$t0" -v e="$t1" 'BEGIN { printf "%.2f", (b - a) * 3600 / (e - s) }'; }
 echo "idle footprint over $(awk -v s="$t0" -v e="$t1" 'BEGIN { printf "%.0f", e - s }') s, sampled every ${step} s, on $(nproc) cores ($(uname -r)):"
-echo "  pilotd $("$bin" --version | awk '{ print $2 }') (release, no kubernetes): RSS $(stats "$d/p.rss"); CPU $(perh "$p0" "$p1") CPU-s/h"
+echo "  pilotd $("$bin" --version | awk '{ print $2 }') (volunteer profile, no kubernetes): RSS $(stats "$d/p.rss"); CPU $(perh "$p0" "$p1") CPU-s/h"
 echo "  boinc $(boinc --version 2>/dev/null | head -n 1 | awk '{ print $1 }') (no project):         RSS $(stats "$d/b.rss"); CPU $(perh "$b0" "$b1") CPU-s/h"
