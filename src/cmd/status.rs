@@ -205,6 +205,11 @@ fn render(v: &StatusView<'_>, now: DateTime<Utc>, path: &std::path::Path) -> Str
     if let Some(e) = &s.last_error {
         let _ = writeln!(out, "last cycle's problem: {e}");
     }
+    let live = v.workers.as_ref().map(|list| {
+        list.iter()
+            .filter(|w| matches!(w.state, WorkerState::Running | WorkerState::Paused))
+            .count()
+    });
     if let Some(d) = &s.decision {
         let verdict = if d.allowed {
             format!(
@@ -218,9 +223,11 @@ fn render(v: &StatusView<'_>, now: DateTime<Utc>, path: &std::path::Path) -> Str
             out,
             "decision ({} ago): {verdict}; running workers: {}",
             ago(now, d.at),
-            match d.evict {
-                crate::config::Evict::None => "keep".to_string(),
-                e => format!("evict ({})", e.as_str()),
+            match (d.evict, live) {
+                // No eviction is announced when nothing runs.
+                (_, Some(0)) => "none".to_string(),
+                (crate::config::Evict::None, _) => "keep".to_string(),
+                (e, _) => format!("evict ({})", e.as_str()),
             }
         );
         for r in &d.reasons {
