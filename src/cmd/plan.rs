@@ -12,6 +12,7 @@ use crate::volunteer::inspect;
 use crate::volunteer::policy::{self, Supply};
 use crate::volunteer::settings::Settings;
 use crate::volunteer::snapshot::HostSnapshot;
+use crate::volunteer::snooze;
 use crate::volunteer::status;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -74,7 +75,13 @@ pub fn run(g: &Global, a: &PlanArgs) -> Result<String, CmdError> {
         (Mode::Volunteer, snap) => {
             let host = match snap {
                 Some(Snapshot::Host(h)) => h,
-                _ => observe_once(&Settings::resolve(&cfg).probe, Carry::default())?,
+                _ => {
+                    let s = Settings::resolve(&cfg);
+                    let h = observe_once(&s.probe, Carry::default())?;
+                    // The owner's snooze, as the daemon would lay it on this observation.
+                    let snoozed_until = snooze::active(&s.state_dir, h.taken_at).map(|z| z.until);
+                    HostSnapshot { snoozed_until, ..h }
+                }
             };
             let now = now.unwrap_or(host.taken_at);
             let plan = volunteer_plan(&cfg, &host, now);
@@ -356,7 +363,14 @@ mod tests {
         let now = "2026-12-01T20:00:00Z";
         let fmt = |t: DateTime<Utc>| t.format("%H:%M").to_string();
         // (evict, accept_until, die_at, live workers) -> lines
-        let table: Vec<(Evict, Option<&str>, Option<&str>, Option<usize>, Vec<&str>)> = vec![
+        type Case<'a> = (
+            Evict,
+            Option<&'a str>,
+            Option<&'a str>,
+            Option<usize>,
+            Vec<&'a str>,
+        );
+        let table: Vec<Case> = vec![
             // Plenty of time: both limits lie ahead.
             (
                 Evict::None,

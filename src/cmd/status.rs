@@ -29,6 +29,8 @@ struct StatusView<'a> {
     /// The pool's manifest in force, if one is configured.
     manifest: Option<ManifestView>,
     history: Option<HistoryView>,
+    /// The owner's snooze in force (`pilotd snooze`), if any.
+    snooze: Option<crate::volunteer::snooze::Snooze>,
     #[serde(flatten)]
     status: &'a state::Status,
 }
@@ -101,6 +103,7 @@ pub fn run(g: &Global, a: &StatusArgs) -> Result<String, CmdError> {
         manifest,
         history,
         daemon_running: running,
+        snooze: crate::volunteer::snooze::active(&s.state_dir, now),
         pid: status.pid,
         updated_at: status.updated_at,
         instance: &status.instance,
@@ -189,6 +192,14 @@ fn render(v: &StatusView<'_>, now: DateTime<Utc>, path: &std::path::Path) -> Str
         ),
     };
     let _ = writeln!(out, "{}", v.config);
+    if let Some(z) = &v.snooze {
+        let _ = writeln!(
+            out,
+            "SNOOZED by {} until {} (`pilotd resume` ends it)",
+            z.by,
+            z.until.format("%Y-%m-%d %H:%M UTC")
+        );
+    }
     if let Some(m) = &v.manifest {
         let _ = writeln!(
             out,

@@ -40,6 +40,10 @@ pub struct SiteConfig {
     pub state_dir: PathBuf,
     #[serde(default = "default_interval")]
     pub interval: HumanDuration,
+    /// The unix socket on which the daemon takes the owner's `snooze` and `resume`; its
+    /// directory must be reachable by the owner (the unit's RuntimeDirectory, 0755).
+    #[serde(default = "default_control_socket")]
+    pub control_socket: PathBuf,
     #[serde(default)]
     pub host: HostConfig,
     #[serde(default)]
@@ -135,6 +139,9 @@ fn default_free_threshold() -> f64 {
 
 fn default_policy() -> PathBuf {
     "/etc/pilotd/policy.toml".into()
+}
+fn default_control_socket() -> PathBuf {
+    "/run/pilotd/control.sock".into()
 }
 fn default_state_dir() -> PathBuf {
     "/var/lib/pilotd".into()

@@ -9,6 +9,8 @@
 //! - decide, pure: `policy` (may the machine compute, how much, until when) and `plan` (the
 //!   actions of one cycle);
 //! - act: `backend` (the Docker engine, and a recording fake for tests);
+//! - the owner's word: `control` (the socket `pilotd snooze`/`resume` talk to, authorised by
+//!   peer credentials) and `snooze` (the snooze kept in the state dir);
 //! - state and upkeep: `status` (the status file), `history` (learned availability),
 //!   `manifest` (the pool's remote manifest), `image` (freshness), `gc`;
 //! - top: `daemon` (the loop) and `inspect` (what one-shot commands ask the engine).
@@ -18,6 +20,7 @@
 
 pub mod backend;
 pub mod claim;
+pub mod control;
 pub mod daemon;
 pub mod disk;
 pub mod egress;
@@ -33,5 +36,6 @@ pub mod policy;
 pub mod sessions;
 pub mod settings;
 pub mod snapshot;
+pub mod snooze;
 pub mod status;
 pub mod worker;

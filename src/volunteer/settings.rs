@@ -21,6 +21,8 @@ pub struct Settings {
     pub interval: Duration,
     /// Status, history, last good manifest and (by default) scratch.
     pub state_dir: PathBuf,
+    /// Where the daemon takes the owner's snooze and resume.
+    pub control_socket: PathBuf,
     pub engine: EngineSettings,
     pub probe: ProbeSettings,
     /// The worker template as pilotd.toml says; the pool's manifest may lay choices over it.
@@ -188,6 +190,7 @@ impl Settings {
             policy: cfg.policy.clone(),
             interval: site.interval.0,
             state_dir: site.state_dir.clone(),
+            control_socket: site.control_socket.clone(),
             engine: EngineSettings::of_site(site),
             probe: ProbeSettings {
                 utmp: site.host.utmp.clone(),

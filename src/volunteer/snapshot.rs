@@ -29,6 +29,9 @@ pub struct HostSnapshot {
     pub owner_busy_since: Option<DateTime<Utc>>,
     /// Latch: since when the host has been free to start workers (null when it is not).
     pub host_free_since: Option<DateTime<Utc>>,
+    /// The owner snoozed the machine until this instant (`pilotd snooze`); absent when not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snoozed_until: Option<DateTime<Utc>>,
 }
 
 /// Who is logged in. `Unknown` is never read as "nobody": the policy fails safe.
@@ -81,7 +84,13 @@ impl HostSnapshot {
             sessions: Sessions::Known(vec![]),
             owner_busy_since: None,
             host_free_since: None,
+            snoozed_until: None,
         }
+    }
+
+    pub fn with_snooze(mut self, until: Option<DateTime<Utc>>) -> Self {
+        self.snoozed_until = until;
+        self
     }
 
     pub fn with_session(mut self, user: &str, uid: u32, idle_s: Option<u64>) -> Self {

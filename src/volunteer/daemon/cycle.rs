@@ -16,6 +16,7 @@ use crate::volunteer::outcome::Outcome;
 use crate::volunteer::plan::{self, Action, Observed, Reason};
 use crate::volunteer::policy::{Supply, decide};
 use crate::volunteer::snapshot::{HostSnapshot, Sessions};
+use crate::volunteer::snooze;
 use crate::volunteer::status::{self, Decision, OutcomeRecord};
 use crate::volunteer::worker::{CpuSample, ImageState, Worker, WorkerState, split_reference};
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -274,14 +275,16 @@ impl Daemon {
             owner_busy_since: self.status.owner_busy_since,
             host_free_since: self.status.host_free_since,
         };
+        let snoozed_until = snooze::active(&self.s.state_dir, now).map(|s| s.until);
         match self.probe.observe(now, carry) {
-            Ok(s) => Some(s),
+            Ok(s) => Some(HostSnapshot { snoozed_until, ..s }),
             Err(e) => {
                 errors.push(e.to_string());
                 match &self.last_snapshot {
                     Some(last) => Some(HostSnapshot {
                         taken_at: now,
                         sessions: Sessions::Unknown(format!("host probe failed: {e}")),
+                        snoozed_until,
                         ..last.clone()
                     }),
                     None => {

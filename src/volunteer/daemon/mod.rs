@@ -32,6 +32,7 @@ use crate::config::{Config, Mode};
 use crate::service::lifecycle::{self, Hooks, Reconciler, Reload, Wake};
 use crate::service::metrics::Metrics;
 use crate::volunteer::backend::{AnyBackend, Backend, BackendError};
+use crate::volunteer::control;
 use crate::volunteer::history::{self, Learner};
 use crate::volunteer::host::{HostProbe, ProbeError};
 use crate::volunteer::manifest::{self, Manifest};
@@ -47,7 +48,7 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tasks::TaskDone;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use triggers::Trigger;
 
@@ -86,6 +87,7 @@ pub async fn run(
         d.s.probe.utmp.clone(),
         d.wakeups.tx.clone(),
     ));
+    d.listen_for_the_owner();
     lifecycle::serve(&mut d, hooks, shutdown, reloads).await;
     Ok(())
 }
@@ -141,6 +143,9 @@ pub struct Daemon {
     metrics: Option<Metrics>,
     /// The last decision, to log each change once.
     last_decision: Option<String>,
+    /// What the control socket's server knows of the policy (kept current across reloads);
+    /// None when the socket is not served.
+    control: Option<watch::Sender<control::Context>>,
 }
 
 impl Daemon {
@@ -203,8 +208,34 @@ impl Daemon {
             refresh: manifest::Refresh::default(),
             metrics,
             last_decision: None,
+            control: None,
             s,
         })
+    }
+
+    /// Serves `pilotd snooze` and `resume` on the control socket. A socket that cannot be
+    /// bound is logged and noted in the status; the daemon goes on without it (the owner's
+    /// other protections do not depend on it).
+    fn listen_for_the_owner(&mut self) {
+        let path = self.s.control_socket.clone();
+        let listener = match control::bind(&path) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!("{e}; `pilotd snooze` and `resume` are unavailable");
+                return;
+            }
+        };
+        let (tx, rx) = watch::channel(control_context(&self.s));
+        let (wake_tx, mut wake_rx) = mpsc::channel::<()>(4);
+        let triggers = self.wakeups.tx.clone();
+        tokio::spawn(async move {
+            while wake_rx.recv().await.is_some() {
+                let _ = triggers.try_send(Trigger::Owner);
+            }
+        });
+        tokio::spawn(control::serve(listener, rx, wake_tx));
+        tracing::info!(socket = %path.display(), "taking snooze and resume on the control socket");
+        self.control = Some(tx);
     }
 
     /// The status as the last cycle left it (what `pilotd status` reads).
@@ -241,10 +272,10 @@ impl Reconciler for Daemon {
             _ = self.wakeups.interval.tick() => {}
             Some(t) = self.wakeups.rx.recv() => {
                 tracing::debug!(trigger = ?t, "cycle triggered");
-                urgent = t == Trigger::Sessions;
+                urgent = matches!(t, Trigger::Sessions | Trigger::Owner);
                 // Coalesce a burst (utmp is written in several steps).
                 while let Ok(t) = self.wakeups.rx.try_recv() {
-                    urgent |= t == Trigger::Sessions;
+                    urgent |= matches!(t, Trigger::Sessions | Trigger::Owner);
                 }
             }
             Some(done) = self.work.tasks.join_next(), if !self.work.tasks.is_empty() => {
@@ -284,6 +315,14 @@ impl Reconciler for Daemon {
             );
         }
         self.probe = probe;
+        if let Some(c) = &self.control {
+            c.send_replace(control_context(&s));
+        }
+        if s.control_socket != self.s.control_socket {
+            tracing::warn!(
+                "reload: control_socket changed; the daemon listens on the new path only after a restart"
+            );
+        }
         self.worker = worker_for(&s, self.manifest.as_ref());
         self.s = s;
         self.refresh.reset();
@@ -325,11 +364,24 @@ impl Reconciler for Daemon {
             }
         }
         self.work.tasks.abort_all();
+        if self.control.is_some() {
+            let _ = std::fs::remove_file(&self.s.control_socket);
+        }
         self.status.updated_at = Some(Utc::now());
         if let Err(e) = status::save(&self.status_path, &self.status) {
             tracing::error!("{e}");
         }
         tracing::info!("pilotd stopped; running workers are adopted by the next pilotd");
+    }
+}
+
+/// What the control socket's server needs to know of the settings.
+fn control_context(s: &Settings) -> control::Context {
+    control::Context {
+        state_dir: s.state_dir.clone(),
+        users: s.policy.users.clone(),
+        on_return: s.policy.on_return,
+        timezone: s.policy.timezone,
     }
 }
 

@@ -43,6 +43,7 @@ pub struct Resources {
 pub enum Cause {
     OutsideSchedule,
     GuardBand,
+    Snoozed,
     SessionsUnknown,
     OwnerPresent,
     OnBattery,
@@ -61,7 +62,8 @@ impl Cause {
     pub fn owner_or_host_busy(self) -> bool {
         matches!(
             self,
-            Cause::OwnerPresent
+            Cause::Snoozed
+                | Cause::OwnerPresent
                 | Cause::SessionsUnknown
                 | Cause::OnBattery
                 | Cause::ExclusiveProcess
@@ -74,6 +76,7 @@ impl Cause {
         match self {
             Cause::OutsideSchedule => "outside_schedule",
             Cause::GuardBand => "guard_band",
+            Cause::Snoozed => "snoozed",
             Cause::SessionsUnknown => "sessions_unknown",
             Cause::OwnerPresent => "owner_present",
             Cause::OnBattery => "on_battery",
@@ -176,6 +179,15 @@ pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) 
                 None => die_at = Some(lifetime_cap),
             }
         }
+    }
+
+    // The owner said "not now" (`pilotd snooze`): as if they were here, until the instant.
+    if let Some(until) = h.snoozed_until.filter(|u| *u > now) {
+        blocked = true;
+        evict = evict.max(p.on_return);
+        causes.push(Cause::Snoozed);
+        reasons.push(format!("snoozed by the owner until {}", hm(until, p)));
+        next.push(until);
     }
 
     // The owner.

@@ -387,3 +387,30 @@ proptest! {
         prop_assert_eq!(a.die_at.map(|d| d + ChronoDuration::weeks(1)), b.die_at);
     }
 }
+
+#[test]
+fn a_snooze_holds_until_its_instant_then_the_host_is_free_again() {
+    let mut p = nights_and_weekends();
+    p.on_return = Evict::Pause;
+    let now = utc("2026-01-13T20:30:00Z");
+    let until = utc("2026-01-13T21:30:00Z");
+    let s = decide(&p, &free_host(now).with_snooze(Some(until)), LIMITS, now);
+    assert!(!s.allowed);
+    assert_eq!(s.workers, 0);
+    assert_eq!(s.evict, Evict::Pause, "running workers as on_return says");
+    assert_eq!(s.causes, vec![Cause::Snoozed]);
+    assert_eq!(s.reasons, vec!["snoozed by the owner until Tue 22:30 CET"]);
+    assert_eq!(s.next_change, Some(until), "the loop wakes when it ends");
+    assert_eq!(
+        s.host_free_since, None,
+        "free_for counts again after a snooze"
+    );
+    // At its end, the snooze is over by itself.
+    let s = decide(
+        &p,
+        &free_host(until).with_snooze(Some(until)),
+        LIMITS,
+        until,
+    );
+    assert!(s.allowed, "{:?}", s.reasons);
+}

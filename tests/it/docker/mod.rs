@@ -5,6 +5,7 @@
 
 mod egress;
 mod pilot;
+mod snooze;
 mod volunteer;
 
 /// Whether the Docker tests may run here; says so when they may not.

@@ -19,14 +19,14 @@ const REPO: &str = "127.0.0.1:5000/pilotd-test/worker";
 
 /// One container of a test instance, as `docker ps -a` shows it.
 #[derive(Debug, Clone)]
-struct Seen {
-    id: String,
-    name: String,
-    state: String,
-    digest: String,
+pub(super) struct Seen {
+    pub(super) id: String,
+    pub(super) name: String,
+    pub(super) state: String,
+    pub(super) digest: String,
 }
 
-struct Harness {
+pub(super) struct Harness {
     dir: tempfile::TempDir,
     instance: String,
     child: Option<Child>,
@@ -34,7 +34,7 @@ struct Harness {
 
 impl Harness {
     /// `p` is the policy; `worker` a TOML fragment for the `[worker]` table.
-    fn new(tag: &str, p: &P, site: &str, worker: &str) -> Harness {
+    pub(super) fn new(tag: &str, p: &P, site: &str, worker: &str) -> Harness {
         let instance = format!("t{}-{}", std::process::id(), tag);
         let dir = tempfile::tempdir().unwrap();
         let p_dir = dir.path();
@@ -59,17 +59,17 @@ impl Harness {
         }
     }
 
-    fn path(&self, name: &str) -> PathBuf {
+    pub(super) fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
 
-    fn pilotd(&self) -> Command {
+    pub(super) fn pilotd(&self) -> Command {
         let mut c = Command::new(harness::bin());
         c.arg("-c").arg(self.path("pilotd.toml"));
         c
     }
 
-    fn start(&mut self) {
+    pub(super) fn start(&mut self) {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -86,25 +86,25 @@ impl Harness {
         self.child = Some(child);
     }
 
-    fn kill9(&mut self) {
+    pub(super) fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
         }
     }
 
-    fn term(&mut self) {
+    pub(super) fn term(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = sh(&format!("kill -TERM {}", c.id()));
             let _ = c.wait();
         }
     }
 
-    fn log(&self) -> String {
+    pub(super) fn log(&self) -> String {
         std::fs::read_to_string(self.path("pilotd.log")).unwrap_or_default()
     }
 
-    fn workers(&self) -> Vec<Seen> {
+    pub(super) fn workers(&self) -> Vec<Seen> {
         let out = docker(&format!(
             "ps -a --filter label=pilotd.instance={} --format '{{{{.ID}}}} {{{{.Names}}}} {{{{.State}}}} {{{{.Label \"pilotd.image-digest\"}}}}'",
             self.instance
@@ -122,7 +122,7 @@ impl Harness {
             .collect()
     }
 
-    fn running(&self) -> Vec<Seen> {
+    pub(super) fn running(&self) -> Vec<Seen> {
         self.workers()
             .into_iter()
             .filter(|w| w.state == "running")
@@ -130,7 +130,12 @@ impl Harness {
     }
 
     /// Polls `cond` until it holds, or fails with the log.
-    fn wait_for<T>(&self, what: &str, timeout: Duration, mut cond: impl FnMut() -> Option<T>) -> T {
+    pub(super) fn wait_for<T>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        mut cond: impl FnMut() -> Option<T>,
+    ) -> T {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(v) = cond() {
@@ -148,7 +153,7 @@ impl Harness {
     }
 
     /// The owner logs in: a USER_PROCESS record whose pid (this test process) is alive.
-    fn login(&self) {
+    pub(super) fn login(&self) {
         let rec = format!(
             "[7] [{:05}] [ts/0] [alice   ] [pts/0       ] [10.0.0.5            ] [10.0.0.5       ] [2026-11-30T05:00:00,000000+00:00]\n",
             std::process::id()
@@ -165,7 +170,7 @@ impl Harness {
         assert!(ok, "utmpdump -r failed: {out}");
     }
 
-    fn logout(&self) {
+    pub(super) fn logout(&self) {
         std::fs::write(self.path("utmp"), b"").unwrap();
     }
 }
@@ -188,7 +193,7 @@ impl Drop for Harness {
 const ALWAYS: &str = "[schedule]\nwindows = [ { days = \"daily\", from = \"00:00\", to = \"24:00\" } ]\nevict_before_end = \"10s\"\n";
 
 /// A test policy.
-struct P {
+pub(super) struct P {
     schedule: String,
     on_return: &'static str,
     grace: &'static str,
@@ -197,7 +202,7 @@ struct P {
     disk: &'static str,
 }
 
-fn policy(on_return: &'static str, workers: u32) -> P {
+pub(super) fn policy(on_return: &'static str, workers: u32) -> P {
     P {
         schedule: ALWAYS.into(),
         on_return,
@@ -208,7 +213,7 @@ fn policy(on_return: &'static str, workers: u32) -> P {
     }
 }
 
-fn image(tag: &str) -> String {
+pub(super) fn image(tag: &str) -> String {
     format!("image = \"{REPO}:{tag}\"")
 }
 
