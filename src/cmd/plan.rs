@@ -353,6 +353,7 @@ mod tests {
             reasons: vec![],
             causes: vec![],
             next_change: None,
+            downloads: true,
             owner_busy_since: None,
             host_free_since: None,
         }

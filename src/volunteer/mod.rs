@@ -33,6 +33,7 @@ pub mod manifest;
 pub mod outcome;
 pub mod plan;
 pub mod policy;
+pub mod registry;
 pub mod sessions;
 pub mod settings;
 pub mod snapshot;

@@ -3,7 +3,8 @@
 //! Facts this file is shaped by (see the reference notes on bollard):
 //! - a pull is always by digest (a tag-less pull would fetch every tag);
 //! - digests come from `inspect_image().repo_digests`, and the registry's current digest of a
-//!   tag from `/distribution/{ref}/json`, which asks the registry without downloading layers;
+//!   tag from one HEAD to the registry (`volunteer::registry`); `/distribution/{ref}/json`
+//!   (four registry requests) only when pilotd cannot reach the registry itself;
 //! - remove may answer 409 "already in progress": that is done, not failed;
 //! - the request timeout covers "request sent → headers received", so `docker stop` with a
 //!   long grace needs a client with a longer timeout;
@@ -39,6 +40,8 @@ pub struct DockerBackend {
     endpoint: String,
     instance: String,
     timeout: Duration,
+    /// The freshness check's own registry client (one HEAD per check).
+    resolver: std::sync::Arc<crate::volunteer::registry::Resolver>,
 }
 
 impl DockerBackend {
@@ -62,6 +65,7 @@ impl DockerBackend {
             endpoint: socket.to_string(),
             instance: engine.instance.clone(),
             timeout,
+            resolver: std::sync::Arc::new(crate::volunteer::registry::Resolver::new(timeout)),
         })
     }
 
@@ -302,6 +306,19 @@ impl Backend for DockerBackend {
 
     async fn resolve_image(&self, reference: &str) -> Result<String, BackendError> {
         let what = format!("resolving {reference} at its registry");
+        match self.resolver.digest(reference).await {
+            Ok(d) => return Ok(d),
+            // The registry answered (unknown tag, credentials needed): that is the answer.
+            Err(e) if e.is_answer() => {
+                return Err(BackendError::Registry {
+                    what,
+                    message: e.to_string(),
+                });
+            }
+            // Not reachable from here: the engine may know a way (a mirror, an insecure
+            // registry setting), at the cost of its four requests.
+            Err(e) => tracing::debug!("{e}; asking through the engine instead"),
+        }
         let d = self
             .docker
             .inspect_registry_image(reference, None)

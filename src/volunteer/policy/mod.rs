@@ -114,10 +114,17 @@ pub struct Supply {
     pub causes: Vec<Cause>,
     /// The next instant at which this decision may change on its own (clock only).
     pub next_change: Option<DateTime<Utc>>,
+    /// The schedule lets a new worker image be downloaded: an open period (before its guard
+    /// band), or the next one opens within `PREFETCH_LEAD`. Never while the machine is closed
+    /// for longer: a pull then would use the owner's bandwidth for nothing.
+    pub downloads: bool,
     /// Latch state to carry into the next snapshot.
     pub owner_busy_since: Option<DateTime<Utc>>,
     pub host_free_since: Option<DateTime<Utc>>,
 }
+
+/// How long before a window opens a new image is fetched, so workers start on time.
+pub const PREFETCH_LEAD: Duration = Duration::from_secs(30 * 60);
 
 fn dur(d: Duration) -> ChronoDuration {
     ChronoDuration::from_std(d).unwrap_or(ChronoDuration::MAX)
@@ -140,8 +147,14 @@ pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) 
     // The schedule.
     let period = calendar::period_at(&p.windows, p.timezone, now);
     let mut die_at = None;
+    let mut downloads = false;
     match period {
         Period::Closed { opens } => {
+            if let Some(o) = opens {
+                let from = o - dur(PREFETCH_LEAD);
+                downloads = now >= from;
+                next.push(from);
+            }
             blocked = true;
             evict = evict.max(Evict::Graceful);
             causes.push(Cause::OutsideSchedule);
@@ -173,10 +186,14 @@ pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) 
                         next.push(end);
                     } else {
                         die_at = Some(guard.min(lifetime_cap));
+                        downloads = true;
                         next.push(guard);
                     }
                 }
-                None => die_at = Some(lifetime_cap),
+                None => {
+                    die_at = Some(lifetime_cap);
+                    downloads = true;
+                }
             }
         }
     }
@@ -333,6 +350,7 @@ pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) 
         reasons,
         causes,
         next_change: next.into_iter().min(),
+        downloads,
         owner_busy_since,
         host_free_since,
     }

@@ -4,6 +4,7 @@
 //! Runs only with `PILOTD_DOCKER_TESTS=1`; then every failure is a failure, never a skip.
 
 mod egress;
+mod freshness;
 mod pilot;
 mod snooze;
 mod volunteer;
