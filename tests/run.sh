@@ -9,7 +9,8 @@ log() { printf '\n=== %s\n' "$*"; }
 
 # Debian packages the tests use: utmpdump/who (real utmp files), busybox-static (test images),
 # docker-registry (a real registry on 127.0.0.1), systemd (systemd-analyze verify), debootstrap
-# (the real-systemd container image, tests/systemd).
+# (the real-systemd container image, tests/systemd), dbus (a real dbus-daemon for the logind
+# probe's tests), chromium (the status page in a real browser).
 need=()
 command -v utmpdump >/dev/null || need+=(util-linux)
 command -v who >/dev/null || need+=(coreutils)
@@ -17,6 +18,7 @@ dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
 command -v docker-registry >/dev/null || need+=(docker-registry)
 command -v systemd-analyze >/dev/null || need+=(systemd)
 command -v debootstrap >/dev/null || need+=(debootstrap)
+command -v dbus-daemon >/dev/null || need+=(dbus)
 command -v docker >/dev/null || need+=(docker.io)
 command -v python3 >/dev/null || need+=(python3)
 command -v curl >/dev/null || need+=(curl)

@@ -9,6 +9,7 @@ use crate::volunteer::history::{self, History, Outlook};
 use crate::volunteer::host::Carry;
 use crate::volunteer::host::this_machine;
 use crate::volunteer::inspect;
+use crate::volunteer::logind::Logind;
 use crate::volunteer::policy::{self, Supply};
 use crate::volunteer::settings::Settings;
 use crate::volunteer::snapshot::HostSnapshot;
@@ -77,7 +78,9 @@ pub fn run(g: &Global, a: &PlanArgs) -> Result<String, CmdError> {
                 Some(Snapshot::Host(h)) => h,
                 _ => {
                     let s = Settings::resolve(&cfg);
-                    let h = observe_once(&s.probe, Carry::default())?;
+                    let mut h = observe_once(&s.probe, Carry::default())?;
+                    let seen = block_on(Logind::default().observe(h.taken_at))?;
+                    crate::volunteer::logind::lay_on(&mut h, seen);
                     // The owner's snooze, as the daemon would lay it on this observation.
                     let snoozed_until = snooze::active(&s.state_dir, h.taken_at).map(|z| z.until);
                     HostSnapshot { snoozed_until, ..h }

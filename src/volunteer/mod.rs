@@ -5,7 +5,8 @@
 //! - data: `settings` (pilotd.toml and the policy, resolved once), `snapshot` (the host as
 //!   observed), `worker` (workers, specs, images), `outcome` (how a worker ended, the start
 //!   back-off);
-//! - observe: `host` and `sessions` (probes: CPU, memory, battery, who is logged in);
+//! - observe: `host`, `sessions` (utmp) and `logind` (probes: CPU, memory, battery, who is
+//!   logged in and how long idle);
 //! - decide, pure: `policy` (may the machine compute, how much, until when) and `plan` (the
 //!   actions of one cycle);
 //! - act: `backend` (the Docker engine, and a recording fake for tests);
@@ -29,6 +30,7 @@ pub mod history;
 pub mod host;
 pub mod image;
 pub mod inspect;
+pub mod logind;
 pub mod manifest;
 pub mod outcome;
 pub mod plan;

@@ -32,6 +32,10 @@ pub struct HostSnapshot {
     /// The owner snoozed the machine until this instant (`pilotd snooze`); absent when not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snoozed_until: Option<DateTime<Utc>>,
+    /// Why systemd-logind could not be asked, when it could not: `sessions` are then utmp's
+    /// alone. Absent when logind answered (its sessions are in `sessions`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logind_unavailable: Option<String>,
 }
 
 /// Who is logged in. `Unknown` is never read as "nobody": the policy fails safe.
@@ -85,6 +89,7 @@ impl HostSnapshot {
             owner_busy_since: None,
             host_free_since: None,
             snoozed_until: None,
+            logind_unavailable: None,
         }
     }
 

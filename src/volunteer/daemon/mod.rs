@@ -143,6 +143,8 @@ pub struct Daemon {
     metrics: Option<Metrics>,
     /// The last decision, to log each change once.
     last_decision: Option<String>,
+    /// systemd-logind, the second session source beside utmp.
+    logind: crate::volunteer::logind::Logind,
     /// What the control socket's server knows of the policy (kept current across reloads);
     /// None when the socket is not served.
     control: Option<watch::Sender<control::Context>>,
@@ -209,6 +211,7 @@ impl Daemon {
             metrics,
             last_decision: None,
             control: None,
+            logind: Default::default(),
             s,
         })
     }

@@ -338,6 +338,15 @@ pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) 
         }
     }
 
+    // Said last: it changes no decision, but the owner should know what pilotd can see.
+    if let Some(why) = h.logind_unavailable.as_ref()
+        && p.sessions != SessionRule::Ignore
+    {
+        reasons.push(format!(
+            "sessions from utmp alone: systemd-logind cannot be asked ({why})"
+        ));
+    }
+
     next.retain(|t| *t > now);
     Supply {
         allowed,
