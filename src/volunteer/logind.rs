@@ -93,6 +93,46 @@ impl Logind {
     }
 }
 
+/// Calls `wake` for every signal logind sends (a session new or removed, a property such as
+/// `IdleHint` changed), so a graphical login is acted on within a second, as a utmp one is.
+/// Reconnects every 5 s while the bus is away; returns when `wake` says to stop.
+pub async fn watch(wake: impl FnMut() -> bool) {
+    watch_on(None, wake).await
+}
+
+/// `watch` on the bus at `address` (None: the system bus).
+pub async fn watch_on(address: Option<&str>, mut wake: impl FnMut() -> bool) {
+    use futures_util::StreamExt;
+    loop {
+        match signals(address).await {
+            Ok(mut stream) => {
+                while let Some(m) = stream.next().await {
+                    if m.is_ok() && !wake() {
+                        return;
+                    }
+                }
+                tracing::debug!("logind's signals ended; watching again in 5 s");
+            }
+            Err(e) => tracing::debug!("cannot watch logind ({e}); trying again in 5 s"),
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+}
+
+async fn signals(address: Option<&str>) -> zbus::Result<zbus::MessageStream> {
+    let conn = match address {
+        Some(a) => zbus::connection::Builder::address(a)?.build().await?,
+        None => zbus::Connection::system().await?,
+    };
+    // By path, not sender: a well-known sender name is resolved by the bus, which not every
+    // client library follows on its side; logind's objects all live under this path.
+    let rule = zbus::MatchRule::builder()
+        .msg_type(zbus::message::Type::Signal)
+        .path_namespace(MANAGER_PATH)?
+        .build();
+    zbus::MessageStream::for_match_rule(rule, &conn, Some(64)).await
+}
+
 fn string(all: &HashMap<String, OwnedValue>, key: &str) -> Option<String> {
     all.get(key)
         .and_then(|v| String::try_from(v.try_clone().ok()?).ok())

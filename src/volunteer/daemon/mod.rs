@@ -87,6 +87,13 @@ pub async fn run(
         d.s.probe.utmp.clone(),
         d.wakeups.tx.clone(),
     ));
+    let tx = d.wakeups.tx.clone();
+    tokio::spawn(crate::volunteer::logind::watch(move || {
+        !matches!(
+            tx.try_send(Trigger::Sessions),
+            Err(mpsc::error::TrySendError::Closed(_))
+        )
+    }));
     d.listen_for_the_owner();
     lifecycle::serve(&mut d, hooks, shutdown, reloads).await;
     Ok(())

@@ -220,6 +220,30 @@ async fn sessions_appear_go_idle_come_back_and_disappear() {
     let v = run(address.clone()).await.unwrap();
     assert_eq!(v["allowed"], false, "{}", reasons(&v));
     assert_eq!(v["causes"][0], "owner_present");
+
+    // The daemon's watch wakes on logind's signals (here SessionNew), within a second.
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(8);
+    let watched = address.clone();
+    let watcher = tokio::spawn(async move {
+        pilotd::volunteer::logind::watch_on(Some(&watched), move || tx.try_send(()).is_ok()).await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await; // the match rule is in place
+    let t0 = Instant::now();
+    conn.emit_signal(
+        None::<&str>,
+        "/org/freedesktop/login1",
+        "org.freedesktop.login1.Manager",
+        "SessionNew",
+        &("2", path.clone()),
+    )
+    .await
+    .unwrap();
+    tokio::time::timeout(Duration::from_secs(1), rx.recv())
+        .await
+        .expect("woken within a second")
+        .unwrap();
+    eprintln!("logind signal -> wake: {:?}", t0.elapsed());
+    watcher.abort();
     assert!(reasons(&v).contains("alice logged in and active within 5m"));
 
     // Keyboard and mouse idle for 10 minutes (IdleHint, IdleSinceHint): away.
