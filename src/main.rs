@@ -25,6 +25,7 @@ fn main() -> ExitCode {
         Command::Failsafe(a) => cmd::failsafe::run(g, a),
         Command::Snooze(a) => cmd::snooze::run(g, a),
         Command::Resume => cmd::resume::run(g),
+        Command::Open => cmd::open::run(g),
     };
     match result {
         Ok(out) => {

@@ -13,6 +13,7 @@ pub mod gc;
 pub mod import_ini;
 pub mod init;
 pub mod manpages;
+pub mod open;
 pub mod plan;
 pub mod resume;
 pub mod run;

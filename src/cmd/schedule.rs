@@ -7,28 +7,9 @@ use crate::cli::{Global, ScheduleArgs};
 use crate::config::units::{Share, format_duration, format_size};
 use crate::config::{Policy, SiteFile};
 use crate::volunteer::host::this_machine;
-use crate::volunteer::policy::calendar::{self, Period};
+use crate::volunteer::policy::calendar::{Cell, cell_at};
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use std::fmt::Write;
-
-/// What one half-hour cell shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cell {
-    Compute,
-    /// Open, but within `evict_before_end` of the period's end: workers are leaving.
-    Guard,
-    Off,
-}
-
-impl Cell {
-    fn glyph(self) -> char {
-        match self {
-            Cell::Compute => '█',
-            Cell::Guard => '▒',
-            Cell::Off => '·',
-        }
-    }
-}
 
 pub fn run(g: &Global, a: &ScheduleArgs) -> Result<String, CmdError> {
     let cfg = load_config(g, SiteFile::Optional, this_machine())?;
@@ -52,19 +33,6 @@ pub fn run(g: &Global, a: &ScheduleArgs) -> Result<String, CmdError> {
         out.push_str(&format!("\nnote: {w}\n"));
     }
     Ok(out)
-}
-
-/// The state of the half hour that starts at `t`: open or not in its middle, and a guard
-/// band when any part of it falls within `evict_before_end` of the period's end (a 10-minute
-/// band must still be visible in a 30-minute cell).
-pub fn cell_at(p: &Policy, t: DateTime<Utc>) -> Cell {
-    let mid = t + Duration::minutes(15);
-    let guard = Duration::from_std(p.evict_before_end).unwrap_or(Duration::zero());
-    match calendar::period_at(&p.windows, p.timezone, mid) {
-        Period::Closed { .. } => Cell::Off,
-        Period::Open { ends: Some(end) } if end - guard < t + Duration::minutes(30) => Cell::Guard,
-        Period::Open { .. } => Cell::Compute,
-    }
 }
 
 pub fn render(p: &Policy, now: DateTime<Utc>, days: u32, source: &str) -> String {

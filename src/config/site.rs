@@ -64,6 +64,17 @@ pub struct SiteConfig {
     pub metrics: MetricsConfig,
     #[serde(default)]
     pub history: HistoryConfig,
+    #[serde(default)]
+    pub page: PageConfig,
+}
+
+/// The owner's status page on 127.0.0.1 (volunteer mode); off unless `port` is set (the
+/// Debian package's pilotd.toml sets it).
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct PageConfig {
+    /// Served on 127.0.0.1 only, whatever the port.
+    pub port: Option<u16>,
 }
 
 /// The pool organisers' remote manifest (see `service::manifest`). Off unless `url` is set.

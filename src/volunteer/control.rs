@@ -49,8 +49,12 @@ pub enum ControlError {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "command", rename_all = "lowercase")]
 pub enum Request {
-    Snooze { seconds: u64 },
+    Snooze {
+        seconds: u64,
+    },
     Resume,
+    /// A one-time key to the status page (`pilotd open`); the reply's message is its URL.
+    Open,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -155,12 +159,13 @@ pub fn group_now() -> Option<(u32, Vec<String>)> {
 }
 
 /// What the server needs from the daemon, kept current across reloads.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Context {
     pub state_dir: PathBuf,
-    pub users: Vec<String>,
-    pub on_return: Evict,
-    pub timezone: chrono_tz::Tz,
+    pub policy: crate::config::Policy,
+    /// The status page's port, when it is served, and its keys and sessions.
+    pub page_port: Option<u16>,
+    pub doors: crate::volunteer::page::Doors,
 }
 
 /// Binds the socket: a stale socket from a previous daemon is replaced (only a socket:
@@ -226,7 +231,7 @@ async fn answer(stream: UnixStream, ctx: &Context, wake: &mpsc::Sender<()>) {
             Err(e) => refuse(format!("not a request pilotd understands: {e}")),
             Ok(req) => {
                 let access = Access {
-                    users: ctx.users.clone(),
+                    users: ctx.policy.users.clone(),
                     group: group_now(),
                 };
                 match authorise(&peer, &access) {
@@ -236,7 +241,7 @@ async fn answer(stream: UnixStream, ctx: &Context, wake: &mpsc::Sender<()>) {
                     }
                     Ok(()) => {
                         let reply = carry_out(&req, &peer.label(), ctx, Utc::now());
-                        if reply.ok {
+                        if reply.ok && req != Request::Open {
                             tracing::info!(caller = %peer.label(), "{}", reply.message);
                             let _ = wake.try_send(());
                         }
@@ -255,10 +260,11 @@ fn refuse(message: String) -> Reply {
     Reply { ok: false, message }
 }
 
-/// Records the snooze (or its end) in the state dir; the next cycle acts on it.
-fn carry_out(req: &Request, by: &str, ctx: &Context, now: DateTime<Utc>) -> Reply {
+/// Records the snooze (or its end) in the state dir, for the next cycle to act on; or hands
+/// out a key to the status page. The caller is authorised already.
+pub fn carry_out(req: &Request, by: &str, ctx: &Context, now: DateTime<Utc>) -> Reply {
     let local = |t: DateTime<Utc>| {
-        t.with_timezone(&ctx.timezone)
+        t.with_timezone(&ctx.policy.timezone)
             .format("%a %Y-%m-%d %H:%M %Z")
             .to_string()
     };
@@ -284,7 +290,7 @@ fn carry_out(req: &Request, by: &str, ctx: &Context, now: DateTime<Utc>) -> Repl
                     message: format!(
                         "snoozed by {by} until {}: no worker starts before then; running workers: {}",
                         local(until),
-                        match ctx.on_return {
+                        match ctx.policy.on_return {
                             Evict::None | Evict::Pause => "paused",
                             Evict::Graceful => "stopped gracefully",
                             Evict::Fast => "stopped at once",
@@ -302,6 +308,18 @@ fn carry_out(req: &Request, by: &str, ctx: &Context, now: DateTime<Utc>) -> Repl
             Ok(false) => Reply {
                 ok: true,
                 message: "no snooze was in force; nothing changed".into(),
+            },
+        },
+        Request::Open => match ctx.page_port {
+            None => refuse(
+                "the status page is off on this machine\n  hint: set `port` under [page] in pilotd.toml (the package's file sets 8466) and restart pilotd".into(),
+            ),
+            Some(port) => Reply {
+                ok: true,
+                message: format!(
+                    "http://127.0.0.1:{port}/?key={}",
+                    ctx.doors.new_key(by, std::time::Instant::now())
+                ),
             },
         },
     }

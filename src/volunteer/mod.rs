@@ -33,6 +33,7 @@ pub mod inspect;
 pub mod logind;
 pub mod manifest;
 pub mod outcome;
+pub mod page;
 pub mod plan;
 pub mod policy;
 pub mod registry;

@@ -23,6 +23,8 @@ pub struct Settings {
     pub state_dir: PathBuf,
     /// Where the daemon takes the owner's snooze and resume.
     pub control_socket: PathBuf,
+    /// The status page's port on 127.0.0.1, when it is served.
+    pub page_port: Option<u16>,
     pub engine: EngineSettings,
     pub probe: ProbeSettings,
     /// The worker template as pilotd.toml says; the pool's manifest may lay choices over it.
@@ -191,6 +193,7 @@ impl Settings {
             interval: site.interval.0,
             state_dir: site.state_dir.clone(),
             control_socket: site.control_socket.clone(),
+            page_port: site.page.port,
             engine: EngineSettings::of_site(site),
             probe: ProbeSettings {
                 utmp: site.host.utmp.clone(),

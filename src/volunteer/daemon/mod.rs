@@ -36,6 +36,7 @@ use crate::volunteer::control;
 use crate::volunteer::history::{self, Learner};
 use crate::volunteer::host::{HostProbe, ProbeError};
 use crate::volunteer::manifest::{self, Manifest};
+use crate::volunteer::page::{self, Doors};
 use crate::volunteer::plan::{InFlight, Reason};
 use crate::volunteer::settings::{EngineSettings, Settings, WorkerSettings};
 use crate::volunteer::snapshot::HostSnapshot;
@@ -94,7 +95,7 @@ pub async fn run(
             Err(mpsc::error::TrySendError::Closed(_))
         )
     }));
-    d.listen_for_the_owner();
+    d.listen_for_the_owner().await;
     lifecycle::serve(&mut d, hooks, shutdown, reloads).await;
     Ok(())
 }
@@ -155,6 +156,9 @@ pub struct Daemon {
     /// What the control socket's server knows of the policy (kept current across reloads);
     /// None when the socket is not served.
     control: Option<watch::Sender<control::Context>>,
+    /// The status page's one-time keys and sessions (shared with the control socket, which
+    /// hands out the keys).
+    doors: Doors,
 }
 
 impl Daemon {
@@ -218,6 +222,7 @@ impl Daemon {
             metrics,
             last_decision: None,
             control: None,
+            doors: Doors::default(),
             logind: Default::default(),
             s,
         })
@@ -226,16 +231,9 @@ impl Daemon {
     /// Serves `pilotd snooze` and `resume` on the control socket. A socket that cannot be
     /// bound is logged and noted in the status; the daemon goes on without it (the owner's
     /// other protections do not depend on it).
-    fn listen_for_the_owner(&mut self) {
-        let path = self.s.control_socket.clone();
-        let listener = match control::bind(&path) {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::error!("{e}; `pilotd snooze` and `resume` are unavailable");
-                return;
-            }
-        };
-        let (tx, rx) = watch::channel(control_context(&self.s));
+    /// The status page (when `[page] port` is set) is served beside it, on 127.0.0.1.
+    async fn listen_for_the_owner(&mut self) {
+        let (tx, rx) = watch::channel(control_context(&self.s, &self.doors));
         let (wake_tx, mut wake_rx) = mpsc::channel::<()>(4);
         let triggers = self.wakeups.tx.clone();
         tokio::spawn(async move {
@@ -243,8 +241,23 @@ impl Daemon {
                 let _ = triggers.try_send(Trigger::Owner);
             }
         });
-        tokio::spawn(control::serve(listener, rx, wake_tx));
-        tracing::info!(socket = %path.display(), "taking snooze and resume on the control socket");
+        let path = self.s.control_socket.clone();
+        match control::bind(&path) {
+            Ok(listener) => {
+                tokio::spawn(control::serve(listener, rx.clone(), wake_tx.clone()));
+                tracing::info!(socket = %path.display(), "taking snooze and resume on the control socket");
+            }
+            Err(e) => tracing::error!("{e}; `pilotd snooze`, `resume` and `open` are unavailable"),
+        }
+        if let Some(port) = self.s.page_port {
+            match page::bind(port).await {
+                Ok(listener) => {
+                    tokio::spawn(page::serve(listener, port, rx, wake_tx));
+                    tracing::info!("status page on http://127.0.0.1:{port}/ (`pilotd open`)");
+                }
+                Err(e) => tracing::error!("{e}; the status page is unavailable"),
+            }
+        }
         self.control = Some(tx);
     }
 
@@ -326,7 +339,7 @@ impl Reconciler for Daemon {
         }
         self.probe = probe;
         if let Some(c) = &self.control {
-            c.send_replace(control_context(&s));
+            c.send_replace(control_context(&s, &self.doors));
         }
         if s.control_socket != self.s.control_socket {
             tracing::warn!(
@@ -386,12 +399,12 @@ impl Reconciler for Daemon {
 }
 
 /// What the control socket's server needs to know of the settings.
-fn control_context(s: &Settings) -> control::Context {
+fn control_context(s: &Settings, doors: &Doors) -> control::Context {
     control::Context {
         state_dir: s.state_dir.clone(),
-        users: s.policy.users.clone(),
-        on_return: s.policy.on_return,
-        timezone: s.policy.timezone,
+        policy: s.policy.clone(),
+        page_port: s.page_port,
+        doors: doors.clone(),
     }
 }
 

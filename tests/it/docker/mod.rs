@@ -5,6 +5,7 @@
 
 mod egress;
 mod freshness;
+mod page;
 mod pilot;
 mod snooze;
 mod volunteer;
