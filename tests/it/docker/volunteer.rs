@@ -46,8 +46,13 @@ impl Harness {
         );
         std::fs::write(p_dir.join("policy.toml"), policy).unwrap();
         let p = p_dir;
+        // The engine under test: Docker's default socket, or another Docker-compatible API
+        // (tests/setup-podman.sh sets PILOTD_TEST_ENGINE_SOCKET for Podman's service).
+        let engine = std::env::var("PILOTD_TEST_ENGINE_SOCKET")
+            .map(|s| format!("socket = \"{s}\"\n"))
+            .unwrap_or_default();
         let site = format!(
-            "mode = \"volunteer\"\npolicy = \"{d}/policy.toml\"\nstate_dir = \"{d}/state\"\ninterval = \"2s\"\n{site}\n[host]\nutmp = \"{d}/utmp\"\nscratch = \"{d}/scratch\"\n[docker]\ninstance = \"{instance}\"\n[worker]\nallowed_images = [\"127.0.0.1:\"]\nrefresh = \"2s\"\ntoken_file = \"{d}/token\"\nbackoff_base = \"1s\"\nbackoff_max = \"2s\"\n{worker}\n",
+            "mode = \"volunteer\"\npolicy = \"{d}/policy.toml\"\nstate_dir = \"{d}/state\"\ninterval = \"2s\"\n{site}\n[host]\nutmp = \"{d}/utmp\"\nscratch = \"{d}/scratch\"\n[docker]\n{engine}instance = \"{instance}\"\n[worker]\nallowed_images = [\"127.0.0.1:\"]\nrefresh = \"2s\"\ntoken_file = \"{d}/token\"\nbackoff_base = \"1s\"\nbackoff_max = \"2s\"\n{worker}\n",
             d = p.display(),
         );
         let site = site.replace("[\"127.0.0.1:\"]", "[\"127.0.0.1:*\"]");
@@ -241,12 +246,27 @@ fn start_to_target_evict_by_pause_resume_and_adopt_after_sigkill() {
     });
     // The container is the WorkerSpec: limits, init, no privileges, token bind-mounted only.
     let inspect = docker(&format!(
-        "inspect -f '{{{{.HostConfig.NanoCpus}}}} {{{{.HostConfig.Memory}}}} {{{{.HostConfig.MemorySwap}}}} {{{{.HostConfig.PidsLimit}}}} {{{{.HostConfig.Init}}}} {{{{.HostConfig.Privileged}}}} {{{{.HostConfig.CapDrop}}}} {{{{.HostConfig.SecurityOpt}}}}' {}",
+        "inspect -f '{{{{.HostConfig.NanoCpus}}}} {{{{.HostConfig.Memory}}}} {{{{.HostConfig.MemorySwap}}}} {{{{.HostConfig.PidsLimit}}}} {{{{.HostConfig.Init}}}} {{{{.HostConfig.Privileged}}}}' {}",
+        two[0].id
+    ));
+    assert_eq!(inspect, "1000000000 268435456 268435456 4096 true false");
+    // No capability and no new privileges, as the worker's own process sees it (engines
+    // spell CapDrop and SecurityOpt differently: Docker "[ALL]", Podman the expanded list).
+    let status = docker(&format!(
+        "exec {} sh -c 'grep -E \"^(CapEff|CapPrm|NoNewPrivs)\" /proc/self/status'",
         two[0].id
     ));
     assert_eq!(
-        inspect,
-        "1000000000 268435456 268435456 4096 true false [ALL] [no-new-privileges:true]"
+        status.split_whitespace().collect::<Vec<_>>(),
+        [
+            "CapPrm:",
+            "0000000000000000",
+            "CapEff:",
+            "0000000000000000",
+            "NoNewPrivs:",
+            "1"
+        ],
+        "{status}"
     );
     let env = docker(&format!(
         "inspect -f '{{{{json .Config.Env}}}}' {}",
