@@ -143,16 +143,6 @@ fn the_status_page_in_chromium_snoozes_and_the_worker_stops() {
         &format!("[page]\nport = {port}\n"),
         &format!("{}\n[worker.env]\n", image("v1")),
     );
-    let site_path = h.path("pilotd.toml");
-    let site = std::fs::read_to_string(&site_path).unwrap();
-    std::fs::write(
-        &site_path,
-        format!(
-            "control_socket = \"{}\"\n{site}",
-            h.path("run/control.sock").display()
-        ),
-    )
-    .unwrap();
     h.start();
     h.wait_for("1 worker", Duration::from_secs(30), || h.running().pop());
 

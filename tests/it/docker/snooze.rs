@@ -65,21 +65,14 @@ fn snooze_and_resume_by_uid_survive_a_restart() {
         "",
         &format!("{}\n[worker.env]\n", image("v1")),
     );
-    // The owner names "nobody" (uid 65534) in the policy; the socket sits in a run dir of the
-    // test's own; the dir must be reachable by other uids, as /run/pilotd is.
+    // The owner names "nobody" (uid 65534) in the policy; the harness puts the socket in the
+    // test's own dir, which must be reachable by other uids, as /run/pilotd is.
+    let socket = h.path("control.sock");
     let policy_path = h.path("policy.toml");
     let p = std::fs::read_to_string(&policy_path).unwrap();
     std::fs::write(
         &policy_path,
         p.replacen("[owner]\n", "[owner]\nusers = [\"nobody\"]\n", 1),
-    )
-    .unwrap();
-    let site_path = h.path("pilotd.toml");
-    let site = std::fs::read_to_string(&site_path).unwrap();
-    let socket = h.path("run/control.sock");
-    std::fs::write(
-        &site_path,
-        format!("control_socket = \"{}\"\n{site}", socket.display()),
     )
     .unwrap();
     std::fs::set_permissions(h.path(""), std::fs::Permissions::from_mode(0o755)).unwrap();
