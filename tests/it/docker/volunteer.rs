@@ -508,8 +508,11 @@ fn a_moved_tag_is_pulled_and_used_by_new_workers() {
     });
     let v2 = push("v2");
     assert_ne!(v1, v2);
-    // Drop the local copy so pilotd really pulls from the registry.
-    let _ = sh(&format!("docker rmi {REPO}:v2"));
+    // Drop the local copy so pilotd really pulls from the registry: the image itself, not
+    // just its tag (Podman keeps an image that was pulled by digest when a tag goes).
+    let _ = sh(&format!(
+        "docker rmi -f $(docker image inspect -f '{{{{.Id}}}}' {REPO}:v2)"
+    ));
     h.wait_for("a v2 worker", Duration::from_secs(40), || {
         h.workers().into_iter().find(|w| w.digest == v2)
     });
