@@ -65,6 +65,16 @@ cargo test --quiet -p pilot --test real_condor -- --include-ignored --test-threa
 cargo test --quiet -p pilotd --test it condor_pool -- --include-ignored --test-threads 4 2>&1 \
     | tee -a "${TMPDIR:-/tmp}/pilotd-test.log"
 
+log "the Docker tests again, on Podman's Docker-compatible API (README: Container engines)"
+# A representative subset (the egress filter is Docker-only); the service and its test
+# images are set up by tests/setup-podman.sh, which prints the engine's socket.
+podman_env=$(sh tests/setup-podman.sh)
+(
+  set -a; eval "$podman_env"; set +a
+  cargo test --quiet -p pilotd --test it -- --test-threads 2 docker::volunteer docker::snooze \
+      docker::freshness docker::page 2>&1 | tee -a "${TMPDIR:-/tmp}/pilotd-test.log"
+)
+
 log "debian package"
 bash tests/package.sh
 
