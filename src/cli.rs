@@ -75,6 +75,13 @@ pub enum Command {
     Completions(CompletionsArgs),
     /// Write the man pages (pilotd.1 and pilotd-SUBCOMMAND.1) into a directory
     Manpages(ManpagesArgs),
+    /// "Not now": no worker starts for DURATION (default 1h) and running ones are handled as the
+    /// policy's on_return says; for root, the policy's [owner] users and the pilotd group
+    Snooze(SnoozeArgs),
+    /// End a snooze: workers may start again when the policy allows
+    Resume,
+    /// Open the status page on 127.0.0.1 with a one-time key (same users as snooze)
+    Open,
     /// After pilotd ended abnormally (systemd's ExecStopPost, SERVICE_RESULT not "success"):
     /// pause this instance's workers until a pilotd decides again; --remove deletes them
     Failsafe(crate::cmd::failsafe::FailsafeArgs),
@@ -88,6 +95,13 @@ pub struct RunArgs {
     /// PID file, locked while the daemon runs
     #[arg(long)]
     pub pidfile: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct SnoozeArgs {
+    /// How long, e.g. "30m", "2h", "1day" (at most 7 days)
+    #[arg(default_value = "1h")]
+    pub duration: String,
 }
 
 #[derive(Debug, Args)]

@@ -23,6 +23,9 @@ fn main() -> ExitCode {
         Command::Status(a) => cmd::status::run(g, a),
         Command::Gc(a) => cmd::gc::run(g, a),
         Command::Failsafe(a) => cmd::failsafe::run(g, a),
+        Command::Snooze(a) => cmd::snooze::run(g, a),
+        Command::Resume => cmd::resume::run(g),
+        Command::Open => cmd::open::run(g),
     };
     match result {
         Ok(out) => {

@@ -9,7 +9,8 @@ log() { printf '\n=== %s\n' "$*"; }
 
 # Debian packages the tests use: utmpdump/who (real utmp files), busybox-static (test images),
 # docker-registry (a real registry on 127.0.0.1), systemd (systemd-analyze verify), debootstrap
-# (the real-systemd container image, tests/systemd).
+# (the real-systemd container image, tests/systemd), dbus (a real dbus-daemon for the logind
+# probe's tests), chromium (the status page in a real browser).
 need=()
 command -v utmpdump >/dev/null || need+=(util-linux)
 command -v who >/dev/null || need+=(coreutils)
@@ -17,6 +18,8 @@ dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
 command -v docker-registry >/dev/null || need+=(docker-registry)
 command -v systemd-analyze >/dev/null || need+=(systemd)
 command -v debootstrap >/dev/null || need+=(debootstrap)
+command -v dbus-daemon >/dev/null || need+=(dbus)
+command -v chromium >/dev/null || need+=(chromium)
 command -v docker >/dev/null || need+=(docker.io)
 command -v python3 >/dev/null || need+=(python3)
 command -v curl >/dev/null || need+=(curl)
@@ -79,6 +82,16 @@ if [ "$ignored" -gt 0 ]; then
     fi
     echo "WARNING: $ignored test(s) ignored" >&2
 fi
+
+log "the Docker tests again, on Podman's Docker-compatible API (README: Container engines)"
+# A representative subset (the egress filter is Docker-only); the service and its test
+# images are set up by tests/setup-podman.sh, which prints the engine's socket.
+podman_env=$(sh tests/setup-podman.sh)
+(
+  set -a; eval "$podman_env"; set +a
+  cargo test --quiet -p pilotd --test it -- --include-ignored --test-threads 2 docker::volunteer docker::snooze \
+      docker::freshness docker::page 2>&1 | tee -a "${TMPDIR:-/tmp}/pilotd-test.log"
+)
 
 log "debian package"
 bash tests/package.sh

@@ -13,10 +13,13 @@ pub mod gc;
 pub mod import_ini;
 pub mod init;
 pub mod manpages;
+pub mod open;
 pub mod plan;
+pub mod resume;
 pub mod run;
 pub mod schedule;
 pub mod snapshot;
+pub mod snooze;
 pub mod status;
 
 use crate::cli::Global;
@@ -56,6 +59,11 @@ pub enum CmdError {
     Provisioner(#[from] crate::kubernetes::provisioner::ProvisionerError),
     #[error(transparent)]
     Daemon(#[from] crate::volunteer::daemon::DaemonError),
+    #[error(transparent)]
+    Control(#[from] crate::volunteer::control::ControlError),
+    /// The daemon refused the owner's request (not authorised, or a bad duration).
+    #[error("{0}")]
+    Refused(String),
 }
 
 impl CmdError {
@@ -69,7 +77,9 @@ impl CmdError {
             | CmdError::Runtime(_)
             | CmdError::AsyncRuntime(_)
             | CmdError::Json(_)
-            | CmdError::Daemon(_) => 1,
+            | CmdError::Daemon(_)
+            | CmdError::Control(_)
+            | CmdError::Refused(_) => 1,
             #[cfg(feature = "kubernetes")]
             CmdError::KubernetesSettings(_) | CmdError::Snapshot(_) | CmdError::Provisioner(_) => 1,
         }
@@ -135,6 +145,18 @@ pub fn parse_now(s: Option<&str>) -> Result<Option<DateTime<Utc>>, CmdError> {
         return Err(out_of_range());
     }
     Ok(Some(t))
+}
+
+/// Sends the owner's request to the daemon's control socket (pilotd.toml `control_socket`;
+/// only pilotd.toml is read, which owners may read, not the policy).
+pub fn ask_daemon(g: &Global, req: crate::volunteer::control::Request) -> Result<String, CmdError> {
+    let (site, _) = config::load_site(&g.config, SiteFile::Optional)?;
+    let reply = block_on(crate::volunteer::control::ask(&site.control_socket, &req))??;
+    if reply.ok {
+        Ok(reply.message + "\n")
+    } else {
+        Err(CmdError::Refused(reply.message))
+    }
 }
 
 /// Where the configuration came from, for output.

@@ -9,9 +9,11 @@ use crate::volunteer::history::{self, History, Outlook};
 use crate::volunteer::host::Carry;
 use crate::volunteer::host::this_machine;
 use crate::volunteer::inspect;
+use crate::volunteer::logind::Logind;
 use crate::volunteer::policy::{self, Supply};
 use crate::volunteer::settings::Settings;
 use crate::volunteer::snapshot::HostSnapshot;
+use crate::volunteer::snooze;
 use crate::volunteer::status;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -26,6 +28,9 @@ pub struct VolunteerPlan {
     #[serde(flatten)]
     pub supply: Supply,
     pub actions: Vec<serde_json::Value>,
+    /// Workers running or paused now (what an eviction acts on); null when the engine could
+    /// not be asked.
+    pub live_workers: Option<usize>,
     pub config: String,
 }
 
@@ -73,7 +78,15 @@ pub fn run(g: &Global, a: &PlanArgs) -> Result<String, CmdError> {
         (Mode::Volunteer, snap) => {
             let host = match snap {
                 Some(Snapshot::Host(h)) => h,
-                _ => observe_once(&Settings::resolve(&cfg).probe, Carry::default())?,
+                _ => {
+                    let s = Settings::resolve(&cfg);
+                    let mut h = observe_once(&s.probe, Carry::default())?;
+                    let seen = block_on(Logind::default().observe(h.taken_at))?;
+                    crate::volunteer::logind::lay_on(&mut h, seen);
+                    // The owner's snooze, as the daemon would lay it on this observation.
+                    let snoozed_until = snooze::active(&s.state_dir, h.taken_at).map(|z| z.until);
+                    HostSnapshot { snoozed_until, ..h }
+                }
             };
             let now = now.unwrap_or(host.taken_at);
             let plan = volunteer_plan(&cfg, &host, now);
@@ -149,8 +162,9 @@ pub fn volunteer_plan(cfg: &Config, host: &HostSnapshot, now: DateTime<Utc>) -> 
     })
     .map_err(|e| e.to_string())
     .and_then(|r| r.map_err(|e| e.to_string()));
+    let live_workers = next.as_ref().ok().map(|(_, live)| *live);
     let actions = match next {
-        Ok(plan) => plan
+        Ok((plan, _)) => plan
             .actions
             .iter()
             .map(|a| {
@@ -178,6 +192,7 @@ pub fn volunteer_plan(cfg: &Config, host: &HostSnapshot, now: DateTime<Utc>) -> 
         now,
         supply,
         actions,
+        live_workers,
         config: describe_sources(cfg),
     }
 }
@@ -253,19 +268,8 @@ fn render_text(cfg: &Config, p: &VolunteerPlan) -> String {
         "DO NOT START workers".to_string()
     };
     let _ = writeln!(out, "decision: {verdict}");
-    let _ = writeln!(
-        out,
-        "running workers: {}",
-        match s.evict {
-            crate::config::Evict::None => "keep".to_string(),
-            e => format!("evict ({})", e.as_str()),
-        }
-    );
-    if let Some(a) = s.accept_until {
-        let _ = writeln!(out, "accept jobs until: {}", local(a));
-    }
-    if let Some(d) = s.die_at {
-        let _ = writeln!(out, "workers gone by: {}", local(d));
+    for line in limit_lines(s, p.now, p.live_workers, local) {
+        let _ = writeln!(out, "{line}");
     }
     let _ = writeln!(out, "why:");
     for r in &s.reasons {
@@ -294,4 +298,150 @@ fn render_text(cfg: &Config, p: &VolunteerPlan) -> String {
         }
     }
     out
+}
+
+/// What the decision means for running workers and for new jobs, in lines that are true at
+/// `now`: an instant already past is never shown as a limit to come, and no eviction is
+/// announced when nothing runs (`live`: workers running or paused; `None` when unknown).
+pub fn limit_lines(
+    s: &Supply,
+    now: DateTime<Utc>,
+    live: Option<usize>,
+    local: impl Fn(DateTime<Utc>) -> String,
+) -> Vec<String> {
+    use crate::config::Evict;
+    use crate::config::units::format_duration;
+    let mut lines = Vec::new();
+    match (s.evict, live) {
+        (_, Some(0)) => lines.push("running workers: none".to_string()),
+        (Evict::None, _) => lines.push("running workers: keep".to_string()),
+        (e, Some(n)) => lines.push(format!("running workers: evict {n} ({})", e.as_str())),
+        (e, None) => lines.push(format!("running workers (if any): evict ({})", e.as_str())),
+    }
+    match (s.accept_until, s.die_at) {
+        (Some(a), _) if a > now => lines.push(format!("accept jobs until: {}", local(a))),
+        // accept_until is die_at minus the longest job: their gap is that job's length.
+        (Some(a), Some(d)) => lines.push(format!(
+            "no new jobs: too late for the longest job ({})",
+            format_duration((d - a).to_std().unwrap_or_default())
+        )),
+        (Some(_), None) => lines.push("no new jobs: too late for the longest job".to_string()),
+        (None, _) => {}
+    }
+    match s.die_at {
+        Some(d) if d > now => lines.push(format!("workers gone by: {}", local(d))),
+        Some(_) => lines.push("workers must be gone now".to_string()),
+        None => {}
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Evict;
+    use crate::volunteer::policy::Resources;
+
+    fn at(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    fn supply(evict: Evict, accept: Option<&str>, die: Option<&str>) -> Supply {
+        Supply {
+            allowed: false,
+            workers: 0,
+            per_worker: Resources::default(),
+            accept_until: accept.map(at),
+            die_at: die.map(at),
+            evict,
+            grace: std::time::Duration::ZERO,
+            reasons: vec![],
+            causes: vec![],
+            next_change: None,
+            downloads: true,
+            owner_busy_since: None,
+            host_free_since: None,
+        }
+    }
+
+    #[test]
+    fn limits_are_true_at_now() {
+        let now = "2026-12-01T20:00:00Z";
+        let fmt = |t: DateTime<Utc>| t.format("%H:%M").to_string();
+        // (evict, accept_until, die_at, live workers) -> lines
+        type Case<'a> = (
+            Evict,
+            Option<&'a str>,
+            Option<&'a str>,
+            Option<usize>,
+            Vec<&'a str>,
+        );
+        let table: Vec<Case> = vec![
+            // Plenty of time: both limits lie ahead.
+            (
+                Evict::None,
+                Some("2026-12-01T22:00:00Z"),
+                Some("2026-12-02T06:00:00Z"),
+                Some(1),
+                vec![
+                    "running workers: keep",
+                    "accept jobs until: 22:00",
+                    "workers gone by: 06:00",
+                ],
+            ),
+            // Two hours before the end with 8h jobs: accepting ended at 22:00 yesterday —
+            // never printed as a limit to come.
+            (
+                Evict::None,
+                Some("2026-12-01T14:00:00Z"),
+                Some("2026-12-01T22:00:00Z"),
+                Some(1),
+                vec![
+                    "running workers: keep",
+                    "no new jobs: too late for the longest job (8h)",
+                    "workers gone by: 22:00",
+                ],
+            ),
+            // Accepting ends exactly now: too late as well.
+            (
+                Evict::None,
+                Some(now),
+                Some("2026-12-02T04:00:00Z"),
+                None,
+                vec![
+                    "running workers: keep",
+                    "no new jobs: too late for the longest job (8h)",
+                    "workers gone by: 04:00",
+                ],
+            ),
+            // Outside the schedule with nothing running: no eviction line.
+            (
+                Evict::Graceful,
+                None,
+                None,
+                Some(0),
+                vec!["running workers: none"],
+            ),
+            // Outside the schedule with two workers: they are named.
+            (
+                Evict::Graceful,
+                None,
+                None,
+                Some(2),
+                vec!["running workers: evict 2 (graceful)"],
+            ),
+            // The engine could not be asked: conditional.
+            (
+                Evict::Pause,
+                None,
+                None,
+                None,
+                vec!["running workers (if any): evict (pause)"],
+            ),
+        ];
+        for (evict, accept, die, live, want) in table {
+            let got = limit_lines(&supply(evict, accept, die), at(now), live, fmt);
+            assert_eq!(got, want, "{evict:?} {accept:?} {die:?} {live:?}");
+        }
+    }
 }

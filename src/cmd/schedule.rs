@@ -6,30 +6,10 @@ use super::{CmdError, load_config, parse_now};
 use crate::cli::{Global, ScheduleArgs};
 use crate::config::units::{Share, format_duration, format_size};
 use crate::config::{Policy, SiteFile};
-use crate::horizon::{after, before};
 use crate::volunteer::host::this_machine;
-use crate::volunteer::policy::calendar::{self, Period};
+use crate::volunteer::policy::calendar::{Cell, cell_at};
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use std::fmt::Write;
-
-/// What one half-hour cell shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cell {
-    Compute,
-    /// Open, but within `evict_before_end` of the period's end: workers are leaving.
-    Guard,
-    Off,
-}
-
-impl Cell {
-    fn glyph(self) -> char {
-        match self {
-            Cell::Compute => '█',
-            Cell::Guard => '▒',
-            Cell::Off => '·',
-        }
-    }
-}
 
 pub fn run(g: &Global, a: &ScheduleArgs) -> Result<String, CmdError> {
     let cfg = load_config(g, SiteFile::Optional, this_machine())?;
@@ -53,21 +33,6 @@ pub fn run(g: &Global, a: &ScheduleArgs) -> Result<String, CmdError> {
         out.push_str(&format!("\nnote: {w}\n"));
     }
     Ok(out)
-}
-
-/// The state of the half hour that starts at `t`: open or not in its middle, and a guard
-/// band when any part of it falls within `evict_before_end` of the period's end (a 10-minute
-/// band must still be visible in a 30-minute cell).
-pub fn cell_at(p: &Policy, t: DateTime<Utc>) -> Cell {
-    const HALF: std::time::Duration = std::time::Duration::from_secs(15 * 60);
-    let mid = after(t, HALF);
-    match calendar::period_at(&p.windows, p.timezone, mid) {
-        Period::Closed { .. } => Cell::Off,
-        Period::Open { ends: Some(end) } if before(end, p.evict_before_end) < after(mid, HALF) => {
-            Cell::Guard
-        }
-        Period::Open { .. } => Cell::Compute,
-    }
 }
 
 pub fn render(p: &Policy, now: DateTime<Utc>, days: u32, source: &str) -> String {

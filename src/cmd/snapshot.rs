@@ -37,7 +37,11 @@ pub fn run(g: &Global) -> Result<String, CmdError> {
         own_cpu: own_cpu.unwrap_or(0.0),
         ..Carry::default()
     };
-    let snap = observe_once(&s.probe, carry)?;
+    let mut snap = observe_once(&s.probe, carry)?;
+    let seen = block_on(crate::volunteer::logind::Logind::default().observe(snap.taken_at))?;
+    crate::volunteer::logind::lay_on(&mut snap, seen);
+    snap.snoozed_until =
+        crate::volunteer::snooze::active(&s.state_dir, snap.taken_at).map(|z| z.until);
     serde_json::to_string_pretty(&snap)
         .map(|s| s + "\n")
         .map_err(|e| CmdError::Runtime(format!("cannot encode the snapshot: {e}")))

@@ -29,6 +29,8 @@ struct StatusView<'a> {
     /// The pool's manifest in force, if one is configured.
     manifest: Option<ManifestView>,
     history: Option<HistoryView>,
+    /// The owner's snooze in force (`pilotd snooze`), if any.
+    snooze: Option<crate::volunteer::snooze::Snooze>,
     /// The rest of the daemon's status file, without the keys above: one JSON object must not
     /// name a key twice (parsers keep one of them, and `workers` is the live list here).
     #[serde(flatten)]
@@ -122,6 +124,7 @@ pub fn run(g: &Global, a: &StatusArgs) -> Result<String, CmdError> {
         manifest,
         history,
         daemon_running: running,
+        snooze: crate::volunteer::snooze::active(&s.state_dir, now),
         pid: status.pid,
         updated_at: status.updated_at,
         instance: &status.instance,
@@ -211,6 +214,14 @@ fn render(v: &StatusView<'_>, now: DateTime<Utc>, path: &std::path::Path) -> Str
         ),
     };
     let _ = writeln!(out, "{}", v.config);
+    if let Some(z) = &v.snooze {
+        let _ = writeln!(
+            out,
+            "SNOOZED by {} until {} (`pilotd resume` ends it)",
+            z.by,
+            z.until.format("%Y-%m-%d %H:%M UTC")
+        );
+    }
     if let Some(m) = &v.manifest {
         let _ = writeln!(
             out,
@@ -227,6 +238,11 @@ fn render(v: &StatusView<'_>, now: DateTime<Utc>, path: &std::path::Path) -> Str
     if let Some(e) = &s.last_error {
         let _ = writeln!(out, "last cycle's problem: {e}");
     }
+    let live = v.workers.as_ref().map(|list| {
+        list.iter()
+            .filter(|w| matches!(w.state, WorkerState::Running | WorkerState::Paused))
+            .count()
+    });
     if let Some(d) = &s.decision {
         let verdict = if d.allowed {
             format!(
@@ -240,9 +256,11 @@ fn render(v: &StatusView<'_>, now: DateTime<Utc>, path: &std::path::Path) -> Str
             out,
             "decision ({} ago): {verdict}; running workers: {}",
             ago(now, d.at),
-            match d.evict {
-                crate::config::Evict::None => "keep".to_string(),
-                e => format!("evict ({})", e.as_str()),
+            match (d.evict, live) {
+                // No eviction is announced when nothing runs.
+                (_, Some(0)) => "none".to_string(),
+                (crate::config::Evict::None, _) => "keep".to_string(),
+                (e, _) => format!("evict ({})", e.as_str()),
             }
         );
         for r in &d.reasons {
@@ -370,6 +388,7 @@ mod tests {
             config: String::new(),
             manifest: None,
             history: None,
+            snooze: None,
             rest: rest_of(&status).unwrap(),
             status: &status,
         };

@@ -63,6 +63,7 @@ struct RawOwner {
     on_battery: Option<Spanned<String>>,
     on_return: Option<Spanned<String>>,
     grace: Option<Spanned<StrOrInt>>,
+    users: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -152,6 +153,9 @@ pub struct Policy {
     pub on_battery: BatteryRule,
     pub on_return: Evict,
     pub grace: Duration,
+    /// Users who may snooze and resume this machine without root (`pilotd snooze`), beside
+    /// root and the members of the `pilotd` group.
+    pub users: Vec<String>,
     pub share: ShareSpec,
     pub longest_job: Duration,
 }
@@ -198,6 +202,7 @@ impl Policy {
             on_battery: BatteryRule::Stop,
             on_return: Evict::Graceful,
             grace: Duration::from_secs(600),
+            users: vec![],
             share: ShareSpec {
                 cpus: Share::Percent(50.0),
                 memory: Share::Percent(50.0),
@@ -315,6 +320,9 @@ pub fn validate(raw: RawPolicy, local_tz: Tz, d: &mut Diagnostics) -> (Policy, P
         }
     }
     dur(&o.grace, &mut p.grace, d);
+    if let Some(u) = o.users {
+        p.users = u;
+    }
 
     let s = raw.share;
     share(

@@ -40,6 +40,10 @@ pub struct SiteConfig {
     pub state_dir: PathBuf,
     #[serde(default = "default_interval")]
     pub interval: HumanDuration,
+    /// The unix socket on which the daemon takes the owner's `snooze` and `resume`; its
+    /// directory must be reachable by the owner (the unit's RuntimeDirectory, 0755).
+    #[serde(default = "default_control_socket")]
+    pub control_socket: PathBuf,
     #[serde(default)]
     pub host: HostConfig,
     #[serde(default)]
@@ -60,6 +64,17 @@ pub struct SiteConfig {
     pub metrics: MetricsConfig,
     #[serde(default)]
     pub history: HistoryConfig,
+    #[serde(default)]
+    pub page: PageConfig,
+}
+
+/// The owner's status page on 127.0.0.1 (volunteer mode); off unless `port` is set (the
+/// Debian package's pilotd.toml sets it).
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct PageConfig {
+    /// Served on 127.0.0.1 only, whatever the port.
+    pub port: Option<u16>,
 }
 
 /// The pool organisers' remote manifest (see `service::manifest`). Off unless `url` is set.
@@ -135,6 +150,9 @@ fn default_free_threshold() -> f64 {
 
 fn default_policy() -> PathBuf {
     "/etc/pilotd/policy.toml".into()
+}
+fn default_control_socket() -> PathBuf {
+    "/run/pilotd/control.sock".into()
 }
 fn default_state_dir() -> PathBuf {
     "/var/lib/pilotd".into()

@@ -78,6 +78,10 @@ impl HostProbe {
             sessions: sessions::read_sessions(&self.cfg.utmp, &self.cfg.dev, now),
             owner_busy_since: carry.owner_busy_since,
             host_free_since: carry.host_free_since,
+            // The owner's snooze lives in the state dir, which the caller lays on.
+            snoozed_until: None,
+            // logind is asked asynchronously by the caller (`logind::lay_on`).
+            logind_unavailable: None,
         })
     }
 }

@@ -61,15 +61,20 @@ pub async fn own_cpu(backend: &AnyBackend, gap: Duration) -> Option<f64> {
 
 /// The plan the daemon's next cycle would make: workers listed from the engine now, the image
 /// and back-off as the daemon's status file has them (the image resolved at the registry only
-/// when the file knows nothing of it). `Err` says why the workers are unknown.
+/// when the file knows nothing of it), with how many workers run or are paused now (what an
+/// eviction would act on). `Err` says why the workers are unknown.
 pub async fn next_plan(
     b: &AnyBackend,
     s: &Settings,
     recorded: (&ImageRecord, &StartBackoff),
     supply: &Supply,
     now: DateTime<Utc>,
-) -> Result<Plan, InspectError> {
+) -> Result<(Plan, usize), InspectError> {
     let list = workers(b, &s.engine.socket).await?;
+    let live = list
+        .iter()
+        .filter(|w| matches!(w.state, WorkerState::Running | WorkerState::Paused))
+        .count();
     let (image, backoff) = recorded;
     let mut record = image.clone();
     if record.reference != s.worker.image || record.digest.is_none() {
@@ -80,7 +85,7 @@ pub async fn next_plan(
         .unwrap_or_else(|e| ImageState::Unavailable {
             reason: e.to_string(),
         });
-    Ok(plan::plan(
+    let plan = plan::plan(
         supply,
         Observed {
             scratch_use: &BTreeMap::new(),
@@ -92,5 +97,6 @@ pub async fn next_plan(
         },
         &s.worker,
         now,
-    ))
+    );
+    Ok((plan, live))
 }

@@ -5,10 +5,13 @@
 //! - data: `settings` (pilotd.toml and the policy, resolved once), `snapshot` (the host as
 //!   observed), `worker` (workers, specs, images), `outcome` (how a worker ended, the start
 //!   back-off);
-//! - observe: `host` and `sessions` (probes: CPU, memory, battery, who is logged in);
+//! - observe: `host`, `sessions` (utmp) and `logind` (probes: CPU, memory, battery, who is
+//!   logged in and how long idle);
 //! - decide, pure: `policy` (may the machine compute, how much, until when) and `plan` (the
 //!   actions of one cycle);
 //! - act: `backend` (the Docker engine, and a recording fake for tests);
+//! - the owner's word: `control` (the socket `pilotd snooze`/`resume` talk to, authorised by
+//!   peer credentials) and `snooze` (the snooze kept in the state dir);
 //! - state and upkeep: `status` (the status file), `history` (learned availability),
 //!   `manifest` (the pool's remote manifest), `image` (freshness), `gc`;
 //! - top: `daemon` (the loop) and `inspect` (what one-shot commands ask the engine).
@@ -18,6 +21,7 @@
 
 pub mod backend;
 pub mod claim;
+pub mod control;
 pub mod daemon;
 pub mod disk;
 pub mod egress;
@@ -26,12 +30,16 @@ pub mod history;
 pub mod host;
 pub mod image;
 pub mod inspect;
+pub mod logind;
 pub mod manifest;
 pub mod outcome;
+pub mod page;
 pub mod plan;
 pub mod policy;
+pub mod registry;
 pub mod sessions;
 pub mod settings;
 pub mod snapshot;
+pub mod snooze;
 pub mod status;
 pub mod worker;

@@ -15,8 +15,10 @@
 //!   gracefully, newest first (they have done the least work), and missing workers start, at
 //!   most `max_starts_per_cycle` per cycle, only with a resolved and pulled image, and not
 //!   while the back-off holds.
-//! - A new image digest is pulled only while workers may run (or when the site allows pulls
-//!   while the owner is present): downloads obey the schedule.
+//! - A new image digest is pulled only while workers may run, or up to `PREFETCH_LEAD` before a
+//!   window opens when only the schedule holds workers back (so they start on time), or when
+//!   the site allows pulls while the owner is present — within the schedule's season in every
+//!   case: never while the machine is closed for days.
 
 use crate::config::Evict;
 use crate::config::site::WorkerUser;
@@ -385,8 +387,9 @@ fn fit_to_target(supply: &Supply, staying: &mut Vec<&Worker>, actions: &mut Vec<
     }
 }
 
-/// A new digest is pulled while downloads are allowed (workers may run, or the site lets
-/// pulls use the owner's bandwidth).
+/// A new digest is pulled while workers may run, or while the schedule is in its download
+/// season (`Supply::downloads`) and either only the schedule holds workers back (the window
+/// opens soon) or the site lets pulls use the owner's bandwidth.
 fn pull_new_image(supply: &Supply, obs: &Observed<'_>, s: &WorkerSettings, p: &mut Plan) {
     let ImageState::NeedsPull { repository, digest } = obs.image else {
         return;
@@ -394,15 +397,23 @@ fn pull_new_image(supply: &Supply, obs: &Observed<'_>, s: &WorkerSettings, p: &m
     if obs.in_flight.pulling.is_some() {
         return;
     }
-    if supply.allowed || s.pull_while_owner_present {
+    let only_the_schedule = supply
+        .causes
+        .iter()
+        .all(|c| *c == crate::volunteer::policy::Cause::OutsideSchedule);
+    if supply.allowed || (supply.downloads && (only_the_schedule || s.pull_while_owner_present)) {
         p.actions.push(Action::Pull {
             repository: repository.clone(),
             digest: digest.clone(),
         });
     } else {
-        p.notes.push(format!(
-            "new image {repository}@{digest} waits: no downloads while workers may not run"
-        ));
+        let why = if supply.downloads {
+            "no downloads while the owner needs the machine"
+        } else {
+            "no downloads until shortly before the next window opens"
+        };
+        p.notes
+            .push(format!("new image {repository}@{digest} waits: {why}"));
     }
 }
 

@@ -21,6 +21,10 @@ pub struct Settings {
     pub interval: Duration,
     /// Status, history, last good manifest and (by default) scratch.
     pub state_dir: PathBuf,
+    /// Where the daemon takes the owner's snooze and resume.
+    pub control_socket: PathBuf,
+    /// The status page's port on 127.0.0.1, when it is served.
+    pub page_port: Option<u16>,
     pub engine: EngineSettings,
     pub probe: ProbeSettings,
     /// The worker template as pilotd.toml says; the pool's manifest may lay choices over it.
@@ -193,6 +197,8 @@ impl Settings {
             policy: cfg.policy.clone(),
             interval: site.interval.0,
             state_dir: site.state_dir.clone(),
+            control_socket: site.control_socket.clone(),
+            page_port: site.page.port,
             engine: EngineSettings::of_site(site),
             probe: ProbeSettings {
                 utmp: site.host.utmp.clone(),

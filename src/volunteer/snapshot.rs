@@ -29,6 +29,13 @@ pub struct HostSnapshot {
     pub owner_busy_since: Option<DateTime<Utc>>,
     /// Latch: since when the host has been free to start workers (null when it is not).
     pub host_free_since: Option<DateTime<Utc>>,
+    /// The owner snoozed the machine until this instant (`pilotd snooze`); absent when not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snoozed_until: Option<DateTime<Utc>>,
+    /// Why systemd-logind could not be asked, when it could not: `sessions` are then utmp's
+    /// alone. Absent when logind answered (its sessions are in `sessions`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logind_unavailable: Option<String>,
 }
 
 /// Who is logged in. `Unknown` is never read as "nobody": the policy fails safe.
@@ -81,7 +88,14 @@ impl HostSnapshot {
             sessions: Sessions::Known(vec![]),
             owner_busy_since: None,
             host_free_since: None,
+            snoozed_until: None,
+            logind_unavailable: None,
         }
+    }
+
+    pub fn with_snooze(mut self, until: Option<DateTime<Utc>>) -> Self {
+        self.snoozed_until = until;
+        self
     }
 
     pub fn with_session(mut self, user: &str, uid: u32, idle_s: Option<u64>) -> Self {

@@ -3,7 +3,8 @@
 //! Facts this file is shaped by (see the reference notes on bollard):
 //! - a pull is always by digest (a tag-less pull would fetch every tag);
 //! - digests come from `inspect_image().repo_digests`, and the registry's current digest of a
-//!   tag from `/distribution/{ref}/json`, which asks the registry without downloading layers;
+//!   tag from one HEAD to the registry (`volunteer::registry`); `/distribution/{ref}/json`
+//!   (four registry requests) only when pilotd cannot reach the registry itself;
 //! - remove may answer 409 "already in progress": that is done, not failed;
 //! - the request timeout covers "request sent → headers received", so `docker stop` with a
 //!   long grace needs a client with a longer timeout;
@@ -19,7 +20,7 @@ use bollard::Docker;
 use bollard::errors::Error as DockerError;
 use bollard::models::{
     ContainerCreateBody, DeviceRequest, HostConfig, HostConfigLogConfig, Mount, MountBindOptions,
-    MountBindOptionsPropagationEnum, MountType, NetworkCreateRequest,
+    MountBindOptionsPropagationEnum, MountType, NetworkCreateRequest, ResourcesUlimits,
 };
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, CreateImageOptionsBuilder, EventsOptionsBuilder,
@@ -39,6 +40,8 @@ pub struct DockerBackend {
     endpoint: String,
     instance: String,
     timeout: Duration,
+    /// The freshness check's own registry client (one HEAD per check).
+    resolver: std::sync::Arc<crate::volunteer::registry::Resolver>,
 }
 
 impl DockerBackend {
@@ -62,6 +65,7 @@ impl DockerBackend {
             endpoint: socket.to_string(),
             instance: engine.instance.clone(),
             timeout,
+            resolver: std::sync::Arc::new(crate::volunteer::registry::Resolver::new(timeout)),
         })
     }
 
@@ -302,11 +306,39 @@ impl Backend for DockerBackend {
 
     async fn resolve_image(&self, reference: &str) -> Result<String, BackendError> {
         let what = format!("resolving {reference} at its registry");
+        let direct = match self.resolver.digest(reference).await {
+            Ok(d) => return Ok(d),
+            // The registry answered (unknown tag, credentials needed): that is the answer.
+            Err(e) if e.is_answer() => {
+                return Err(BackendError::Registry {
+                    what,
+                    message: e.to_string(),
+                });
+            }
+            // Not reachable from here: the engine may know a way (a mirror, an insecure
+            // registry setting), at the cost of its four requests.
+            Err(e) => {
+                tracing::debug!("{e}; asking through the engine instead");
+                e
+            }
+        };
+        // Both failed: say both, on one line (Podman 4.3 has no /distribution route at all and
+        // answers a bare "Not Found" with a newline in it).
         let d = self
             .docker
             .inspect_registry_image(reference, None)
             .await
-            .map_err(|e| registry_error(self.err(what.clone(), e)))?;
+            .map_err(|e| BackendError::Registry {
+                what: what.clone(),
+                message: format!(
+                    "{direct}; through the engine: {}",
+                    registry_error(self.err(what.clone(), e))
+                        .to_string()
+                        .split_whitespace()
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                ),
+            })?;
         d.descriptor
             .digest
             .filter(|d| d.starts_with("sha256:"))
@@ -715,6 +747,11 @@ pub fn container_body(spec: &WorkerSpec) -> ContainerCreateBody {
                 ("max-file".to_string(), "2".to_string()),
             ])),
         }),
+        // Open files and processes capped at pilotd's own hard limits, named explicitly: an
+        // engine's defaults may lie above what this host lets anyone set (Podman asks for
+        // nofile 1048576, and runc fails with "error setting rlimit type 7: operation not
+        // permitted" where the host's hard limit is lower and root lacks CAP_SYS_RESOURCE).
+        ulimits: Some(own_ulimits()),
         readonly_rootfs: Some(spec.read_only_rootfs),
         tmpfs: spec.read_only_rootfs.then(|| {
             HashMap::from([
@@ -732,6 +769,32 @@ pub fn container_body(spec: &WorkerSpec) -> ContainerCreateBody {
         host_config: Some(host_config),
         ..Default::default()
     }
+}
+
+/// pilotd's own hard limits on open files and processes, as a worker's ulimits (soft = hard):
+/// a worker never gets more than the daemon has, and no engine is asked to raise a limit.
+/// Processes are capped at 32768 as well: Podman's service lowers its own RLIMIT_NPROC to that
+/// and its runtime cannot give a container more (the container's pids_limit, 4096 by
+/// default, binds first anyway).
+fn own_ulimits() -> Vec<ResourcesUlimits> {
+    use nix::sys::resource::{Resource, getrlimit};
+    const NPROC_CAP: u64 = 32_768;
+    [
+        ("nofile", Resource::RLIMIT_NOFILE, u64::MAX),
+        ("nproc", Resource::RLIMIT_NPROC, NPROC_CAP),
+    ]
+    .into_iter()
+    .filter_map(|(name, r, cap)| {
+        let (_, hard) = getrlimit(r).ok()?;
+        // RLIM_INFINITY does not fit an i64 limit; leave that one to the engine.
+        let hard = i64::try_from(hard.min(cap)).ok()?;
+        Some(ResourcesUlimits {
+            name: Some(name.into()),
+            soft: Some(hard),
+            hard: Some(hard),
+        })
+    })
+    .collect()
 }
 
 #[cfg(test)]

@@ -12,10 +12,12 @@ use crate::volunteer::history;
 use crate::volunteer::history::Outlook;
 use crate::volunteer::host::Carry;
 use crate::volunteer::image;
+use crate::volunteer::logind;
 use crate::volunteer::outcome::Outcome;
 use crate::volunteer::plan::{self, Action, Observed, Reason};
 use crate::volunteer::policy::{Supply, decide};
 use crate::volunteer::snapshot::{HostSnapshot, Sessions};
+use crate::volunteer::snooze;
 use crate::volunteer::status::{self, Decision, OutcomeRecord};
 use crate::volunteer::worker::{CpuSample, ImageState, Worker, WorkerState, split_reference};
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -117,7 +119,8 @@ impl Daemon {
             (Some(b), Some(w)) if !urgent => self.cpu.measure(b, w).await,
             _ => self.status.own_cpu,
         };
-        let Some(snapshot) = self.observe_host(now, own_cpu, &mut errors) else {
+        let logind = self.logind.observe(now).await;
+        let Some(snapshot) = self.observe_host(now, own_cpu, logind, &mut errors) else {
             self.finish(
                 now,
                 Record {
@@ -267,6 +270,7 @@ impl Daemon {
         &mut self,
         now: DateTime<Utc>,
         own_cpu: f64,
+        logind: logind::Seen,
         errors: &mut Vec<String>,
     ) -> Option<HostSnapshot> {
         let carry = Carry {
@@ -274,14 +278,20 @@ impl Daemon {
             owner_busy_since: self.status.owner_busy_since,
             host_free_since: self.status.host_free_since,
         };
+        let snoozed_until = snooze::active(&self.s.state_dir, now).map(|s| s.until);
         match self.probe.observe(now, carry) {
-            Ok(s) => Some(s),
+            Ok(s) => {
+                let mut s = HostSnapshot { snoozed_until, ..s };
+                logind::lay_on(&mut s, logind);
+                Some(s)
+            }
             Err(e) => {
                 errors.push(e.to_string());
                 match &self.last_snapshot {
                     Some(last) => Some(HostSnapshot {
                         taken_at: now,
                         sessions: Sessions::Unknown(format!("host probe failed: {e}")),
+                        snoozed_until,
                         ..last.clone()
                     }),
                     None => {

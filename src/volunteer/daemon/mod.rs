@@ -32,9 +32,11 @@ use crate::config::{Config, Mode};
 use crate::service::lifecycle::{self, Hooks, Reconciler, Reload, Wake};
 use crate::service::metrics::Metrics;
 use crate::volunteer::backend::{AnyBackend, Backend, BackendError};
+use crate::volunteer::control;
 use crate::volunteer::history::{self, Learner};
 use crate::volunteer::host::{HostProbe, ProbeError};
 use crate::volunteer::manifest::{self, Manifest};
+use crate::volunteer::page::{self, Doors};
 use crate::volunteer::plan::{InFlight, Reason};
 use crate::volunteer::settings::{EngineSettings, Settings, WorkerSettings};
 use crate::volunteer::snapshot::HostSnapshot;
@@ -47,7 +49,7 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tasks::TaskDone;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use triggers::Trigger;
 
@@ -86,6 +88,14 @@ pub async fn run(
         d.s.probe.utmp.clone(),
         d.wakeups.tx.clone(),
     ));
+    let tx = d.wakeups.tx.clone();
+    tokio::spawn(crate::volunteer::logind::watch(move || {
+        !matches!(
+            tx.try_send(Trigger::Sessions),
+            Err(mpsc::error::TrySendError::Closed(_))
+        )
+    }));
+    d.listen_for_the_owner().await;
     lifecycle::serve(&mut d, hooks, shutdown, reloads).await;
     Ok(())
 }
@@ -141,6 +151,14 @@ pub struct Daemon {
     metrics: Option<Metrics>,
     /// The last decision, to log each change once.
     last_decision: Option<String>,
+    /// systemd-logind, the second session source beside utmp.
+    logind: crate::volunteer::logind::Logind,
+    /// What the control socket's server knows of the policy (kept current across reloads);
+    /// None when the socket is not served.
+    control: Option<watch::Sender<control::Context>>,
+    /// The status page's one-time keys and sessions (shared with the control socket, which
+    /// hands out the keys).
+    doors: Doors,
 }
 
 impl Daemon {
@@ -202,8 +220,44 @@ impl Daemon {
             refresh: manifest::Refresh::default(),
             metrics,
             last_decision: None,
+            control: None,
+            doors: Doors::default(),
+            logind: Default::default(),
             s,
         })
+    }
+
+    /// Serves `pilotd snooze` and `resume` on the control socket. A socket that cannot be
+    /// bound is logged and noted in the status; the daemon goes on without it (the owner's
+    /// other protections do not depend on it).
+    /// The status page (when `[page] port` is set) is served beside it, on 127.0.0.1.
+    async fn listen_for_the_owner(&mut self) {
+        let (tx, rx) = watch::channel(control_context(&self.s, &self.doors));
+        let (wake_tx, mut wake_rx) = mpsc::channel::<()>(4);
+        let triggers = self.wakeups.tx.clone();
+        tokio::spawn(async move {
+            while wake_rx.recv().await.is_some() {
+                let _ = triggers.try_send(Trigger::Owner);
+            }
+        });
+        let path = self.s.control_socket.clone();
+        match control::bind(&path) {
+            Ok(listener) => {
+                tokio::spawn(control::serve(listener, rx.clone(), wake_tx.clone()));
+                tracing::info!(socket = %path.display(), "taking snooze and resume on the control socket");
+            }
+            Err(e) => tracing::error!("{e}; `pilotd snooze`, `resume` and `open` are unavailable"),
+        }
+        if let Some(port) = self.s.page_port {
+            match page::bind(port).await {
+                Ok(listener) => {
+                    tokio::spawn(page::serve(listener, port, rx, wake_tx));
+                    tracing::info!("status page on http://127.0.0.1:{port}/ (`pilotd open`)");
+                }
+                Err(e) => tracing::error!("{e}; the status page is unavailable"),
+            }
+        }
+        self.control = Some(tx);
     }
 
     /// The status as the last cycle left it (what `pilotd status` reads).
@@ -240,10 +294,10 @@ impl Reconciler for Daemon {
             _ = self.wakeups.interval.tick() => {}
             Some(t) = self.wakeups.rx.recv() => {
                 tracing::debug!(trigger = ?t, "cycle triggered");
-                urgent = t == Trigger::Sessions;
+                urgent = matches!(t, Trigger::Sessions | Trigger::Owner);
                 // Coalesce a burst (utmp is written in several steps).
                 while let Ok(t) = self.wakeups.rx.try_recv() {
-                    urgent |= t == Trigger::Sessions;
+                    urgent |= matches!(t, Trigger::Sessions | Trigger::Owner);
                 }
             }
             Some(done) = self.work.tasks.join_next(), if !self.work.tasks.is_empty() => {
@@ -283,6 +337,14 @@ impl Reconciler for Daemon {
             );
         }
         self.probe = probe;
+        if let Some(c) = &self.control {
+            c.send_replace(control_context(&s, &self.doors));
+        }
+        if s.control_socket != self.s.control_socket {
+            tracing::warn!(
+                "reload: control_socket changed; the daemon listens on the new path only after a restart"
+            );
+        }
         self.worker = worker_for(&s, self.manifest.as_ref());
         if s.interval != self.s.interval {
             // The timer was built from the old interval; the first tick of a new one is now.
@@ -331,11 +393,24 @@ impl Reconciler for Daemon {
             }
         }
         self.work.tasks.abort_all();
+        if self.control.is_some() {
+            let _ = std::fs::remove_file(&self.s.control_socket);
+        }
         self.status.updated_at = Some(Utc::now());
         if let Err(e) = status::save(&self.status_path, &self.status) {
             tracing::error!("{e}");
         }
         tracing::info!("pilotd stopped; running workers are adopted by the next pilotd");
+    }
+}
+
+/// What the control socket's server needs to know of the settings.
+fn control_context(s: &Settings, doors: &Doors) -> control::Context {
+    control::Context {
+        state_dir: s.state_dir.clone(),
+        policy: s.policy.clone(),
+        page_port: s.page_port,
+        doors: doors.clone(),
     }
 }
 

@@ -17,6 +17,8 @@ use tokio::sync::mpsc;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Trigger {
     Sessions,
+    /// The owner snoozed or resumed (the control socket): acted on as urgently as a login.
+    Owner,
     WorkerExited(String),
     TaskDone,
 }

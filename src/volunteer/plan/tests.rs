@@ -1,7 +1,7 @@
 use super::*;
 use crate::backoff::Backoff;
 use crate::config::site::WorkerUser;
-use crate::volunteer::policy::Resources;
+use crate::volunteer::policy::{Cause, Resources};
 use chrono::TimeZone;
 use pilot_contract::PilotExit;
 use std::path::PathBuf;
@@ -26,8 +26,14 @@ fn supply(allowed: bool, workers: u32, evict: Evict) -> Supply {
         evict,
         grace: Duration::from_secs(600),
         reasons: vec![],
-        causes: vec![],
+        // A refusal always has a cause; the owner's presence is the common one.
+        causes: if allowed {
+            vec![Cause::Free]
+        } else {
+            vec![Cause::OwnerPresent]
+        },
         next_change: None,
+        downloads: true,
         owner_busy_since: None,
         host_free_since: None,
     }
@@ -306,6 +312,53 @@ fn plans() {
                 supply(false, 0, Evict::Pause),
                 vec![],
                 &["pull sha256:bb"],
+            )
+        },
+        Case {
+            image: ImageState::NeedsPull {
+                repository: "r/w".into(),
+                digest: "sha256:bb".into(),
+            },
+            ..case(
+                "closed, the window opens within the lead, nobody here: fetched ahead",
+                Supply {
+                    causes: vec![Cause::OutsideSchedule],
+                    ..supply(false, 0, Evict::Graceful)
+                },
+                vec![],
+                &["pull sha256:bb"],
+            )
+        },
+        Case {
+            image: ImageState::NeedsPull {
+                repository: "r/w".into(),
+                digest: "sha256:bb".into(),
+            },
+            pull_while_owner_present: true,
+            ..case(
+                "closed for days: no download, even where the site allows pulls",
+                Supply {
+                    causes: vec![Cause::OutsideSchedule],
+                    downloads: false,
+                    ..supply(false, 0, Evict::Graceful)
+                },
+                vec![],
+                &[],
+            )
+        },
+        Case {
+            image: ImageState::NeedsPull {
+                repository: "r/w".into(),
+                digest: "sha256:bb".into(),
+            },
+            ..case(
+                "the window opens soon but the owner is here: waits",
+                Supply {
+                    causes: vec![Cause::OutsideSchedule, Cause::OwnerPresent],
+                    ..supply(false, 0, Evict::Graceful)
+                },
+                vec![],
+                &[],
             )
         },
         Case {

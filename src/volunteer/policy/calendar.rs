@@ -119,6 +119,42 @@ pub fn to_utc(tz: Tz, naive: NaiveDateTime) -> Vec<DateTime<Utc>> {
     }
 }
 
+/// What one half-hour cell shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cell {
+    Compute,
+    /// Open, but within `evict_before_end` of the period's end: workers are leaving.
+    Guard,
+    Off,
+}
+
+impl Cell {
+    pub fn glyph(self) -> char {
+        match self {
+            Cell::Compute => '█',
+            Cell::Guard => '▒',
+            Cell::Off => '·',
+        }
+    }
+}
+
+/// The state of the half hour that starts at `t`: open or not in its middle, and a guard
+/// band when any part of it falls within `evict_before_end` of the period's end (a 10-minute
+/// band must still be visible in a 30-minute cell).
+pub fn cell_at(p: &crate::config::Policy, t: DateTime<Utc>) -> Cell {
+    use crate::horizon::{after, before};
+    const HALF: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+    // Saturating: an instant at the edge of chrono's range must not panic (`horizon`).
+    let mid = after(t, HALF);
+    match period_at(&p.windows, p.timezone, mid) {
+        Period::Closed { .. } => Cell::Off,
+        Period::Open { ends: Some(end) } if before(end, p.evict_before_end) < after(mid, HALF) => {
+            Cell::Guard
+        }
+        Period::Open { .. } => Cell::Compute,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -44,6 +44,7 @@ pub struct Resources {
 pub enum Cause {
     OutsideSchedule,
     GuardBand,
+    Snoozed,
     SessionsUnknown,
     OwnerPresent,
     OnBattery,
@@ -62,7 +63,8 @@ impl Cause {
     pub fn owner_or_host_busy(self) -> bool {
         matches!(
             self,
-            Cause::OwnerPresent
+            Cause::Snoozed
+                | Cause::OwnerPresent
                 | Cause::SessionsUnknown
                 | Cause::OnBattery
                 | Cause::ExclusiveProcess
@@ -75,6 +77,7 @@ impl Cause {
         match self {
             Cause::OutsideSchedule => "outside_schedule",
             Cause::GuardBand => "guard_band",
+            Cause::Snoozed => "snoozed",
             Cause::SessionsUnknown => "sessions_unknown",
             Cause::OwnerPresent => "owner_present",
             Cause::OnBattery => "on_battery",
@@ -112,10 +115,17 @@ pub struct Supply {
     pub causes: Vec<Cause>,
     /// The next instant at which this decision may change on its own (clock only).
     pub next_change: Option<DateTime<Utc>>,
+    /// The schedule lets a new worker image be downloaded: an open period (before its guard
+    /// band), or the next one opens within `PREFETCH_LEAD`. Never while the machine is closed
+    /// for longer: a pull then would use the owner's bandwidth for nothing.
+    pub downloads: bool,
     /// Latch state to carry into the next snapshot.
     pub owner_busy_since: Option<DateTime<Utc>>,
     pub host_free_since: Option<DateTime<Utc>>,
 }
+
+/// How long before a window opens a new image is fetched, so workers start on time.
+pub const PREFETCH_LEAD: Duration = Duration::from_secs(30 * 60);
 
 fn hm(t: DateTime<Utc>, p: &Policy) -> String {
     if !crate::horizon::in_range(t) {
@@ -138,8 +148,14 @@ pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) 
     // The schedule.
     let period = calendar::period_at(&p.windows, p.timezone, now);
     let mut die_at = None;
+    let mut downloads = false;
     match period {
         Period::Closed { opens } => {
+            if let Some(o) = opens {
+                let from = crate::horizon::before(o, PREFETCH_LEAD);
+                downloads = now >= from;
+                next.push(from);
+            }
             blocked = true;
             evict = evict.max(Evict::Graceful);
             causes.push(Cause::OutsideSchedule);
@@ -171,12 +187,25 @@ pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) 
                         next.push(end);
                     } else {
                         die_at = Some(guard.min(lifetime_cap));
+                        downloads = true;
                         next.push(guard);
                     }
                 }
-                None => die_at = Some(lifetime_cap),
+                None => {
+                    die_at = Some(lifetime_cap);
+                    downloads = true;
+                }
             }
         }
+    }
+
+    // The owner said "not now" (`pilotd snooze`): as if they were here, until the instant.
+    if let Some(until) = h.snoozed_until.filter(|u| *u > now) {
+        blocked = true;
+        evict = evict.max(p.on_return);
+        causes.push(Cause::Snoozed);
+        reasons.push(format!("snoozed by the owner until {}", hm(until, p)));
+        next.push(until);
     }
 
     // The owner.
@@ -310,6 +339,15 @@ pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) 
         }
     }
 
+    // Said last: it changes no decision, but the owner should know what pilotd can see.
+    if let Some(why) = h.logind_unavailable.as_ref()
+        && p.sessions != SessionRule::Ignore
+    {
+        reasons.push(format!(
+            "sessions from utmp alone: systemd-logind cannot be asked ({why})"
+        ));
+    }
+
     next.retain(|t| *t > now);
     Supply {
         allowed,
@@ -322,6 +360,7 @@ pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) 
         reasons,
         causes,
         next_change: next.into_iter().min(),
+        downloads,
         owner_busy_since,
         host_free_since,
     }

@@ -449,3 +449,55 @@ proptest! {
         prop_assert_eq!(s.reasons.len(), s.causes.len());
     }
 }
+
+#[test]
+fn a_snooze_holds_until_its_instant_then_the_host_is_free_again() {
+    let mut p = nights_and_weekends();
+    p.on_return = Evict::Pause;
+    let now = utc("2026-01-13T20:30:00Z");
+    let until = utc("2026-01-13T21:30:00Z");
+    let s = decide(&p, &free_host(now).with_snooze(Some(until)), LIMITS, now);
+    assert!(!s.allowed);
+    assert_eq!(s.workers, 0);
+    assert_eq!(s.evict, Evict::Pause, "running workers as on_return says");
+    assert_eq!(s.causes, vec![Cause::Snoozed]);
+    assert_eq!(s.reasons, vec!["snoozed by the owner until Tue 22:30 CET"]);
+    assert_eq!(s.next_change, Some(until), "the loop wakes when it ends");
+    assert_eq!(
+        s.host_free_since, None,
+        "free_for counts again after a snooze"
+    );
+    // At its end, the snooze is over by itself.
+    let s = decide(
+        &p,
+        &free_host(until).with_snooze(Some(until)),
+        LIMITS,
+        until,
+    );
+    assert!(s.allowed, "{:?}", s.reasons);
+}
+
+#[test]
+fn downloads_follow_the_schedule_with_a_lead() {
+    let p = nights_and_weekends();
+    // (now, downloads): Tuesday's window opens 19:00 Rome = 18:00 UTC.
+    let table = [
+        ("2026-01-13T10:00:00Z", false), // closed for hours
+        ("2026-01-13T17:29:00Z", false), // 31 minutes before
+        ("2026-01-13T17:30:00Z", true),  // 30 minutes before: fetch ahead
+        ("2026-01-13T20:30:00Z", true),  // open
+        ("2026-01-14T06:25:00Z", false), // the guard band: the period is ending
+    ];
+    for (now, want) in table {
+        let s = decide(&p, &free_host(utc(now)), LIMITS, utc(now));
+        assert_eq!(s.downloads, want, "{now}: {:?}", s.reasons);
+    }
+    // The loop wakes when the lead begins.
+    let s = decide(
+        &p,
+        &free_host(utc("2026-01-13T10:00:00Z")),
+        LIMITS,
+        utc("2026-01-13T10:00:00Z"),
+    );
+    assert_eq!(s.next_change, Some(utc("2026-01-13T17:30:00Z")));
+}

@@ -54,6 +54,7 @@ impl Machine {
             format!(
                 r#"policy = "{d}/policy.toml"
 state_dir = "{d}/state"
+control_socket = "{d}/control.sock"
 interval = "60s"
 [host]
 utmp = "{d}/utmp"

@@ -6,7 +6,10 @@
 //! `--include-ignored`, and then a missing engine or registry is a failure, never a skip.
 
 mod egress;
+mod freshness;
+mod page;
 mod pilot;
+mod snooze;
 mod volunteer;
 
 /// `docker ARGS`, which must succeed; its stdout.

@@ -78,6 +78,7 @@ impl Run {
             format!(
                 r#"policy = "{d}/policy.toml"
 state_dir = "{d}/state"
+control_socket = "{d}/control.sock"
 interval = "2s"
 [host]
 utmp = "{d}/utmp"

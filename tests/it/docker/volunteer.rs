@@ -19,14 +19,14 @@ const REPO: &str = "127.0.0.1:5000/pilotd-test/worker";
 
 /// One container of a test instance, as `docker ps -a` shows it.
 #[derive(Debug, Clone)]
-struct Seen {
-    id: String,
-    name: String,
-    state: String,
-    digest: String,
+pub(super) struct Seen {
+    pub(super) id: String,
+    pub(super) name: String,
+    pub(super) state: String,
+    pub(super) digest: String,
 }
 
-struct Harness {
+pub(super) struct Harness {
     dir: tempfile::TempDir,
     instance: String,
     child: Option<Child>,
@@ -34,7 +34,7 @@ struct Harness {
 
 impl Harness {
     /// `p` is the policy; `worker` a TOML fragment for the `[worker]` table.
-    fn new(tag: &str, p: &P, site: &str, worker: &str) -> Harness {
+    pub(super) fn new(tag: &str, p: &P, site: &str, worker: &str) -> Harness {
         let instance = format!("t{}-{}", std::process::id(), tag);
         let dir = tempfile::tempdir().unwrap();
         let p_dir = dir.path();
@@ -52,8 +52,13 @@ impl Harness {
         );
         std::fs::write(p_dir.join("policy.toml"), policy).unwrap();
         let p = p_dir;
+        // The engine under test: Docker's default socket, or another Docker-compatible API
+        // (tests/setup-podman.sh sets PILOTD_TEST_ENGINE_SOCKET for Podman's service).
+        let engine = std::env::var("PILOTD_TEST_ENGINE_SOCKET")
+            .map(|s| format!("socket = \"{s}\"\n"))
+            .unwrap_or_default();
         let site = format!(
-            "mode = \"volunteer\"\npolicy = \"{d}/policy.toml\"\nstate_dir = \"{d}/state\"\ninterval = \"2s\"\n{site}\n[host]\nutmp = \"{d}/utmp\"\nscratch = \"{d}/scratch\"\n[docker]\ninstance = \"{instance}\"\n[worker]\nallowed_images = [\"127.0.0.1:\"]\nrefresh = \"2s\"\ntoken_file = \"{d}/token\"\nbackoff_base = \"1s\"\nbackoff_max = \"2s\"\n{worker}\n",
+            "mode = \"volunteer\"\npolicy = \"{d}/policy.toml\"\nstate_dir = \"{d}/state\"\ncontrol_socket = \"{d}/control.sock\"\ninterval = \"2s\"\n{site}\n[host]\nutmp = \"{d}/utmp\"\nscratch = \"{d}/scratch\"\n[docker]\n{engine}instance = \"{instance}\"\n[worker]\nallowed_images = [\"127.0.0.1:\"]\nrefresh = \"2s\"\ntoken_file = \"{d}/token\"\nbackoff_base = \"1s\"\nbackoff_max = \"2s\"\n{worker}\n",
             d = p.display(),
         );
         // Patterns match whole components (no `127.0.0.1:*`): allow the registry of the
@@ -75,17 +80,17 @@ impl Harness {
         }
     }
 
-    fn path(&self, name: &str) -> PathBuf {
+    pub(super) fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
 
-    fn pilotd(&self) -> Command {
+    pub(super) fn pilotd(&self) -> Command {
         let mut c = Command::new(harness::bin());
         c.arg("-c").arg(self.path("pilotd.toml"));
         c
     }
 
-    fn start(&mut self) {
+    pub(super) fn start(&mut self) {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -102,21 +107,21 @@ impl Harness {
         self.child = Some(child);
     }
 
-    fn kill9(&mut self) {
+    pub(super) fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
         }
     }
 
-    fn term(&mut self) {
+    pub(super) fn term(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = sh(&format!("kill -TERM {}", c.id()));
             let _ = c.wait();
         }
     }
 
-    fn log(&self) -> String {
+    pub(super) fn log(&self) -> String {
         std::fs::read_to_string(self.path("pilotd.log")).unwrap_or_default()
     }
 
@@ -174,7 +179,7 @@ impl Harness {
         );
     }
 
-    fn workers(&self) -> Vec<Seen> {
+    pub(super) fn workers(&self) -> Vec<Seen> {
         let out = docker(&format!(
             "ps -a --filter label=pilotd.instance={} --format '{{{{.ID}}}} {{{{.Names}}}} {{{{.State}}}} {{{{.Label \"pilotd.image-digest\"}}}}'",
             self.instance
@@ -192,7 +197,7 @@ impl Harness {
             .collect()
     }
 
-    fn running(&self) -> Vec<Seen> {
+    pub(super) fn running(&self) -> Vec<Seen> {
         self.workers()
             .into_iter()
             .filter(|w| w.state == "running")
@@ -200,7 +205,12 @@ impl Harness {
     }
 
     /// Polls `cond` until it holds, or fails with the log.
-    fn wait_for<T>(&self, what: &str, timeout: Duration, mut cond: impl FnMut() -> Option<T>) -> T {
+    pub(super) fn wait_for<T>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        mut cond: impl FnMut() -> Option<T>,
+    ) -> T {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(v) = cond() {
@@ -218,7 +228,7 @@ impl Harness {
     }
 
     /// The owner logs in: a USER_PROCESS record whose pid (this test process) is alive.
-    fn login(&self) {
+    pub(super) fn login(&self) {
         let rec = format!(
             "[7] [{:05}] [ts/0] [alice   ] [pts/0       ] [10.0.0.5            ] [10.0.0.5       ] [2026-11-30T05:00:00,000000+00:00]\n",
             std::process::id()
@@ -235,7 +245,7 @@ impl Harness {
         assert!(ok, "utmpdump -r failed: {out}");
     }
 
-    fn logout(&self) {
+    pub(super) fn logout(&self) {
         std::fs::write(self.path("utmp"), b"").unwrap();
     }
 }
@@ -258,7 +268,7 @@ impl Drop for Harness {
 const ALWAYS: &str = "[schedule]\nwindows = [ { days = \"daily\", from = \"00:00\", to = \"24:00\" } ]\nevict_before_end = \"10s\"\n";
 
 /// A test policy.
-struct P {
+pub(super) struct P {
     schedule: String,
     on_return: &'static str,
     grace: &'static str,
@@ -267,7 +277,7 @@ struct P {
     disk: &'static str,
 }
 
-fn policy(on_return: &'static str, workers: u32) -> P {
+pub(super) fn policy(on_return: &'static str, workers: u32) -> P {
     P {
         schedule: ALWAYS.into(),
         on_return,
@@ -278,7 +288,7 @@ fn policy(on_return: &'static str, workers: u32) -> P {
     }
 }
 
-fn image(tag: &str) -> String {
+pub(super) fn image(tag: &str) -> String {
     format!("image = \"{REPO}:{tag}\"")
 }
 
@@ -311,12 +321,27 @@ fn start_to_target_evict_by_pause_resume_and_adopt_after_sigkill() {
     });
     // The container is the WorkerSpec: limits, init, no privileges, token bind-mounted only.
     let inspect = docker(&format!(
-        "inspect -f '{{{{.HostConfig.NanoCpus}}}} {{{{.HostConfig.Memory}}}} {{{{.HostConfig.MemorySwap}}}} {{{{.HostConfig.PidsLimit}}}} {{{{.HostConfig.Init}}}} {{{{.HostConfig.Privileged}}}} {{{{.HostConfig.CapDrop}}}} {{{{.HostConfig.SecurityOpt}}}}' {}",
+        "inspect -f '{{{{.HostConfig.NanoCpus}}}} {{{{.HostConfig.Memory}}}} {{{{.HostConfig.MemorySwap}}}} {{{{.HostConfig.PidsLimit}}}} {{{{.HostConfig.Init}}}} {{{{.HostConfig.Privileged}}}}' {}",
+        two[0].id
+    ));
+    assert_eq!(inspect, "1000000000 268435456 268435456 4096 true false");
+    // No capability and no new privileges, as the worker's own process sees it (engines
+    // spell CapDrop and SecurityOpt differently: Docker "[ALL]", Podman the expanded list).
+    let status = docker(&format!(
+        "exec {} sh -c 'grep -E \"^(CapEff|CapPrm|NoNewPrivs)\" /proc/self/status'",
         two[0].id
     ));
     assert_eq!(
-        inspect,
-        "1000000000 268435456 268435456 4096 true false [ALL] [no-new-privileges:true]"
+        status.split_whitespace().collect::<Vec<_>>(),
+        [
+            "CapPrm:",
+            "0000000000000000",
+            "CapEff:",
+            "0000000000000000",
+            "NoNewPrivs:",
+            "1"
+        ],
+        "{status}"
     );
     let env = docker(&format!(
         "inspect -f '{{{{json .Config.Env}}}}' {}",
@@ -556,8 +581,11 @@ fn a_moved_tag_is_pulled_and_used_by_new_workers() {
     });
     let v2 = push("v2");
     assert_ne!(v1, v2);
-    // Drop the local copy so pilotd really pulls from the registry.
-    let _ = sh(&format!("docker rmi {REPO}:v2"));
+    // Drop the local copy so pilotd really pulls from the registry: the image itself, not
+    // just its tag (Podman keeps an image that was pulled by digest when a tag goes).
+    let _ = sh(&format!(
+        "docker rmi -f $(docker image inspect -f '{{{{.Id}}}}' {REPO}:v2)"
+    ));
     h.wait_for("a v2 worker", Duration::from_secs(40), || {
         h.workers().into_iter().find(|w| w.digest == v2)
     });

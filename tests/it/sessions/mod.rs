@@ -1,6 +1,8 @@
-//! The session probe: who is logged in, from utmp files built byte by byte
-//! (tests/fixtures/utmp/record.rs), written by the real `utmpdump`, damaged, or missing.
+//! The session probes: who is logged in, from utmp files built byte by byte
+//! (tests/fixtures/utmp/record.rs), written by the real `utmpdump`, damaged, or missing; and
+//! from systemd-logind over a real `dbus-daemon` (`logind`).
 
+mod logind;
 mod pure;
 mod robustness;
 mod utmp;
