@@ -288,7 +288,11 @@ impl<'de> Visitor<'de> for AttrKeySeed<'_> {
         f.write_str("an attribute name")
     }
     fn visit_str<E>(self, v: &str) -> Result<AttrKey, E> {
-        // The exact spelling first (what pilotd writes), then ClassAd's case-insensitive rule.
+        // The name expected next, then the exact spelling anywhere (what pilotd writes), then
+        // ClassAd's case-insensitive rule.
+        if self.0.get(self.1).is_some_and(|a| *a == v) {
+            return Ok(AttrKey(Some(self.1)));
+        }
         Ok(AttrKey(self.0.iter().position(|a| *a == v).or_else(|| {
             self.0.iter().position(|a| a.eq_ignore_ascii_case(v))
         })))
