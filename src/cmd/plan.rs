@@ -106,7 +106,7 @@ pub fn run(g: &Global, a: &PlanArgs) -> Result<String, CmdError> {
 #[cfg(feature = "kubernetes")]
 fn kubernetes_plan(
     cfg: &Config,
-    snapshot: Option<(&Path, String)>,
+    snapshot: Option<(&Path, Vec<u8>)>,
     now: DateTime<Utc>,
     format: Format,
 ) -> Result<String, CmdError> {
@@ -117,7 +117,9 @@ fn kubernetes_plan(
     use crate::kubernetes::snapshot::ClusterSnapshot;
     let s = Settings::resolve(cfg)?;
     let snap = match snapshot {
-        Some((path, text)) => ClusterSnapshot::from_json(&path.display().to_string(), &text)?,
+        Some((path, bytes)) => {
+            ClusterSnapshot::from_json_bytes(&path.display().to_string(), &bytes)?
+        }
         None => block_on(live_snapshot(&s, now))??,
     };
     let plan = decide(&snap, &s.plan, now).plan;
@@ -130,7 +132,7 @@ fn kubernetes_plan(
 #[cfg(not(feature = "kubernetes"))]
 fn kubernetes_plan(
     _: &Config,
-    _: Option<(&Path, String)>,
+    _: Option<(&Path, Vec<u8>)>,
     _: DateTime<Utc>,
     _: Format,
 ) -> Result<String, CmdError> {
@@ -201,7 +203,7 @@ pub fn volunteer_plan(cfg: &Config, host: &HostSnapshot, now: DateTime<Utc>) -> 
 /// jobs) is kept as text and parsed once, by the kubernetes-mode replay.
 pub enum Snapshot {
     Host(HostSnapshot),
-    Cluster(String),
+    Cluster(Vec<u8>),
 }
 
 /// Only the `mode` of a snapshot; serde skips everything else without building it.
@@ -212,7 +214,9 @@ struct ModeOnly {
 
 /// Reads a snapshot file; errors name the file, line and column.
 pub fn read_snapshot(path: &Path) -> Result<Snapshot, CmdError> {
-    let src = std::fs::read_to_string(path).map_err(|e| {
+    // Bytes, not a String: a kubernetes snapshot is tens of MB, and serde_json checks the
+    // UTF-8 of the strings it keeps without a separate pass over the file.
+    let src = std::fs::read(path).map_err(|e| {
         CmdError::Usage(format!(
             "cannot read {}: {e}\n  hint: write one with `pilotd snapshot > FILE`",
             path.display()
@@ -227,9 +231,9 @@ pub fn read_snapshot(path: &Path) -> Result<Snapshot, CmdError> {
             e
         ))
     };
-    let head: ModeOnly = serde_json::from_str(&src).map_err(located)?;
+    let head: ModeOnly = serde_json::from_slice(&src).map_err(located)?;
     match head.mode.as_deref() {
-        Some("volunteer") => serde_json::from_str::<HostSnapshot>(&src)
+        Some("volunteer") => serde_json::from_slice::<HostSnapshot>(&src)
             .map(Snapshot::Host)
             .map_err(located),
         Some("kubernetes") => Ok(Snapshot::Cluster(src)),
