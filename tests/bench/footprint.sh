@@ -6,6 +6,7 @@
 # (size-optimized), without the Kubernetes feature. Samples RSS every 10 s (median and max) and CPU time over the whole run
 # (utime + stime of the process, as CPU-seconds per hour).
 #   DURATION=600 tests/bench/footprint.sh
+#   PILOTD_BIN=target/volunteer/pilotd DURATION=600 tests/bench/footprint.sh   # no build
 # Needs root, the Docker engine (tests/setup-docker.sh) and Debian's boinc-client (installed
 # here when missing).
 set -euo pipefail
@@ -19,8 +20,8 @@ command -v boinc >/dev/null || {
 }
 # The service must not run twice on this machine: use our own instance only.
 systemctl stop boinc-client 2>/dev/null || true
-(cd "$here" && cargo build --profile volunteer -q --no-default-features --bin pilotd)
-bin=$here/target/volunteer/pilotd
+bin=${PILOTD_BIN:-$here/target/volunteer/pilotd}
+[ -n "${PILOTD_BIN:-}" ] || (cd "$here" && cargo build --profile volunteer -q --no-default-features --bin pilotd)
 
 d=$(mktemp -d); inst="footprint$$"
 cleanup() {
