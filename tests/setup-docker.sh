@@ -32,7 +32,9 @@ if ! docker info >/dev/null 2>&1; then
     need_apt docker.io
     if ! docker info >/dev/null 2>&1; then
         log "starting dockerd (log: $work/dockerd.log)"
-        nohup dockerd >"$work/dockerd.log" 2>&1 &
+        # Long-lived: without the systemd suite's lock (fd 9), which it would hold for as
+        # long as it runs, blocking the next suite.
+        nohup dockerd >"$work/dockerd.log" 2>&1 9>&- &
         i=0
         until docker info >/dev/null 2>&1; do
             i=$((i + 1))
@@ -50,7 +52,7 @@ if ! curl -fsS -m 2 "http://$registry/v2/" >/dev/null 2>&1; then
     sed "s#@STORAGE@#$work/registry-storage#" "$here/images/worker/registry.yml" >"$work/registry.yml"
     log "starting docker-registry on $registry (log: $work/registry.log)"
     # Debian installs it as a service too; a service already on :5000 answered above.
-    nohup docker-registry serve "$work/registry.yml" >>"$work/registry.log" 2>&1 &
+    nohup docker-registry serve "$work/registry.yml" >>"$work/registry.log" 2>&1 9>&- &
     echo $! >"$work/registry.pid"
     i=0
     until curl -fsS -m 2 "http://$registry/v2/" >/dev/null 2>&1; do

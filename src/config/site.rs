@@ -535,7 +535,7 @@ impl WorkerUser {
     };
 
     /// `"uid"`, `"uid:gid"` or `"image"`.
-    pub fn parse(raw: &str) -> Result<WorkerUser, String> {
+    pub fn parse(raw: &str) -> Result<WorkerUser, SiteValueError> {
         let raw = raw.trim();
         if raw == "image" {
             return Ok(WorkerUser::Image);
@@ -547,10 +547,7 @@ impl WorkerUser {
         };
         match (uid, gid) {
             (Some(uid), Some(gid)) => Ok(WorkerUser::Ids { uid, gid }),
-            _ => Err(format!(
-                "user `{raw}` is not a numeric uid or uid:gid: names are resolved inside the image, \
-                 so pilotd could not give the worker its scratch dir"
-            )),
+            _ => Err(SiteValueError::WorkerUser(raw.to_owned())),
         }
     }
 
@@ -721,18 +718,41 @@ pub fn transport_allowed(url: &reqwest::Url) -> bool {
     }
 }
 
+/// Why a value of pilotd.toml that serde accepted is still refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SiteValueError {
+    #[error(
+        "user `{0}` is not a numeric uid or uid:gid: names are resolved inside the image, so pilotd could not give the worker its scratch dir"
+    )]
+    WorkerUser(String),
+    /// `shown` has its credentials redacted.
+    #[error("`{shown}` is not a URL ({why})")]
+    NotAUrl { shown: String, why: String },
+    #[error("`{shown}` is not https (its host is {host})")]
+    NotHttps { shown: String, host: String },
+    #[error(
+        "pattern `{0}`: `*` may only stand for whole path components, as a final \"/*\" or \":*\""
+    )]
+    ImageWildcard(String),
+    #[error("pattern `{0}`: `:*` follows a repository name without a tag")]
+    ImageTagWildcard(String),
+}
+
 /// Parses a URL pilotd will fetch and applies [`transport_allowed`]; the error names the URL
 /// with its credentials redacted.
-pub fn secure_url(raw: &str) -> Result<reqwest::Url, String> {
-    let shown = redact::credentials(raw);
-    let url = reqwest::Url::parse(raw).map_err(|e| format!("`{shown}` is not a URL ({e})"))?;
+pub fn secure_url(raw: &str) -> Result<reqwest::Url, SiteValueError> {
+    let shown = redact::credentials(raw).into_owned();
+    let url = reqwest::Url::parse(raw).map_err(|e| SiteValueError::NotAUrl {
+        shown: shown.clone(),
+        why: e.to_string(),
+    })?;
     if transport_allowed(&url) {
         Ok(url)
     } else {
-        Err(format!(
-            "`{shown}` is not https (its host is {})",
-            url.host_str().unwrap_or("missing")
-        ))
+        Err(SiteValueError::NotHttps {
+            host: url.host_str().unwrap_or("missing").to_owned(),
+            shown,
+        })
     }
 }
 
@@ -752,20 +772,16 @@ pub fn is_env_name(s: &str) -> bool {
 ///
 /// A `*` anywhere else (`registry.example/osg*`) is refused by `check` and matches nothing:
 /// as a plain prefix it would allow `registry.example/osg-evil/…`.
-pub fn check_image_pattern(p: &str) -> Result<(), String> {
+pub fn check_image_pattern(p: &str) -> Result<(), SiteValueError> {
     let body = p
         .strip_suffix("/*")
         .or_else(|| p.strip_suffix(":*"))
         .unwrap_or(p);
     if body.is_empty() || body.contains('*') {
-        return Err(format!(
-            "pattern `{p}`: `*` may only stand for whole path components, as a final \"/*\" or \":*\""
-        ));
+        return Err(SiteValueError::ImageWildcard(p.to_owned()));
     }
     if p.ends_with(":*") && (body.contains('@') || repository(body) != body) {
-        return Err(format!(
-            "pattern `{p}`: `:*` follows a repository name without a tag"
-        ));
+        return Err(SiteValueError::ImageTagWildcard(p.to_owned()));
     }
     Ok(())
 }
@@ -946,7 +962,9 @@ mod tests {
         ] {
             assert!(secure_url(bad).is_err(), "{bad}");
         }
-        let e = secure_url("http://u:pw@evil.example/?token=t").unwrap_err();
+        let e = secure_url("http://u:pw@evil.example/?token=t")
+            .unwrap_err()
+            .to_string();
         assert!(!e.contains("pw") && !e.contains("=t"), "{e}");
         assert!(e.contains("evil.example"), "{e}");
     }

@@ -45,6 +45,12 @@ pub enum UnitError {
     Days(Vec<UnitError>),
     #[error("`{0}` is not a time of day; write HH:MM between 00:00 and 24:00, e.g. \"07:30\"")]
     TimeOfDay(String),
+    #[error("`{0}` is not an IPv4 address or network (a.b.c.d/n)")]
+    NotIpv4(String),
+    #[error("`{0}`: the prefix is a number from 0 to 32")]
+    Prefix(String),
+    #[error("`{raw}` has host bits set; the network is {network}")]
+    HostBits { raw: String, network: String },
 }
 
 /// Parses "90s", "15m", "1h 30m", "2days" or a bare number of seconds ("300"), at most
@@ -386,27 +392,27 @@ pub struct Ipv4Net {
 }
 
 impl Ipv4Net {
-    pub fn parse(raw: &str) -> Result<Ipv4Net, String> {
+    pub fn parse(raw: &str) -> Result<Ipv4Net, UnitError> {
         let (addr, prefix) = match raw.trim().split_once('/') {
             Some((a, p)) => (
                 a,
                 p.parse::<u8>()
-                    .map_err(|_| format!("`{raw}`: bad prefix"))?,
+                    .map_err(|_| UnitError::Prefix(raw.to_owned()))?,
             ),
             None => (raw.trim(), 32),
         };
         let addr: Ipv4Addr = addr
             .parse()
-            .map_err(|_| format!("`{raw}` is not an IPv4 address or network (a.b.c.d/n)"))?;
+            .map_err(|_| UnitError::NotIpv4(raw.to_owned()))?;
         if prefix > 32 {
-            return Err(format!("`{raw}`: the prefix is at most 32"));
+            return Err(UnitError::Prefix(raw.to_owned()));
         }
         let mask = u32::MAX.checked_shl(u32::from(32 - prefix)).unwrap_or(0);
         if u32::from(addr) & !mask != 0 {
-            return Err(format!(
-                "`{raw}` has host bits set; the network is {}/{prefix}",
-                Ipv4Addr::from(u32::from(addr) & mask)
-            ));
+            return Err(UnitError::HostBits {
+                raw: raw.to_owned(),
+                network: format!("{}/{prefix}", Ipv4Addr::from(u32::from(addr) & mask)),
+            });
         }
         Ok(Ipv4Net { addr, prefix })
     }

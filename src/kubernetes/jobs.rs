@@ -71,9 +71,9 @@ pub struct PodTemplate {
 impl PodTemplate {
     /// Whether the site lets a job put label `key` on its pod: allowed by key or prefix, and
     /// never a reserved one whatever the list says.
-    pub fn allows_job_label(&self, key: &str) -> Result<(), String> {
+    pub fn allows_job_label(&self, key: &str) -> Result<(), LabelRefused> {
         if let Some(why) = reserved_label(key) {
-            return Err(format!("is reserved ({why})"));
+            return Err(LabelRefused::Reserved(why));
         }
         let allowed = self.job_label_allow.iter().any(|a| {
             if a.ends_with('/') {
@@ -85,9 +85,18 @@ impl PodTemplate {
         if allowed {
             Ok(())
         } else {
-            Err("is not in [kubernetes] job_label_allow".into())
+            Err(LabelRefused::NotAllowed)
         }
     }
+}
+
+/// Why a job's `RequestLabels` key does not reach its pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum LabelRefused {
+    #[error("is reserved ({0})")]
+    Reserved(&'static str),
+    #[error("is not in [kubernetes] job_label_allow")]
+    NotAllowed,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -207,7 +216,7 @@ pub fn job_body(key: &ShapeKey, pods: &PodTemplate, name: &str) -> Result<Job, J
         }
         // Any OSPool user sets RequestLabels: only what the site allows reaches the pod.
         pods.allows_job_label(&k)
-            .map_err(|why| bad("RequestLabels", &format!("{k}:{v}"), &why))?;
+            .map_err(|why| bad("RequestLabels", &format!("{k}:{v}"), &why.to_string()))?;
         labels.insert(k, v);
     }
     for (k, v) in identity::selector_labels(&pods.app_name) {

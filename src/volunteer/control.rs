@@ -92,7 +92,7 @@ pub struct Access {
 
 /// Root, a user the policy names, or a member of the `pilotd` group (by the process's groups
 /// or by the group database) may; `Err` is the refusal, addressed to the caller.
-pub fn authorise(peer: &Peer, access: &Access) -> Result<(), String> {
+pub fn authorise(peer: &Peer, access: &Access) -> Result<(), Refused> {
     if peer.uid == 0 {
         return Ok(());
     }
@@ -106,18 +106,32 @@ pub fn authorise(peer: &Peer, access: &Access) -> Result<(), String> {
     {
         return Ok(());
     }
-    let who = peer.label();
-    let hint = match &peer.name {
+    Err(Refused {
+        who: peer.label(),
+        name: peer.name.clone(),
+    })
+}
+
+/// A caller who may not snooze or resume; the message is addressed to them.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "refused: {who} may not snooze or resume this machine: only root, the users in the policy's [owner] users and members of the `{GROUP}` group may\n  hint: {}",
+    refused_hint(name.as_deref())
+)]
+pub struct Refused {
+    pub who: String,
+    pub name: Option<String>,
+}
+
+fn refused_hint(name: Option<&str>) -> String {
+    match name {
         Some(n) => format!(
             "ask this machine's administrator to run `adduser {n} {GROUP}` (then log in again), or to add \"{n}\" to `users` under [owner] in the policy"
         ),
         None => format!(
             "this uid has no name on this host; only root, users named in the policy's [owner] users and members of the {GROUP} group may"
         ),
-    };
-    Err(format!(
-        "refused: {who} may not snooze or resume this machine: only root, the users in the policy's [owner] users and members of the `{GROUP}` group may\n  hint: {hint}"
-    ))
+    }
 }
 
 /// The caller's credentials from the socket, completed from the user database and
@@ -237,7 +251,7 @@ async fn answer(stream: UnixStream, ctx: &Context, wake: &mpsc::Sender<()>) {
                 match authorise(&peer, &access) {
                     Err(why) => {
                         tracing::warn!(caller = %peer.label(), uid = peer.uid, "control socket: {req:?} refused");
-                        refuse(why)
+                        refuse(why.to_string())
                     }
                     Ok(()) => {
                         let reply = carry_out(&req, &peer.label(), ctx, Utc::now());
@@ -386,7 +400,9 @@ mod tests {
         for (p, want) in table {
             assert_eq!(authorise(&p, &access).is_ok(), want, "{p:?}");
         }
-        let why = authorise(&peer(1003, Some("mallory"), &[1003]), &access).unwrap_err();
+        let why = authorise(&peer(1003, Some("mallory"), &[1003]), &access)
+            .unwrap_err()
+            .to_string();
         assert!(why.contains("mallory may not") && why.contains("adduser mallory pilotd"));
         // No group on this host: only root and the named users.
         let no_group = Access {

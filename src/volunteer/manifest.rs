@@ -170,7 +170,7 @@ pub fn check(
     }
     for url in &m.worker.config_urls {
         if let Err(e) = secure_url(url) {
-            why.push(Refusal::ConfigUrlNotHttps(e));
+            why.push(Refusal::ConfigUrlNotHttps(e.to_string()));
         }
     }
     for key in m.worker.env.keys() {
@@ -240,7 +240,7 @@ pub async fn fetch(
         hint: hint.into(),
     };
     if let Err(e) = secure_url(url) {
-        return Err(fail(e, "use an https:// URL in [remote] url"));
+        return Err(fail(e.to_string(), "use an https:// URL in [remote] url"));
     }
     // reqwest is built without a default TLS provider (kube uses ring; two providers panic).
     let _ = rustls::crypto::ring::default_provider().install_default();

@@ -605,3 +605,32 @@ fn pilotd_check(s: &Setup) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn log_format_json_prints_one_json_object_per_event() {
+    let s = Setup::new("");
+    let mut child = s
+        .cmd()
+        .args(["--log-format", "json", "run"])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let log = lines(&mut child);
+    let mut seen = Vec::new();
+    let line = wait_line(&log, "decision:", &mut seen);
+    signal(&child, nix::sys::signal::Signal::SIGTERM);
+    wait_exit(&mut child, Duration::from_secs(20));
+    // Every line is a JSON object with a level and a message; the decision's causes are a
+    // field of their own, not text in the message.
+    for l in &seen {
+        let v: serde_json::Value =
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"));
+        assert!(
+            v["level"].is_string() && v["fields"]["message"].is_string(),
+            "{l}"
+        );
+    }
+    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert!(v["fields"]["causes"].is_string(), "{line}");
+}

@@ -173,7 +173,9 @@ time_until_paused() { # T0
 
 # --- images, packages, container ---------------------------------------------------------------
 log "Docker engine, registry and worker images (tests/setup-docker.sh)"
-sh tests/setup-docker.sh >/dev/null
+# Without fd 9: a registry (or dockerd) it starts would inherit the lock and hold it after
+# this suite ends, and the next run would wait for it in vain.
+sh tests/setup-docker.sh >/dev/null 9>&-
 image=$(sh tests/images/build-debian-image.sh pilotd-test/systemd systemd systemd-sysv dbus iptables)
 log "systemd image: $image"
 
