@@ -240,11 +240,13 @@ scenario_install() {
   # Workers on Docker's default bridge: pilotd's own filtered network installs iptables rules
   # in pilotd's network namespace, which here is this container's, not the engine's host
   # (tests/it/docker/egress.rs proves the filter on the host).
+  # WORKER_TERM_DELAY goes right under the [worker.env] header, wherever that table is.
   c sed -i -e 's|^interval = .*|interval = "5s"|' \
     -e 's|^image = .*|image = "127.0.0.1:5000/pilotd-test/worker:current"\nnetwork = "bridge"|' \
     -e 's|^allowed_images = .*|allowed_images = ["127.0.0.1:5000/pilotd-test/*"]|' \
+    -e 's|^\[worker.env\]$|[worker.env]\nWORKER_TERM_DELAY = "1"|' \
     -e "s|^# instance = .*|instance = \"$instance\"|" "$site"
-  printf '%s\n' 'WORKER_TERM_DELAY = "1"' '' '[metrics]' 'listen = "127.0.0.1:9464"' \
+  printf '%s\n' '' '[metrics]' 'listen = "127.0.0.1:9464"' \
     | ci sh -c "cat >> $site"
 
   # The owner's answers, piped: always, any login counts, 1 CPU, 128MiB, 1h jobs, pause, UTC.
