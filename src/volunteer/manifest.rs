@@ -259,7 +259,12 @@ pub async fn fetch(
             }
         }))
         .build()
-        .map_err(|e| fail(e.to_string(), "this is a bug in pilotd"))?;
+        .map_err(|e| {
+            fail(
+                e.to_string(),
+                "pilotd found no CA certificates to check https with: install Debian's ca-certificates",
+            )
+        })?;
     let mut resp = client.get(url).send().await.map_err(|e| {
         fail(
             format!("unreachable: {}", with_causes(&e)),

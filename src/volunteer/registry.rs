@@ -38,6 +38,10 @@ pub enum RegistryError {
     NoDigest { url: String },
     #[error("{url}: the token answer cannot be read: {why}")]
     Token { url: String, why: String },
+    /// No HTTP client could be made, e.g. a host without any CA certificate (Debian's
+    /// ca-certificates); the engine is asked instead.
+    #[error("pilotd cannot ask registries itself: {0}")]
+    NoClient(String),
 }
 
 impl RegistryError {
@@ -50,7 +54,9 @@ impl RegistryError {
 
 /// A registry client for the freshness check, with its tokens.
 pub struct Resolver {
-    http: reqwest::Client,
+    /// `Err` when no client can be built here: never a panic (reqwest's `Client::default`
+    /// panics on a host without CA certificates, and the daemon died at start).
+    http: Result<reqwest::Client, String>,
     /// Bearer tokens by manifest URL (one repository, one scope), until they expire.
     tokens: Mutex<HashMap<String, (String, Instant)>>,
 }
@@ -64,7 +70,18 @@ impl Resolver {
             .user_agent(USER_AGENT)
             .redirect(reqwest::redirect::Policy::limited(3))
             .build()
-            .unwrap_or_default();
+            .map_err(|e| {
+                let why = format!(
+                    "{e}: {}",
+                    std::error::Error::source(&e)
+                        .map(|s| s.to_string())
+                        .unwrap_or_default()
+                );
+                tracing::warn!(
+                    "no HTTP client for registries ({why}); image checks go through the engine"
+                );
+                why
+            });
         Resolver {
             http,
             tokens: Mutex::new(HashMap::new()),
@@ -124,12 +141,21 @@ impl Resolver {
             .ok_or(RegistryError::NoDigest { url })
     }
 
+    fn client(&self) -> Result<&reqwest::Client, RegistryError> {
+        self.http
+            .as_ref()
+            .map_err(|why| RegistryError::NoClient(why.clone()))
+    }
+
     async fn head(
         &self,
         url: &str,
         token: Option<&str>,
     ) -> Result<reqwest::Response, RegistryError> {
-        let mut req = self.http.head(url).header(reqwest::header::ACCEPT, ACCEPT);
+        let mut req = self
+            .client()?
+            .head(url)
+            .header(reqwest::header::ACCEPT, ACCEPT);
         if let Some(t) = token {
             req = req.bearer_auth(t);
         }
@@ -147,7 +173,7 @@ impl Resolver {
             why,
         };
         let answer =
-            self.http
+            self.client()?
                 .get(&url)
                 .send()
                 .await
