@@ -143,6 +143,15 @@ fn plan_replays_a_snapshot_offline_with_the_json_contract() {
         assert!(c.get("backoff").is_some());
         submit += c["submit"].as_u64().unwrap();
     }
+    // The snapshot's six startd ads, paired by K8SPodName: p0 and p4 are Running and
+    // Claimed, p1 and p5 Running and Unclaimed; p8's (Failed) and p9's (Succeeded) ads do
+    // not make their pods claimed or unmatched.
+    let total = |f: &str| clusters.iter().map(|c| c[f].as_u64().unwrap()).sum::<u64>();
+    assert_eq!(
+        (total("claimed"), total("unmatched")),
+        (2, 2),
+        "{clusters:?}"
+    );
     let jobs = v["jobs"].as_array().unwrap();
     assert_eq!(jobs.len() as u64, submit);
     assert!(!jobs.is_empty());
