@@ -82,42 +82,36 @@ impl Filter {
     pub fn chain_rules(&self, reject: &str) -> Vec<(String, Vec<String>)> {
         let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
         let mut out = Vec::new();
+        // Both chains start alike: answers to what the outside asked are not new traffic, and
+        // an allowed destination passes.
+        let opening = |out: &mut Vec<(String, Vec<String>)>, chain: &str| {
+            out.push((
+                chain.to_string(),
+                v(&[
+                    "-m",
+                    "conntrack",
+                    "--ctstate",
+                    "ESTABLISHED,RELATED",
+                    "-j",
+                    "RETURN",
+                ]),
+            ));
+            for a in &self.allow {
+                out.push((
+                    chain.to_string(),
+                    v(&["-d", &a.to_string(), "-j", "RETURN"]),
+                ));
+            }
+        };
         let fwd = self.forward_chain();
-        // Answers to what the outside asked are not new traffic.
-        out.push((
-            fwd.clone(),
-            v(&[
-                "-m",
-                "conntrack",
-                "--ctstate",
-                "ESTABLISHED,RELATED",
-                "-j",
-                "RETURN",
-            ]),
-        ));
-        for a in &self.allow {
-            out.push((fwd.clone(), v(&["-d", &a.to_string(), "-j", "RETURN"])));
-        }
+        opening(&mut out, &fwd);
         for r in REFUSED {
             out.push((fwd.clone(), v(&["-d", r, "-j", reject])));
         }
         out.push((fwd, v(&["-j", "RETURN"])));
         // To the host itself: nothing new, except an allowed destination.
         let input = self.input_chain();
-        out.push((
-            input.clone(),
-            v(&[
-                "-m",
-                "conntrack",
-                "--ctstate",
-                "ESTABLISHED,RELATED",
-                "-j",
-                "RETURN",
-            ]),
-        ));
-        for a in &self.allow {
-            out.push((input.clone(), v(&["-d", &a.to_string(), "-j", "RETURN"])));
-        }
+        opening(&mut out, &input);
         out.push((input, v(&["-j", reject])));
         out
     }

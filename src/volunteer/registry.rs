@@ -71,12 +71,11 @@ impl Resolver {
             .redirect(reqwest::redirect::Policy::limited(3))
             .build()
             .map_err(|e| {
-                let why = format!(
-                    "{e}: {}",
-                    std::error::Error::source(&e)
-                        .map(|s| s.to_string())
-                        .unwrap_or_default()
-                );
+                // reqwest says "builder error"; the cause (no CA certificates) is its source.
+                let why = match std::error::Error::source(&e) {
+                    Some(cause) => format!("{e}: {cause}"),
+                    None => e.to_string(),
+                };
                 tracing::warn!(
                     "no HTTP client for registries ({why}); image checks go through the engine"
                 );
