@@ -212,6 +212,23 @@ struct ModeOnly {
     mode: Option<String>,
 }
 
+/// The `mode` of a snapshot whose first key it is, as `pilotd snapshot` writes it, read
+/// without a pass over the rest (tens of MB for a cluster). Anything else (another key
+/// first, an escaped value) is `None`, and the caller reads the whole file for it; a second
+/// `mode` further on is still refused, by the full parse that follows.
+fn leading_mode(src: &[u8]) -> Option<&str> {
+    let ws = |b: &&u8| b.is_ascii_whitespace();
+    let mut rest = src;
+    for token in [&b"{"[..], b"\"mode\"", b":", b"\""] {
+        let skip = rest.iter().take_while(ws).count();
+        rest = rest[skip..].strip_prefix(token)?;
+    }
+    let end = rest.iter().position(|&b| b == b'"' || b == b'\\')?;
+    (rest[end] == b'"')
+        .then(|| std::str::from_utf8(&rest[..end]).ok())
+        .flatten()
+}
+
 /// Reads a snapshot file; errors name the file, line and column.
 pub fn read_snapshot(path: &Path) -> Result<Snapshot, CmdError> {
     // Bytes, not a String: a kubernetes snapshot is tens of MB, and serde_json checks the
@@ -231,8 +248,13 @@ pub fn read_snapshot(path: &Path) -> Result<Snapshot, CmdError> {
             e
         ))
     };
-    let head: ModeOnly = serde_json::from_slice(&src).map_err(located)?;
-    match head.mode.as_deref() {
+    let mode = match leading_mode(&src) {
+        Some(m) => Some(m.to_string()),
+        None => serde_json::from_slice::<ModeOnly>(&src)
+            .map_err(located)?
+            .mode,
+    };
+    match mode.as_deref() {
         Some("volunteer") => serde_json::from_slice::<HostSnapshot>(&src)
             .map(Snapshot::Host)
             .map_err(located),
@@ -446,6 +468,24 @@ mod tests {
         for (evict, accept, die, live, want) in table {
             let got = limit_lines(&supply(evict, accept, die), at(now), live, fmt);
             assert_eq!(got, want, "{evict:?} {accept:?} {die:?} {live:?}");
+        }
+    }
+
+    #[test]
+    fn the_leading_mode_is_read_only_when_it_is_unambiguous() {
+        let table: [(&str, Option<&str>); 8] = [
+            (r#"{"mode":"kubernetes","jobs":[]}"#, Some("kubernetes")),
+            ("{\n  \"mode\" : \"volunteer\",\n", Some("volunteer")),
+            (r#"{"mode":"other"}"#, Some("other")),
+            // Anything else is left to the full parse.
+            (r#"{"taken_at":"x","mode":"kubernetes"}"#, None),
+            (r#"{"mode":"kube\u0072netes"}"#, None),
+            (r#"{"mode":null}"#, None),
+            (r#"{"mode":"kubernetes"#, None),
+            ("", None),
+        ];
+        for (src, want) in table {
+            assert_eq!(leading_mode(src.as_bytes()), want, "{src}");
         }
     }
 }

@@ -34,7 +34,8 @@ pub enum KubeError {
     #[error("cannot build the Kubernetes client: {0}")]
     Client(String),
     #[error(
-        "listing {what} in namespace {namespace} (selector {selector}) failed: {source}\n  hint: check the API server is reachable and the Role allows list on {what}"
+        "listing {what} in namespace {namespace} (selector {selector}) failed: {}\n  hint: check the API server is reachable and the Role allows list on {what}",
+        causes(.source.as_ref())
     )]
     List {
         what: &'static str,
@@ -43,14 +44,16 @@ pub enum KubeError {
         source: Box<kube::Error>,
     },
     #[error(
-        "creating Job {name} failed: {source}\n  hint: check the Role allows create on batch/jobs and the namespace quota"
+        "creating Job {name} failed: {}\n  hint: check the Role allows create on batch/jobs and the namespace quota",
+        causes(.source.as_ref())
     )]
     Create {
         name: String,
         source: Box<kube::Error>,
     },
     #[error(
-        "deleting Job {name} failed: {source}\n  hint: it is retried next cycle; check the Role allows delete on batch/jobs"
+        "deleting Job {name} failed: {}\n  hint: it is retried next cycle; check the Role allows delete on batch/jobs",
+        causes(.source.as_ref())
     )]
     Delete {
         name: String,
@@ -98,6 +101,25 @@ pub struct KubeBackend {
     requests: AtomicU64,
 }
 
+/// An error and its causes, `: `-joined: kube's own message for a refused TLS handshake is
+/// only "ServiceError: client error (Connect)", the same as for a closed port; the cause
+/// says which (an unknown CA, a connection refused). The binary's edge prints `Display`
+/// alone, so the chain is part of the message. A cause whose text its parent already
+/// carries is skipped.
+fn causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let more = cause.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        next = cause.source();
+    }
+    text
+}
+
 impl KubeBackend {
     /// Connects as the config says: the in-cluster account, or a kubeconfig (path and
     /// context optional).
@@ -127,8 +149,12 @@ impl KubeBackend {
                 }
             }
         };
-        let client =
-            kube::Client::try_from(config).map_err(|e| KubeError::Client(e.to_string()))?;
+        // An in-cluster client reads the account's token file only here: its absence is the
+        // account's problem, and says so with the account's hint.
+        let client = kube::Client::try_from(config).map_err(|e| match cfg.source {
+            ClientSource::InCluster => KubeError::InCluster(e.to_string()),
+            ClientSource::Kubeconfig => KubeError::Client(e.to_string()),
+        })?;
         Ok(KubeBackend::from_client(client, cfg))
     }
 

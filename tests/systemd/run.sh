@@ -6,7 +6,8 @@
 #
 #   install    apt install; unit enabled, not started; init with piped answers; start reaches
 #              active (running) through READY=1; systemctl status shows the STATUS= line
-#   hardening  under the unit's sandbox: Docker socket, state dir, utmp, /proc, metrics port;
+#   hardening  under the unit's sandbox: Docker socket, state dir, utmp, /proc, metrics port,
+#              journal fields (WORKER=, PRIORITY=);
 #              the sandbox really applied (NoNewPrivs, seccomp, bounding set, read-only /usr)
 #   reload     a valid change applied; an invalid one refused with FILE:LINE:COL, last good kept
 #              (by the unit's check and by the daemon itself); no /bin/kill needed
@@ -329,6 +330,18 @@ scenario_hardening() {
   local t_login
   t_login=$(elapsed "$t0")
   status_has "alice" || fail "status does not say alice is logged in"
+  # Journal fields (README, "systemd"): the pause is found by a match on the WORKER field,
+  # not by grepping text, and carries the priority and identifier the README names.
+  local wname entry
+  wname=$(docker inspect -f '{{.Name}}' "$first_worker" | tr -d /)
+  entry=$(c journalctl -u pilotd.service --no-pager -o verbose "WORKER=$wname" SYSLOG_IDENTIFIER=pilotd 2>&1)
+  grep -qE '^ +MESSAGE=paused: ' <<<"$entry" \
+    || fail "no journal entry with WORKER=$wname and MESSAGE=paused: …; journalctl -o verbose WORKER=$wname gave: $(tail -n 20 <<<"$entry")"
+  grep -qE '^ +PRIORITY=5$' <<<"$entry" || fail "the pause is not logged at PRIORITY=5 (notice): $entry"
+  # The field is the journal's, not folded into the text.
+  if grep -qF "worker=" <<<"$(journal)"; then
+    fail "the journal's text carries 'worker=': fields were folded into MESSAGE"
+  fi
   put_utmp "$utmp_boot"
   wait_for 15 "the worker to resume after alice left" running_is "$first_worker"
 
