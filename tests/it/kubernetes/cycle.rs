@@ -13,16 +13,16 @@ use pilotd::service::lifecycle::Hooks;
 use serde_json::Value;
 use std::path::PathBuf;
 
-const NS: &str = "osg-opportunistic";
+pub(super) const NS: &str = "osg-opportunistic";
 
 /// A fixture directory plus wrappers that run the fake tools against it (no process-wide
 /// environment, so tests can run in parallel).
-struct Pool {
-    dir: tempfile::TempDir,
+pub(super) struct Pool {
+    pub(super) dir: tempfile::TempDir,
 }
 
 impl Pool {
-    fn new() -> Pool {
+    pub(super) fn new() -> Pool {
         let dir = tempfile::tempdir().unwrap();
         let fake = crate::harness::repo("tests/fake-condor");
         for tool in ["condor_status", "condor_q"] {
@@ -77,15 +77,20 @@ impl Pool {
         std::fs::write(self.dir.path().join(name), text).unwrap();
     }
 
-    fn config(&self, extra: &str) -> Settings {
-        let table = KubernetesConfig::from_table_text(&format!(
+    /// The `[kubernetes]` table's text for this pool, then `extra` (also what a pilotd.toml
+    /// for the binary puts under `[kubernetes]`).
+    pub(super) fn table(&self, extra: &str) -> String {
+        format!(
             "namespace = \"{NS}\"\napp_name = \"osg-direct\"\nk8s_domain = \"nrp-nautilus.io\"\n\
              schedd_whitelist = 'ap.*\\.osg-htc\\.org'\ncondor_status = '{}'\ncondor_q = '{}'\n\
              condor_timeout = \"20s\"\n{extra}",
             self.dir.path().join("condor_status").display(),
             self.dir.path().join("condor_q").display(),
-        ))
-        .unwrap();
+        )
+    }
+
+    fn config(&self, extra: &str) -> Settings {
+        let table = KubernetesConfig::from_table_text(&self.table(extra)).unwrap();
         Settings::from_table(&table, &self.dir.path().join("state")).unwrap()
     }
 
@@ -98,11 +103,11 @@ fn now() -> DateTime<Utc> {
     "2026-12-01T21:30:00Z".parse().unwrap()
 }
 
-fn label<'a>(obj: &'a Value, k: &str) -> Option<&'a str> {
+pub(super) fn label<'a>(obj: &'a Value, k: &str) -> Option<&'a str> {
     obj["metadata"]["labels"][k].as_str()
 }
 
-fn jobs_by_shape(fake: &FakeKube) -> Vec<(String, String, String, usize)> {
+pub(super) fn jobs_by_shape(fake: &FakeKube) -> Vec<(String, String, String, usize)> {
     let mut out: Vec<(String, String, String, usize)> = Vec::new();
     for j in fake.jobs() {
         let k = (

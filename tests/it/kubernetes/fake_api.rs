@@ -1,8 +1,9 @@
 //! An in-process fake Kubernetes API server for the kubernetes-mode integration tests: plain
-//! HTTP on 127.0.0.1, an in-memory store of pods and Jobs, and a stand-in for the Job
-//! controller that makes one Pending pod per created Job. Nothing real can run here (no
-//! cluster), so it does what the real API server does on the requests pilotd makes, each
-//! behaviour after the Kubernetes API conventions
+//! HTTP on 127.0.0.1 (`start`), or HTTPS with a CA of its own (`start_tls`) as a real API
+//! server speaks to a pod's service account; an in-memory store of pods and Jobs, and a
+//! stand-in for the Job controller that makes one Pending pod per created Job. Nothing real can
+//! run here (no cluster), so it does what the real API server does on the requests pilotd
+//! makes, each behaviour after the Kubernetes API conventions
 //! (community/contributors/devel/sig-architecture/api-conventions.md, "API Concepts" in the
 //! Kubernetes reference docs):
 //!
@@ -39,6 +40,9 @@ pub struct Seen {
     pub method: String,
     pub path: String,
     pub query: BTreeMap<String, String>,
+    /// The `Authorization` header as sent (e.g. `Bearer <token>`), if any: which credential
+    /// the client presented.
+    pub authorization: Option<String>,
 }
 
 type Predicate = Box<dyn Fn(&Value) -> bool + Send>;
@@ -49,6 +53,9 @@ pub struct Store {
     pub pods: BTreeMap<String, Value>,
     pub jobs: BTreeMap<String, Value>,
     pub seen: Vec<Seen>,
+    /// TLS handshakes that failed (`start_tls`), as the server saw them: e.g. the client's
+    /// alert when it does not trust the certificate. Such a client sends no request.
+    pub handshake_failures: Vec<String>,
     /// Job bodies for which POST answers 500.
     pub fail_create: Option<Predicate>,
     /// Every list answers 500 while set.
@@ -141,6 +148,9 @@ impl Store {
 pub struct FakeKube {
     pub addr: SocketAddr,
     pub store: Arc<Mutex<Store>>,
+    /// With `start_tls`: the PEM of the CA that signed the server's certificate, what a
+    /// client must trust (a pod's `ca.crt`).
+    pub ca_pem: Option<String>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -150,8 +160,70 @@ impl Drop for FakeKube {
     }
 }
 
+/// A CA of the test's own and a server certificate it signed for 127.0.0.1 (an IP SAN: the
+/// in-cluster client connects to `https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT`
+/// and checks the certificate against that address), as a cluster's CA signs its API server's.
+/// The CA is named after the server's address, so two fakes' CAs are two different issuers.
+fn tls_identity(addr: SocketAddr) -> (String, tokio_rustls::TlsAcceptor) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(DnType::CommonName, format!("fake kubernetes CA of {addr}"));
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca, ca_key);
+    let server_key = KeyPair::generate().unwrap();
+    let mut server = CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
+    server
+        .distinguished_name
+        .push(DnType::CommonName, "kube-apiserver");
+    let server_cert = server.signed_by(&server_key, &issuer).unwrap();
+    // ring, as pilotd's own TLS stack: no second crypto provider in the tree.
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![server_cert.der().clone()],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(server_key.serialize_der().into()),
+        )
+        .unwrap();
+    (
+        ca_cert.pem(),
+        tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+    )
+}
+
+/// Serves one connection (plain or TLS) with `handle`.
+async fn serve_connection<IO>(store: Arc<Mutex<Store>>, io: IO)
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let svc = hyper::service::service_fn(move |req| {
+        let s = store.clone();
+        async move { Ok::<_, std::convert::Infallible>(handle(s, req).await) }
+    });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .serve_connection(hyper_util::rt::TokioIo::new(io), svc)
+        .await;
+}
+
 impl FakeKube {
+    /// Plain HTTP, for tests that hand the client its URL.
     pub async fn start() -> FakeKube {
+        FakeKube::listen(false).await
+    }
+
+    /// HTTPS with a fresh CA (`ca_pem`) and a certificate for 127.0.0.1, for clients that
+    /// insist on TLS, as the in-cluster one does (`client`, `raw_client` and `kubeconfig` do
+    /// not carry the CA: they are for `start`'s server).
+    pub async fn start_tls() -> FakeKube {
+        FakeKube::listen(true).await
+    }
+
+    async fn listen(tls: bool) -> FakeKube {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let store = Arc::new(Mutex::new(Store {
@@ -159,6 +231,7 @@ impl FakeKube {
             gc_after: 2,
             ..Store::default()
         }));
+        let (ca_pem, acceptor) = tls.then(|| tls_identity(addr)).unzip();
         let s = store.clone();
         let task = tokio::spawn(async move {
             loop {
@@ -166,22 +239,35 @@ impl FakeKube {
                     return;
                 };
                 let s = s.clone();
+                let acceptor = acceptor.clone();
                 tokio::spawn(async move {
-                    let svc = hyper::service::service_fn(move |req| {
-                        let s = s.clone();
-                        async move { Ok::<_, std::convert::Infallible>(handle(s, req).await) }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                        .await;
+                    match acceptor {
+                        None => serve_connection(s, stream).await,
+                        // A client that does not trust the CA ends the handshake: no request
+                        // is seen, as with a real server; the failure is kept for the test.
+                        Some(a) => match a.accept(stream).await {
+                            Ok(tls) => serve_connection(s, tls).await,
+                            Err(e) => s.lock().unwrap().handshake_failures.push(e.to_string()),
+                        },
+                    }
                 });
             }
         });
-        FakeKube { addr, store, task }
+        FakeKube {
+            addr,
+            store,
+            ca_pem,
+            task,
+        }
     }
 
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.ca_pem.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}", self.addr)
     }
 
     /// A real kube client pointed at this server.
@@ -521,6 +607,10 @@ fn list(
 async fn handle(store: Arc<Mutex<Store>>, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
+    let authorization = req
+        .headers()
+        .get(http::header::AUTHORIZATION)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
     let query: BTreeMap<String, String> = req
         .uri()
         .query()
@@ -538,6 +628,7 @@ async fn handle(store: Arc<Mutex<Store>>, req: Request<Incoming>) -> Response<Fu
         method: method.to_string(),
         path: path.clone(),
         query: query.clone(),
+        authorization,
     });
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
     match (&method, parts.as_slice()) {
