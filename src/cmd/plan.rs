@@ -250,9 +250,11 @@ pub fn read_snapshot(path: &Path) -> Result<Snapshot, CmdError> {
     };
     let mode = match leading_mode(&src) {
         Some(m) => Some(m.to_string()),
-        None => serde_json::from_slice::<ModeOnly>(&src)
-            .map_err(located)?
-            .mode,
+        None => {
+            serde_json::from_slice::<ModeOnly>(&src)
+                .map_err(located)?
+                .mode
+        }
     };
     match mode.as_deref() {
         Some("volunteer") => serde_json::from_slice::<HostSnapshot>(&src)

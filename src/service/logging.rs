@@ -23,7 +23,10 @@ pub fn init(json: bool, level: Option<&str>) {
         // Fields keep their own names (`WORKER=`, `IMAGE=`), not the crate's default `F_`
         // prefix, so `journalctl -u pilotd WORKER=NAME` reads as the log line does. None of
         // pilotd's field names is one of the journal's own (MESSAGE, PRIORITY, CODE_*, _*).
-        .map(|l| l.with_syslog_identifier("pilotd".into()).with_field_prefix(None));
+        .map(|l| {
+            l.with_syslog_identifier("pilotd".into())
+                .with_field_prefix(None)
+        });
     if let Some(j) = journald {
         let _ = tracing_subscriber::registry()
             .with(filter)

@@ -248,7 +248,8 @@ async fn in_cluster_client_outside_a_pod_or_without_its_token_fails_and_creates_
     );
     assert!(err.contains("hint: run pilotd inside a pod"), "{err}");
 
-    // An account without its token: the daemon does not start; the message names the file.
+    // An account without its token: the daemon does not start; the message names the file
+    // and is the account's error (kube reads the token only when the client is built).
     let no_token = Account {
         token: None,
         ..Account::of(&fake, "unused")
@@ -256,6 +257,11 @@ async fn in_cluster_client_outside_a_pod_or_without_its_token_fails_and_creates_
     let (ok, _, err) = one_shot(&pool, &fake, &no_token, "no-token", &["run"]).await;
     assert!(!ok, "{err}");
     assert!(err.contains(&format!("{ACCOUNT_DIR}/token")), "{err}");
+    assert!(
+        err.contains("cannot use the in-cluster service account")
+            && err.contains("hint: run pilotd inside a pod"),
+        "{err}"
+    );
 
     assert!(fake.seen().is_empty(), "{:?}", fake.seen());
     assert!(fake.jobs().is_empty());
@@ -275,8 +281,9 @@ async fn in_cluster_client_refuses_a_server_its_ca_did_not_sign() {
     let (ok, out, err) = one_shot(&pool, &fake, &account, "wrong-ca", &["snapshot"]).await;
     assert!(!ok, "{out}{err}");
     assert!(err.contains("listing pods"), "{err}");
-    // pilotd's message says only "client error (Connect)" (kube's error shows no cause), so
-    // the server's side tells it was the certificate: the client reached it and refused it
+    // The message carries the cause, so a refused CA does not read like a closed port ...
+    assert!(err.contains("UnknownIssuer"), "{err}");
+    // ... and the server's side agrees: the client reached it and refused its certificate
     // in the handshake with an unknown-CA alert.
     let refused = fake.store.lock().unwrap().handshake_failures.clone();
     assert!(
