@@ -108,7 +108,7 @@ pub fn load_config(
 pub fn observe_once(probe: &ProbeSettings, carry: Carry) -> Result<HostSnapshot, CmdError> {
     let mut probe = HostProbe::new(probe.clone())?;
     std::thread::sleep(probe.prime());
-    Ok(probe.observe(Utc::now(), carry)?)
+    Ok(probe.observe(Utc::now(), carry, true)?)
 }
 
 /// Runs one future to completion on a single-threaded runtime: one-shot commands ask the

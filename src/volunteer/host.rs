@@ -51,12 +51,18 @@ impl HostProbe {
         sysinfo::MINIMUM_CPU_UPDATE_INTERVAL.max(Duration::from_millis(250))
     }
 
+    /// The host now. `refresh_cpu` false keeps the CPU figure of the last refresh, so the
+    /// next one covers the whole window since it (the daemon's own-load accounting must
+    /// cover the same window; see `daemon::cycle::CpuMeter`).
     pub fn observe(
         &mut self,
         now: DateTime<Utc>,
         carry: Carry,
+        refresh_cpu: bool,
     ) -> Result<HostSnapshot, ProbeError> {
-        self.system.refresh_cpu_usage();
+        if refresh_cpu {
+            self.system.refresh_cpu_usage();
+        }
         self.system.refresh_memory();
         let cpus = self.system.cpus().len().max(1) as u32;
         let load = System::load_average()

@@ -29,6 +29,8 @@ pub struct FakeWorld {
     pub output: BTreeMap<String, Vec<String>>,
     /// Every spec a worker was started from, in order.
     pub specs: Vec<WorkerSpec>,
+    /// What `cpu_sample` reads for a worker, by id (zero when unset).
+    pub cpu: BTreeMap<String, CpuSample>,
     next_id: u64,
 }
 
@@ -245,8 +247,8 @@ impl Backend for FakeBackend {
     }
 
     async fn cpu_sample(&self, id: &str) -> Result<CpuSample, BackendError> {
-        let _w = self.call(format!("stats {id}"))?;
-        Ok(CpuSample::default())
+        let w = self.call(format!("stats {id}"))?;
+        Ok(w.cpu.get(id).copied().unwrap_or_default())
     }
 
     async fn watch(

@@ -20,31 +20,71 @@ use crate::volunteer::snapshot::{HostSnapshot, Sessions};
 use crate::volunteer::snooze;
 use crate::volunteer::status::{self, Decision, OutcomeRecord};
 use crate::volunteer::worker::{CpuSample, ImageState, Worker, WorkerState, split_reference};
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, SecondsFormat, SubsecRound, Utc};
 use std::collections::HashMap;
 
 /// pilotd's own workers' share of the machine, from two CPU samples a cycle apart.
+///
+/// The owner's CPU is the host's busy time over the last cycle minus this, so both must
+/// cover the same window. A worker started since the last measurement has no sample from
+/// then, but all of its CPU lies in the window: its counter, from zero, over the window's
+/// length on every CPU. Without that, a busy new worker read as the owner's load for one
+/// cycle (a false "owner CPU above …", no new workers). Paused workers keep being sampled
+/// (a frozen worker's counter does not move), so a resumed one is counted from its first
+/// cycle too. A worker that was already there when pilotd started counts from the second
+/// cycle: its counter covers its whole life.
 #[derive(Debug, Default)]
 pub(super) struct CpuMeter {
     prev: HashMap<String, CpuSample>,
+    /// When the last measurement ran.
+    last: Option<DateTime<Utc>>,
 }
 
+/// The shortest window CPU shares are measured over (see `CpuMeter`).
+const MIN_CPU_WINDOW: chrono::TimeDelta = chrono::TimeDelta::seconds(2);
+
 impl CpuMeter {
-    /// The running workers' CPU since the last measurement, as a fraction of the machine.
-    async fn measure(&mut self, b: &AnyBackend, workers: &[Worker]) -> f64 {
-        let running: Vec<&Worker> = workers
+    /// Time since the last measurement; unbounded before the first.
+    pub(super) fn window_since(&self, now: DateTime<Utc>) -> chrono::TimeDelta {
+        self.last
+            .map_or(chrono::TimeDelta::MAX, |at| now.signed_duration_since(at))
+    }
+
+    /// The workers' CPU since the last measurement, as a fraction of a machine of `cpus`
+    /// CPUs (`None` before the host was first observed).
+    pub(super) async fn measure(
+        &mut self,
+        b: &AnyBackend,
+        workers: &[Worker],
+        now: DateTime<Utc>,
+        cpus: Option<u32>,
+    ) -> f64 {
+        let live: Vec<&Worker> = workers
             .iter()
-            .filter(|w| w.state == WorkerState::Running)
+            .filter(|w| matches!(w.state, WorkerState::Running | WorkerState::Paused))
             .collect();
         let samples =
-            futures_util::future::join_all(running.iter().map(|w| b.cpu_sample(&w.id))).await;
+            futures_util::future::join_all(live.iter().map(|w| b.cpu_sample(&w.id))).await;
+        // The window on every CPU, in the counters' nanoseconds.
+        let window_ns = self
+            .last
+            .and_then(|at| now.signed_duration_since(at).num_nanoseconds())
+            .zip(cpus)
+            .map(|(ns, cpus)| ns as f64 * f64::from(cpus))
+            .filter(|ns| *ns > 0.0);
         let mut total = 0.0;
         let mut next = HashMap::new();
-        for (w, s) in running.iter().zip(samples) {
+        for (w, s) in live.iter().zip(samples) {
             match s {
                 Ok(s) => {
                     if let Some(p) = self.prev.get(&w.id) {
                         total += s.fraction_since(*p).unwrap_or(0.0);
+                    } else if let (Some(window), Some(created), Some(at)) =
+                        (window_ns, w.created, self.last)
+                        // The label has whole seconds.
+                        && created >= at.trunc_subsecs(0)
+                    {
+                        total += (s.worker_ns as f64 / window).clamp(0.0, 1.0);
                     }
                     next.insert(w.id.clone(), s);
                 }
@@ -52,6 +92,7 @@ impl CpuMeter {
             }
         }
         self.prev = next;
+        self.last = Some(now);
         f64::min(total, 1.0)
     }
 }
@@ -115,12 +156,20 @@ impl Daemon {
             },
             None => None,
         };
+        // CPU is measured on windows of at least MIN_CPU_WINDOW: a cycle right after
+        // another (a worker started or ended, a login) decides on the last figures, host and
+        // own alike. Over a fraction of a second the engine's own work of starting a
+        // container read as the owner's load.
+        let fresh_cpu = !urgent && self.cpu.window_since(now) >= MIN_CPU_WINDOW;
         let own_cpu = match (&backend, &workers) {
-            (Some(b), Some(w)) if !urgent => self.cpu.measure(b, w).await,
+            (Some(b), Some(w)) if fresh_cpu => {
+                let cpus = self.last_snapshot.as_ref().map(|h| h.cpus);
+                self.cpu.measure(b, w, now, cpus).await
+            }
             _ => self.status.own_cpu,
         };
         let logind = self.logind.observe(now).await;
-        let Some(snapshot) = self.observe_host(now, own_cpu, logind, &mut errors) else {
+        let Some(snapshot) = self.observe_host(now, own_cpu, fresh_cpu, logind, &mut errors) else {
             self.finish(
                 now,
                 Record {
@@ -270,6 +319,7 @@ impl Daemon {
         &mut self,
         now: DateTime<Utc>,
         own_cpu: f64,
+        refresh_cpu: bool,
         logind: logind::Seen,
         errors: &mut Vec<String>,
     ) -> Option<HostSnapshot> {
@@ -279,7 +329,7 @@ impl Daemon {
             host_free_since: self.status.host_free_since,
         };
         let snoozed_until = snooze::active(&self.s.state_dir, now).map(|s| s.until);
-        match self.probe.observe(now, carry) {
+        match self.probe.observe(now, carry, refresh_cpu) {
             Ok(s) => {
                 let mut s = HostSnapshot { snoozed_until, ..s };
                 logind::lay_on(&mut s, logind);

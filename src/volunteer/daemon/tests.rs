@@ -472,3 +472,78 @@ async fn a_login_is_acted_on_while_the_registry_hangs() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(m.calls("resolve").len(), 2, "{:?}", m.engine.calls());
 }
+
+/// Own-load accounting over three measurements 10 s apart on a 2-CPU machine: the counters
+/// a busy worker would show. A worker born between two measurements is counted in its first
+/// window (it used to read as the owner's load then), a paused one keeps its baseline, and
+/// one that was there before pilotd counts from its second measurement.
+#[tokio::test]
+async fn own_cpu_counts_a_new_worker_in_its_first_window() {
+    use crate::volunteer::daemon::cycle::CpuMeter;
+    use crate::volunteer::worker::CpuSample;
+    use chrono::SubsecRound;
+    let t0: chrono::DateTime<Utc> = "2026-12-01T12:00:00.400Z".parse().unwrap();
+    let t = |s: i64| t0 + chrono::Duration::seconds(s);
+    let engine = FakeBackend::new();
+    let b = AnyBackend::Fake(engine.clone());
+    let at = |id: &str, state: WorkerState, created: chrono::DateTime<Utc>| Worker {
+        state,
+        created: Some(created),
+        finished_at: None,
+        exit_code: None,
+        ..exited(id, 0)
+    };
+    let set = |id: &str, worker_s: u64, system_s: u64| {
+        engine.lock().cpu.insert(
+            id.into(),
+            CpuSample {
+                worker_ns: worker_s * 1_000_000_000,
+                system_ns: system_s * 1_000_000_000,
+            },
+        );
+    };
+    let mut meter = CpuMeter::default();
+    // t0: "old" was running before pilotd started (400 s of CPU in its life).
+    set("old", 400, 100_000);
+    let old = at("old", WorkerState::Running, t(-3600));
+    assert_eq!(
+        meter
+            .measure(&b, std::slice::from_ref(&old), t(0), Some(2))
+            .await,
+        0.0
+    );
+
+    // t0+10: "old" used 5 of the window's 20 CPU-s; "new", created in this window (its label
+    // has whole seconds, before the sub-second measurement time), used 10.
+    set("old", 405, 100_020);
+    set("new", 10, 100_020);
+    let new = at("new", WorkerState::Running, t(0).trunc_subsecs(0));
+    let got = meter
+        .measure(&b, &[old.clone(), new.clone()], t(10), Some(2))
+        .await;
+    assert!((got - 0.75).abs() < 1e-9, "{got}");
+
+    // t0+20: "new" paused (frozen counter), "old" busy on one CPU; then resumed at t0+30.
+    set("old", 415, 100_040);
+    set("new", 10, 100_040);
+    let paused = Worker {
+        state: WorkerState::Paused,
+        ..new.clone()
+    };
+    let got = meter
+        .measure(&b, &[old.clone(), paused], t(20), Some(2))
+        .await;
+    assert!((got - 0.5).abs() < 1e-9, "{got}");
+    set("old", 415, 100_060);
+    set("new", 16, 100_060);
+    let got = meter.measure(&b, &[old, new], t(30), Some(2)).await;
+    assert!((got - 0.3).abs() < 1e-9, "{got}");
+
+    // A worker adopted after a restart (no sample, created long ago) is not counted from zero:
+    // its counter is its whole life.
+    let mut fresh = CpuMeter::default();
+    fresh.measure(&b, &[], t(0), Some(2)).await;
+    set("adopted", 5000, 100_080);
+    let adopted = at("adopted", WorkerState::Running, t(-86_400));
+    assert_eq!(fresh.measure(&b, &[adopted], t(10), Some(2)).await, 0.0);
+}

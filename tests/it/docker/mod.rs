@@ -7,6 +7,7 @@
 
 mod egress;
 mod freshness;
+mod own_load;
 mod page;
 mod pilot;
 mod snooze;

@@ -47,8 +47,16 @@ impl Harness {
         .unwrap();
         std::fs::write(p_dir.join("utmp"), b"").unwrap();
         let policy = format!(
-            "timezone = \"UTC\"\n{}\n[owner]\nmax_owner_cpu = \"100%\"\nfree_for = \"0s\"\non_battery = \"ignore\"\non_return = \"{}\"\ngrace = \"{}\"\n[share]\ncpus = 2\nmemory = \"512MiB\"\ndisk = \"{}\"\nworkers = {}\n[jobs]\nlongest_job = \"{}\"\n",
-            p.schedule, p.on_return, p.grace, p.disk, p.workers, p.longest_job
+            "timezone = \"UTC\"\n{}\n[owner]\nmax_owner_cpu = \"{}\"\nbusy_for = \"{}\"\nfree_for = \"0s\"\non_battery = \"ignore\"\non_return = \"{}\"\ngrace = \"{}\"\n[share]\ncpus = {}\nmemory = \"512MiB\"\ndisk = \"{}\"\nworkers = {}\n[jobs]\nlongest_job = \"{}\"\n",
+            p.schedule,
+            p.max_owner_cpu,
+            p.busy_for,
+            p.on_return,
+            p.grace,
+            p.cpus,
+            p.disk,
+            p.workers,
+            p.longest_job
         );
         std::fs::write(p_dir.join("policy.toml"), policy).unwrap();
         let p = p_dir;
@@ -151,19 +159,19 @@ impl Harness {
         });
     }
 
-    fn alive(&mut self) -> bool {
+    pub(super) fn alive(&mut self) -> bool {
         matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
     }
 
     /// The state file as the running daemon last wrote it.
-    fn status_file(&self) -> Option<serde_json::Value> {
+    pub(super) fn status_file(&self) -> Option<serde_json::Value> {
         let text = std::fs::read_to_string(self.path("state/status.json")).ok()?;
         serde_json::from_str(&text).ok()
     }
 
     /// Waits until the running daemon has finished `n` cycles (its state file, written at the
     /// end of each, carries its pid and a new `updated_at`).
-    fn wait_cycles(&self, n: usize) {
+    pub(super) fn wait_cycles(&self, n: usize) {
         let pid = self.child.as_ref().expect("running").id();
         let mut seen = std::collections::BTreeSet::new();
         self.wait_for(
@@ -275,8 +283,12 @@ pub(super) struct P {
     workers: u32,
     longest_job: &'static str,
     disk: &'static str,
+    max_owner_cpu: String,
+    busy_for: &'static str,
+    cpus: u32,
 }
 
+/// Most tests keep the owner's CPU out of the way (`100%`): the machine runs other tests.
 pub(super) fn policy(on_return: &'static str, workers: u32) -> P {
     P {
         schedule: ALWAYS.into(),
@@ -285,6 +297,26 @@ pub(super) fn policy(on_return: &'static str, workers: u32) -> P {
         disk: "1GiB",
         workers,
         longest_job: "1h",
+        max_owner_cpu: "100%".into(),
+        busy_for: "2m",
+        cpus: 2,
+    }
+}
+
+impl P {
+    /// The owner is busy above `max` of the machine's CPU (not counting pilotd's workers),
+    /// held for `busy_for`.
+    pub(super) fn with_owner_cpu(self, max: &str, busy_for: &'static str) -> P {
+        P {
+            max_owner_cpu: max.into(),
+            busy_for,
+            ..self
+        }
+    }
+
+    /// Each worker's CPU share.
+    pub(super) fn with_cpus(self, cpus: u32) -> P {
+        P { cpus, ..self }
     }
 }
 
