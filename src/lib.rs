@@ -7,7 +7,8 @@
 //!   bodies, the API client, the provisioner loop); only with the `kubernetes` feature;
 //! - shared below both: `config` (the two files, read and diagnosed), `service` (the process
 //!   as a system service, and the loop skeleton both modes run in), `backoff`, `horizon`
-//!   (the range of instants and durations, and saturating arithmetic on them);
+//!   (the range of instants and durations, and saturating arithmetic on them), `zone` (the
+//!   owner's time zone, from the system's tz database);
 //! - above both: `cli` (the command line) and `cmd` (one file per subcommand: the edge).
 //!
 //! Both modes are a reconcile loop: observe → decide (pure) → act. The decision is a pure
@@ -24,3 +25,4 @@ pub mod horizon;
 pub mod kubernetes;
 pub mod service;
 pub mod volunteer;
+pub mod zone;

@@ -14,7 +14,7 @@ fuzz_target!(|data: &[u8]| {
             src,
             &SiteConfig::defaults(),
             None,
-            chrono_tz::UTC,
+            pilotd::zone::Zone::utc(),
         );
     }
 });

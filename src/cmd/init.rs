@@ -125,7 +125,7 @@ const QUESTIONS: &[Question] = &[
         prompt: "Your time zone? (IANA name)",
         default: |a| a.timezone.clone(),
         apply: |a, s| {
-            s.parse::<chrono_tz::Tz>()
+            s.parse::<crate::zone::Zone>()
                 .map_err(|_| AnswerError::TimeZone(s.to_string()))?;
             a.timezone = s.into();
             Ok(())
@@ -428,12 +428,12 @@ mod tests {
             &text,
             &config::SiteConfig::defaults(),
             None,
-            chrono_tz::UTC,
+            crate::zone::Zone::utc(),
         )
         .unwrap();
         assert_eq!(p.on_return, config::Evict::Pause);
         assert_eq!(p.longest_job, std::time::Duration::from_secs(4 * 3600));
-        assert_eq!(p.timezone, chrono_tz::Europe::Rome);
+        assert_eq!(p.timezone, crate::zone::Zone::named("Europe/Rome").unwrap());
     }
 
     #[test]

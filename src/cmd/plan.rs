@@ -144,9 +144,9 @@ pub fn volunteer_plan(cfg: &Config, host: &HostSnapshot, now: DateTime<Utc>) -> 
     // The same prediction the daemon uses, when the site enabled it (`[history]
     // predict_die_at`); off by default, so replays depend only on the snapshot.
     let learned = if s.history.predict_die_at {
-        history::peek(&s.state_dir, s.policy.timezone).history
+        history::peek(&s.state_dir, &s.policy.timezone).history
     } else {
-        History::new(s.policy.timezone)
+        History::new(&s.policy.timezone)
     };
     let outlook = Outlook::at(&s, &learned, now);
     let mut supply = policy::decide(&s.policy, host, outlook.limits, now);
@@ -273,9 +273,9 @@ pub fn read_snapshot(path: &Path) -> Result<Snapshot, CmdError> {
 
 fn render_text(cfg: &Config, p: &VolunteerPlan) -> String {
     use std::fmt::Write;
-    let tz = cfg.policy.timezone;
+    let tz = &cfg.policy.timezone;
     let local = |t: DateTime<Utc>| {
-        t.with_timezone(&tz)
+        t.with_timezone(tz)
             .format("%a %Y-%m-%d %H:%M %Z")
             .to_string()
     };

@@ -15,7 +15,7 @@ pub fn run(g: &Global, a: &ScheduleArgs) -> Result<String, CmdError> {
     let cfg = load_config(g, SiteFile::Optional, this_machine())?;
     let now = parse_now(a.now.as_deref())?.unwrap_or_else(Utc::now);
     // What the daemon learned on this machine, when it has run here.
-    let learned = crate::volunteer::history::peek(&cfg.site.state_dir, cfg.policy.timezone);
+    let learned = crate::volunteer::history::peek(&cfg.site.state_dir, &cfg.policy.timezone);
     let mut out = render(
         &cfg.policy,
         now,
@@ -26,7 +26,7 @@ pub fn run(g: &Global, a: &ScheduleArgs) -> Result<String, CmdError> {
         out.push('\n');
         out.push_str(&crate::volunteer::history::render(
             &learned.history,
-            cfg.policy.timezone,
+            &cfg.policy.timezone,
         ));
     }
     if let Some(w) = learned.warning {
@@ -36,7 +36,7 @@ pub fn run(g: &Global, a: &ScheduleArgs) -> Result<String, CmdError> {
 }
 
 pub fn render(p: &Policy, now: DateTime<Utc>, days: u32, source: &str) -> String {
-    let tz = p.timezone;
+    let tz = &p.timezone;
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -49,7 +49,7 @@ pub fn render(p: &Policy, now: DateTime<Utc>, days: u32, source: &str) -> String
     // `--now` is checked, but a caller may pass any instant: past the range local dates may
     // not exist (chrono panics), so the grid starts at the nearest accepted instant.
     let now = now.clamp(crate::horizon::earliest(), crate::horizon::latest());
-    let today = now.with_timezone(&tz).date_naive();
+    let today = now.with_timezone(tz).date_naive();
     let mut compute_halfhours = 0u32;
     for d in 0..days {
         let Some(date) = today.checked_add_signed(Duration::days(i64::from(d))) else {
@@ -128,7 +128,7 @@ mod tests {
 
     #[test]
     fn grid_marks_compute_guard_and_off() {
-        let mut p = Policy::defaults(chrono_tz::Europe::Rome);
+        let mut p = Policy::defaults(crate::zone::Zone::named("Europe/Rome").unwrap());
         p.windows = vec![Window {
             days: parse_days("mon-fri").unwrap(),
             from: parse_time_of_day("19:00").unwrap(),
@@ -164,7 +164,8 @@ mod tests {
                 (DateTime::<Utc>::MAX_UTC.timestamp() - 86_400)..=DateTime::<Utc>::MAX_UTC.timestamp(),
             ],
             guard in proptest::prop_oneof![proptest::prelude::any::<u64>(), 0u64..86_400],
-            tz in (0..chrono_tz::TZ_VARIANTS.len()).prop_map(|i| chrono_tz::TZ_VARIANTS[i]),
+            tz in proptest::sample::select(crate::zone::Zone::available())
+                .prop_map(|name| crate::zone::Zone::named(&name).expect("a zone the database lists")),
             days in 1u32..=28,
         ) {
             let mut p = Policy::defaults(tz);
@@ -182,7 +183,7 @@ mod tests {
 
     #[test]
     fn dst_gap_is_blank() {
-        let p = Policy::defaults(chrono_tz::Europe::Rome);
+        let p = Policy::defaults(crate::zone::Zone::named("Europe/Rome").unwrap());
         let out = render(&p, utc("2026-03-29T10:00:00Z"), 1, "x");
         let row = out.lines().find(|l| l.starts_with("Sun 29 Mar")).unwrap();
         let cells: Vec<char> = row.chars().skip(12).collect();

@@ -111,12 +111,12 @@ pub fn run(g: &Global, a: &StatusArgs) -> Result<String, CmdError> {
             .flatten()
             .map(|m| m.version),
     });
-    let learned = history::peek(&s.state_dir, s.policy.timezone).history;
+    let learned = history::peek(&s.state_dir, &s.policy.timezone).history;
     let history = learned.overall().map(|free_fraction| HistoryView {
         since: learned.since,
         free_fraction,
         likely_free_hours: learned
-            .likely_free_for(s.policy.timezone, now, s.history.free_threshold)
+            .likely_free_for(&s.policy.timezone, now, s.history.free_threshold)
             .num_hours(),
     });
     let view = StatusView {

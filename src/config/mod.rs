@@ -24,7 +24,7 @@ pub use diag::{Diagnostic, Diagnostics};
 pub use policy::{Evict, Policy, PolicySpans};
 pub use site::{Mode, SiteConfig};
 
-use chrono_tz::Tz;
+use crate::zone::Zone;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
@@ -88,7 +88,7 @@ pub fn load(
         .map(Path::to_path_buf)
         .unwrap_or_else(|| site.policy.clone());
     let policy = if site.mode == Mode::Kubernetes && policy_override.is_none() {
-        Policy::defaults(chrono_tz::UTC)
+        Policy::defaults(crate::zone::Zone::utc())
     } else {
         load_policy(&policy_path, &site, machine)?
     };
@@ -204,7 +204,7 @@ pub fn parse_policy(
     src: &str,
     site: &SiteConfig,
     machine: Option<Machine>,
-    local_tz: Tz,
+    local_tz: Zone,
 ) -> Result<Policy, ConfigError> {
     let mut d = Diagnostics::new(path, src);
     let raw = match toml::from_str::<policy::RawPolicy>(src) {
@@ -278,7 +278,7 @@ pub fn check_against_machine(p: &Policy, spans: &PolicySpans, m: Machine, d: &mu
 
 /// The system's local time zone: `TZ`, then /etc/timezone, then the /etc/localtime link;
 /// UTC when none names a known zone.
-pub fn local_timezone() -> Tz {
+pub fn local_timezone() -> Zone {
     let from_env = std::env::var("TZ")
         .ok()
         .map(|s| s.trim_start_matches(':').to_string());
@@ -296,6 +296,6 @@ pub fn local_timezone() -> Tz {
     [from_env, from_file(), from_link()]
         .into_iter()
         .flatten()
-        .find_map(|name| name.parse::<Tz>().ok())
-        .unwrap_or(chrono_tz::UTC)
+        .find_map(|name| name.parse::<Zone>().ok())
+        .unwrap_or(crate::zone::Zone::utc())
 }

@@ -10,7 +10,7 @@ use super::units::{
     DaySet, Minute, Share, ShareUnit, StrOrInt, duration_from_secs, parse_days, parse_duration,
     parse_share, parse_time_of_day,
 };
-use chrono_tz::Tz;
+use crate::zone::Zone;
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
 use std::time::Duration;
@@ -138,7 +138,7 @@ pub struct Window {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Policy {
-    pub timezone: Tz,
+    pub timezone: Zone,
     pub windows: Vec<Window>,
     pub evict_before_end: Duration,
     pub sessions: SessionRule,
@@ -182,7 +182,7 @@ pub struct PolicySpans {
 impl Policy {
     /// The built-in defaults (what a policy.toml that sets nothing means), with a window that
     /// is always open; the shipped policies narrow it.
-    pub fn defaults(timezone: Tz) -> Policy {
+    pub fn defaults(timezone: Zone) -> Policy {
         Policy {
             timezone,
             windows: vec![Window {
@@ -220,12 +220,12 @@ impl Policy {
 pub const MAX_WINDOWS: usize = 336;
 
 /// Second pass: every value checked, every problem recorded.
-pub fn validate(raw: RawPolicy, local_tz: Tz, d: &mut Diagnostics) -> (Policy, PolicySpans) {
+pub fn validate(raw: RawPolicy, local_tz: Zone, d: &mut Diagnostics) -> (Policy, PolicySpans) {
     let mut p = Policy::defaults(local_tz);
     let mut spans = PolicySpans::default();
 
     if let Some(tz) = &raw.timezone {
-        match tz.get_ref().parse::<Tz>() {
+        match tz.get_ref().parse::<Zone>() {
             Ok(z) => p.timezone = z,
             Err(_) => d.error(
                 tz.span(),
@@ -498,7 +498,7 @@ mod tests {
                 return Err(d.into_vec().iter().map(|x| x.to_string()).collect());
             }
         };
-        let (p, _) = validate(raw, chrono_tz::UTC, &mut d);
+        let (p, _) = validate(raw, crate::zone::Zone::utc(), &mut d);
         if d.is_empty() {
             Ok(p)
         } else {
@@ -508,7 +508,10 @@ mod tests {
 
     #[test]
     fn empty_file_is_the_defaults() {
-        assert_eq!(parse("").unwrap(), Policy::defaults(chrono_tz::UTC));
+        assert_eq!(
+            parse("").unwrap(),
+            Policy::defaults(crate::zone::Zone::utc())
+        );
     }
 
     #[test]
@@ -545,7 +548,7 @@ longest_job = "4h"
 "#,
         )
         .unwrap();
-        assert_eq!(p.timezone, chrono_tz::Europe::Rome);
+        assert_eq!(p.timezone, crate::zone::Zone::named("Europe/Rome").unwrap());
         assert_eq!(p.windows.len(), 2);
         assert_eq!(
             p.windows[0],

@@ -8,8 +8,8 @@
 use crate::service::state_file::write_atomically;
 use crate::volunteer::policy::Limits;
 use crate::volunteer::settings::Settings;
+use crate::zone::Zone;
 use chrono::{DateTime, Datelike, Duration, Timelike, Utc};
-use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -42,7 +42,7 @@ pub struct History {
 }
 
 impl History {
-    pub fn new(tz: Tz) -> History {
+    pub fn new(tz: &Zone) -> History {
         History {
             version: 1,
             timezone: tz.name().to_string(),
@@ -52,14 +52,14 @@ impl History {
     }
 
     /// Hour of the week (Monday 00:00–00:59 local = 0) of an instant.
-    pub fn hour_of_week(tz: Tz, t: DateTime<Utc>) -> usize {
-        let l = t.with_timezone(&tz);
+    pub fn hour_of_week(tz: &Zone, t: DateTime<Utc>) -> usize {
+        let l = t.with_timezone(tz);
         l.weekday().num_days_from_monday() as usize * 24 + l.hour() as usize
     }
 
     /// Counts `elapsed` seconds ending at `now` as observed, and as free when `free`. The
     /// caller caps `elapsed` (a suspended machine was not observed).
-    pub fn record(&mut self, tz: Tz, now: DateTime<Utc>, elapsed: Duration, free: bool) {
+    pub fn record(&mut self, tz: &Zone, now: DateTime<Utc>, elapsed: Duration, free: bool) {
         let secs = elapsed.num_seconds().max(0) as u64;
         if secs == 0 {
             return;
@@ -94,7 +94,7 @@ impl History {
     /// week was free at least `threshold` of the time it was watched (hours never watched end
     /// the run: no evidence is not evidence of freedom). Used to advertise a machine's
     /// expected free stretch to the pool, and optionally to cap `die_at`.
-    pub fn likely_free_for(&self, tz: Tz, now: DateTime<Utc>, threshold: f64) -> Duration {
+    pub fn likely_free_for(&self, tz: &Zone, now: DateTime<Utc>, threshold: f64) -> Duration {
         let mut hours = 0i64;
         while hours < HOURS_PER_WEEK as i64 {
             let t = crate::horizon::after(now, std::time::Duration::from_secs(hours as u64 * 3600));
@@ -127,7 +127,13 @@ impl Learner {
     /// Counts the time up to `now` as watched, and as free when `free` (the owner away and the
     /// host free, whatever the schedule says: the history shows when this machine is really
     /// free, including hours the policy does not open).
-    pub fn learn(&mut self, tz: Tz, now: DateTime<Utc>, interval: std::time::Duration, free: bool) {
+    pub fn learn(
+        &mut self,
+        tz: &Zone,
+        now: DateTime<Utc>,
+        interval: std::time::Duration,
+        free: bool,
+    ) {
         let cap = Duration::from_std(interval.saturating_mul(2)).unwrap_or_default();
         let (elapsed, counted_until) = match self.counted_until {
             None => (Duration::zero(), now),
@@ -156,7 +162,7 @@ pub struct Outlook {
 impl Outlook {
     /// The daemon and `pilotd plan` both ask here, so they decide with the same limits.
     pub fn at(s: &Settings, h: &History, now: DateTime<Utc>) -> Outlook {
-        let likely_free = h.likely_free_for(s.policy.timezone, now, s.history.free_threshold);
+        let likely_free = h.likely_free_for(&s.policy.timezone, now, s.history.free_threshold);
         let predicted = s.history.predict_die_at && likely_free >= Duration::hours(1);
         Outlook {
             likely_free,
@@ -188,16 +194,16 @@ pub fn path(state_dir: &Path) -> PathBuf {
 
 /// Reads the history from the state dir (for the daemon). Missing → empty. Unreadable or
 /// corrupted → empty, with the bad file renamed to `history.json.corrupt` so nothing is lost.
-pub fn load(state_dir: &Path, tz: Tz) -> Loaded {
+pub fn load(state_dir: &Path, tz: &Zone) -> Loaded {
     read(state_dir, tz, true)
 }
 
 /// Reads the history without changing anything (for `schedule` and `status`).
-pub fn peek(state_dir: &Path, tz: Tz) -> Loaded {
+pub fn peek(state_dir: &Path, tz: &Zone) -> Loaded {
     read(state_dir, tz, false)
 }
 
-fn read(state_dir: &Path, tz: Tz, set_aside: bool) -> Loaded {
+fn read(state_dir: &Path, tz: &Zone, set_aside: bool) -> Loaded {
     let p = path(state_dir);
     let bytes = match std::fs::read(&p) {
         Ok(b) => b,
@@ -258,7 +264,7 @@ pub fn save(state_dir: &Path, h: &History) -> Result<(), HistoryError> {
 }
 
 /// One line per day for `pilotd schedule`: each hour's free share as a shade.
-pub fn render(h: &History, tz: Tz) -> String {
+pub fn render(h: &History, tz: &Zone) -> String {
     use std::fmt::Write;
     let mut out = String::new();
     let Some(overall) = h.overall() else {
@@ -268,7 +274,7 @@ pub fn render(h: &History, tz: Tz) -> String {
         out,
         "learned availability since {} (free {:.0}% of the watched time; █ ≥90% ▓ ≥60% ▒ ≥30% ░ >0% · never, blank = not watched):",
         h.since
-            .map(|s| s.with_timezone(&tz).format("%Y-%m-%d").to_string())
+            .map(|s| s.with_timezone(tz).format("%Y-%m-%d").to_string())
             .unwrap_or_default(),
         overall * 100.0
     );
@@ -298,7 +304,9 @@ pub fn render(h: &History, tz: Tz) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chrono_tz::Europe::Rome;
+    fn rome() -> crate::zone::Zone {
+        crate::zone::Zone::named("Europe/Rome").expect("tzdata has Europe/Rome")
+    }
 
     fn utc(s: &str) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
@@ -306,36 +314,39 @@ mod tests {
 
     #[test]
     fn hours_of_the_week_are_local() {
-        // Monday 2026-01-12 00:30 Rome = Sunday 23:30 UTC.
-        assert_eq!(History::hour_of_week(Rome, utc("2026-01-11T23:30:00Z")), 0);
+        // Monday 2026-01-12 00:30 rome() = Sunday 23:30 UTC.
         assert_eq!(
-            History::hour_of_week(Rome, utc("2026-01-18T22:59:00Z")),
+            History::hour_of_week(&rome(), utc("2026-01-11T23:30:00Z")),
+            0
+        );
+        assert_eq!(
+            History::hour_of_week(&rome(), utc("2026-01-18T22:59:00Z")),
             167
         );
     }
 
     #[test]
     fn counts_and_predicts() {
-        let mut h = History::new(Rome);
+        let mut h = History::new(&rome());
         // Two weeks: free every night 20:00-06:00 local, busy otherwise; 30 s cycles.
-        let start = utc("2026-01-11T23:00:00Z"); // Monday 00:00 Rome
+        let start = utc("2026-01-11T23:00:00Z"); // Monday 00:00 rome()
         let mut t = start;
         while t < start + Duration::weeks(2) {
-            let l = t.with_timezone(&Rome).hour();
-            h.record(Rome, t, Duration::seconds(30), !(6..20).contains(&l));
+            let l = t.with_timezone(&rome()).hour();
+            h.record(&rome(), t, Duration::seconds(30), !(6..20).contains(&l));
             t += Duration::seconds(30);
         }
         assert!((h.overall().unwrap() - 10.0 / 24.0).abs() < 0.01);
         assert_eq!(h.free_fraction(2), Some(1.0));
         assert_eq!(h.free_fraction(12), Some(0.0));
-        // Tuesday 21:00 Rome: free until Wednesday 06:00, 9 hours.
+        // Tuesday 21:00 rome(): free until Wednesday 06:00, 9 hours.
         let now = utc("2026-01-27T20:00:00Z");
-        assert_eq!(h.likely_free_for(Rome, now, 0.8), Duration::hours(9));
+        assert_eq!(h.likely_free_for(&rome(), now, 0.8), Duration::hours(9));
         assert_eq!(
-            h.likely_free_for(Rome, utc("2026-01-27T11:00:00Z"), 0.8),
+            h.likely_free_for(&rome(), utc("2026-01-27T11:00:00Z"), 0.8),
             Duration::zero()
         );
-        let r = render(&h, Rome);
+        let r = render(&h, &rome());
         assert!(r.contains("free 42%"), "{r}");
         assert!(r.lines().any(|l| l.starts_with("Mon    ██████")), "{r}");
     }
@@ -343,23 +354,23 @@ mod tests {
     #[test]
     fn survives_restart_and_corruption() {
         let dir = tempfile::tempdir().unwrap();
-        let mut h = History::new(Rome);
+        let mut h = History::new(&rome());
         h.record(
-            Rome,
+            &rome(),
             utc("2026-01-12T10:00:00Z"),
             Duration::seconds(30),
             true,
         );
         save(dir.path(), &h).unwrap();
-        let l = load(dir.path(), Rome);
+        let l = load(dir.path(), &rome());
         assert_eq!(l.history, h);
         assert!(l.warning.is_none());
 
         // Truncated file: start over, keep a backup, say so.
         let bytes = std::fs::read(path(dir.path())).unwrap();
         std::fs::write(path(dir.path()), &bytes[..bytes.len() / 2]).unwrap();
-        let l = load(dir.path(), Rome);
-        assert_eq!(l.history, History::new(Rome));
+        let l = load(dir.path(), &rome());
+        assert_eq!(l.history, History::new(&rome()));
         let w = l.warning.unwrap();
         assert!(
             w.contains("corrupted") && w.contains("history.json.corrupt"),
@@ -377,17 +388,17 @@ mod tests {
         )
         .unwrap();
         assert!(
-            load(dir.path(), Rome)
+            load(dir.path(), &rome())
                 .warning
                 .unwrap()
                 .contains("unexpected")
         );
         // peek reports but never moves a file.
         std::fs::write(path(dir.path()), b"{").unwrap();
-        assert!(peek(dir.path(), Rome).warning.is_some());
+        assert!(peek(dir.path(), &rome()).warning.is_some());
         assert!(path(dir.path()).exists());
         // Missing: empty, no warning.
         let empty = tempfile::tempdir().unwrap();
-        assert!(load(empty.path(), Rome).warning.is_none());
+        assert!(load(empty.path(), &rome()).warning.is_none());
     }
 }

@@ -588,7 +588,7 @@ GLIDEIN_ResourceName = "LAB-42"
         let cfg = crate::config::Config {
             site,
             site_path: None,
-            policy: crate::config::Policy::defaults(chrono_tz::UTC),
+            policy: crate::config::Policy::defaults(crate::zone::Zone::utc()),
             policy_path: "p".into(),
         };
         let site = crate::volunteer::settings::Settings::resolve(&cfg).worker;

@@ -428,8 +428,8 @@ button{{font-size:110%;margin-right:0.5em}}</style></head><body>{}</body></html>
 /// The page for a signed-in owner, from the daemon's status file, the snooze, the learned
 /// history and the policy.
 fn render(ctx: &Context, s: &Session, now: DateTime<Utc>) -> String {
-    let tz = ctx.policy.timezone;
-    let local = |t: DateTime<Utc>| t.with_timezone(&tz).format("%a %H:%M").to_string();
+    let tz = &ctx.policy.timezone;
+    let local = |t: DateTime<Utc>| t.with_timezone(tz).format("%a %H:%M").to_string();
     let st = status::load(&status::path(&ctx.state_dir))
         .ok()
         .flatten()
@@ -528,14 +528,14 @@ fn render(ctx: &Context, s: &Session, now: DateTime<Utc>) -> String {
         );
     }
     let _ = write!(b, "</tr>");
-    let today = now.with_timezone(&tz).date_naive();
+    let today = now.with_timezone(tz).date_naive();
     for day in 0..7 {
         let date = today + ChronoDuration::days(day);
         let _ = write!(b, "<tr><th>{}</th>", date.format("%a %d"));
         for half in 0..48 {
             let t = date
                 .and_hms_opt(half / 2, (half % 2) * 30, 0)
-                .and_then(|n| n.and_local_timezone(tz).earliest())
+                .and_then(|n| n.and_local_timezone(tz.clone()).earliest())
                 .map(|t| t.with_timezone(&Utc));
             let class = match t.map(|t| cell_at(&ctx.policy, t)) {
                 Some(Cell::Compute) => "c",

@@ -247,7 +247,7 @@ mod tests {
         let cfg = Config {
             site,
             site_path: None,
-            policy: Policy::defaults(chrono_tz::UTC),
+            policy: Policy::defaults(crate::zone::Zone::utc()),
             policy_path: Path::new("p.toml").into(),
         };
         let s = Settings::resolve(&cfg);

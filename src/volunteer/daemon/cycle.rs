@@ -575,7 +575,7 @@ impl Daemon {
     fn learn(&mut self, now: DateTime<Utc>, supply: &Supply) {
         let free = !supply.causes.iter().any(|c| c.owner_or_host_busy());
         self.learner
-            .learn(self.s.policy.timezone, now, self.s.interval, free);
+            .learn(&self.s.policy.timezone, now, self.s.interval, free);
         if let Some(m) = &self.metrics {
             m.allowed.set(i64::from(supply.allowed));
             for c in &supply.causes {

@@ -173,7 +173,7 @@ impl Daemon {
         let mut probe = HostProbe::new(s.probe.clone())?;
         probe.prime();
         let status_path = status::path(&s.state_dir);
-        let loaded = history::load(&s.state_dir, s.policy.timezone);
+        let loaded = history::load(&s.state_dir, &s.policy.timezone);
         if let Some(w) = &loaded.warning {
             tracing::warn!("{w}");
         }

@@ -75,7 +75,7 @@ impl Machine {
     }
 
     fn policy(&self) -> Policy {
-        let mut policy = Policy::defaults(chrono_tz::UTC);
+        let mut policy = Policy::defaults(crate::zone::Zone::utc());
         policy.sessions = SessionRule::Any;
         // This machine's real load (other builds) must not look like the owner.
         policy.max_owner_cpu = 1.0;

@@ -7,8 +7,8 @@
 //! wins. Nothing here reads the clock.
 
 use crate::config::policy::Window;
+use crate::zone::Zone;
 use chrono::{DateTime, Datelike, Duration, NaiveDate, NaiveDateTime, TimeZone, Timelike, Utc};
-use chrono_tz::Tz;
 
 /// How far ahead boundaries are searched. A week plus a day covers every weekly pattern.
 pub const HORIZON_DAYS: i64 = 8;
@@ -25,11 +25,11 @@ pub enum Period {
 
 /// Is `t` inside any window? An instant outside `horizon`'s range is in none: its local time
 /// may not exist in chrono (which would panic), and no real clock reads it.
-pub fn is_open(windows: &[Window], tz: Tz, t: DateTime<Utc>) -> bool {
+pub fn is_open(windows: &[Window], tz: &Zone, t: DateTime<Utc>) -> bool {
     if !crate::horizon::in_range(t) {
         return false;
     }
-    let local = t.with_timezone(&tz);
+    let local = t.with_timezone(tz);
     let day = local.weekday();
     let minute = (local.hour() * 60 + local.minute()) as u16;
     windows.iter().any(|w| {
@@ -45,7 +45,7 @@ pub fn is_open(windows: &[Window], tz: Tz, t: DateTime<Utc>) -> bool {
 }
 
 /// The period `now` is in, with its end or the next start.
-pub fn period_at(windows: &[Window], tz: Tz, now: DateTime<Utc>) -> Period {
+pub fn period_at(windows: &[Window], tz: &Zone, now: DateTime<Utc>) -> Period {
     if !crate::horizon::in_range(now) {
         return Period::Closed { opens: None };
     }
@@ -61,8 +61,8 @@ pub fn period_at(windows: &[Window], tz: Tz, now: DateTime<Utc>) -> Period {
 }
 
 /// All instants after `now` (within the horizon) where some window starts or ends, sorted.
-fn boundaries(windows: &[Window], tz: Tz, now: DateTime<Utc>) -> Vec<DateTime<Utc>> {
-    let today = now.with_timezone(&tz).date_naive();
+fn boundaries(windows: &[Window], tz: &Zone, now: DateTime<Utc>) -> Vec<DateTime<Utc>> {
+    let today = now.with_timezone(tz).date_naive();
     let mut out = Vec::new();
     for offset in -1..=HORIZON_DAYS {
         let Some(date) = today.checked_add_signed(Duration::days(offset)) else {
@@ -103,7 +103,7 @@ fn at_minute(date: NaiveDate, minute: u16) -> Option<NaiveDateTime> {
 
 /// Every UTC instant a local wall-clock time stands for: one normally, two in a fold, and in
 /// a gap the first instant after the gap. Never panics (no `LocalResult::unwrap`).
-pub fn to_utc(tz: Tz, naive: NaiveDateTime) -> Vec<DateTime<Utc>> {
+pub fn to_utc(tz: &Zone, naive: NaiveDateTime) -> Vec<DateTime<Utc>> {
     use chrono::LocalResult;
     match tz.from_local_datetime(&naive) {
         LocalResult::Single(t) => vec![t.with_timezone(&Utc)],
@@ -146,7 +146,7 @@ pub fn cell_at(p: &crate::config::Policy, t: DateTime<Utc>) -> Cell {
     const HALF: std::time::Duration = std::time::Duration::from_secs(15 * 60);
     // Saturating: an instant at the edge of chrono's range must not panic (`horizon`).
     let mid = after(t, HALF);
-    match period_at(&p.windows, p.timezone, mid) {
+    match period_at(&p.windows, &p.timezone, mid) {
         Period::Closed { .. } => Cell::Off,
         Period::Open { ends: Some(end) } if before(end, p.evict_before_end) < after(mid, HALF) => {
             Cell::Guard
@@ -159,7 +159,9 @@ pub fn cell_at(p: &crate::config::Policy, t: DateTime<Utc>) -> Cell {
 mod tests {
     use super::*;
     use crate::config::units::{parse_days, parse_time_of_day};
-    use chrono_tz::Europe::Rome;
+    fn rome() -> crate::zone::Zone {
+        crate::zone::Zone::named("Europe/Rome").expect("tzdata has Europe/Rome")
+    }
 
     fn w(days: &str, from: &str, to: &str) -> Window {
         Window {
@@ -177,11 +179,11 @@ mod tests {
     fn wrapping_window_belongs_to_its_start_day() {
         let ws = [w("fri", "22:00", "06:00")];
         // Friday 23:00 and Saturday 05:59 local (UTC+1 in January) are open.
-        assert!(is_open(&ws, Rome, utc("2026-01-09T22:00:00Z")));
-        assert!(is_open(&ws, Rome, utc("2026-01-10T04:59:00Z")));
+        assert!(is_open(&ws, &rome(), utc("2026-01-09T22:00:00Z")));
+        assert!(is_open(&ws, &rome(), utc("2026-01-10T04:59:00Z")));
         // Saturday 06:00 local is closed, and Thursday night is not in the window.
-        assert!(!is_open(&ws, Rome, utc("2026-01-10T05:00:00Z")));
-        assert!(!is_open(&ws, Rome, utc("2026-01-08T22:00:00Z")));
+        assert!(!is_open(&ws, &rome(), utc("2026-01-10T05:00:00Z")));
+        assert!(!is_open(&ws, &rome(), utc("2026-01-08T22:00:00Z")));
     }
 
     #[test]
@@ -190,10 +192,10 @@ mod tests {
             w("mon-fri", "19:00", "07:30"),
             w("sat,sun", "00:00", "24:00"),
         ];
-        // Friday 20:00 Rome (CET): the period runs through the weekend to Monday 00:00. The
+        // Friday 20:00 rome() (CET): the period runs through the weekend to Monday 00:00. The
         // weekday window's morning part belongs to the day it started, and Sunday is not in
         // mon-fri, so Monday 00:00-07:30 is closed (the shipped policy adds it explicitly).
-        let p = period_at(&ws, Rome, utc("2026-01-09T19:00:00Z"));
+        let p = period_at(&ws, &rome(), utc("2026-01-09T19:00:00Z"));
         assert_eq!(
             p,
             Period::Open {
@@ -201,7 +203,7 @@ mod tests {
             }
         );
         let ws = [ws[0], ws[1], w("mon", "00:00", "07:30")];
-        let p = period_at(&ws, Rome, utc("2026-01-09T19:00:00Z"));
+        let p = period_at(&ws, &rome(), utc("2026-01-09T19:00:00Z"));
         assert_eq!(
             p,
             Period::Open {
@@ -209,7 +211,7 @@ mod tests {
             }
         );
         // Monday 12:00: closed until 19:00.
-        let p = period_at(&ws[..2], Rome, utc("2026-01-12T11:00:00Z"));
+        let p = period_at(&ws[..2], &rome(), utc("2026-01-12T11:00:00Z"));
         assert_eq!(
             p,
             Period::Closed {
@@ -222,7 +224,7 @@ mod tests {
     fn always_open_never_ends() {
         let ws = [w("daily", "00:00", "24:00")];
         assert_eq!(
-            period_at(&ws, Rome, utc("2026-03-29T01:30:00Z")),
+            period_at(&ws, &rome(), utc("2026-03-29T01:30:00Z")),
             Period::Open { ends: None }
         );
     }
@@ -230,7 +232,7 @@ mod tests {
     #[test]
     fn never_open_never_opens() {
         assert_eq!(
-            period_at(&[], Rome, utc("2026-03-29T01:30:00Z")),
+            period_at(&[], &rome(), utc("2026-03-29T01:30:00Z")),
             Period::Closed { opens: None }
         );
     }
@@ -240,7 +242,7 @@ mod tests {
         // 2026-03-29: 02:00 CET jumps to 03:00 CEST (01:00 UTC).
         let ws = [w("sun", "01:00", "02:30")];
         // The window ends inside the gap, so the period ends at the jump.
-        let p = period_at(&ws, Rome, utc("2026-03-29T00:30:00Z"));
+        let p = period_at(&ws, &rome(), utc("2026-03-29T00:30:00Z"));
         assert_eq!(
             p,
             Period::Open {
@@ -249,7 +251,7 @@ mod tests {
         );
         // A window that starts inside the gap opens at the jump.
         let ws = [w("sun", "02:30", "04:00")];
-        let p = period_at(&ws, Rome, utc("2026-03-28T23:00:00Z"));
+        let p = period_at(&ws, &rome(), utc("2026-03-28T23:00:00Z"));
         assert_eq!(
             p,
             Period::Closed {
@@ -257,7 +259,7 @@ mod tests {
             }
         );
         // ...and closes at 04:00 CEST = 02:00 UTC.
-        let p = period_at(&ws, Rome, utc("2026-03-29T01:30:00Z"));
+        let p = period_at(&ws, &rome(), utc("2026-03-29T01:30:00Z"));
         assert_eq!(
             p,
             Period::Open {
@@ -266,7 +268,7 @@ mod tests {
         );
         // A night window across the change is 1h shorter in real time.
         let ws = [w("sat", "22:00", "06:00")];
-        let p = period_at(&ws, Rome, utc("2026-03-28T21:00:00Z"));
+        let p = period_at(&ws, &rome(), utc("2026-03-28T21:00:00Z"));
         assert_eq!(
             p,
             Period::Open {
@@ -280,7 +282,7 @@ mod tests {
         // 2026-10-25: 03:00 CEST falls back to 02:00 CET (01:00 UTC); 02:xx happens twice.
         let ws = [w("sat", "22:00", "06:00")];
         // 22:00 CEST Saturday = 20:00 UTC; ends 06:00 CET = 05:00 UTC: 9 real hours.
-        let p = period_at(&ws, Rome, utc("2026-10-24T20:00:00Z"));
+        let p = period_at(&ws, &rome(), utc("2026-10-24T20:00:00Z"));
         assert_eq!(
             p,
             Period::Open {
@@ -289,7 +291,7 @@ mod tests {
         );
         // A window ending at 02:30 ends at the first 02:30 (CEST, 00:30 UTC).
         let ws = [w("sun", "01:00", "02:30")];
-        let p = period_at(&ws, Rome, utc("2026-10-24T23:30:00Z"));
+        let p = period_at(&ws, &rome(), utc("2026-10-24T23:30:00Z"));
         assert_eq!(
             p,
             Period::Open {
@@ -297,7 +299,7 @@ mod tests {
             }
         );
         // During the repeated hour the wall clock is inside the window again.
-        assert!(is_open(&ws, Rome, utc("2026-10-25T01:15:00Z")));
+        assert!(is_open(&ws, &rome(), utc("2026-10-25T01:15:00Z")));
     }
 
     #[test]
@@ -306,13 +308,13 @@ mod tests {
             .unwrap()
             .and_hms_opt(2, 30, 0)
             .unwrap();
-        assert_eq!(to_utc(Rome, naive), vec![utc("2026-03-29T01:00:00Z")]);
+        assert_eq!(to_utc(&rome(), naive), vec![utc("2026-03-29T01:00:00Z")]);
         let naive = NaiveDate::from_ymd_opt(2026, 10, 25)
             .unwrap()
             .and_hms_opt(2, 30, 0)
             .unwrap();
         assert_eq!(
-            to_utc(Rome, naive),
+            to_utc(&rome(), naive),
             vec![utc("2026-10-25T00:30:00Z"), utc("2026-10-25T01:30:00Z")]
         );
     }

@@ -146,7 +146,7 @@ pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) 
     let mut next = Vec::new();
 
     // The schedule.
-    let period = calendar::period_at(&p.windows, p.timezone, now);
+    let period = calendar::period_at(&p.windows, &p.timezone, now);
     let mut die_at = None;
     let mut downloads = false;
     match period {

@@ -4,7 +4,9 @@ use super::*;
 use crate::config::policy::Window;
 use crate::config::units::{Share, parse_days, parse_time_of_day};
 use chrono::Duration as ChronoDuration;
-use chrono_tz::Europe::Rome;
+fn rome() -> crate::zone::Zone {
+    crate::zone::Zone::named("Europe/Rome").expect("tzdata has Europe/Rome")
+}
 use proptest::prelude::*;
 
 fn utc(s: &str) -> DateTime<Utc> {
@@ -19,9 +21,9 @@ fn w(days: &str, from: &str, to: &str) -> Window {
     }
 }
 
-/// The classic policy: nights and weekends, in Rome.
+/// The classic policy: nights and weekends, in rome().
 fn nights_and_weekends() -> Policy {
-    let mut p = Policy::defaults(Rome);
+    let mut p = Policy::defaults(rome());
     p.windows = vec![
         w("mon-fri", "19:00", "07:30"),
         w("sat,sun", "00:00", "24:00"),
@@ -42,7 +44,7 @@ fn free_host(now: DateTime<Utc>) -> HostSnapshot {
 #[test]
 fn weekday_evening_computes_until_the_guard_band() {
     let p = nights_and_weekends();
-    // Tuesday 2026-01-13 21:30 Rome = 20:30 UTC. Period ends Wed 07:30 = 06:30 UTC.
+    // Tuesday 2026-01-13 21:30 rome() = 20:30 UTC. Period ends Wed 07:30 = 06:30 UTC.
     let now = utc("2026-01-13T20:30:00Z");
     let s = decide(&p, &free_host(now), LIMITS, now);
     assert!(s.allowed, "{:?}", s.reasons);
@@ -296,7 +298,7 @@ fn shares_split_over_workers() {
 
 #[test]
 fn dst_days_in_rome() {
-    let mut p = Policy::defaults(Rome);
+    let mut p = Policy::defaults(rome());
     p.windows = vec![w("daily", "22:00", "06:00")];
     p.evict_before_end = Duration::ZERO;
     p.longest_job = Duration::from_secs(3600);
@@ -310,8 +312,9 @@ fn dst_days_in_rome() {
     assert_eq!(s.die_at, Some(utc("2026-10-25T05:00:00Z")));
 }
 
-fn any_tz() -> impl Strategy<Value = chrono_tz::Tz> {
-    (0..chrono_tz::TZ_VARIANTS.len()).prop_map(|i| chrono_tz::TZ_VARIANTS[i])
+fn any_tz() -> impl Strategy<Value = crate::zone::Zone> {
+    proptest::sample::select(crate::zone::Zone::available())
+        .prop_map(|name| crate::zone::Zone::named(&name).expect("a zone the database lists"))
 }
 
 fn any_window() -> impl Strategy<Value = Window> {
@@ -367,7 +370,7 @@ proptest! {
         }
         if s.allowed {
             prop_assert!(s.die_at.is_some_and(|d| d > now));
-            prop_assert!(calendar::is_open(&p.windows, tz, now));
+            prop_assert!(calendar::is_open(&p.windows, &p.timezone, now));
         }
         if let Some(n) = s.next_change { prop_assert!(n > now); }
     }
@@ -376,10 +379,10 @@ proptest! {
     fn repeats_week_to_week_away_from_dst(
         ws in proptest::collection::vec(any_window(), 1..4), secs in 0i64..(7 * 86400),
     ) {
-        // Mid-January weeks in Rome have no DST change within the horizon.
+        // Mid-January weeks in rome() have no DST change within the horizon.
         let now = utc("2026-01-05T00:00:00Z") + ChronoDuration::seconds(secs);
         let later = now + ChronoDuration::weeks(1);
-        let mut p = Policy::defaults(Rome);
+        let mut p = Policy::defaults(rome());
         p.windows = ws;
         let a = decide(&p, &free_host(now), LIMITS, now);
         let b = decide(&p, &free_host(later), LIMITS, later);
@@ -480,7 +483,7 @@ fn a_snooze_holds_until_its_instant_then_the_host_is_free_again() {
 #[test]
 fn downloads_follow_the_schedule_with_a_lead() {
     let p = nights_and_weekends();
-    // (now, downloads): Tuesday's window opens 19:00 Rome = 18:00 UTC.
+    // (now, downloads): Tuesday's window opens 19:00 rome() = 18:00 UTC.
     let table = [
         ("2026-01-13T10:00:00Z", false), // closed for hours
         ("2026-01-13T17:29:00Z", false), // 31 minutes before
