@@ -480,7 +480,10 @@ impl SiteConfig {
             }
         }
         if let Some(level) = &self.log.level
-            && let Err(e) = tracing_subscriber::EnvFilter::builder().parse(level.get_ref())
+            // The daemon's filter (`service::logging`): levels and target=level directives.
+            && let Err(e) = level
+                .get_ref()
+                .parse::<tracing_subscriber::filter::Targets>()
         {
             d.error(
                 level.span(),
