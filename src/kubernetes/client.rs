@@ -35,7 +35,7 @@ pub enum KubeError {
     Client(String),
     #[error(
         "listing {what} in namespace {namespace} (selector {selector}) failed: {}\n  hint: check the API server is reachable and the Role allows list on {what}",
-        causes(.source.as_ref())
+        crate::service::logging::with_causes(.source.as_ref())
     )]
     List {
         what: &'static str,
@@ -45,7 +45,7 @@ pub enum KubeError {
     },
     #[error(
         "creating Job {name} failed: {}\n  hint: check the Role allows create on batch/jobs and the namespace quota",
-        causes(.source.as_ref())
+        crate::service::logging::with_causes(.source.as_ref())
     )]
     Create {
         name: String,
@@ -53,7 +53,7 @@ pub enum KubeError {
     },
     #[error(
         "deleting Job {name} failed: {}\n  hint: it is retried next cycle; check the Role allows delete on batch/jobs",
-        causes(.source.as_ref())
+        crate::service::logging::with_causes(.source.as_ref())
     )]
     Delete {
         name: String,
@@ -99,25 +99,6 @@ pub struct KubeBackend {
     selector: String,
     page_size: u32,
     requests: AtomicU64,
-}
-
-/// An error and its causes, `: `-joined: kube's own message for a refused TLS handshake is
-/// only "ServiceError: client error (Connect)", the same as for a closed port; the cause
-/// says which (an unknown CA, a connection refused). The binary's edge prints `Display`
-/// alone, so the chain is part of the message. A cause whose text its parent already
-/// carries is skipped.
-fn causes(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut next = e.source();
-    while let Some(cause) = next {
-        let more = cause.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        next = cause.source();
-    }
-    text
 }
 
 impl KubeBackend {

@@ -42,6 +42,25 @@ pub fn init(json: bool, level: Option<&str>) {
     };
 }
 
+/// An error and its causes on one line, `: `-joined; a cause whose text its parent already
+/// carries is skipped. The edge prints `Display` alone, and the cause is often what says
+/// which failure it was: kube's "client error (Connect)" is the same for a closed port and
+/// an unknown CA, reqwest keeps why a redirect was refused in a cause, bollard a socket's
+/// "permission denied".
+pub fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let more = cause.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        next = cause.source();
+    }
+    text
+}
+
 /// A filter from a level or `target=level` directives (`info,pilotd=debug`); `None` when
 /// absent or not one. `Targets`, not `EnvFilter`: the same directives without span and
 /// field matching, which no documented setting uses, and without the regex engine that
@@ -66,5 +85,24 @@ mod tests {
         assert!(!f.would_enable("pilotd", &Level::INFO));
         assert!(directives(Some("info,pilotd=loud[")).is_none());
         assert!(directives(None).is_none());
+    }
+
+    #[test]
+    fn causes_follow_on_one_line_without_repeats() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("{0}")]
+        struct E(String, #[source] Option<Box<E>>);
+        let inner = E("UnknownIssuer".into(), None);
+        let mid = E("client error (Connect)".into(), Some(Box::new(inner)));
+        let top = E("listing pods failed".into(), Some(Box::new(mid)));
+        assert_eq!(
+            with_causes(&top),
+            "listing pods failed: client error (Connect): UnknownIssuer"
+        );
+        let echoing = E(
+            "refused: UnknownIssuer".into(),
+            Some(Box::new(E("UnknownIssuer".into(), None))),
+        );
+        assert_eq!(with_causes(&echoing), "refused: UnknownIssuer");
     }
 }

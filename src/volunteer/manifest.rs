@@ -208,22 +208,6 @@ pub fn parse(url: &str, body: &[u8]) -> Result<Manifest, ManifestError> {
     })
 }
 
-/// An error and its causes on one line (reqwest puts the reason a redirect was refused in a
-/// cause, not in its own text).
-fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let c_text = c.to_string();
-        if !text.contains(&c_text) {
-            text.push_str(": ");
-            text.push_str(&c_text);
-        }
-        cause = c.source();
-    }
-    text
-}
-
 /// Fetches and checks the manifest. Nothing is stored here: the caller stores what passed.
 pub async fn fetch(
     url: &str,
@@ -267,7 +251,7 @@ pub async fn fetch(
         })?;
     let mut resp = client.get(url).send().await.map_err(|e| {
         fail(
-            format!("unreachable: {}", with_causes(&e)),
+            format!("unreachable: {}", crate::service::logging::with_causes(&e)),
             "check the URL and the network; the last good manifest stays in force",
         )
     })?;

@@ -156,7 +156,7 @@ pub fn map_error(what: impl Into<String>, endpoint: &str, e: DockerError) -> Bac
             hint: "the engine may be restarting or overloaded; pilotd retries next cycle".into(),
         },
         other => {
-            let message = error_chain(&other);
+            let message = crate::service::logging::with_causes(&other);
             let hint = if message.contains("ermission denied") {
                 "run pilotd as root, or give its user access to the socket (the `docker` group)"
             } else if message.contains("onnection refused") || message.contains("No such file") {
@@ -172,20 +172,6 @@ pub fn map_error(what: impl Into<String>, endpoint: &str, e: DockerError) -> Bac
             }
         }
     }
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let m = c.to_string();
-        if !s.contains(&m) {
-            s.push_str(": ");
-            s.push_str(&m);
-        }
-        cur = c.source();
-    }
-    s
 }
 
 /// A registry problem surfaced by the engine (HTTP 4xx/5xx on resolve or pull) is reported as
