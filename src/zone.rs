@@ -72,6 +72,7 @@ impl Zone {
     }
 
     /// Every zone name the system's database knows, sorted.
+    #[cfg(test)]
     pub fn available() -> Vec<String> {
         let mut names: Vec<String> = jiff::tz::db().available().map(|n| n.to_string()).collect();
         names.sort();
@@ -103,13 +104,10 @@ impl Zone {
         }
     }
 
-    /// The offset `offset` at the local time `local`, named as in effect then.
+    /// The local time `local` read with `offset` (one of the zone's answers for it): the
+    /// instant it names has that offset in effect, and the abbreviation in effect then.
     fn local_offset(&self, local: &NaiveDateTime, offset: jiff::tz::Offset) -> ZoneOffset {
-        let at = local.and_utc().timestamp() - i64::from(offset.seconds());
-        ZoneOffset {
-            fixed: self.offset(offset, "").fixed,
-            ..self.at(at)
-        }
+        self.at(local.and_utc().timestamp() - i64::from(offset.seconds()))
     }
 
     fn civil(local: &NaiveDateTime) -> Option<jiff::civil::DateTime> {

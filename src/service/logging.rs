@@ -13,7 +13,9 @@ pub fn init(json: bool, level: Option<&str>) {
     use tracing_subscriber::util::SubscriberInitExt;
     let filter = directives(std::env::var("RUST_LOG").ok().as_deref())
         .or_else(|| directives(level))
-        .unwrap_or_else(|| directives(Some("info")).unwrap_or_default());
+        .unwrap_or_else(|| {
+            tracing_subscriber::filter::Targets::new().with_default(tracing::Level::INFO)
+        });
     // The journald layer fails when the journal socket is absent (containers): fall back.
     let journald = std::env::var_os("JOURNAL_STREAM")
         .is_some()

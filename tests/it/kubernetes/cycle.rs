@@ -107,6 +107,18 @@ pub(super) fn label<'a>(obj: &'a Value, k: &str) -> Option<&'a str> {
     obj["metadata"]["labels"][k].as_str()
 }
 
+/// What the first cycle over `Pool`'s queue creates, by (CPUs, GPUs, memory) and count:
+/// 3 default Jobs, 1 GPU Job, 2 four-CPU Jobs.
+pub(super) fn first_cycle_shapes() -> Vec<(String, String, String, usize)> {
+    [
+        ("1", "0", "4096", 3),
+        ("1", "1", "4096", 1),
+        ("4", "0", "8192", 2),
+    ]
+    .map(|(c, g, m, n)| (c.to_string(), g.to_string(), m.to_string(), n))
+    .to_vec()
+}
+
 pub(super) fn jobs_by_shape(fake: &FakeKube) -> Vec<(String, String, String, usize)> {
     let mut out: Vec<(String, String, String, usize)> = Vec::new();
     for j in fake.jobs() {
@@ -140,14 +152,7 @@ async fn full_cycle_creates_exactly_the_expected_jobs_and_a_second_creates_none(
     // whitelisted and ap22 has no identity, so neither is queried.
     assert_eq!(report.created.len(), 6, "{report:?}");
     assert!(report.create_failed.is_empty());
-    assert_eq!(
-        jobs_by_shape(&fake),
-        vec![
-            ("1".into(), "0".into(), "4096".into(), 3),
-            ("1".into(), "1".into(), "4096".into(), 1),
-            ("4".into(), "0".into(), "8192".into(), 2),
-        ]
-    );
+    assert_eq!(jobs_by_shape(&fake), first_cycle_shapes());
     assert!(!pool.calls().contains("rogue"), "{}", pool.calls());
     assert!(!pool.calls().contains("ap22"));
     assert!(

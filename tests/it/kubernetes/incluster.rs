@@ -10,7 +10,7 @@
 //! process only and the host's /var/run is never written. That takes root (CAP_SYS_ADMIN), so
 //! the tests are `#[ignore]`d with that reason; tests/run.sh runs them (`--include-ignored`).
 
-use super::cycle::{NS, Pool, jobs_by_shape};
+use super::cycle::{NS, Pool, first_cycle_shapes, jobs_by_shape};
 use super::fake_api::FakeKube;
 use crate::harness;
 use serde_json::Value;
@@ -176,14 +176,7 @@ async fn in_cluster_client_sends_the_account_token_over_verified_tls_and_creates
     let log = read(pool.dir.path(), "run.err");
     assert_eq!(fake.jobs().len(), 6, "one cycle's Jobs: {log}");
     assert!(status.success(), "{status}: {log}");
-    assert_eq!(
-        jobs_by_shape(&fake),
-        vec![
-            ("1".into(), "0".into(), "4096".into(), 3),
-            ("1".into(), "1".into(), "4096".into(), 1),
-            ("4".into(), "0".into(), "8192".into(), 2),
-        ]
-    );
+    assert_eq!(jobs_by_shape(&fake), first_cycle_shapes());
     assert!(fake.jobs().iter().all(|j| j["metadata"]["namespace"] == NS));
     // The cycle's whole traffic (one pod list, one Job list, 6 creates), each with the
     // account's token as its bearer credential.
