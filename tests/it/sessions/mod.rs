@@ -3,6 +3,7 @@
 //! from systemd-logind over a real `dbus-daemon` (`logind`).
 
 mod logind;
+pub(crate) mod login1;
 mod pure;
 mod robustness;
 mod utmp;
