@@ -8,7 +8,7 @@
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 use zbus::zvariant::OwnedObjectPath;
 
 type Listed = (String, u32, String, String, OwnedObjectPath);
@@ -18,11 +18,11 @@ type Listed = (String, u32, String, String, OwnedObjectPath);
 pub struct Inhibitor {
     pub what: String,
     pub mode: String,
-    pub released: Arc<Mutex<Option<Instant>>>,
+    pub released: Arc<Mutex<Option<SystemTime>>>,
 }
 
 impl Inhibitor {
-    pub fn released_at(&self) -> Option<Instant> {
+    pub fn released_at(&self) -> Option<SystemTime> {
         *self.released.lock().unwrap()
     }
 }
@@ -60,7 +60,7 @@ impl Manager {
             let mut f = std::fs::File::from(read);
             let mut buf = [0u8; 1];
             let _ = std::io::Read::read(&mut f, &mut buf);
-            *r.lock().unwrap() = Some(Instant::now());
+            *r.lock().unwrap() = Some(SystemTime::now());
         });
         self.shared.inhibitors.lock().unwrap().push(Inhibitor {
             what,
@@ -238,8 +238,8 @@ impl FakeLogind {
 
     /// Adds session `id` of `name` (uid `uid`), logged in an hour ago.
     pub async fn add(&self, id: &str, name: &str, uid: u32, kind: Kind) -> Added {
-        let path = OwnedObjectPath::try_from(format!("/org/freedesktop/login1/session/_3{id}"))
-            .unwrap();
+        let path =
+            OwnedObjectPath::try_from(format!("/org/freedesktop/login1/session/_3{id}")).unwrap();
         let hints = Arc::new(Mutex::new(Hints::default()));
         let (kind, tty, remote) = match kind {
             Kind::Desk => ("wayland", "", false),
@@ -311,7 +311,11 @@ impl FakeLogind {
                 added.path.as_str(),
                 "org.freedesktop.DBus.Properties",
                 "PropertiesChanged",
-                &("org.freedesktop.login1.Session", changed, vec!["LockedHint"]),
+                &(
+                    "org.freedesktop.login1.Session",
+                    changed,
+                    vec!["LockedHint"],
+                ),
             )
             .await
             .unwrap();

@@ -68,14 +68,22 @@ async fn sessions_appear_go_idle_are_locked_come_back_and_disappear() {
     // Nobody: free, and logind was asked (no "utmp alone" note).
     let v = run(d, &address).await.unwrap();
     assert_eq!(v["allowed"], true, "{}", said(&v));
-    assert!(said(&v).contains("sessions from logind and utmp"), "{}", said(&v));
+    assert!(
+        said(&v).contains("sessions from logind and utmp"),
+        "{}",
+        said(&v)
+    );
 
     // A graphical session appears (not in utmp), in use: the owner is here.
     let desk = logind.add("2", "alice", 1000, Kind::Desk).await;
     let v = run(d, &address).await.unwrap();
     assert_eq!(v["allowed"], false, "{}", said(&v));
     assert_eq!(v["causes"][0], "owner_present");
-    assert!(said(&v).contains("alice logged in and in use"), "{}", said(&v));
+    assert!(
+        said(&v).contains("alice logged in and in use"),
+        "{}",
+        said(&v)
+    );
 
     // Keyboard and mouse idle for 10 minutes (IdleHint, IdleSinceHint): away.
     *desk.hints.lock().unwrap() = Hints {
@@ -85,7 +93,11 @@ async fn sessions_appear_go_idle_are_locked_come_back_and_disappear() {
     };
     let v = run(d, &address).await.unwrap();
     assert_eq!(v["allowed"], true, "{}", said(&v));
-    assert!(said(&v).contains("alice is away (idle for 5m or more)"), "{}", said(&v));
+    assert!(
+        said(&v).contains("alice is away (idle for 5m or more)"),
+        "{}",
+        said(&v)
+    );
 
     // Idle for only 2 minutes: still within session_idle, so here.
     desk.hints.lock().unwrap().idle_since_us = micros_ago(Duration::from_secs(120));
@@ -99,7 +111,11 @@ async fn sessions_appear_go_idle_are_locked_come_back_and_disappear() {
     };
     let v = run(d, &address).await.unwrap();
     assert_eq!(v["allowed"], true, "{}", said(&v));
-    assert!(said(&v).contains("alice is away (locked since"), "{}", said(&v));
+    assert!(
+        said(&v).contains("alice is away (locked since"),
+        "{}",
+        said(&v)
+    );
 
     // Unlocked and in use: here.
     *desk.hints.lock().unwrap() = Hints::default();
@@ -135,7 +151,11 @@ async fn without_utmp_logind_decides_and_without_both_nobody_computes() {
 
     let v = run(d, &address).await.unwrap();
     assert_eq!(v["allowed"], true, "nobody, said by logind: {}", said(&v));
-    assert!(said(&v).contains("sessions from logind; utmp absent"), "{}", said(&v));
+    assert!(
+        said(&v).contains("sessions from logind; utmp absent"),
+        "{}",
+        said(&v)
+    );
 
     let ssh = logind.add("4", "bob", 1001, Kind::Ssh).await;
     let v = run(d, &address).await.unwrap();

@@ -2,8 +2,8 @@
 //! (tests/fixtures/utmp/record.rs), written by the real `utmpdump`, damaged, or missing; and
 //! from systemd-logind over a real `dbus-daemon` (`logind`).
 
-mod logind;
 pub(crate) mod login1;
+mod logind;
 mod pure;
 mod robustness;
 mod utmp;
