@@ -352,6 +352,15 @@ impl Daemon {
     }
 }
 
+/// The next trigger; never, while a cycle has the channel (it is home between cycles).
+/// Cancel-safe, as `wake` must be.
+async fn next_trigger(rx: &mut Option<mpsc::Receiver<Trigger>>) -> Option<Trigger> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// How long a sleep waits for graceful stops to be under way (see `let_the_sleep_go`).
 const SLEEP_HOLD: Duration = Duration::from_secs(3);
 
@@ -371,16 +380,13 @@ impl Reconciler for Daemon {
         // take a while under load, so a cycle woken by the owner decides on the CPU share
         // measured in the previous cycle.
         let mut urgent = false;
-        let Some(mut rx) = self.wakeups.rx.take() else {
-            return Wake::default();
-        };
         tokio::select! {
             _ = self.wakeups.interval.tick() => {}
-            Some(t) = rx.recv() => {
+            Some(t) = next_trigger(&mut self.wakeups.rx) => {
                 tracing::debug!(trigger = ?t, "cycle triggered");
                 urgent = self.triggered(&t);
                 // Coalesce a burst (utmp is written in several steps).
-                while let Ok(t) = rx.try_recv() {
+                while let Some(t) = self.wakeups.rx.as_mut().and_then(|rx| rx.try_recv().ok()) {
                     urgent |= self.triggered(&t);
                 }
             }
@@ -394,7 +400,6 @@ impl Reconciler for Daemon {
             }
             _ = tokio::time::sleep(until_change) => {}
         }
-        self.wakeups.rx = Some(rx);
         Wake { urgent }
     }
 
