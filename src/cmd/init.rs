@@ -62,8 +62,8 @@ const QUESTIONS: &[Question] = &[
         },
     },
     Question {
-        prompt: "Stop computing when someone is logged in?\n  any (any login), active (only a session used in the last 15 minutes), ignore (logins do not matter)",
-        default: |_| "any".into(),
+        prompt: "Stop computing when someone uses this machine?\n  active: a session in use stops it; a locked screen, or no keyboard or mouse for 15 minutes, does not\n          (locks: GNOME, KDE and most lockers through logind; idleness: the keyboard and mouse\n          on every desktop, GNOME's own idle hint; ssh and consoles: their terminal)\n  any: any login stops it, even a locked one; ignore: logins do not matter",
+        default: |_| "active".into(),
         apply: |a, s| match s {
             "any" | "active" | "ignore" => {
                 a.sessions = s.into();
@@ -214,10 +214,16 @@ windows = [
 evict_before_end = "10m"
 
 [owner]
-# "any": any login means you are here; "active": only sessions used within session_idle;
+# "active": a session in use means you are here; a session locked for lock_grace, idle
+# for session_idle (logind's idle hint, a terminal's idle time), or with no keyboard or mouse
+# input on this machine for session_idle, does not. "any": any login, even a locked one.
 # "ignore": logins do not matter.
 sessions = "{sessions}"
 session_idle = "15m"
+lock_grace = "1m"
+# Keep the machine from sleeping on its idle timer while workers compute in a window
+# (a sleep you ask for is never held up; workers pause first).
+keep_awake = false
 # Users that never count as you, and accounts below this uid (system accounts).
 ignore_users = ["root", "condor"]
 system_uid_below = 1000
@@ -443,6 +449,6 @@ mod tests {
         let mut input: &[u8] = b"always\n";
         let a = ask(Answers::defaults(), &mut input, &mut Vec::new(), true).unwrap();
         assert_eq!(a.windows, parse_when("always").unwrap());
-        assert_eq!(a.sessions, "any");
+        assert_eq!(a.sessions, "active");
     }
 }

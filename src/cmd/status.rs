@@ -82,10 +82,12 @@ pub fn run(g: &Global, a: &StatusArgs) -> Result<String, CmdError> {
             ..Default::default()
         });
     let now = Utc::now();
-    // Alive: the pid exists and the file was written recently.
+    // Alive: the pid exists and the file was written recently (an unchanged status is
+    // rewritten only every `HEARTBEAT`).
     let stale_after = crate::horizon::delta(
         s.interval
             .saturating_mul(3)
+            .max(state::HEARTBEAT)
             .saturating_add(std::time::Duration::from_secs(60)),
     );
     let running = status.pid > 0
@@ -263,7 +265,7 @@ fn render(v: &StatusView<'_>, now: DateTime<Utc>, path: &std::path::Path) -> Str
                 (e, _) => format!("evict ({})", e.as_str()),
             }
         );
-        for r in &d.reasons {
+        for r in d.reasons.iter().chain(&d.notes) {
             let _ = writeln!(out, "  - {r}");
         }
     }

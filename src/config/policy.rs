@@ -54,6 +54,8 @@ struct RawWindow {
 struct RawOwner {
     sessions: Option<Spanned<String>>,
     session_idle: Option<Spanned<StrOrInt>>,
+    lock_grace: Option<Spanned<StrOrInt>>,
+    keep_awake: Option<bool>,
     ignore_users: Option<Vec<String>>,
     system_uid_below: Option<u32>,
     max_owner_cpu: Option<Spanned<StrOrInt>>,
@@ -91,7 +93,9 @@ struct RawJobs {
 pub enum SessionRule {
     /// Any login of a counted user means present.
     Any,
-    /// Only sessions used within `session_idle` mean present.
+    /// Only sessions in use mean present: not locked for `lock_grace`, not idle for
+    /// `session_idle` (logind's idle hint, the terminal's idle time, or, at the machine's own
+    /// keyboard, its input devices).
     Active,
     /// Logins do not matter (a dedicated server).
     Ignore,
@@ -143,6 +147,11 @@ pub struct Policy {
     pub evict_before_end: Duration,
     pub sessions: SessionRule,
     pub session_idle: Duration,
+    /// A session locked this long is away (`sessions = "active"`).
+    pub lock_grace: Duration,
+    /// Keep the machine from sleeping on its own idle timer while workers compute in an open
+    /// window (never blocks a sleep the owner asks for).
+    pub keep_awake: bool,
     pub ignore_users: Vec<String>,
     pub system_uid_below: u32,
     /// Fraction of the whole machine (0..=1).
@@ -193,6 +202,8 @@ impl Policy {
             evict_before_end: Duration::from_secs(600),
             sessions: SessionRule::Any,
             session_idle: Duration::from_secs(900),
+            lock_grace: Duration::from_secs(60),
+            keep_awake: false,
             ignore_users: vec!["root".into(), "condor".into()],
             system_uid_below: 1000,
             max_owner_cpu: 0.25,
@@ -269,11 +280,15 @@ pub fn validate(raw: RawPolicy, local_tz: Zone, d: &mut Diagnostics) -> (Policy,
             other => d.error(
                 s.span(),
                 format!("unknown sessions rule `{other}`"),
-                "use \"any\" (any login means the owner is here), \"active\" (only sessions used within session_idle) or \"ignore\"",
+                "use \"any\" (any login means the owner is here), \"active\" (only sessions in use: not locked for lock_grace, not idle for session_idle) or \"ignore\"",
             ),
         }
     }
     dur(&o.session_idle, &mut p.session_idle, d);
+    dur(&o.lock_grace, &mut p.lock_grace, d);
+    if let Some(k) = o.keep_awake {
+        p.keep_awake = k;
+    }
     if let Some(u) = o.ignore_users {
         p.ignore_users = u;
     }

@@ -80,6 +80,7 @@ pub async fn serve<R: Reconciler>(
             wake = r.wake() => wake,
         };
         let summary = r.reconcile(wake).await;
+        tracing::debug!(urgent = wake.urgent, "cycle done: {summary}");
         if first {
             first = false;
             if let Some(h) = hooks.ready.take() {

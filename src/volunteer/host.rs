@@ -69,6 +69,7 @@ impl HostProbe {
             .map(|l| [l.one, l.five, l.fifteen])
             .map_err(|e| ProbeError::System(format!("load average: {e}")))?;
         let cpu_busy = f64::from(self.system.global_cpu_usage() / 100.0).clamp(0.0, 1.0);
+        let (sessions, utmp_absent) = sessions::read_utmp(&self.cfg.utmp, &self.cfg.dev, now);
         Ok(HostSnapshot {
             mode: "volunteer".into(),
             taken_at: now,
@@ -81,13 +82,17 @@ impl HostProbe {
             scratch_free_kib: scratch_free_kib(&self.cfg.scratch)?,
             on_battery: on_battery(&self.cfg.power_supply),
             exclusive_running: running_processes(&self.cfg.proc, &self.cfg.exclusive_processes),
-            sessions: sessions::read_sessions(&self.cfg.utmp, &self.cfg.dev, now),
+            sessions,
+            utmp_absent,
             owner_busy_since: carry.owner_busy_since,
             host_free_since: carry.host_free_since,
             // The owner's snooze lives in the state dir, which the caller lays on.
             snoozed_until: None,
-            // logind is asked asynchronously by the caller (`logind::lay_on`).
+            // logind is asked asynchronously by the caller (`logind::lay_on`); the input
+            // devices are watched beside the loop and sleep is logind's word too.
             logind_unavailable: None,
+            input_idle_s: None,
+            sleeping: false,
         })
     }
 }

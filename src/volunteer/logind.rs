@@ -1,72 +1,149 @@
-//! The second session probe, next to utmp (`sessions.rs`): systemd-logind over D-Bus. Graphical
-//! sessions on today's desktops (GNOME or KDE on Wayland) are tracked by logind and often
-//! never reach utmp; logind also knows keyboard and mouse idleness (`IdleHint`,
-//! `IdleSinceHint`), which a tty's atime cannot show for a graphical session.
+//! The session probe that answers on today's desktops: systemd-logind over D-Bus. Graphical
+//! sessions (GNOME or KDE on Wayland) are tracked by logind and often never reach utmp, and
+//! Debian 13's systemd no longer creates utmp at all; logind also knows the screen lock
+//! (`LockedHint`) and, where the desktop tells it, idleness (`IdleHint`, `IdleSinceHint`).
 //!
 //! What pilotd uses of `org.freedesktop.login1` (and the test implementation in
-//! tests/it/sessions/logind.rs serves): `Manager.ListSessions()` and, for each session, the
-//! `org.freedesktop.login1.Session` properties `Name`, `User`, `Class`, `State`, `Remote`,
-//! `RemoteHost`, `TTY`, `Display`, `Timestamp`, `IdleHint` and `IdleSinceHint` (one `GetAll`).
+//! tests/it/sessions/logind.rs serves): `Manager.ListSessions()`, `Manager.Inhibit()` (a delay
+//! lock on sleep; a block lock on idle when the owner asks to keep the machine awake), the
+//! `PrepareForSleep` signal, and for each session the `org.freedesktop.login1.Session`
+//! properties `Name`, `Class`, `State`, `Type`, `Remote`, `RemoteHost`, `TTY`, `Display`,
+//! `Seat`, `Timestamp`, `IdleHint`, `IdleSinceHint` and `LockedHint` (one `GetAll`).
 //!
 //! Observation only: every user-class session that is not closing is reported; deciding which
-//! users matter is the policy's job. Either source seeing a session counts. logind that cannot
-//! be reached is not "nobody": the sessions are then utmp's alone, and the snapshot says so
-//! (`logind_unavailable`), which `plan` and `status` show.
+//! users matter, and whether a locked or idle session is away, is the policy's job. logind that
+//! cannot be reached is not "nobody": the snapshot says so (`logind_unavailable`), sessions are
+//! then utmp's alone, and without utmp either they are unknown (the owner is assumed here).
+//! While the bus is away, it is asked again with a back-off up to `RETRY.max`, not every cycle:
+//! an idle daemon on a machine without D-Bus must cost next to nothing.
 //!
 //! The bus is the system bus (`DBUS_SYSTEM_BUS_ADDRESS` when set, as every D-Bus client).
 
+use crate::backoff::Backoff;
 use crate::volunteer::snapshot::{HostSnapshot, Session, Sessions};
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
+use std::os::fd::OwnedFd;
 use std::time::Duration;
 use zbus::zvariant::{OwnedObjectPath, OwnedValue};
 
 /// One look at logind may take this long; past it, utmp alone decides this cycle.
 pub const DEADLINE: Duration = Duration::from_millis(1500);
 
+/// How often an absent logind is asked again (observations and the signal watch alike).
+pub const RETRY: Backoff = Backoff::new(Duration::from_secs(5), Duration::from_secs(300));
+
 const SERVICE: &str = "org.freedesktop.login1";
 const MANAGER_PATH: &str = "/org/freedesktop/login1";
 const MANAGER: &str = "org.freedesktop.login1.Manager";
 const SESSION: &str = "org.freedesktop.login1.Session";
 
-/// The logind client: a bus connection kept between cycles, made again after a failure.
+/// The logind client: a bus connection kept between cycles (made again after a failure), when
+/// pilotd first saw each session locked, and the inhibitor locks it holds.
 #[derive(Default)]
 pub struct Logind {
     conn: Option<zbus::Connection>,
+    /// Session id → the first observation that found it locked (logind has no lock time).
+    locked: HashMap<String, DateTime<Utc>>,
+    /// Consecutive failures, and the last one's reason, for the back-off.
+    failures: u32,
+    retry_at: Option<DateTime<Utc>>,
+    last_error: String,
+    /// The delay lock on sleep: held while awake, released once workers made room.
+    sleep_lock: Option<OwnedFd>,
+    /// The block lock on idle (the owner's `keep_awake`), held while workers compute.
+    awake_lock: Option<OwnedFd>,
 }
 
 /// What logind said: its sessions, or why it could not be asked.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Seen {
-    Sessions(Vec<Session>),
+    Sessions(Vec<LogindSession>),
     Unavailable(String),
 }
 
+/// One logind session as seen, with its id (to recognise it in utmp and across cycles).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogindSession {
+    pub id: String,
+    pub session: Session,
+}
+
+/// What logind announced on the bus.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    /// A session new or removed, a property (lock, idle) changed.
+    Sessions,
+    /// `PrepareForSleep(true)`: the machine goes to sleep once the delay locks are released;
+    /// `(false)`: it woke up.
+    Sleep(bool),
+}
+
 impl Logind {
-    /// The sessions logind knows at `now`, within `DEADLINE`.
+    /// The sessions logind knows at `now`, within `DEADLINE`; while in back-off, the last
+    /// failure without asking.
     pub async fn observe(&mut self, now: DateTime<Utc>) -> Seen {
-        match tokio::time::timeout(DEADLINE, self.ask(now)).await {
-            Ok(Ok(list)) => Seen::Sessions(list),
-            Ok(Err(e)) => {
-                self.conn = None;
-                Seen::Unavailable(e.to_string())
+        if self.retry_at.is_some_and(|t| now < t) {
+            return Seen::Unavailable(self.last_error.clone());
+        }
+        let answer = match tokio::time::timeout(DEADLINE, self.ask()).await {
+            Ok(Ok(list)) => Ok(list),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("no answer within {} ms", DEADLINE.as_millis())),
+        };
+        match answer {
+            Ok(list) => {
+                self.failures = 0;
+                self.retry_at = None;
+                Seen::Sessions(self.seen(list, now))
             }
-            Err(_) => {
+            Err(why) => {
                 self.conn = None;
-                Seen::Unavailable(format!("no answer within {} ms", DEADLINE.as_millis()))
+                self.sleep_lock = None;
+                self.awake_lock = None;
+                self.failures = self.failures.saturating_add(1);
+                self.retry_at = Some(RETRY.retry_at(now, self.failures));
+                self.last_error = why.clone();
+                Seen::Unavailable(why)
             }
         }
     }
 
-    async fn ask(&mut self, now: DateTime<Utc>) -> zbus::Result<Vec<Session>> {
-        let conn = match &self.conn {
-            Some(c) => c.clone(),
+    /// The raw answers as sessions, with each locked one's first sighting carried over.
+    fn seen(&mut self, list: Vec<Raw>, now: DateTime<Utc>) -> Vec<LogindSession> {
+        let mut out = Vec::with_capacity(list.len());
+        let mut locked = HashMap::new();
+        for r in list {
+            let since = (boolean(&r.props, "LockedHint") == Some(true))
+                .then(|| *self.locked.get(&r.id).unwrap_or(&now));
+            if let Some(t) = since {
+                locked.insert(r.id.clone(), t);
+            }
+            if let Some(mut s) = session_of(&r.id, r.uid, &r.user, &r.props, now) {
+                s.locked_since = since;
+                out.push(LogindSession {
+                    id: r.id,
+                    session: s,
+                });
+            }
+        }
+        self.locked = locked;
+        out
+    }
+
+    async fn connection(&mut self) -> zbus::Result<zbus::Connection> {
+        match &self.conn {
+            Some(c) => Ok(c.clone()),
             None => {
                 let c = zbus::Connection::system().await?;
                 self.conn = Some(c.clone());
-                c
+                Ok(c)
             }
-        };
+        }
+    }
+
+    async fn ask(&mut self) -> zbus::Result<Vec<Raw>> {
+        let conn = self.connection().await?;
         let manager = zbus::Proxy::new(&conn, SERVICE, MANAGER_PATH, MANAGER).await?;
         let list: Vec<(String, u32, String, String, OwnedObjectPath)> =
             manager.call("ListSessions", &()).await?;
@@ -85,38 +162,134 @@ impl Logind {
                 Err(zbus::Error::MethodError(..)) => continue,
                 Err(e) => return Err(e),
             };
-            if let Some(s) = session_of(&id, uid, &user, &all, now) {
-                out.push(s);
-            }
+            out.push(Raw {
+                id,
+                uid,
+                user,
+                props: all,
+            });
         }
         Ok(out)
     }
+
+    /// Holds a delay lock on sleep while awake, so that a suspend waits (at most logind's
+    /// `InhibitDelayMaxSec`) for the workers to make room. Called after each observation
+    /// that reached logind; a refusal is logged once and tried again at the next.
+    pub async fn hold_sleep_lock(&mut self) {
+        if self.sleep_lock.is_some() || self.conn.is_none() {
+            return;
+        }
+        match self
+            .inhibit(
+                "sleep",
+                "delay",
+                "workers make room for the owner before the machine sleeps",
+            )
+            .await
+        {
+            Ok(fd) => self.sleep_lock = Some(fd),
+            Err(e) => tracing::debug!("cannot take logind's sleep delay lock: {e}"),
+        }
+    }
+
+    /// Lets the sleep go on: called once the workers made room (or at once when there are
+    /// none). Taken again after the wake-up.
+    pub fn release_sleep_lock(&mut self) {
+        self.sleep_lock = None;
+    }
+
+    /// Whether the sleep delay lock is held (status, tests).
+    pub fn holds_sleep_lock(&self) -> bool {
+        self.sleep_lock.is_some()
+    }
+
+    /// The owner's `keep_awake`: while `on`, a block lock on "idle" keeps the machine from
+    /// sleeping on its own idle timer. It never blocks a sleep the owner asks for (that is
+    /// the "sleep" lock's business, which pilotd only ever takes in delay mode).
+    pub async fn keep_awake(&mut self, on: bool) {
+        if !on {
+            self.awake_lock = None;
+            return;
+        }
+        if self.awake_lock.is_some() || self.conn.is_none() {
+            return;
+        }
+        match self
+            .inhibit(
+                "idle",
+                "block",
+                "workers compute for an HTCondor pool in the owner's window",
+            )
+            .await
+        {
+            Ok(fd) => self.awake_lock = Some(fd),
+            Err(e) => tracing::debug!("cannot take logind's idle lock: {e}"),
+        }
+    }
+
+    async fn inhibit(&mut self, what: &str, mode: &str, why: &str) -> zbus::Result<OwnedFd> {
+        let conn = self.connection().await?;
+        let manager = zbus::Proxy::new(&conn, SERVICE, MANAGER_PATH, MANAGER).await?;
+        let fd: zbus::zvariant::OwnedFd = tokio::time::timeout(
+            DEADLINE,
+            manager.call("Inhibit", &(what, "pilotd", why, mode)),
+        )
+        .await
+        .map_err(|_| zbus::Error::Failure("no answer".into()))??;
+        Ok(fd.into())
+    }
+}
+
+/// One session's answer from the bus, before it is read.
+struct Raw {
+    id: String,
+    uid: u32,
+    user: String,
+    props: HashMap<String, OwnedValue>,
 }
 
 /// Calls `wake` for every signal logind sends (a session new or removed, a property such as
-/// `IdleHint` changed), so a graphical login is acted on within a second, as a utmp one is.
-/// Reconnects every 5 s while the bus is away; returns when `wake` says to stop.
-pub async fn watch(wake: impl FnMut() -> bool) {
+/// `IdleHint` or `LockedHint` changed, the machine about to sleep or just woken), so a login,
+/// an unlock or a suspend is acted on at once. Watches again with `RETRY`'s back-off while
+/// the bus is away; returns when `wake` says to stop.
+pub async fn watch(wake: impl FnMut(Signal) -> bool) {
     watch_on(None, wake).await
 }
 
 /// `watch` on the bus at `address` (None: the system bus).
-pub async fn watch_on(address: Option<&str>, mut wake: impl FnMut() -> bool) {
+pub async fn watch_on(address: Option<&str>, mut wake: impl FnMut(Signal) -> bool) {
     use futures_util::StreamExt;
+    let mut failures = 0u32;
     loop {
         match signals(address).await {
             Ok(mut stream) => {
+                failures = 0;
                 while let Some(m) = stream.next().await {
-                    if m.is_ok() && !wake() {
+                    let Ok(m) = m else { continue };
+                    if !wake(signal_of(&m)) {
                         return;
                     }
                 }
-                tracing::debug!("logind's signals ended; watching again in 5 s");
+                tracing::debug!("logind's signals ended; watching again");
             }
-            Err(e) => tracing::debug!("cannot watch logind ({e}); trying again in 5 s"),
+            Err(e) => tracing::debug!("cannot watch logind ({e})"),
         }
-        tokio::time::sleep(Duration::from_secs(5)).await;
+        failures = failures.saturating_add(1);
+        tokio::time::sleep(RETRY.delay(failures)).await;
     }
+}
+
+/// What a message under logind's path means to pilotd.
+fn signal_of(m: &zbus::Message) -> Signal {
+    let header = m.header();
+    if header
+        .member()
+        .is_some_and(|n| n.as_str() == "PrepareForSleep")
+        && let Ok(going) = m.body().deserialize::<bool>()
+    {
+        return Signal::Sleep(going);
+    }
+    Signal::Sessions
 }
 
 async fn signals(address: Option<&str>) -> zbus::Result<zbus::MessageStream> {
@@ -146,12 +319,20 @@ fn micros(all: &HashMap<String, OwnedValue>, key: &str) -> Option<u64> {
     all.get(key).and_then(|v| u64::try_from(v).ok())
 }
 
+/// The seat's id of a session (`Seat` is a `(so)` pair); empty when it has none.
+fn seat(all: &HashMap<String, OwnedValue>) -> String {
+    all.get("Seat")
+        .and_then(|v| <(String, OwnedObjectPath)>::try_from(v.try_clone().ok()?).ok())
+        .map(|(id, _)| id)
+        .unwrap_or_default()
+}
+
 fn instant(us: u64) -> Option<DateTime<Utc>> {
     DateTime::from_timestamp_micros(i64::try_from(us).ok()?)
 }
 
 /// One logind session as pilotd's `Session`, or None for what is not a person's session
-/// (greeters, lock screens, a session that is closing). Pure.
+/// (greeters, lock screens, the user's service manager, a session that is closing). Pure.
 fn session_of(
     id: &str,
     uid: u32,
@@ -159,21 +340,31 @@ fn session_of(
     all: &HashMap<String, OwnedValue>,
     now: DateTime<Utc>,
 ) -> Option<Session> {
+    // Only a person's session: not `greeter`, `lock-screen`, `manager` (systemd --user) or
+    // `background`, whatever systemd adds next. A missing class is counted (fail safe).
     if string(all, "Class").is_some_and(|c| c != "user") {
         return None;
     }
     if string(all, "State").as_deref() == Some("closing") {
         return None;
     }
-    let line = string(all, "TTY")
+    let tty = string(all, "TTY").unwrap_or_default();
+    let line = Some(tty.clone())
         .filter(|t| !t.is_empty())
         .or_else(|| string(all, "Display").filter(|d| !d.is_empty()))
         .unwrap_or_else(|| format!("logind session {id}"));
-    let host = if boolean(all, "Remote") == Some(true) {
+    let remote = boolean(all, "Remote") == Some(true);
+    let host = if remote {
         string(all, "RemoteHost").unwrap_or_default()
     } else {
         String::new()
     };
+    // At this machine's keyboard: a seat, a graphical type, or a virtual console.
+    let kind = string(all, "Type").unwrap_or_default();
+    let local = !remote
+        && (!seat(all).is_empty()
+            || matches!(kind.as_str(), "x11" | "wayland" | "mir")
+            || tty.starts_with("tty"));
     let login = micros(all, "Timestamp").and_then(instant).unwrap_or(now);
     // Idle as logind says: not idle is idle for 0 s; idle since an instant is idle for that
     // long; a missing hint is unknown, which the policy counts as active (fail safe).
@@ -191,18 +382,33 @@ fn session_of(
         host,
         login,
         idle_s,
+        local,
+        // The first sighting of a lock is the caller's to carry (`Logind::seen`).
+        locked_since: None,
     })
 }
 
-/// Lays what logind saw on an observation made from utmp: its sessions join utmp's (either
-/// source seeing an active one counts), or the snapshot says logind was not reachable. An
-/// unknown utmp stays unknown: the owner is then assumed here whatever logind says.
+/// Lays what logind saw on an observation made from utmp.
+///
+/// - logind answered: its sessions join utmp's; a utmp record of the same user on the same
+///   terminal is the same session and gives way to logind's, which knows its lock. Without a
+///   utmp file, logind's sessions are the whole truth (Debian 13).
+/// - logind could not be asked: the snapshot says why, and utmp alone decides; without utmp
+///   either, the sessions stay unknown (the owner is assumed here).
+///
+/// An unreadable or corrupt utmp stays unknown whatever logind says.
 pub fn lay_on(h: &mut HostSnapshot, seen: Seen) {
     match seen {
         Seen::Sessions(list) => {
             h.logind_unavailable = None;
-            if let Sessions::Known(v) = &mut h.sessions {
-                v.extend(list);
+            let list: Vec<Session> = list.into_iter().map(|s| s.session).collect();
+            match &mut h.sessions {
+                Sessions::Known(v) => {
+                    v.retain(|u| !list.iter().any(|l| l.user == u.user && l.line == u.line));
+                    v.extend(list);
+                }
+                Sessions::Unknown(_) if h.utmp_absent => h.sessions = Sessions::Known(list),
+                Sessions::Unknown(_) => {}
             }
         }
         Seen::Unavailable(why) => h.logind_unavailable = Some(why),
@@ -264,19 +470,32 @@ mod tests {
         assert_eq!(session_of("6", 1000, "alice", &closing, now), None);
     }
 
-    #[test]
-    fn laid_on_utmp_or_said_unavailable() {
-        let now = Utc::now();
-        let s = Session {
-            user: "alice".into(),
+    fn person(user: &str, line: &str, now: DateTime<Utc>) -> Session {
+        Session {
+            user: user.into(),
             uid: Some(1000),
-            line: ":0".into(),
+            line: line.into(),
             host: String::new(),
             login: now,
             idle_s: Some(0),
-        };
+            local: true,
+            locked_since: None,
+        }
+    }
+
+    fn from_logind(id: &str, s: Session) -> LogindSession {
+        LogindSession {
+            id: id.into(),
+            session: s,
+        }
+    }
+
+    #[test]
+    fn laid_on_utmp_or_said_unavailable() {
+        let now = Utc::now();
+        let s = person("alice", ":0", now);
         let mut h = HostSnapshot::test(now);
-        lay_on(&mut h, Seen::Sessions(vec![s.clone()]));
+        lay_on(&mut h, Seen::Sessions(vec![from_logind("2", s.clone())]));
         assert_eq!(h.sessions, Sessions::Known(vec![s.clone()]));
         assert_eq!(h.logind_unavailable, None);
         let mut h = HostSnapshot::test(now);
@@ -284,10 +503,123 @@ mod tests {
         assert_eq!(h.sessions, Sessions::Known(vec![]));
         assert_eq!(h.logind_unavailable.as_deref(), Some("no bus"));
         let mut h = HostSnapshot::test(now).with_sessions_unknown("utmp unreadable");
-        lay_on(&mut h, Seen::Sessions(vec![s]));
+        lay_on(&mut h, Seen::Sessions(vec![from_logind("2", s.clone())]));
         assert!(
             matches!(h.sessions, Sessions::Unknown(_)),
-            "unknown stays unknown"
+            "an unreadable utmp stays unknown"
         );
+    }
+
+    #[test]
+    fn without_utmp_logind_is_the_whole_truth_and_without_both_nothing_is_known() {
+        let now = Utc::now();
+        let absent = || {
+            let mut h = HostSnapshot::test(now).with_sessions_unknown("no /run/utmp");
+            h.utmp_absent = true;
+            h
+        };
+        // Nobody, said by logind: known and empty (Debian 13 with nobody logged in).
+        let mut h = absent();
+        lay_on(&mut h, Seen::Sessions(vec![]));
+        assert_eq!(h.sessions, Sessions::Known(vec![]));
+        let mut h = absent();
+        let s = person("alice", "pts/0", now);
+        lay_on(&mut h, Seen::Sessions(vec![from_logind("3", s.clone())]));
+        assert_eq!(h.sessions, Sessions::Known(vec![s]));
+        // Neither source: unknown.
+        let mut h = absent();
+        lay_on(&mut h, Seen::Unavailable("no bus".into()));
+        assert!(matches!(h.sessions, Sessions::Unknown(_)));
+    }
+
+    #[test]
+    fn a_utmp_record_of_a_logind_session_gives_way_to_it() {
+        let now = Utc::now();
+        let mut utmp = person("alice", "pts/0", now);
+        utmp.idle_s = Some(3);
+        let mut h = HostSnapshot::test(now);
+        h.sessions = Sessions::Known(vec![utmp.clone(), person("bob", "pts/1", now)]);
+        let mut logind = person("alice", "pts/0", now);
+        logind.locked_since = Some(now);
+        lay_on(
+            &mut h,
+            Seen::Sessions(vec![from_logind("5", logind.clone())]),
+        );
+        let Sessions::Known(v) = &h.sessions else {
+            panic!("known")
+        };
+        assert_eq!(v.len(), 2, "{v:?}");
+        assert!(v.contains(&logind), "logind's record, with its lock");
+        assert!(!v.contains(&utmp));
+        assert!(v.iter().any(|s| s.user == "bob"), "other utmp records stay");
+    }
+
+    #[test]
+    fn a_lock_is_dated_from_its_first_sighting_and_forgotten_when_it_ends() {
+        let t0 = DateTime::parse_from_rfc3339("2026-12-01T10:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let raw = |locked: bool| Raw {
+            id: "7".into(),
+            uid: 1000,
+            user: "alice".into(),
+            props: props(&[
+                ("Class", Value::from("user")),
+                ("LockedHint", Value::Bool(locked)),
+            ]),
+        };
+        let mut l = Logind::default();
+        let at = |l: &mut Logind, locked, t| l.seen(vec![raw(locked)], t)[0].session.locked_since;
+        assert_eq!(at(&mut l, false, t0), None);
+        let t1 = t0 + chrono::Duration::seconds(30);
+        assert_eq!(at(&mut l, true, t1), Some(t1));
+        let t2 = t1 + chrono::Duration::seconds(30);
+        assert_eq!(at(&mut l, true, t2), Some(t1), "still locked since t1");
+        let t3 = t2 + chrono::Duration::seconds(30);
+        assert_eq!(at(&mut l, false, t3), None);
+        let t4 = t3 + chrono::Duration::seconds(30);
+        assert_eq!(at(&mut l, true, t4), Some(t4), "a new lock is dated anew");
+    }
+
+    #[test]
+    fn local_means_at_this_machines_keyboard() {
+        let now = Utc::now();
+        let local = |pairs: &[(&str, Value<'_>)]| {
+            let mut all = vec![("Class", Value::from("user"))];
+            all.extend(pairs.iter().cloned());
+            session_of("1", 1000, "alice", &props(&all), now)
+                .unwrap()
+                .local
+        };
+        assert!(local(&[("Type", Value::from("wayland"))]));
+        assert!(local(&[("Type", Value::from("x11"))]));
+        assert!(local(&[("TTY", Value::from("tty2"))]));
+        let seat = OwnedObjectPath::try_from("/org/freedesktop/login1/seat/seat0").unwrap();
+        assert!(local(&[(
+            "Seat",
+            Value::from((String::from("seat0"), seat.clone()))
+        )]));
+        // ssh: remote, whatever else it says.
+        assert!(!local(&[
+            ("Remote", Value::Bool(true)),
+            ("TTY", Value::from("pts/0")),
+            ("Type", Value::from("tty")),
+        ]));
+        assert!(!local(&[("TTY", Value::from("pts/3"))]));
+    }
+
+    #[test]
+    fn manager_and_background_sessions_are_no_one() {
+        let now = Utc::now();
+        for class in [
+            "manager",
+            "manager-early",
+            "background",
+            "lock-screen",
+            "greeter",
+        ] {
+            let p = props(&[("Class", Value::from(class))]);
+            assert_eq!(session_of("9", 1000, "alice", &p, now), None, "{class}");
+        }
     }
 }

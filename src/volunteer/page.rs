@@ -459,7 +459,7 @@ fn render(ctx: &Context, s: &Session, now: DateTime<Utc>) -> String {
                 "<p class=\"verdict\" id=\"decision\">{}</p><ul id=\"reasons\">",
                 esc(&verdict)
             );
-            for r in &d.reasons {
+            for r in d.reasons.iter().chain(&d.notes) {
                 let _ = write!(b, "<li>{}</li>", esc(r));
             }
             let _ = write!(b, "</ul><p>Decided {}.</p>", esc(&local(d.at)));

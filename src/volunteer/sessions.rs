@@ -132,11 +132,22 @@ impl HostLookup for LiveHost<'_> {
 /// Never fails: anything that prevents a trustworthy answer becomes `Sessions::Unknown` with a
 /// reason that names the file and the problem.
 pub fn read_sessions(utmp: &Path, dev: &Path, now: DateTime<Utc>) -> Sessions {
+    read_utmp(utmp, dev, now).0
+}
+
+/// [`read_sessions`], and whether the file does not exist at all. A missing utmp is still
+/// `Unknown` here; it becomes "nobody in utmp" only where logind answers instead
+/// (`logind::lay_on`), as on Debian 13, whose systemd no longer creates the file.
+pub fn read_utmp(utmp: &Path, dev: &Path, now: DateTime<Utc>) -> (Sessions, bool) {
     let result = read_bounded(utmp)
         .and_then(|bytes| sessions_from_bytes(utmp, &bytes, now, &LiveHost { dev }));
     match result {
-        Ok(sessions) => Sessions::Known(sessions),
-        Err(e) => Sessions::Unknown(e.to_string()),
+        Ok(sessions) => (Sessions::Known(sessions), false),
+        Err(e) => {
+            let absent = matches!(&e, SessionsError::Read { source, .. }
+                if source.kind() == io::ErrorKind::NotFound);
+            (Sessions::Unknown(e.to_string()), absent)
+        }
     }
 }
 
@@ -338,10 +349,14 @@ where
             Session {
                 uid: host.uid_of(&l.user),
                 user: l.user,
+                // No remote host, or an X display (a terminal in a desktop session): someone
+                // at this machine's keyboard.
+                local: l.host.is_empty() || l.host.starts_with(':'),
                 line: l.line,
                 host: l.host,
                 login: l.login,
                 idle_s,
+                locked_since: None,
             }
         })
         .collect())

@@ -36,6 +36,18 @@ pub struct HostSnapshot {
     /// alone. Absent when logind answered (its sessions are in `sessions`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logind_unavailable: Option<String>,
+    /// There is no utmp file: `sessions` are logind's alone (Debian 13 and other systems
+    /// that dropped utmp). Without logind either, the sessions are unknown.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub utmp_absent: bool,
+    /// Seconds since the last keyboard, mouse or touchpad event on this machine (the kernel's
+    /// input devices); absent when no input device can be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_idle_s: Option<u64>,
+    /// The machine is about to sleep (logind's PrepareForSleep): workers make room as if the
+    /// owner were back, and nothing starts until a fresh observation after the wake-up.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sleeping: bool,
 }
 
 /// Who is logged in. `Unknown` is never read as "nobody": the policy fails safe.
@@ -56,9 +68,17 @@ pub struct Session {
     pub line: String,
     pub host: String,
     pub login: DateTime<Utc>,
-    /// Seconds since the tty was last used (its atime); None when the line is not a tty
-    /// that can be inspected (graphical logins).
+    /// Seconds since the tty was last used (its atime), or since logind's IdleSinceHint;
+    /// None when neither can tell (a graphical login in utmp).
     pub idle_s: Option<u64>,
+    /// At this machine's own keyboard and screen (a local console or a graphical session),
+    /// not a remote login: only such a session is judged by the machine's input devices.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub local: bool,
+    /// Since when pilotd has seen the session locked (logind's LockedHint, set by the screen
+    /// locker); absent when it is not locked, or when the source cannot tell.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub locked_since: Option<DateTime<Utc>>,
 }
 
 impl HostSnapshot {
@@ -90,6 +110,9 @@ impl HostSnapshot {
             host_free_since: None,
             snoozed_until: None,
             logind_unavailable: None,
+            utmp_absent: false,
+            input_idle_s: None,
+            sleeping: false,
         }
     }
 
@@ -106,11 +129,37 @@ impl HostSnapshot {
             host: String::new(),
             login: self.taken_at - chrono::Duration::hours(1),
             idle_s,
+            local: false,
+            locked_since: None,
         };
         match &mut self.sessions {
             Sessions::Known(v) => v.push(s),
             Sessions::Unknown(_) => self.sessions = Sessions::Known(vec![s]),
         }
+        self
+    }
+
+    /// A session at this machine's own desk (graphical, from logind), locked since `locked`.
+    pub fn with_desk_session(
+        mut self,
+        user: &str,
+        uid: u32,
+        idle_s: Option<u64>,
+        locked: Option<DateTime<Utc>>,
+    ) -> Self {
+        self = self.with_session(user, uid, idle_s);
+        if let Sessions::Known(v) = &mut self.sessions
+            && let Some(s) = v.last_mut()
+        {
+            s.line = "logind session 2".into();
+            s.local = true;
+            s.locked_since = locked;
+        }
+        self
+    }
+
+    pub fn with_input_idle(mut self, s: Option<u64>) -> Self {
+        self.input_idle_s = s;
         self
     }
 

@@ -48,6 +48,9 @@ pub struct Decision {
     pub die_at: Option<DateTime<Utc>>,
     pub evict: Evict,
     pub reasons: Vec<String>,
+    /// What pilotd could see (the sources of sessions, who is away): `Supply::notes`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
     pub next_change: Option<DateTime<Utc>>,
 }
 
@@ -65,6 +68,7 @@ impl Decision {
             die_at: s.die_at,
             evict: s.evict,
             reasons: s.reasons.clone(),
+            notes: s.notes.clone(),
             next_change: s.next_change,
         }
     }
@@ -130,6 +134,29 @@ pub struct Status {
     pub outcomes: Vec<OutcomeRecord>,
     pub last_actions: Vec<String>,
     pub notes: Vec<String>,
+}
+
+/// The daemon rewrites an unchanged status file this often, so readers can tell it is alive
+/// (`pilotd status` allows for it); a changed one is written in the cycle that changed it.
+/// Between the two, nothing touches the disk, and an idle laptop's disk may sleep.
+pub const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(600);
+
+impl Status {
+    /// The same for a reader: equal but for when it was written and what was measured in
+    /// passing (the decision's instant, the workers' CPU to less than a percent).
+    pub fn same_for_readers(&self, other: &Status) -> bool {
+        let key = |s: &Status| {
+            let mut s = s.clone();
+            s.updated_at = None;
+            s.pid = 0;
+            s.own_cpu = (s.own_cpu * 100.0).round();
+            if let Some(d) = s.decision.as_mut() {
+                d.at = DateTime::<Utc>::UNIX_EPOCH;
+            }
+            s
+        };
+        key(self) == key(other)
+    }
 }
 
 /// How many outcomes the status keeps.

@@ -6,6 +6,7 @@
 
 use super::Daemon;
 use super::executor::{self, Executed};
+use super::triggers::Interrupt;
 use crate::volunteer::backend::{AnyBackend, Backend};
 use crate::volunteer::gc;
 use crate::volunteer::history;
@@ -101,8 +102,20 @@ impl CpuMeter {
 /// interval, but never more often than this (a walk of a big tree costs I/O).
 const DISK_CHECK_MIN: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// How often the learned history is written while the daemon runs.
+const HISTORY_EVERY: std::time::Duration = std::time::Duration::from_secs(900);
+
 /// How many lines of a failed worker's output are kept (log and status file).
 const OUTPUT_LINES: usize = 20;
+
+/// What a cycle observed before it decides.
+struct Observation {
+    backend: Option<AnyBackend>,
+    workers: Option<Vec<Worker>>,
+    own_cpu: f64,
+    fresh_cpu: bool,
+    logind: logind::Seen,
+}
 
 /// What one cycle leaves in the status file.
 struct Record<'a> {
@@ -114,15 +127,29 @@ struct Record<'a> {
 }
 
 impl Daemon {
-    /// One cycle at `now`; returns a one-line summary. An `urgent` cycle (a login) decides on
-    /// the CPU share measured last time instead of waiting for the engine's statistics.
+    /// One cycle at `now`, with nothing to interrupt it; returns a one-line summary. An
+    /// `urgent` cycle (a login) decides on the CPU share measured last time instead of
+    /// waiting for the engine's statistics.
     pub async fn cycle(&mut self, now: DateTime<Utc>, urgent: bool) -> String {
+        self.cycle_with(now, urgent, &mut Interrupt::none())
+            .await
+            .unwrap_or_default()
+    }
+
+    /// One cycle at `now`, which an urgent trigger may cut short (`int`): during the
+    /// observations (nothing was done yet: `None`), or before its next start or resume. The
+    /// caller then runs an urgent cycle at once.
+    pub(super) async fn cycle_with(
+        &mut self,
+        now: DateTime<Utc>,
+        urgent: bool,
+        int: &mut Interrupt<'_>,
+    ) -> Option<String> {
         let started = std::time::Instant::now();
-        let summary = self.reconcile_at(now, urgent).await;
-        // Written after the cycle acted: an fsync must never delay the eviction of a login.
-        if let Err(e) = history::save(&self.s.state_dir, &self.learner.history) {
-            tracing::error!("{e}");
-        }
+        let summary = self.reconcile_at(now, urgent, int).await?;
+        // Written after the cycle acted, and only when it changed meaningfully: an fsync
+        // must never delay the eviction of a login, and an idle laptop's disk may sleep.
+        self.save_history(now);
         if let Some(m) = &self.metrics {
             m.cycle_seconds.observe(started.elapsed().as_secs_f64());
             m.backoff_level.set(i64::from(self.status.backoff.failures));
@@ -134,15 +161,17 @@ impl Daemon {
                 m.set_workers(counts);
             }
         }
-        summary
+        Some(summary)
     }
 
-    async fn reconcile_at(&mut self, now: DateTime<Utc>, urgent: bool) -> String {
-        self.fetch_manifest_if_due(now);
-        let mut errors: Vec<String> = Vec::new();
-
-        // Observe.
-        let backend = self.connected(&mut errors).await;
+    /// What was seen of the engine, the workers, their CPU, logind and the host.
+    async fn observe(
+        &mut self,
+        now: DateTime<Utc>,
+        urgent: bool,
+        errors: &mut Vec<String>,
+    ) -> Observation {
+        let backend = self.connected(errors).await;
         let workers = match &backend {
             Some(b) => match b.list_workers().await {
                 Ok(w) => Some(w),
@@ -169,6 +198,45 @@ impl Daemon {
             _ => self.status.own_cpu,
         };
         let logind = self.logind.observe(now).await;
+        if !self.sleeping && matches!(logind, logind::Seen::Sessions(_)) {
+            self.logind.hold_sleep_lock().await;
+        }
+        Observation {
+            backend,
+            workers,
+            own_cpu,
+            fresh_cpu,
+            logind,
+        }
+    }
+
+    async fn reconcile_at(
+        &mut self,
+        now: DateTime<Utc>,
+        urgent: bool,
+        int: &mut Interrupt<'_>,
+    ) -> Option<String> {
+        self.fetch_manifest_if_due(now);
+        let mut errors: Vec<String> = Vec::new();
+
+        // Observe. Nothing is done yet, so an urgent trigger drops it all (the engine's CPU
+        // statistics of busy workers can take most of a second on a loaded host).
+        let seen = if urgent {
+            self.observe(now, true, &mut errors).await
+        } else {
+            tokio::select! {
+                biased;
+                () = int.arrived() => return None,
+                seen = self.observe(now, false, &mut errors) => seen,
+            }
+        };
+        let Observation {
+            backend,
+            workers,
+            own_cpu,
+            fresh_cpu,
+            logind,
+        } = seen;
         let Some(snapshot) = self.observe_host(now, own_cpu, fresh_cpu, logind, &mut errors) else {
             self.finish(
                 now,
@@ -180,7 +248,7 @@ impl Daemon {
                     workers,
                 },
             );
-            return "host probe failed".into();
+            return Some("host probe failed".into());
         };
 
         // Decide.
@@ -209,7 +277,7 @@ impl Daemon {
                     workers,
                 },
             );
-            return summary;
+            return Some(summary);
         };
 
         // Finished workers' outcomes first: the back-off they widen must hold back a start
@@ -254,10 +322,18 @@ impl Daemon {
             now,
         );
 
-        // Execute, then record what it did.
-        let executed = executor::execute(&b, &plan.actions, &self.worker, &mut self.work).await;
+        // Execute, then record what it did. Evictions come first in the plan; an urgent
+        // trigger arriving meanwhile stops it before the next start or resume.
+        let executed =
+            executor::execute(&b, &plan.actions, &self.worker, &mut self.work, int).await;
         let actions = self.record_executed(executed, now);
-        self.gc_if_due(&b, &list, now).await;
+        let computing = supply.allowed && list.iter().any(|w| w.state == WorkerState::Running);
+        self.logind
+            .keep_awake(self.s.policy.keep_awake && computing)
+            .await;
+        if !int.poll() {
+            self.gc_if_due(&b, &list, now).await;
+        }
         // Forget recorded outcomes of containers that are gone.
         self.status
             .recorded
@@ -280,7 +356,7 @@ impl Daemon {
                 workers,
             },
         );
-        summary
+        Some(summary)
     }
 
     /// The engine, described in the log once per connection; `None` (and why, once per
@@ -331,7 +407,11 @@ impl Daemon {
         let snoozed_until = snooze::active(&self.s.state_dir, now).map(|s| s.until);
         match self.probe.observe(now, carry, refresh_cpu) {
             Ok(s) => {
-                let mut s = HostSnapshot { snoozed_until, ..s };
+                let mut s = HostSnapshot {
+                    snoozed_until,
+                    sleeping: self.sleeping,
+                    ..s
+                };
                 logind::lay_on(&mut s, logind);
                 Some(s)
             }
@@ -342,6 +422,7 @@ impl Daemon {
                         taken_at: now,
                         sessions: Sessions::Unknown(format!("host probe failed: {e}")),
                         snoozed_until,
+                        sleeping: self.sleeping,
                         ..last.clone()
                     }),
                     None => {
@@ -507,8 +588,33 @@ impl Daemon {
         self.status.notes = r.notes;
         self.status.last_error = (!r.errors.is_empty()).then(|| r.errors.join("; "));
         self.status.workers = r.workers;
-        if let Err(e) = status::save(&self.status_path, &self.status) {
-            tracing::error!("{e}");
+        let heartbeat = crate::horizon::delta(status::HEARTBEAT);
+        let unchanged = self.saved.status.as_ref().is_some_and(|(last, at)| {
+            now.signed_duration_since(*at) < heartbeat && last.same_for_readers(&self.status)
+        });
+        if unchanged {
+            return;
+        }
+        match status::save(&self.status_path, &self.status) {
+            Ok(()) => self.saved.status = Some((self.status.clone(), now)),
+            Err(e) => tracing::error!("{e}"),
+        }
+    }
+
+    /// The learned history, every `HISTORY_EVERY` (the drain saves the rest): it counts time,
+    /// so it changes every cycle, and a crash loses at most that much of it.
+    pub(super) fn save_history(&mut self, now: DateTime<Utc>) {
+        let every = crate::horizon::delta(HISTORY_EVERY);
+        if self
+            .saved
+            .history
+            .is_some_and(|at| now.signed_duration_since(at) < every)
+        {
+            return;
+        }
+        match history::save(&self.s.state_dir, &self.learner.history) {
+            Ok(()) => self.saved.history = Some(now),
+            Err(e) => tracing::error!("{e}"),
         }
     }
 

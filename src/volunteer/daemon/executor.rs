@@ -7,6 +7,7 @@
 
 use super::Work;
 use super::tasks;
+use super::triggers::Interrupt;
 use crate::volunteer::backend::{AnyBackend, Backend, BackendError};
 use crate::volunteer::egress::{self, EgressError, Filter};
 use crate::volunteer::plan::Action;
@@ -77,16 +78,27 @@ pub struct Executed {
 }
 
 /// Executes `actions` in order against `b`.
+/// An urgent trigger (`int`) arriving on the way leaves out what would give the machine back
+/// to the workers — starts, resumes, pulls — and lets an urgent cycle decide them again;
+/// evictions still run.
 pub async fn execute(
     b: &AnyBackend,
     actions: &[Action],
     worker: &WorkerSettings,
     work: &mut Work,
+    int: &mut Interrupt<'_>,
 ) -> Vec<Executed> {
     let mut out = Vec::with_capacity(actions.len());
     let mut start_failed = false;
     for action in actions {
         if start_failed && matches!(action, Action::Start { .. }) {
+            continue;
+        }
+        if matches!(
+            action,
+            Action::Start { .. } | Action::Unpause { .. } | Action::Pull { .. }
+        ) && int.poll()
+        {
             continue;
         }
         let result = execute_one(b, action, worker, work).await;

@@ -35,6 +35,7 @@ use crate::volunteer::backend::{AnyBackend, Backend, BackendError};
 use crate::volunteer::control;
 use crate::volunteer::history::{self, Learner};
 use crate::volunteer::host::{HostProbe, ProbeError};
+use crate::volunteer::logind::{Logind, Signal};
 use crate::volunteer::manifest::{self, Manifest};
 use crate::volunteer::page::{self, Doors};
 use crate::volunteer::plan::{InFlight, Reason};
@@ -51,7 +52,7 @@ use std::time::Duration;
 use tasks::TaskDone;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
-use triggers::Trigger;
+use triggers::{Interrupt, Trigger};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -89,11 +90,21 @@ pub async fn run(
         d.wakeups.tx.clone(),
     ));
     let tx = d.wakeups.tx.clone();
-    tokio::spawn(crate::volunteer::logind::watch(move || {
-        !matches!(
-            tx.try_send(Trigger::Sessions),
-            Err(mpsc::error::TrySendError::Closed(_))
-        )
+    tokio::spawn(crate::volunteer::logind::watch(move |signal| {
+        let t = match signal {
+            Signal::Sessions => Trigger::Sessions,
+            Signal::Sleep(going) => Trigger::Sleep(going),
+        };
+        // A sleep announcement must not be lost in a full channel: it changes the decision.
+        match tx.try_send(t) {
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+            Err(mpsc::error::TrySendError::Full(t @ Trigger::Sleep(_))) => {
+                let tx = tx.clone();
+                tokio::spawn(async move { tx.send(t).await });
+                true
+            }
+            _ => true,
+        }
     }));
     d.listen_for_the_owner().await;
     lifecycle::serve(&mut d, hooks, shutdown, reloads).await;
@@ -110,7 +121,10 @@ struct Engine {
 /// What wakes the loop before the next tick.
 struct Wakeups {
     tx: mpsc::Sender<Trigger>,
-    rx: mpsc::Receiver<Trigger>,
+    /// Home between cycles; lent to the running cycle (`triggers::Interrupt`).
+    rx: Option<mpsc::Receiver<Trigger>>,
+    /// A trigger arrived during the last cycle: the next one is due at once.
+    again: Option<Wake>,
     interval: tokio::time::Interval,
     /// When the decision changes by the clock alone.
     next_change: Option<DateTime<Utc>>,
@@ -126,6 +140,13 @@ struct Work {
     measuring: bool,
 }
 
+/// What was last written to the state dir, and when (to write only what changed).
+#[derive(Default)]
+struct Saved {
+    status: Option<(Status, DateTime<Utc>)>,
+    history: Option<DateTime<Utc>>,
+}
+
 /// The daemon's state between cycles, by part.
 pub struct Daemon {
     /// pilotd.toml's settings.
@@ -139,6 +160,7 @@ pub struct Daemon {
     /// What `pilotd status` reads, and a restarted daemon takes back.
     status: Status,
     status_path: PathBuf,
+    saved: Saved,
     work: Work,
     cpu: CpuMeter,
     wakeups: Wakeups,
@@ -151,8 +173,10 @@ pub struct Daemon {
     metrics: Option<Metrics>,
     /// The last decision, to log each change once.
     last_decision: Option<String>,
-    /// systemd-logind, the second session source beside utmp.
-    logind: crate::volunteer::logind::Logind,
+    /// systemd-logind: sessions, their locks, the sleep and idle inhibitor locks.
+    logind: Logind,
+    /// logind announced a sleep and no wake-up yet: workers make room, nothing starts.
+    sleeping: bool,
     /// What the control socket's server knows of the policy (kept current across reloads);
     /// None when the socket is not served.
     control: Option<watch::Sender<control::Context>>,
@@ -200,6 +224,7 @@ impl Daemon {
             last_snapshot: None,
             status: restore(&status_path, &s, now),
             status_path,
+            saved: Saved::default(),
             work: Work {
                 in_flight: InFlight::default(),
                 tasks: JoinSet::new(),
@@ -210,7 +235,8 @@ impl Daemon {
             cpu: CpuMeter::default(),
             wakeups: Wakeups {
                 tx,
-                rx,
+                rx: Some(rx),
+                again: None,
                 interval,
                 next_change: None,
             },
@@ -223,6 +249,7 @@ impl Daemon {
             control: None,
             doors: Doors::default(),
             logind: Default::default(),
+            sleeping: false,
             s,
         })
     }
@@ -277,8 +304,71 @@ impl Daemon {
     }
 }
 
+/// At most this many cycles run back to back when urgent triggers keep arriving during them;
+/// then the service loop gets its turn (a reload, the shutdown).
+const BACK_TO_BACK: usize = 3;
+
+impl Daemon {
+    /// logind said the machine goes to sleep (true) or woke up (false).
+    fn sleep_announced(&mut self, going: bool) {
+        if going != self.sleeping {
+            if going {
+                tracing::info!("the machine is going to sleep: workers make room first");
+            } else {
+                tracing::info!(
+                    "the machine woke up: nothing resumes or starts before a fresh look at the owner"
+                );
+            }
+        }
+        self.sleeping = going;
+    }
+
+    fn triggered(&mut self, t: &Trigger) -> bool {
+        if let Trigger::Sleep(going) = t {
+            self.sleep_announced(*going);
+        }
+        t.is_urgent()
+    }
+
+    /// After a cycle decided for a sleep: let logind go on once the workers made room. A
+    /// graceful stop's request must reach the engine first, so running stops get up to
+    /// `SLEEP_HOLD` (well within logind's default 5 s delay) before the lock goes.
+    async fn let_the_sleep_go(&mut self) {
+        if !self.logind.holds_sleep_lock() {
+            return;
+        }
+        if !self.work.in_flight.stopping.is_empty() {
+            let until = tokio::time::Instant::now() + SLEEP_HOLD;
+            while !self.work.tasks.is_empty() {
+                match tokio::time::timeout_at(until, self.work.tasks.join_next()).await {
+                    Ok(Some(Ok(done))) => self.task_done(done, Utc::now()),
+                    Ok(Some(Err(_))) => {}
+                    Ok(None) | Err(_) => break,
+                }
+            }
+        }
+        self.logind.release_sleep_lock();
+        tracing::info!("workers made room; the machine may sleep");
+    }
+}
+
+/// The next trigger; never, while a cycle has the channel (it is home between cycles).
+/// Cancel-safe, as `wake` must be.
+async fn next_trigger(rx: &mut Option<mpsc::Receiver<Trigger>>) -> Option<Trigger> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// How long a sleep waits for graceful stops to be under way (see `let_the_sleep_go`).
+const SLEEP_HOLD: Duration = Duration::from_secs(3);
+
 impl Reconciler for Daemon {
     async fn wake(&mut self) -> Wake {
+        if let Some(w) = self.wakeups.again.take() {
+            return w;
+        }
         // A moment after `next_change`, so the decision has really changed.
         let until_change = self
             .wakeups
@@ -286,18 +376,18 @@ impl Reconciler for Daemon {
             .and_then(|t| (t - Utc::now()).to_std().ok())
             .unwrap_or(Duration::from_secs(86_400))
             + Duration::from_millis(50);
-        // A login must evict within a second; the engine's CPU statistics of a running
-        // container can take a second to answer (its collector ticks once a second), so a
-        // cycle woken by utmp decides on the CPU share measured in the previous cycle.
+        // A login must evict at once; the engine's CPU statistics of a running container
+        // take a while under load, so a cycle woken by the owner decides on the CPU share
+        // measured in the previous cycle.
         let mut urgent = false;
         tokio::select! {
             _ = self.wakeups.interval.tick() => {}
-            Some(t) = self.wakeups.rx.recv() => {
+            Some(t) = next_trigger(&mut self.wakeups.rx) => {
                 tracing::debug!(trigger = ?t, "cycle triggered");
-                urgent = matches!(t, Trigger::Sessions | Trigger::Owner);
+                urgent = self.triggered(&t);
                 // Coalesce a burst (utmp is written in several steps).
-                while let Ok(t) = self.wakeups.rx.try_recv() {
-                    urgent |= matches!(t, Trigger::Sessions | Trigger::Owner);
+                while let Some(t) = self.wakeups.rx.as_mut().and_then(|rx| rx.try_recv().ok()) {
+                    urgent |= self.triggered(&t);
                 }
             }
             Some(done) = self.work.tasks.join_next(), if !self.work.tasks.is_empty() => {
@@ -314,7 +404,39 @@ impl Reconciler for Daemon {
     }
 
     async fn reconcile(&mut self, wake: Wake) -> String {
-        self.cycle(Utc::now(), wake.urgent).await
+        let Some(mut rx) = self.wakeups.rx.take() else {
+            return self.cycle(Utc::now(), wake.urgent).await;
+        };
+        let mut urgent = wake.urgent;
+        let mut summary = String::new();
+        for round in 1..=BACK_TO_BACK {
+            let mut int = Interrupt::new(&mut rx);
+            let done = self.cycle_with(Utc::now(), urgent, &mut int).await;
+            let sleeping_cycle = self.sleeping && done.is_some();
+            if let Some(going) = int.sleep {
+                self.sleep_announced(going);
+            }
+            if int.again {
+                self.wakeups.again = Some(Wake::default());
+            }
+            if sleeping_cycle && self.sleeping {
+                self.let_the_sleep_go().await;
+            }
+            if let Some(s) = done {
+                summary = s;
+            }
+            if !int.urgent {
+                break;
+            }
+            // The owner came back during this cycle: decide again at once, or right after
+            // the service loop had its turn.
+            urgent = true;
+            if round == BACK_TO_BACK {
+                self.wakeups.again = Some(Wake { urgent: true });
+            }
+        }
+        self.wakeups.rx = Some(rx);
+        summary
     }
 
     type ReloadError = ProbeError;
@@ -398,6 +520,9 @@ impl Reconciler for Daemon {
         }
         self.status.updated_at = Some(Utc::now());
         if let Err(e) = status::save(&self.status_path, &self.status) {
+            tracing::error!("{e}");
+        }
+        if let Err(e) = history::save(&self.s.state_dir, &self.learner.history) {
             tracing::error!("{e}");
         }
         tracing::info!("pilotd stopped; running workers are adopted by the next pilotd");

@@ -16,11 +16,103 @@ use tokio::sync::mpsc;
 /// Why a cycle was triggered early.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Trigger {
+    /// utmp or logind: a login, a logout, a lock or unlock, idleness.
     Sessions,
     /// The owner snoozed or resumed (the control socket): acted on as urgently as a login.
     Owner,
+    /// Keyboard or mouse input after a quiet spell (the machine's input devices).
+    Input,
+    /// logind's PrepareForSleep: true before a suspend, false after the wake-up.
+    Sleep(bool),
     WorkerExited(String),
     TaskDone,
+}
+
+impl Trigger {
+    /// The owner may be waiting: decide on what is known, without the slow observations,
+    /// and interrupt a regular cycle's observations to do so.
+    pub fn is_urgent(&self) -> bool {
+        matches!(
+            self,
+            Trigger::Sessions | Trigger::Owner | Trigger::Input | Trigger::Sleep(_)
+        )
+    }
+}
+
+/// The trigger channel, lent to a running cycle: it notices an urgent trigger as soon as it
+/// arrives (the owner logged in while the regular cycle measured CPU or listed images), so
+/// the cycle can drop what it was observing, or stop before its next start, and let an urgent
+/// cycle run at once. Triggers that are not urgent only ask for one more cycle.
+pub struct Interrupt<'a> {
+    rx: Option<&'a mut mpsc::Receiver<Trigger>>,
+    /// An urgent trigger arrived during this cycle.
+    pub urgent: bool,
+    /// Any other trigger arrived: one more cycle is due.
+    pub again: bool,
+    /// logind's sleep announcements seen during this cycle, last one last.
+    pub sleep: Option<bool>,
+}
+
+impl<'a> Interrupt<'a> {
+    pub fn new(rx: &'a mut mpsc::Receiver<Trigger>) -> Self {
+        Interrupt {
+            rx: Some(rx),
+            urgent: false,
+            again: false,
+            sleep: None,
+        }
+    }
+
+    /// One that never fires (tests and one-shot cycles).
+    pub fn none() -> Self {
+        Interrupt {
+            rx: None,
+            urgent: false,
+            again: false,
+            sleep: None,
+        }
+    }
+
+    fn note(&mut self, t: Trigger) {
+        if let Trigger::Sleep(going) = t {
+            self.sleep = Some(going);
+        }
+        if t.is_urgent() {
+            self.urgent = true;
+        } else {
+            self.again = true;
+        }
+    }
+
+    /// Whether an urgent trigger has arrived by now (does not wait).
+    pub fn poll(&mut self) -> bool {
+        while let Some(t) = self.rx.as_mut().and_then(|rx| rx.try_recv().ok()) {
+            self.note(t);
+        }
+        self.urgent
+    }
+
+    /// Completes when an urgent trigger arrives; never when there is no channel. Cancel-safe.
+    pub async fn arrived(&mut self) {
+        if self.urgent {
+            return;
+        }
+        loop {
+            let Some(rx) = self.rx.as_mut() else {
+                return std::future::pending().await;
+            };
+            match rx.recv().await {
+                Some(t) => {
+                    let urgent = t.is_urgent();
+                    self.note(t);
+                    if urgent {
+                        return;
+                    }
+                }
+                None => return std::future::pending().await,
+            }
+        }
+    }
 }
 
 const POLL: Duration = Duration::from_millis(250);

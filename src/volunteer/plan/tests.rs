@@ -32,6 +32,7 @@ fn supply(allowed: bool, workers: u32, evict: Evict) -> Supply {
         } else {
             vec![Cause::OwnerPresent]
         },
+        notes: vec![],
         next_change: None,
         downloads: true,
         owner_busy_since: None,

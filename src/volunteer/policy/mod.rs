@@ -13,7 +13,7 @@ use crate::config::policy::{BatteryRule, SessionRule};
 use crate::config::units::format_duration;
 use crate::config::{Evict, Policy};
 use crate::horizon::{after, before};
-use crate::volunteer::snapshot::{HostSnapshot, Sessions};
+use crate::volunteer::snapshot::{HostSnapshot, Session, Sessions};
 use calendar::Period;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -47,6 +47,7 @@ pub enum Cause {
     Snoozed,
     SessionsUnknown,
     OwnerPresent,
+    Sleeping,
     OnBattery,
     ExclusiveProcess,
     OwnerCpuHigh,
@@ -66,6 +67,7 @@ impl Cause {
             Cause::Snoozed
                 | Cause::OwnerPresent
                 | Cause::SessionsUnknown
+                | Cause::Sleeping
                 | Cause::OnBattery
                 | Cause::ExclusiveProcess
                 | Cause::OwnerCpuHigh
@@ -80,6 +82,7 @@ impl Cause {
             Cause::Snoozed => "snoozed",
             Cause::SessionsUnknown => "sessions_unknown",
             Cause::OwnerPresent => "owner_present",
+            Cause::Sleeping => "sleeping",
             Cause::OnBattery => "on_battery",
             Cause::ExclusiveProcess => "exclusive_process",
             Cause::OwnerCpuHigh => "owner_cpu_high",
@@ -113,6 +116,10 @@ pub struct Supply {
     pub reasons: Vec<String>,
     /// The same, as stable names, in the same order.
     pub causes: Vec<Cause>,
+    /// What pilotd can and cannot see, said after the reasons: where the sessions came
+    /// from, who is logged in but away and why. They change no decision.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
     /// The next instant at which this decision may change on its own (clock only).
     pub next_change: Option<DateTime<Utc>>,
     /// The schedule lets a new worker image be downloaded: an open period (before its guard
@@ -208,7 +215,18 @@ pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) 
         next.push(until);
     }
 
+    // The machine is about to sleep: as if the owner were back, so workers make room within
+    // logind's delay; after the wake-up nothing starts before a fresh observation (the latch
+    // "free since" restarts here).
+    if h.sleeping {
+        blocked = true;
+        evict = evict.max(p.on_return);
+        causes.push(Cause::Sleeping);
+        reasons.push("the machine is going to sleep".into());
+    }
+
     // The owner.
+    let mut away_notes = Vec::new();
     match &h.sessions {
         // Logins do not matter to this owner, so not knowing them does not either.
         Sessions::Unknown(why) if p.sessions != SessionRule::Ignore => {
@@ -220,31 +238,34 @@ pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) 
             ));
         }
         Sessions::Known(list) if p.sessions != SessionRule::Ignore => {
-            let present: Vec<&str> = list
+            let mut present: Vec<&str> = Vec::new();
+            for s in list
                 .iter()
                 .filter(|s| !p.ignore_users.contains(&s.user))
                 .filter(|s| s.uid.is_none_or(|uid| uid >= p.system_uid_below))
-                .filter(|s| match p.sessions {
-                    // A line whose idle time cannot be read counts as active: fail safe.
-                    SessionRule::Active => s.idle_s.is_none_or(|i| i < p.session_idle.as_secs()),
-                    _ => true,
-                })
-                .map(|s| s.user.as_str())
-                .collect();
+            {
+                let away = match p.sessions {
+                    SessionRule::Active => away(s, h.input_idle_s, p, now, &mut next),
+                    _ => None,
+                };
+                match away {
+                    Some(why) => away_notes.push(format!("{} is away ({why})", s.user)),
+                    None => present.push(s.user.as_str()),
+                }
+            }
             if !present.is_empty() {
-                let mut users = present.clone();
-                users.sort_unstable();
-                users.dedup();
+                present.sort_unstable();
+                present.dedup();
                 blocked = true;
                 evict = evict.max(p.on_return);
                 causes.push(Cause::OwnerPresent);
                 reasons.push(format!(
                     "{} logged in{}",
-                    users.join(", "),
+                    present.join(", "),
                     if p.sessions == SessionRule::Active {
-                        format!(" and active within {}", format_duration(p.session_idle))
+                        " and in use (not locked, not idle)"
                     } else {
-                        String::new()
+                        ""
                     }
                 ));
             }
@@ -339,13 +360,10 @@ pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) 
         }
     }
 
-    // Said last: it changes no decision, but the owner should know what pilotd can see.
-    if let Some(why) = h.logind_unavailable.as_ref()
-        && p.sessions != SessionRule::Ignore
-    {
-        reasons.push(format!(
-            "sessions from utmp alone: systemd-logind cannot be asked ({why})"
-        ));
+    // They change no decision, but the owner should know what pilotd can see.
+    let mut notes = away_notes;
+    if p.sessions != SessionRule::Ignore {
+        notes.push(sources(h));
     }
 
     next.retain(|t| *t > now);
@@ -358,6 +376,7 @@ pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) 
         evict,
         grace: p.grace,
         reasons,
+        notes,
         causes,
         next_change: next.into_iter().min(),
         downloads,
@@ -368,6 +387,63 @@ pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) 
 
 /// Splits the share over the workers: whole CPUs (at least 1), never more than the machine
 /// has; fewer workers when the CPU share cannot give each one a CPU.
+/// Why a session counts as away under `sessions = "active"`, or None when it is in use. Any
+/// one signal is enough: locked for `lock_grace`; idle for `session_idle` as its source says
+/// (logind's idle hint, a terminal's idle time); or, at this machine's own keyboard, no input
+/// on the machine's keyboards, mice and touchpads for `session_idle`. A signal nobody can read
+/// says nothing, so a session with none is in use (fail safe). Pushes onto `next` the instant
+/// a lock becomes long enough.
+fn away(
+    s: &Session,
+    input_idle_s: Option<u64>,
+    p: &Policy,
+    now: DateTime<Utc>,
+    next: &mut Vec<DateTime<Utc>>,
+) -> Option<String> {
+    if let Some(since) = s.locked_since {
+        let enough = after(since, p.lock_grace);
+        if now >= enough {
+            return Some(format!("locked since {}", hm(since, p)));
+        }
+        next.push(enough);
+    }
+    // Said with the policy's threshold, not the figure: the status file is rewritten only
+    // when its text changes.
+    let idle = p.session_idle.as_secs();
+    if s.idle_s.is_some_and(|i| i >= idle) {
+        return Some(format!(
+            "idle for {} or more",
+            format_duration(p.session_idle)
+        ));
+    }
+    if s.local && input_idle_s.is_some_and(|i| i >= idle) {
+        return Some(format!(
+            "no keyboard or mouse input for {} or more",
+            format_duration(p.session_idle)
+        ));
+    }
+    None
+}
+
+/// Which sources the sessions came from, as the owner reads it in `plan` and `status`.
+fn sources(h: &HostSnapshot) -> String {
+    let mut line = match (&h.logind_unavailable, h.utmp_absent) {
+        (None, false) => "sessions from logind and utmp".to_string(),
+        (None, true) => "sessions from logind; utmp absent".to_string(),
+        (Some(why), false) => {
+            format!("sessions from utmp alone: systemd-logind cannot be asked ({why})")
+        }
+        (Some(why), true) => {
+            format!("no source of sessions: utmp absent and systemd-logind cannot be asked ({why})")
+        }
+    };
+    line.push_str(match h.input_idle_s {
+        Some(_) => "; keyboard and mouse watched",
+        None => "; no keyboard or mouse readable",
+    });
+    line
+}
+
 fn split_share(p: &Policy, h: &HostSnapshot) -> (u32, Resources) {
     let cpus_total = u64::from(h.cpus.max(1));
     let cpu_share = p.share.cpus.of(cpus_total).clamp(1, cpus_total);

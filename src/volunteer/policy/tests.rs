@@ -180,6 +180,160 @@ fn ignored_users_system_uids_and_idle_sessions() {
     assert!(decide(&p, &active, LIMITS, now).allowed);
 }
 
+/// `sessions = "active"` over a table of sessions at a fixed instant: a lock (past or within
+/// `lock_grace`), logind's idleness, the machine's input devices (for a session at its own
+/// keyboard only), and sessions nobody can judge.
+#[test]
+fn away_when_locked_idle_or_without_input() {
+    let now = utc("2026-01-17T12:00:00Z");
+    let mut p = nights_and_weekends();
+    p.sessions = SessionRule::Active;
+    p.session_idle = Duration::from_secs(900);
+    p.lock_grace = Duration::from_secs(60);
+    let ago = |s: i64| Some(now - ChronoDuration::seconds(s));
+    // (what, host, allowed, note contains)
+    let cases: Vec<(&str, HostSnapshot, bool, &str)> = vec![
+        (
+            "desk, typing now, not locked",
+            free_host(now)
+                .with_desk_session("alice", 1000, Some(0), None)
+                .with_input_idle(Some(2)),
+            false,
+            "",
+        ),
+        (
+            "desk locked 5 min ago",
+            free_host(now)
+                .with_desk_session("alice", 1000, Some(0), ago(300))
+                .with_input_idle(Some(2)),
+            true,
+            "alice is away (locked since",
+        ),
+        (
+            "desk locked 30 s ago: within lock_grace",
+            free_host(now).with_desk_session("alice", 1000, Some(0), ago(30)),
+            false,
+            "",
+        ),
+        (
+            "desk, logind idle for 20 min",
+            free_host(now).with_desk_session("alice", 1000, Some(1200), None),
+            true,
+            "alice is away (idle for 15m or more)",
+        ),
+        (
+            "desk never idle per logind (KDE), no input for 20 min",
+            free_host(now)
+                .with_desk_session("alice", 1000, Some(0), None)
+                .with_input_idle(Some(1200)),
+            true,
+            "alice is away (no keyboard or mouse input for 15m or more)",
+        ),
+        (
+            "desk, no idle hint, input 5 min ago",
+            free_host(now)
+                .with_desk_session("alice", 1000, None, None)
+                .with_input_idle(Some(300)),
+            false,
+            "",
+        ),
+        (
+            "desk, nothing can be read: in use (fail safe)",
+            free_host(now).with_desk_session("alice", 1000, None, None),
+            false,
+            "",
+        ),
+        (
+            "ssh typing now while the machine's keyboard is idle: present",
+            free_host(now)
+                .with_session("bob", 1001, Some(3))
+                .with_input_idle(Some(7200)),
+            false,
+            "",
+        ),
+        (
+            "ssh idle for an hour",
+            free_host(now).with_session("bob", 1001, Some(3600)),
+            true,
+            "bob is away (idle for 15m or more)",
+        ),
+        (
+            "one away, one present: present wins",
+            free_host(now)
+                .with_desk_session("alice", 1000, Some(0), ago(600))
+                .with_session("bob", 1001, Some(3)),
+            false,
+            "alice is away (locked since",
+        ),
+    ];
+    for (what, h, allowed, note) in cases {
+        let s = decide(&p, &h, LIMITS, now);
+        assert_eq!(s.allowed, allowed, "{what}: {:?} {:?}", s.reasons, s.notes);
+        assert_eq!(s.reasons.len(), s.causes.len(), "{what}");
+        if !allowed {
+            assert_eq!(s.causes[0], Cause::OwnerPresent, "{what}");
+            assert_eq!(s.evict, p.on_return, "{what}");
+        }
+        assert!(
+            s.notes.iter().any(|n| n.contains(note)),
+            "{what}: {:?}",
+            s.notes
+        );
+    }
+
+    // Under "any", a lock changes nothing: any login means the owner is here.
+    p.sessions = SessionRule::Any;
+    let locked = free_host(now).with_desk_session("alice", 1000, Some(7200), ago(3600));
+    assert!(!decide(&p, &locked, LIMITS, now).allowed);
+}
+
+#[test]
+fn a_lock_within_its_grace_wakes_the_loop_when_the_grace_ends() {
+    let now = utc("2026-01-17T12:00:00Z");
+    let mut p = nights_and_weekends();
+    p.sessions = SessionRule::Active;
+    p.lock_grace = Duration::from_secs(60);
+    let since = now - ChronoDuration::seconds(20);
+    let h = free_host(now).with_desk_session("alice", 1000, Some(0), Some(since));
+    let s = decide(&p, &h, LIMITS, now);
+    assert!(!s.allowed);
+    assert_eq!(s.next_change, Some(since + ChronoDuration::seconds(60)));
+}
+
+#[test]
+fn a_coming_sleep_evicts_as_on_return_and_restarts_the_free_latch() {
+    let now = utc("2026-01-17T12:00:00Z");
+    let p = nights_and_weekends();
+    let mut h = free_host(now);
+    h.sleeping = true;
+    let s = decide(&p, &h, LIMITS, now);
+    assert!(!s.allowed);
+    assert_eq!(s.evict, p.on_return);
+    assert_eq!(s.causes, vec![Cause::Sleeping]);
+    assert_eq!(
+        s.host_free_since, None,
+        "free_for counts again after the wake-up"
+    );
+}
+
+#[test]
+fn the_notes_say_which_sources_decided() {
+    let now = utc("2026-01-17T12:00:00Z");
+    let p = nights_and_weekends();
+    let note = |h: &HostSnapshot| decide(&p, h, LIMITS, now).notes.join(" | ");
+    assert!(note(&free_host(now)).contains("sessions from logind and utmp"));
+    let mut h = free_host(now);
+    h.utmp_absent = true;
+    assert!(note(&h).contains("sessions from logind; utmp absent"));
+    let mut h = free_host(now);
+    h.logind_unavailable = Some("no bus".into());
+    assert!(note(&h).contains("sessions from utmp alone: systemd-logind cannot be asked (no bus)"));
+    h.utmp_absent = true;
+    assert!(note(&h).contains("no source of sessions"));
+    assert!(note(&h).contains("no keyboard or mouse readable"));
+    assert!(note(&h.clone().with_input_idle(Some(5))).contains("keyboard and mouse watched"));
+}
+
 #[test]
 fn unknown_sessions_fail_safe() {
     let p = nights_and_weekends();

@@ -10,6 +10,7 @@ mod freshness;
 mod own_load;
 mod page;
 mod pilot;
+mod sleep;
 mod snooze;
 mod volunteer;
 

@@ -1,122 +1,14 @@
-//! The logind probe against a real `dbus-daemon` (Debian's `dbus`; tests/run.sh installs it)
-//! on a bus of this test's own, where a small implementation of what pilotd uses of
-//! `org.freedesktop.login1` (zbus's server side) owns the well-known name: `Manager.
-//! ListSessions` and the `Session` properties. The real `pilotd plan` decides while a session
-//! appears, goes idle, comes back and disappears; then the bus goes away.
+//! The logind probe against a real `dbus-daemon` on a bus of this test's own, where the small
+//! login1 of `login1.rs` owns the well-known name. The real `pilotd plan` decides while a
+//! session appears, goes idle, is locked, comes back and disappears; with and without a utmp
+//! file; then logind goes away.
 
+use super::login1::{FakeLogind, Hints, Kind, micros_ago};
 use crate::harness;
+use pilotd::volunteer::logind::Signal;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
 use std::time::{Duration, Instant};
-use zbus::zvariant::OwnedObjectPath;
-
-type Listed = (String, u32, String, String, OwnedObjectPath);
-
-struct Manager {
-    sessions: Arc<Mutex<Vec<Listed>>>,
-}
-
-#[zbus::interface(name = "org.freedesktop.login1.Manager")]
-impl Manager {
-    fn list_sessions(&self) -> Vec<Listed> {
-        self.sessions.lock().unwrap().clone()
-    }
-}
-
-/// The idle state a test changes: (IdleHint, IdleSinceHint in µs since the epoch).
-type Idle = Arc<Mutex<(bool, u64)>>;
-
-struct LoginSession {
-    name: String,
-    uid: u32,
-    since_us: u64,
-    idle: Idle,
-}
-
-#[zbus::interface(name = "org.freedesktop.login1.Session")]
-impl LoginSession {
-    #[zbus(property)]
-    fn name(&self) -> String {
-        self.name.clone()
-    }
-    #[zbus(property)]
-    fn user(&self) -> (u32, OwnedObjectPath) {
-        (
-            self.uid,
-            OwnedObjectPath::try_from(format!("/org/freedesktop/login1/user/_{}", self.uid))
-                .unwrap(),
-        )
-    }
-    #[zbus(property)]
-    fn class(&self) -> String {
-        "user".into()
-    }
-    #[zbus(property)]
-    fn state(&self) -> String {
-        "active".into()
-    }
-    #[zbus(property)]
-    fn r#type(&self) -> String {
-        "wayland".into()
-    }
-    #[zbus(property, name = "TTY")]
-    fn tty(&self) -> String {
-        String::new()
-    }
-    #[zbus(property)]
-    fn display(&self) -> String {
-        String::new()
-    }
-    #[zbus(property)]
-    fn remote(&self) -> bool {
-        false
-    }
-    #[zbus(property)]
-    fn remote_host(&self) -> String {
-        String::new()
-    }
-    #[zbus(property)]
-    fn timestamp(&self) -> u64 {
-        self.since_us
-    }
-    #[zbus(property)]
-    fn idle_hint(&self) -> bool {
-        self.idle.lock().unwrap().0
-    }
-    #[zbus(property)]
-    fn idle_since_hint(&self) -> u64 {
-        self.idle.lock().unwrap().1
-    }
-}
-
-struct Bus {
-    daemon: Child,
-}
-
-impl Drop for Bus {
-    fn drop(&mut self) {
-        let _ = self.daemon.kill();
-        let _ = self.daemon.wait();
-    }
-}
-
-/// A real dbus-daemon listening on `socket`, with the session bus's rules (anyone may own a
-/// name on it, so the test can be logind).
-fn start_bus(socket: &Path) -> Bus {
-    let daemon = Command::new("dbus-daemon")
-        .args(["--session", "--nofork", "--nopidfile"])
-        .arg(format!("--address=unix:path={}", socket.display()))
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("dbus-daemon runs (Debian package dbus; tests/run.sh installs it)");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !socket.exists() {
-        assert!(Instant::now() < deadline, "dbus-daemon did not listen");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Bus { daemon }
-}
 
 /// `pilotd plan --format json` on this host with the bus as the system bus.
 fn plan(dir: &Path, bus: &str) -> serde_json::Value {
@@ -137,147 +29,194 @@ fn plan(dir: &Path, bus: &str) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-fn reasons(v: &serde_json::Value) -> String {
-    v["reasons"].to_string()
+/// The reasons and the notes, as one string to search.
+fn said(v: &serde_json::Value) -> String {
+    format!("{} {}", v["reasons"], v["notes"])
 }
 
-fn micros_ago(d: Duration) -> u64 {
-    (std::time::SystemTime::now() - d)
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_micros() as u64
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sessions_appear_go_idle_come_back_and_disappear() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    std::fs::write(d.join("utmp"), b"").unwrap();
+/// A policy that computes whenever nobody is in use, and a site file pointing at `dir`.
+fn setup(dir: &Path, lock_grace: &str) {
+    std::fs::write(dir.join("utmp"), b"").unwrap();
     std::fs::write(
-        d.join("policy.toml"),
-        "timezone = \"UTC\"\n[schedule]\nwindows = [ { days = \"daily\", from = \"00:00\", to = \"24:00\" } ]\n[owner]\nsessions = \"active\"\nsession_idle = \"5m\"\nfree_for = \"0s\"\nmax_owner_cpu = \"100%\"\non_battery = \"ignore\"\n",
+        dir.join("policy.toml"),
+        format!("timezone = \"UTC\"\n[schedule]\nwindows = [ {{ days = \"daily\", from = \"00:00\", to = \"24:00\" }} ]\n[owner]\nsessions = \"active\"\nsession_idle = \"5m\"\nlock_grace = \"{lock_grace}\"\nfree_for = \"0s\"\nmax_owner_cpu = \"100%\"\non_battery = \"ignore\"\n"),
     )
     .unwrap();
     std::fs::write(
-        d.join("pilotd.toml"),
+        dir.join("pilotd.toml"),
         format!(
             "policy = \"{d}/policy.toml\"\nstate_dir = \"{d}/state\"\n[host]\nutmp = \"{d}/utmp\"\nscratch = \"{d}\"\n[docker]\nsocket = \"unix://{d}/no-engine.sock\"\n",
-            d = d.display()
+            d = dir.display()
         ),
     )
     .unwrap();
-    let socket = d.join("bus");
-    let address = format!("unix:path={}", socket.display());
-    let bus = start_bus(&socket);
+}
 
-    let sessions: Arc<Mutex<Vec<Listed>>> = Arc::default();
-    let conn = zbus::connection::Builder::address(address.as_str())
-        .unwrap()
-        .name("org.freedesktop.login1")
-        .unwrap()
-        .serve_at(
-            "/org/freedesktop/login1",
-            Manager {
-                sessions: sessions.clone(),
-            },
-        )
-        .unwrap()
-        .build()
-        .await
-        .unwrap();
-    let run = |addr: String| {
-        let d = d.to_path_buf();
-        tokio::task::spawn_blocking(move || plan(&d, &addr))
-    };
+fn run(dir: &Path, addr: &str) -> tokio::task::JoinHandle<serde_json::Value> {
+    let (d, a) = (dir.to_path_buf(), addr.to_string());
+    tokio::task::spawn_blocking(move || plan(&d, &a))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_appear_go_idle_are_locked_come_back_and_disappear() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    setup(d, "0s");
+    let mut logind = FakeLogind::start(d).await;
+    let address = logind.address.clone();
 
     // Nobody: free, and logind was asked (no "utmp alone" note).
-    let v = run(address.clone()).await.unwrap();
-    assert_eq!(v["allowed"], true, "{}", reasons(&v));
-    assert!(!reasons(&v).contains("utmp alone"), "{}", reasons(&v));
+    let v = run(d, &address).await.unwrap();
+    assert_eq!(v["allowed"], true, "{}", said(&v));
+    assert!(
+        said(&v).contains("sessions from logind and utmp"),
+        "{}",
+        said(&v)
+    );
 
     // A graphical session appears (not in utmp), in use: the owner is here.
-    let path = OwnedObjectPath::try_from("/org/freedesktop/login1/session/_32").unwrap();
-    let idle: Idle = Arc::new(Mutex::new((false, 0)));
-    conn.object_server()
-        .at(
-            path.as_str(),
-            LoginSession {
-                name: "alice".into(),
-                uid: 1000,
-                since_us: micros_ago(Duration::from_secs(3600)),
-                idle: idle.clone(),
-            },
-        )
-        .await
-        .unwrap();
-    sessions.lock().unwrap().push((
-        "2".into(),
-        1000,
-        "alice".into(),
-        "seat0".into(),
-        path.clone(),
-    ));
-    let v = run(address.clone()).await.unwrap();
-    assert_eq!(v["allowed"], false, "{}", reasons(&v));
+    let desk = logind.add("2", "alice", 1000, Kind::Desk).await;
+    let v = run(d, &address).await.unwrap();
+    assert_eq!(v["allowed"], false, "{}", said(&v));
     assert_eq!(v["causes"][0], "owner_present");
+    assert!(
+        said(&v).contains("alice logged in and in use"),
+        "{}",
+        said(&v)
+    );
 
-    // The daemon's watch wakes on logind's signals (here SessionNew), within a second.
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(8);
-    let watched = address.clone();
+    // Keyboard and mouse idle for 10 minutes (IdleHint, IdleSinceHint): away.
+    *desk.hints.lock().unwrap() = Hints {
+        idle: true,
+        idle_since_us: micros_ago(Duration::from_secs(600)),
+        locked: false,
+    };
+    let v = run(d, &address).await.unwrap();
+    assert_eq!(v["allowed"], true, "{}", said(&v));
+    assert!(
+        said(&v).contains("alice is away (idle for 5m or more)"),
+        "{}",
+        said(&v)
+    );
+
+    // Idle for only 2 minutes: still within session_idle, so here.
+    desk.hints.lock().unwrap().idle_since_us = micros_ago(Duration::from_secs(120));
+    let v = run(d, &address).await.unwrap();
+    assert_eq!(v["allowed"], false, "{}", said(&v));
+
+    // Locked (LockedHint), though logind says it is not idle (KDE never says): away.
+    *desk.hints.lock().unwrap() = Hints {
+        locked: true,
+        ..Hints::default()
+    };
+    let v = run(d, &address).await.unwrap();
+    assert_eq!(v["allowed"], true, "{}", said(&v));
+    assert!(
+        said(&v).contains("alice is away (locked since"),
+        "{}",
+        said(&v)
+    );
+
+    // Unlocked and in use: here.
+    *desk.hints.lock().unwrap() = Hints::default();
+    let v = run(d, &address).await.unwrap();
+    assert_eq!(v["allowed"], false, "{}", said(&v));
+
+    // The session disappears: free again.
+    logind.remove(&desk).await;
+    let v = run(d, &address).await.unwrap();
+    assert_eq!(v["allowed"], true, "{}", said(&v));
+
+    // logind unreachable: utmp alone decides, and plan says so.
+    logind.leave();
+    let v = run(d, &address).await.unwrap();
+    assert_eq!(v["allowed"], true, "{}", said(&v));
+    assert!(
+        said(&v).contains("sessions from utmp alone: systemd-logind cannot be asked"),
+        "{}",
+        said(&v)
+    );
+}
+
+/// Debian 13: no utmp file at all. logind is then the whole truth; without it, nothing is
+/// known and the owner is assumed here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_utmp_logind_decides_and_without_both_nobody_computes() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    setup(d, "1m");
+    std::fs::remove_file(d.join("utmp")).unwrap();
+    let mut logind = FakeLogind::start(d).await;
+    let address = logind.address.clone();
+
+    let v = run(d, &address).await.unwrap();
+    assert_eq!(v["allowed"], true, "nobody, said by logind: {}", said(&v));
+    assert!(
+        said(&v).contains("sessions from logind; utmp absent"),
+        "{}",
+        said(&v)
+    );
+
+    let ssh = logind.add("4", "bob", 1001, Kind::Ssh).await;
+    let v = run(d, &address).await.unwrap();
+    assert_eq!(v["allowed"], false, "an ssh login in use: {}", said(&v));
+    assert!(said(&v).contains("bob logged in"), "{}", said(&v));
+
+    // Locked, but a one-shot plan has only just seen the lock: within lock_grace (1m).
+    ssh.hints.lock().unwrap().locked = true;
+    let v = run(d, &address).await.unwrap();
+    assert_eq!(v["allowed"], false, "{}", said(&v));
+    assert!(v["next_change"].is_string(), "the grace's end: {v}");
+
+    logind.leave();
+    let v = run(d, &address).await.unwrap();
+    assert_eq!(v["allowed"], false, "{}", said(&v));
+    assert_eq!(v["causes"][0], "sessions_unknown", "{}", said(&v));
+    assert!(said(&v).contains("no source of sessions"), "{}", said(&v));
+}
+
+/// The daemon's watch wakes on logind's signals within a second, and tells a sleep from the
+/// rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watch_tells_sessions_from_sleep() {
+    let dir = tempfile::tempdir().unwrap();
+    let logind = FakeLogind::start(dir.path()).await;
+    let desk = logind.add("2", "alice", 1000, Kind::Desk).await;
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Signal>(8);
+    let watched = logind.address.clone();
     let watcher = tokio::spawn(async move {
-        pilotd::volunteer::logind::watch_on(Some(&watched), move || tx.try_send(()).is_ok()).await
+        pilotd::volunteer::logind::watch_on(Some(&watched), move |s| tx.try_send(s).is_ok()).await
     });
-    tokio::time::sleep(Duration::from_millis(300)).await; // the match rule is in place
+    // The watch's match rule is in place once a signal sent now arrives; send until one does.
+    let first = async {
+        loop {
+            logind.emit("SessionNew", &("2", desk.path.clone())).await;
+            if let Ok(Some(s)) = tokio::time::timeout(Duration::from_millis(100), rx.recv()).await {
+                return s;
+            }
+        }
+    };
+    let s = tokio::time::timeout(Duration::from_secs(10), first)
+        .await
+        .expect("the watch hears logind");
+    assert_eq!(s, Signal::Sessions);
+    while rx.try_recv().is_ok() {}
+
+    logind.changed(&desk).await;
+    expect(&mut rx, Signal::Sessions).await;
+    logind.emit("PrepareForSleep", &(true,)).await;
+    expect(&mut rx, Signal::Sleep(true)).await;
+    logind.emit("PrepareForSleep", &(false,)).await;
+    expect(&mut rx, Signal::Sleep(false)).await;
+    watcher.abort();
+}
+
+async fn expect(rx: &mut tokio::sync::mpsc::Receiver<Signal>, sent: Signal) {
     let t0 = Instant::now();
-    conn.emit_signal(
-        None::<&str>,
-        "/org/freedesktop/login1",
-        "org.freedesktop.login1.Manager",
-        "SessionNew",
-        &("2", path.clone()),
-    )
-    .await
-    .unwrap();
-    tokio::time::timeout(Duration::from_secs(1), rx.recv())
+    let got = tokio::time::timeout(Duration::from_secs(1), rx.recv())
         .await
         .expect("woken within a second")
         .unwrap();
-    eprintln!("logind signal -> wake: {:?}", t0.elapsed());
-    watcher.abort();
-    assert!(reasons(&v).contains("alice logged in and active within 5m"));
-
-    // Keyboard and mouse idle for 10 minutes (IdleHint, IdleSinceHint): away.
-    *idle.lock().unwrap() = (true, micros_ago(Duration::from_secs(600)));
-    let v = run(address.clone()).await.unwrap();
-    assert_eq!(v["allowed"], true, "{}", reasons(&v));
-
-    // Idle for only 2 minutes: still within session_idle, so here.
-    *idle.lock().unwrap() = (true, micros_ago(Duration::from_secs(120)));
-    let v = run(address.clone()).await.unwrap();
-    assert_eq!(v["allowed"], false, "{}", reasons(&v));
-
-    // Comes back (IdleHint false): here.
-    *idle.lock().unwrap() = (false, 0);
-    let v = run(address.clone()).await.unwrap();
-    assert_eq!(v["allowed"], false, "{}", reasons(&v));
-
-    // The session disappears: free again.
-    sessions.lock().unwrap().clear();
-    conn.object_server()
-        .remove::<LoginSession, _>(path.as_str())
-        .await
-        .unwrap();
-    let v = run(address.clone()).await.unwrap();
-    assert_eq!(v["allowed"], true, "{}", reasons(&v));
-
-    // logind unreachable (the bus is gone): utmp alone decides, and plan says so.
-    drop(conn);
-    drop(bus);
-    let v = run(address.clone()).await.unwrap();
-    assert_eq!(v["allowed"], true, "{}", reasons(&v));
-    assert!(
-        reasons(&v).contains("sessions from utmp alone: systemd-logind cannot be asked"),
-        "{}",
-        reasons(&v)
-    );
+    assert_eq!(got, sent);
+    eprintln!("{sent:?} -> wake: {:?}", t0.elapsed());
 }

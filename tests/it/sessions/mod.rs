@@ -2,6 +2,7 @@
 //! (tests/fixtures/utmp/record.rs), written by the real `utmpdump`, damaged, or missing; and
 //! from systemd-logind over a real `dbus-daemon` (`logind`).
 
+pub(crate) mod login1;
 mod logind;
 mod pure;
 mod robustness;

@@ -81,6 +81,8 @@ fn a_live_login_is_reported_with_everything_known_about_it() {
             host: "203.0.113.7".into(),
             login: at(NOW - 3600) + chrono::Duration::milliseconds(500),
             idle_s: Some(300),
+            local: false,
+            locked_since: None,
         }]
     );
 }

@@ -1,0 +1,117 @@
+//! A suspend, as logind announces it, with the real `pilotd run` and the real engine: the
+//! login1 of tests/it/sessions/login1.rs on a real dbus-daemon stands in for logind (a
+//! container cannot suspend). pilotd holds a delay lock on sleep; on `PrepareForSleep(true)`
+//! it pauses the worker (on_return = "pause") and only then lets the lock go; after the
+//! wake-up nothing resumes before a fresh look at the owner. The owner's `keep_awake` holds an
+//! idle lock only while a worker computes.
+
+use super::volunteer::{Harness, image, policy};
+use crate::harness::sh_ok;
+use crate::sessions::login1::{FakeLogind, Inhibitor};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+fn held(logind: &FakeLogind, what: &str, mode: &str) -> Option<Inhibitor> {
+    logind
+        .inhibitors()
+        .into_iter()
+        .find(|i| i.what == what && i.mode == mode && i.released_at().is_none())
+}
+
+/// When the engine paused `id` (its pause event), after `since`.
+fn paused_at(id: &str, since: SystemTime) -> SystemTime {
+    let since_s = since.duration_since(UNIX_EPOCH).unwrap().as_secs();
+    let until_s = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 1;
+    let out = sh_ok(&format!(
+        "docker events --since {since_s} --until {until_s} --filter container={id} --filter event=pause --format '{{{{.TimeNano}}}}'"
+    ));
+    let ns: u64 = out
+        .lines()
+        .next()
+        .unwrap_or_else(|| panic!("no pause event for {id}"))
+        .trim()
+        .parse()
+        .unwrap();
+    UNIX_EPOCH + Duration::from_nanos(ns)
+}
+
+#[test]
+#[ignore = "needs the Docker engine and the local registry: tests/run.sh sets them up and runs it"]
+fn a_sleep_pauses_before_the_lock_goes_and_the_wake_up_looks_again() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mut h = Harness::new(
+        "sleep",
+        &policy("pause", 1),
+        "",
+        &format!("{}\n[worker.env]\n", image("v1")),
+    );
+    let policy_path = h.path("policy.toml");
+    let p = std::fs::read_to_string(&policy_path).unwrap();
+    std::fs::write(
+        &policy_path,
+        p.replacen("[owner]\n", "[owner]\nkeep_awake = true\n", 1),
+    )
+    .unwrap();
+    let logind = rt.block_on(FakeLogind::start(&h.path("")));
+    h.start_with(&[("DBUS_SYSTEM_BUS_ADDRESS", &logind.address)]);
+    let worker = h.wait_for("1 worker", Duration::from_secs(30), || h.running().pop());
+    let sleep_lock = h.wait_for("the sleep delay lock", Duration::from_secs(10), || {
+        held(&logind, "sleep", "delay")
+    });
+    h.wait_for(
+        "keep_awake's idle lock while computing",
+        Duration::from_secs(10),
+        || held(&logind, "idle", "block"),
+    );
+
+    // The machine is about to sleep.
+    let announced = SystemTime::now();
+    rt.block_on(logind.emit("PrepareForSleep", &(true,)));
+    let released = h.wait_for("the sleep lock released", Duration::from_secs(10), || {
+        sleep_lock.released_at()
+    });
+    let paused = paused_at(&worker.id, announced - Duration::from_secs(1));
+    assert!(
+        paused <= released,
+        "paused {paused:?} after the lock went {released:?}"
+    );
+    eprintln!(
+        "PrepareForSleep -> paused {:?}, -> lock released {:?}",
+        paused.duration_since(announced).unwrap_or_default(),
+        released.duration_since(announced).unwrap_or_default()
+    );
+    assert_eq!(h.workers()[0].state, "paused");
+    assert!(h.log().contains("going to sleep"), "{}", h.log());
+    assert!(
+        held(&logind, "idle", "block").is_none(),
+        "no idle lock while nothing computes"
+    );
+
+    // The owner logged in while the machine slept; it wakes up.
+    h.login();
+    rt.block_on(logind.emit("PrepareForSleep", &(false,)));
+    h.wait_for(
+        "a new sleep lock after the wake-up",
+        Duration::from_secs(10),
+        || held(&logind, "sleep", "delay"),
+    );
+    h.wait_cycles(3);
+    assert_eq!(
+        h.workers()[0].state,
+        "paused",
+        "nothing resumes before the owner was looked at again:\n{}",
+        h.log()
+    );
+
+    // The owner leaves: the worker resumes, and keep_awake holds the machine awake again.
+    h.logout();
+    h.wait_for("the worker resumed", Duration::from_secs(10), || {
+        (h.workers()[0].state == "running").then_some(())
+    });
+    h.wait_for("the idle lock again", Duration::from_secs(10), || {
+        held(&logind, "idle", "block")
+    });
+}
