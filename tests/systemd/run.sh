@@ -31,7 +31,8 @@
 #              restarted on the new binary, the worker adopted
 #   purge      apt purge: unit gone, this instance's workers removed, state dir emptied
 #
-# Usage: tests/systemd/run.sh (as root; tests/run.sh calls it). PILOTD_SYSTEMD_KEEP=1 leaves the
+# Usage: tests/systemd/run.sh (as root; tests/run.sh calls it). PILOTD_SYSTEMD_STOP_AFTER=NAME
+# ends the run after scenario NAME (a shorter loop while working on one). PILOTD_SYSTEMD_KEEP=1 leaves the
 # container and its journal behind for a look (then remove it, its workers and /var/lib/pilotd). Needs the Docker engine and the
 # registry of tests/setup-docker.sh (run here, idempotent), debootstrap (installed if missing)
 # and Debian's mirror the first time the systemd image is built (cached by tag afterwards).
@@ -120,7 +121,13 @@ fail() {
   } >&2
   exit 1
 }
-ok() { echo "ok - $scenario ($(elapsed "$t_scenario") s): $*"; }
+ok() {
+  echo "ok - $scenario ($(elapsed "$t_scenario") s): $*"
+  if [ "${PILOTD_SYSTEMD_STOP_AFTER:-}" = "$scenario" ]; then
+    echo "systemd suite: stopped after $scenario (PILOTD_SYSTEMD_STOP_AFTER)"
+    exit 0
+  fi
+}
 # Each scenario starts from a clean slate as far as systemd's start rate limit goes
 # (StartLimitBurst=5 in 10s): the suite compresses what would be weeks of service life into
 # minutes, and the limit would otherwise refuse the upgrade's restart (start-limit-hit).
@@ -233,7 +240,7 @@ ssh_alice() {
 }
 # Her ssh client ends; sshd closes her session.
 ssh_alice_leaves() {
-  c sh -c 'for p in /proc/[0-9]*; do case "$(tr "\0" " " <"$p/cmdline" 2>/dev/null)" in
+  c sh -c 'for p in /proc/[0-9]*; do case "$(tr "\0" " " 2>/dev/null <"$p/cmdline")" in
     "ssh -tt "*) kill "${p#/proc/}" ;; esac; done'
 }
 # latency_ms T0_NS ACTION: ms from T0_NS (ns since the epoch) to the first ACTION (pause,
