@@ -89,7 +89,7 @@ impl HostSnapshot {
     }
 }
 
-#[cfg(any(test, feature = "test-fixtures"))]
+#[cfg(test)]
 impl HostSnapshot {
     /// A quiet 8-CPU, 16 GiB host with nobody logged in, as a test fixture.
     pub fn test(taken_at: DateTime<Utc>) -> HostSnapshot {
