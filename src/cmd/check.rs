@@ -2,7 +2,9 @@
 
 use super::{CmdError, load_config};
 use crate::cli::Global;
-use crate::config::{Mode, SiteFile};
+use crate::config::diag::line_col;
+use crate::config::{MAX_FILE_BYTES, Mode, SiteFile, read_bounded};
+use std::fmt::Write as _;
 use crate::volunteer::host::this_machine;
 
 pub fn run(g: &Global) -> Result<String, CmdError> {
@@ -19,5 +21,21 @@ pub fn run(g: &Global) -> Result<String, CmdError> {
     } else {
         format!("{}: ok", cfg.policy_path.display())
     };
-    Ok(format!("{site}\n{policy}\n"))
+    let mut out = format!("{site}\n{policy}\n");
+    // Warnings name the place in the file as errors do, and refuse nothing.
+    if let Some(path) = &cfg.site_path {
+        let warnings = cfg.site.warnings();
+        if !warnings.is_empty() {
+            let src = read_bounded(path, MAX_FILE_BYTES)?;
+            for (span, message, hint) in warnings {
+                let (line, col) = line_col(&src, span.start);
+                let _ = writeln!(
+                    out,
+                    "{}:{line}:{col}: warning: {message}\n  hint: {hint}",
+                    path.display()
+                );
+            }
+        }
+    }
+    Ok(out)
 }

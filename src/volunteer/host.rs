@@ -86,6 +86,7 @@ impl HostProbe {
             host_free_since: carry.host_free_since,
             // The owner's snooze lives in the state dir, which the caller lays on.
             snoozed_until: None,
+            snooze_unreadable: None,
             // logind is asked asynchronously by the caller (`logind::lay_on`).
             logind_unavailable: None,
         })
