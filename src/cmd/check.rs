@@ -4,8 +4,10 @@ use super::{CmdError, load_config};
 use crate::cli::Global;
 use crate::config::diag::line_col;
 use crate::config::{MAX_FILE_BYTES, Mode, SiteFile, read_bounded};
-use std::fmt::Write as _;
 use crate::volunteer::host::this_machine;
+use crate::volunteer::manifest::{self, ManifestError};
+use crate::volunteer::settings::Settings;
+use std::fmt::Write as _;
 
 pub fn run(g: &Global) -> Result<String, CmdError> {
     let cfg = load_config(g, SiteFile::Optional, this_machine())?;
@@ -35,6 +37,20 @@ pub fn run(g: &Global) -> Result<String, CmdError> {
                     path.display()
                 );
             }
+        }
+    }
+    // The stored manifest, held to the rule a fetch is (the daemon refuses it at start).
+    if cfg.site.mode == Mode::Volunteer && cfg.site.remote.url.is_some() {
+        let s = Settings::resolve(&cfg);
+        match manifest::load_checked(&s.state_dir, &s.image.allowed, &s.worker.env) {
+            Err(e @ (ManifestError::Refused { .. } | ManifestError::Invalid { .. })) => {
+                let _ = writeln!(
+                    out,
+                    "warning: {e}\n  hint: the daemon does not use it and waits for a manifest that passes"
+                );
+            }
+            // Absent, or not readable by this user (the state dir is root's): nothing to say.
+            _ => {}
         }
     }
     Ok(out)
