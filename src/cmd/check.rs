@@ -42,15 +42,14 @@ pub fn run(g: &Global) -> Result<String, CmdError> {
     // The stored manifest, held to the rule a fetch is (the daemon refuses it at start).
     if cfg.site.mode == Mode::Volunteer && cfg.site.remote.url.is_some() {
         let s = Settings::resolve(&cfg);
-        match manifest::load_checked(&s.state_dir, &s.image.allowed, &s.worker.env) {
-            Err(e @ (ManifestError::Refused { .. } | ManifestError::Invalid { .. })) => {
-                let _ = writeln!(
-                    out,
-                    "warning: {e}\n  hint: the daemon does not use it and waits for a manifest that passes"
-                );
-            }
-            // Absent, or not readable by this user (the state dir is root's): nothing to say.
-            _ => {}
+        // Absent, or not readable by this user (the state dir is root's): nothing to say.
+        if let Err(e @ (ManifestError::Refused { .. } | ManifestError::Invalid { .. })) =
+            manifest::load_checked(&s.state_dir, &s.image.allowed, &s.worker.env)
+        {
+            let _ = writeln!(
+                out,
+                "warning: {e}\n  hint: the daemon does not use it and waits for a manifest that passes"
+            );
         }
     }
     Ok(out)

@@ -77,7 +77,7 @@ pub fn run(g: &Global, a: &PlanArgs) -> Result<String, CmdError> {
         ))),
         (Mode::Volunteer, snap) => {
             let host = match snap {
-                Some(Snapshot::Host(h)) => h,
+                Some(Snapshot::Host(h)) => *h,
                 _ => {
                     let s = Settings::resolve(&cfg);
                     let mut h = observe_once(&s.probe, Carry::default())?;
@@ -202,7 +202,8 @@ pub fn volunteer_plan(cfg: &Config, host: &HostSnapshot, now: DateTime<Utc>) -> 
 /// A snapshot file: the mode field says which kind. A cluster snapshot (possibly 100,000
 /// jobs) is kept as text and parsed once, by the kubernetes-mode replay.
 pub enum Snapshot {
-    Host(HostSnapshot),
+    /// Boxed: a host snapshot is ten times a cluster snapshot's bytes.
+    Host(Box<HostSnapshot>),
     Cluster(Vec<u8>),
 }
 
@@ -258,7 +259,7 @@ pub fn read_snapshot(path: &Path) -> Result<Snapshot, CmdError> {
     };
     match mode.as_deref() {
         Some("volunteer") => serde_json::from_slice::<HostSnapshot>(&src)
-            .map(Snapshot::Host)
+            .map(|h| Snapshot::Host(Box::new(h)))
             .map_err(located),
         Some("kubernetes") => Ok(Snapshot::Cluster(src)),
         other => Err(CmdError::Usage(format!(

@@ -251,18 +251,21 @@ mod tests {
     };
 
     /// Answers "ok\n" to whatever line a client sends.
-    fn echo_server(
-        listener: UnixListener,
-        stop: &Stop,
-    ) -> tokio::task::JoinHandle<()> {
-        tokio::spawn(serve("test", listener, LIMITS, stop.signal(), |mut s: UnixStream, _| async move {
-            let mut b = [0u8; 16];
-            if let Ok(n) = s.read(&mut b).await
-                && n > 0
-            {
-                let _ = s.write_all(b"ok\n").await;
-            }
-        }))
+    fn echo_server(listener: UnixListener, stop: &Stop) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(serve(
+            "test",
+            listener,
+            LIMITS,
+            stop.signal(),
+            |mut s: UnixStream, _| async move {
+                let mut b = [0u8; 16];
+                if let Ok(n) = s.read(&mut b).await
+                    && n > 0
+                {
+                    let _ = s.write_all(b"ok\n").await;
+                }
+            },
+        ))
     }
 
     async fn ask(path: &std::path::Path) -> String {
@@ -276,7 +279,10 @@ mod tests {
     /// Whether the server closed `s` (EOF) within `within`.
     async fn closed(s: &mut UnixStream, within: Duration) -> bool {
         let mut b = [0u8; 1];
-        matches!(tokio::time::timeout(within, s.read(&mut b)).await, Ok(Ok(0) | Err(_)))
+        matches!(
+            tokio::time::timeout(within, s.read(&mut b)).await,
+            Ok(Ok(0) | Err(_))
+        )
     }
 
     /// One uid past its cap is closed at once; the same uid is served again once its idle
@@ -295,10 +301,16 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(100)).await;
         // ...so a third is closed at once, unanswered.
         let mut third = UnixStream::connect(&path).await.unwrap();
-        assert!(closed(&mut third, Duration::from_millis(300)).await, "past the cap");
+        assert!(
+            closed(&mut third, Duration::from_millis(300)).await,
+            "past the cap"
+        );
         // The idle ones are dropped at their deadline, and the uid is served again.
         for s in &mut idle {
-            assert!(closed(s, Duration::from_secs(2)).await, "idle past the deadline");
+            assert!(
+                closed(s, Duration::from_secs(2)).await,
+                "idle past the deadline"
+            );
         }
         assert_eq!(ask(&path).await, "ok\n");
         // A shutdown ends the accept loop and closes the listener.
@@ -322,15 +334,21 @@ mod tests {
             deadline: Duration::from_secs(30),
             ..LIMITS
         };
-        let server = tokio::spawn(serve("test", listener, limits, stop.signal(), |mut s: TcpStream, peer| async move {
-            assert_eq!(peer, Peer::Unknown);
-            let mut b = [0u8; 16];
-            if let Ok(n) = s.read(&mut b).await
-                && n > 0
-            {
-                let _ = s.write_all(b"ok\n").await;
-            }
-        }));
+        let server = tokio::spawn(serve(
+            "test",
+            listener,
+            limits,
+            stop.signal(),
+            |mut s: TcpStream, peer| async move {
+                assert_eq!(peer, Peer::Unknown);
+                let mut b = [0u8; 16];
+                if let Ok(n) = s.read(&mut b).await
+                    && n > 0
+                {
+                    let _ = s.write_all(b"ok\n").await;
+                }
+            },
+        ));
         // TCP tells no uid: the total alone holds, whoever connects.
         let mut idle = Vec::new();
         for _ in 0..limits.total {

@@ -206,7 +206,11 @@ mod tests {
         let m = std::fs::metadata(&dir).unwrap();
         assert_eq!(m.mode() & 0o7777, 0o755, "created 0755");
         let lock = std::fs::metadata(dir.join(claim_name(&a))).unwrap();
-        assert_eq!(lock.mode() & 0o777, 0o600, "nobody else may open it to lock it");
+        assert_eq!(
+            lock.mode() & 0o777,
+            0o600,
+            "nobody else may open it to lock it"
+        );
         match claim_in(&dir, &a) {
             Err(ClaimError::Taken { pid, .. }) => {
                 assert_eq!(pid, Some(std::process::id() as i32), "the holder is named");
@@ -214,8 +218,13 @@ mod tests {
             other => panic!("a second claim must be refused: {other:?}"),
         }
         // Another instance, or the same name on another engine, is another claim.
-        let _other = claim_in(&dir, &engine("unix:///var/run/docker.sock", "claim-test-b")).unwrap();
-        let _elsewhere = claim_in(&dir, &engine("unix:///run/podman/podman.sock", "claim-test")).unwrap();
+        let _other =
+            claim_in(&dir, &engine("unix:///var/run/docker.sock", "claim-test-b")).unwrap();
+        let _elsewhere = claim_in(
+            &dir,
+            &engine("unix:///run/podman/podman.sock", "claim-test"),
+        )
+        .unwrap();
         drop(first);
         claim_in(&dir, &a).expect("released with its holder");
     }

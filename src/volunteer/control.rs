@@ -229,11 +229,17 @@ pub async fn serve(
     wake: mpsc::Sender<()>,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
-    listener::serve("control socket", listener, LIMITS, shutdown, move |stream, _| {
-        let ctx = ctx.borrow().clone();
-        let wake = wake.clone();
-        async move { answer(stream, &ctx, &wake).await }
-    })
+    listener::serve(
+        "control socket",
+        listener,
+        LIMITS,
+        shutdown,
+        move |stream, _| {
+            let ctx = ctx.borrow().clone();
+            let wake = wake.clone();
+            async move { answer(stream, &ctx, &wake).await }
+        },
+    )
     .await
 }
 
@@ -349,21 +355,35 @@ pub async fn ask(path: &Path, req: &Request) -> Result<Reply, ControlError> {
         path: path.to_path_buf(),
         source,
     };
-    let stream = UnixStream::connect(path)
-        .await
-        .map_err(|source| ControlError::Connect {
-            path: path.to_path_buf(),
-            source,
-        })?;
+    // A full backlog (someone flooding the socket with connections) refuses a non-blocking
+    // connect with EAGAIN; the daemon drains it quickly, so try again for a while.
+    let started = std::time::Instant::now();
+    let stream = loop {
+        match UnixStream::connect(path).await {
+            Ok(s) => break s,
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    && started.elapsed() < ANSWER_WAIT =>
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(source) => {
+                return Err(ControlError::Connect {
+                    path: path.to_path_buf(),
+                    source,
+                });
+            }
+        }
+    };
     let (read, mut write) = stream.into_split();
     let mut body = serde_json::to_vec(req).unwrap_or_default();
     body.push(b'\n');
     write.write_all(&body).await.map_err(talk)?;
     let mut line = String::new();
     tokio::time::timeout(ANSWER_WAIT, BufReader::new(read).read_line(&mut line))
-    .await
-    .map_err(|_| talk(std::io::Error::other("no answer within 10s")))?
-    .map_err(talk)?;
+        .await
+        .map_err(|_| talk(std::io::Error::other("no answer within 10s")))?
+        .map_err(talk)?;
     serde_json::from_str(line.trim()).map_err(|e| ControlError::Garbled {
         path: path.to_path_buf(),
         why: e.to_string(),

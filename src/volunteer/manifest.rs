@@ -140,7 +140,10 @@ fn outside_why(key: &str) -> &'static str {
     let upper = key.to_ascii_uppercase();
     if upper.starts_with("LD_")
         || upper.starts_with("DYLD_")
-        || matches!(upper.as_str(), "GCONV_PATH" | "GLIBC_TUNABLES" | "LOCPATH" | "NLSPATH")
+        || matches!(
+            upper.as_str(),
+            "GCONV_PATH" | "GLIBC_TUNABLES" | "LOCPATH" | "NLSPATH"
+        )
         || upper.starts_with("MALLOC_")
     {
         "it steers the loader or the C library of every process in the worker"
@@ -576,7 +579,10 @@ GLIDEIN_Site = "OK"
         let refused = [
             ("CURL_CA_BUNDLE", "which certificates the worker trusts"),
             ("REQUESTS_CA_BUNDLE", "which certificates the worker trusts"),
-            ("NODE_EXTRA_CA_CERTS", "which certificates the worker trusts"),
+            (
+                "NODE_EXTRA_CA_CERTS",
+                "which certificates the worker trusts",
+            ),
             ("SSL_CERT_DIR", "which certificates the worker trusts"),
             ("X509_CERT_DIR", "which certificates the worker trusts"),
             ("ftp_proxy", "through another host"),
@@ -595,7 +601,13 @@ GLIDEIN_Site = "OK"
         for (k, _) in &refused {
             text.push_str(&format!("{k} = \"/x\"\n"));
         }
-        for ok in ["GLIDEIN_Site", "GLIDEIN_Start_Extra", "OSG_SQUID_LOCATION", "OSPOOL_X", "ANNEX_NAME"] {
+        for ok in [
+            "GLIDEIN_Site",
+            "GLIDEIN_Start_Extra",
+            "OSG_SQUID_LOCATION",
+            "OSPOOL_X",
+            "ANNEX_NAME",
+        ] {
             text.push_str(&format!("{ok} = \"v\"\n"));
         }
         let m = parse("u", text.as_bytes()).unwrap();
@@ -608,7 +620,10 @@ GLIDEIN_Site = "OK"
                 .unwrap_or_else(|| panic!("{k} not refused: {why:?}"))
                 .to_string();
             assert!(r.contains(reason), "{k}: {r}");
-            assert!(r.contains("a manifest sets only GLIDEIN_*, OSG_*, OSPOOL_* and ANNEX_* names"), "{r}");
+            assert!(
+                r.contains("a manifest sets only GLIDEIN_*, OSG_*, OSPOOL_* and ANNEX_* names"),
+                "{r}"
+            );
         }
         // The stored copy, the same.
         let dir = tempfile::tempdir().unwrap();
@@ -616,7 +631,10 @@ GLIDEIN_Site = "OK"
         let e = load_checked(dir.path(), &allowed(), &BTreeMap::new())
             .unwrap_err()
             .to_string();
-        assert!(e.contains("env GLIBC_TUNABLES may not come from a remote manifest"), "{e}");
+        assert!(
+            e.contains("env GLIBC_TUNABLES may not come from a remote manifest"),
+            "{e}"
+        );
     }
 
     #[test]

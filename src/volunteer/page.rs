@@ -360,9 +360,7 @@ fn decide(
                     ));
                     r
                 }
-                Ok(None) => {
-                    Response::html("403 Forbidden", locked("That key is used or expired."))
-                }
+                Ok(None) => Response::html("403 Forbidden", locked("That key is used or expired.")),
             }
         }
         ("GET", "/") => match session {

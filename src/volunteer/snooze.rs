@@ -147,7 +147,9 @@ mod tests {
         // Unreadable: a directory where the file should be reads as an I/O error (EISDIR),
         // as a missing descriptor (EMFILE) would.
         std::fs::create_dir(path(d.path())).unwrap();
-        let why = seen(d.path()).snooze_unreadable.expect("unreadable counts as snoozed");
+        let why = seen(d.path())
+            .snooze_unreadable
+            .expect("unreadable counts as snoozed");
         assert!(why.contains("cannot read the owner's snooze"), "{why}");
     }
 }

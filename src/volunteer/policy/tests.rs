@@ -461,7 +461,8 @@ fn a_snooze_that_cannot_be_read_counts_as_snoozed() {
     p.on_return = Evict::Pause;
     let now = utc("2026-01-13T20:30:00Z");
     let mut h = free_host(now);
-    h.snooze_unreadable = Some("cannot read the owner's snooze in /s/snooze.json: Too many open files".into());
+    h.snooze_unreadable =
+        Some("cannot read the owner's snooze in /s/snooze.json: Too many open files".into());
     let s = decide(&p, &h, LIMITS, now);
     assert!(!s.allowed);
     assert_eq!(s.workers, 0);
@@ -469,7 +470,9 @@ fn a_snooze_that_cannot_be_read_counts_as_snoozed() {
     assert_eq!(s.causes, vec![Cause::Snoozed]);
     assert_eq!(
         s.reasons,
-        vec!["cannot read the owner's snooze in /s/snooze.json: Too many open files; counted as snoozed until it can be read (`pilotd resume` removes it)"]
+        vec![
+            "cannot read the owner's snooze in /s/snooze.json: Too many open files; counted as snoozed until it can be read (`pilotd resume` removes it)"
+        ]
     );
 }
 
