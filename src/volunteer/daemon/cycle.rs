@@ -404,27 +404,26 @@ impl Daemon {
             owner_busy_since: self.status.owner_busy_since,
             host_free_since: self.status.host_free_since,
         };
-        let snoozed_until = snooze::active(&self.s.state_dir, now).map(|s| s.until);
         match self.probe.observe(now, carry, refresh_cpu) {
-            Ok(s) => {
-                let mut s = HostSnapshot {
-                    snoozed_until,
-                    sleeping: self.sleeping,
-                    ..s
-                };
+            Ok(mut s) => {
+                s.sleeping = self.sleeping;
+                snooze::lay_on(&mut s, &self.s.state_dir);
                 logind::lay_on(&mut s, logind);
                 Some(s)
             }
             Err(e) => {
                 errors.push(e.to_string());
                 match &self.last_snapshot {
-                    Some(last) => Some(HostSnapshot {
-                        taken_at: now,
-                        sessions: Sessions::Unknown(format!("host probe failed: {e}")),
-                        snoozed_until,
-                        sleeping: self.sleeping,
-                        ..last.clone()
-                    }),
+                    Some(last) => {
+                        let mut s = HostSnapshot {
+                            taken_at: now,
+                            sessions: Sessions::Unknown(format!("host probe failed: {e}")),
+                            sleeping: self.sleeping,
+                            ..last.clone()
+                        };
+                        snooze::lay_on(&mut s, &self.s.state_dir);
+                        Some(s)
+                    }
                     None => {
                         tracing::error!("{e}; nothing to decide on yet");
                         None
