@@ -21,6 +21,8 @@ pub enum Trigger {
     Owner,
     WorkerExited(String),
     TaskDone,
+    /// The workers' traffic filter went down or came back.
+    Filter,
 }
 
 const POLL: Duration = Duration::from_millis(250);
