@@ -40,23 +40,28 @@ fn restore(script: &str) -> Result<(), EgressError> {
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| fail(e.to_string()))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin
-            .write_all(script.as_bytes())
-            .map_err(|e| fail(e.to_string()))?;
-    }
+    // A program that exits before reading it all (it refused the first line) closes the
+    // pipe: what it said on stderr is the reason, not the broken pipe.
+    let written = child
+        .stdin
+        .take()
+        .map_or(Ok(()), |mut stdin| stdin.write_all(script.as_bytes()));
     let out = child.wait_with_output().map_err(|e| fail(e.to_string()))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(fail(
-            String::from_utf8_lossy(&out.stderr)
-                .lines()
-                .map(str::trim)
-                .filter(|l| !l.is_empty() && !l.starts_with("Try `"))
-                .collect::<Vec<_>>()
-                .join("; "),
-        ))
+    let said = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("Try `"))
+        .collect::<Vec<_>>()
+        .join("; ");
+    match (out.status.success(), written) {
+        (true, Ok(())) => Ok(()),
+        (true, Err(e)) => Err(fail(format!("it did not read all of them: {e}"))),
+        (false, written) if said.is_empty() => Err(fail(format!(
+            "it exited with {}{}",
+            out.status,
+            written.err().map(|e| format!(" ({e})")).unwrap_or_default()
+        ))),
+        (false, _) => Err(fail(said)),
     }
 }
 
