@@ -308,6 +308,10 @@ impl Daemon {
         .unwrap_or_else(|e| ImageState::Unavailable {
             reason: e.to_string(),
         });
+        // Beside the loop: the filter of pilotd's network is checked (and repaired) while
+        // workers live on it; down, the plan pauses them.
+        let live = list.iter().any(|w| !w.state.is_finished());
+        let filter_down = self.work.egress.check(self.worker.egress.as_ref(), live);
         let plan = plan::plan(
             &supply,
             Observed {
@@ -317,6 +321,7 @@ impl Daemon {
                 image: &image_state,
                 free_hours: Some(outlook.free_hours()),
                 scratch_use: &self.work.scratch_use,
+                filter_down: filter_down.as_deref(),
             },
             &self.worker,
             now,

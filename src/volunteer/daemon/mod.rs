@@ -34,6 +34,7 @@ use crate::service::listener::Stop;
 use crate::service::metrics::Metrics;
 use crate::volunteer::backend::{AnyBackend, Backend, BackendError};
 use crate::volunteer::control;
+use crate::volunteer::egress;
 use crate::volunteer::history::{self, Learner};
 use crate::volunteer::host::{HostProbe, ProbeError};
 use crate::volunteer::logind::{Logind, Signal};
@@ -139,6 +140,8 @@ struct Work {
     scratch_use: BTreeMap<String, u64>,
     measured_at: Option<DateTime<Utc>>,
     measuring: bool,
+    /// The workers' traffic filter: checked every cycle, ensured before every start.
+    egress: egress::Guard,
 }
 
 /// What was last written to the state dir, and when (to write only what changed).
@@ -235,6 +238,12 @@ impl Daemon {
                 scratch_use: BTreeMap::new(),
                 measured_at: None,
                 measuring: false,
+                egress: {
+                    let tx = tx.clone();
+                    egress::Guard::new(move || {
+                        let _ = tx.try_send(Trigger::Filter);
+                    })
+                },
             },
             cpu: CpuMeter::default(),
             wakeups: Wakeups {
