@@ -237,7 +237,7 @@ struct Bitmap(Vec<u64>);
 
 impl Bitmap {
     /// The kernel's word size, which sysfs prints in: the platform's `long`.
-    const WORD: usize = 8 * size_of::<nix::libc::c_ulong>();
+    const WORD: usize = nix::libc::c_ulong::BITS as usize;
 
     fn read(path: &Path) -> Option<Bitmap> {
         // Sysfs attributes are a page at most; a bigger file is not one.
@@ -323,7 +323,11 @@ pub async fn watch(
             Ok(Stop) => return,
             Err(e) => e,
         };
-        failures = if watched { 1 } else { failures.saturating_add(1) };
+        failures = if watched {
+            1
+        } else {
+            failures.saturating_add(1)
+        };
         let wait = LOOK_AGAIN.delay(failures);
         tracing::debug!(
             "no input devices to watch ({e}); looking again in {}s",

@@ -17,7 +17,10 @@ type Caps = &'static [(&'static str, &'static str)];
 /// "AT Translated Set 2 keyboard" (i8042, nearly every laptop's built-in keyboard).
 const AT_KEYBOARD: Caps = &[
     ("ev", "120013"),
-    ("key", "402000000 3803078f800d001 feffffdfffefffff fffffffffffffffe"),
+    (
+        "key",
+        "402000000 3803078f800d001 feffffdfffefffff fffffffffffffffe",
+    ),
     ("msc", "10"),
     ("led", "7"),
 ];
@@ -57,6 +60,9 @@ const HEADPHONE_JACK: Caps = &[("ev", "21"), ("sw", "4")];
 const VIDEO_BUS: Caps = &[("ev", "3"), ("key", "3e000b00000000 0 0 0")];
 /// "ST LIS3LV02DL Accelerometer" (HP laptops' lis3lv02d): ABS_X/Y/Z, no buttons.
 const ACCELEROMETER: Caps = &[("ev", "9"), ("abs", "7")];
+/// An infrared remote's keys, built from the codes: the digits and Enter (OK) among codes
+/// 1 to 31, no letters. Not a keyboard: a stray remote in the room must not count.
+const IR_REMOTE: Caps = &[("ev", "3"), ("key", "10000ffc")];
 /// "PC Speaker": EV_SND only.
 const PC_SPEAKER: Caps = &[("ev", "40001"), ("snd", "6")];
 
@@ -146,7 +152,10 @@ async fn until(what: &str, mut done: impl FnMut() -> bool) {
 }
 
 fn names(sys: &Path) -> Vec<(String, Kind)> {
-    discover(sys).into_iter().map(|d| (d.name, d.kind)).collect()
+    discover(sys)
+        .into_iter()
+        .map(|d| (d.name, d.kind))
+        .collect()
 }
 
 #[cfg(target_pointer_width = "64")]
@@ -168,6 +177,7 @@ fn keyboards_mice_and_touch_devices_count_and_nothing_else() {
         ("event11", TOUCHSCREEN),
         ("event12", PEN_TABLET),
         ("event13", VM_TABLET),
+        ("event14", IR_REMOTE),
     ] {
         b.classify(name, caps);
     }
@@ -197,11 +207,20 @@ fn damaged_or_partial_capabilities_never_count_and_never_panic() {
     b.classify("event3", &[("key", AT_KEYBOARD[1].1)]); // no ev file
     b.classify("event4", &[("ev", "120013")]); // no key file
     // A mouse's buttons and axes without EV_REL in ev: the axes are not reported.
-    b.classify("event5", &[("ev", "3"), ("key", "70000 0 0 0 0"), ("rel", "3")]);
+    b.classify(
+        "event5",
+        &[("ev", "3"), ("key", "70000 0 0 0 0"), ("rel", "3")],
+    );
     // A touchpad's axes with its touch bits in the wrong word.
-    b.classify("event6", &[("ev", "b"), ("key", "0 e520 0 0 0 0"), ("abs", "3")]);
+    b.classify(
+        "event6",
+        &[("ev", "b"), ("key", "0 e520 0 0 0 0"), ("abs", "3")],
+    );
     // A word wider than the kernel's, an absurdly long file, a directory for a file.
-    b.classify("event7", &[("ev", "1ffffffffffffffff"), ("key", "fffffffffffffffe")]);
+    b.classify(
+        "event7",
+        &[("ev", "1ffffffffffffffff"), ("key", "fffffffffffffffe")],
+    );
     let long = "f ".repeat(100_000);
     b.classify("event8", &[("ev", "3"), ("key", &long)]);
     std::fs::create_dir_all(b.sys.join("event9/device/capabilities/ev")).unwrap();
@@ -237,7 +256,11 @@ fn idle_is_counted_from_the_start_until_input_and_unknown_without_devices() {
     assert_eq!(last.idle_s(at(90)), None, "no device watched: unknown");
     last.set_devices(1);
     assert_eq!(last.idle_s(at(90)), Some(90));
-    assert_eq!(last.idle_s(at(-5)), Some(0), "input after now is no idleness");
+    assert_eq!(
+        last.idle_s(at(-5)),
+        Some(0),
+        "input after now is no idleness"
+    );
     assert!(!last.note_input(at(30)), "within the default 60 s gap");
     assert!(last.note_input(at(90)), "60 s without input");
     assert!(!last.note_input(at(20)), "an older instant changes nothing");
@@ -259,27 +282,39 @@ async fn input_is_seen_at_once_and_wakes_only_after_a_gap() {
     until("the keyboard to be watched", || last.devices() == 1).await;
     let idle = last.idle_s(Utc::now()).unwrap();
     assert!((100..=101).contains(&idle), "idle since the start: {idle}");
-    assert!(woken.try_recv().is_err(), "a device found at start is not input");
+    assert!(
+        woken.try_recv().is_err(),
+        "a device found at start is not input"
+    );
 
     let sent = Utc::now();
     send(&mut keyboard, &key_a_press());
     until("the record to be read", || last.reads() == 1).await;
     let seen = last.last_input().unwrap();
     let latency = (seen - sent).num_milliseconds();
-    assert!((0..200).contains(&latency), "seen {latency} ms after it was sent");
+    assert!(
+        (0..200).contains(&latency),
+        "seen {latency} ms after it was sent"
+    );
     assert_eq!(last.idle_s(Utc::now()), Some(0));
     assert!(woken.try_recv().is_ok(), "100 s without input: wake");
     // `until` returns only after the watcher's synchronous read-record-wake step: a wake for
     // this record would already be on the channel.
     send(&mut keyboard, &key_a_press());
     until("the second record to be read", || last.reads() == 2).await;
-    assert!(woken.try_recv().is_err(), "about a second after the last: no wake");
+    assert!(
+        woken.try_recv().is_err(),
+        "about a second after the last: no wake"
+    );
     assert!(last.last_input().unwrap() > seen);
 
     last.set_wake_gap(Duration::from_millis(500));
     send(&mut keyboard, &key_a_press());
     until("the third record to be read", || last.reads() == 3).await;
-    assert!(woken.try_recv().is_ok(), "a second's rest is past a 500 ms gap");
+    assert!(
+        woken.try_recv().is_ok(),
+        "a second's rest is past a 500 ms gap"
+    );
     assert!(!task.is_finished());
     task.abort();
 }
@@ -455,11 +490,17 @@ async fn a_missing_input_directory_is_looked_for_again() {
     let created = Instant::now();
     let deadline = created + LOOK_AGAIN.first + Duration::from_secs(5);
     while last.devices() == 0 {
-        assert!(Instant::now() < deadline, "the new directory was never looked at");
+        assert!(
+            Instant::now() < deadline,
+            "the new directory was never looked at"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let after = created.elapsed();
-    assert!(after >= LOOK_AGAIN.first - Duration::from_millis(100), "{after:?}");
+    assert!(
+        after >= LOOK_AGAIN.first - Duration::from_millis(100),
+        "{after:?}"
+    );
     assert!(last.idle_s(Utc::now()).is_some());
     task.abort();
 }
