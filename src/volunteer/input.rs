@@ -656,6 +656,9 @@ async fn next_input(file: AsyncFd<File>) -> Outcome {
             Ok(guard) => guard,
             Err(e) => return Outcome::Ended(Some(e)),
         };
+        // Hung up (a device gone, a FIFO's writer left): that readiness never clears, so a
+        // read that then finds nothing must end the device rather than wait again at once.
+        let hung_up = guard.ready().is_read_closed();
         let mut got = false;
         let drained = guard.try_io(|f| drain(f.get_ref(), &mut got));
         // Input that came before an error or the end still came; the next turn sees the end.
@@ -664,6 +667,7 @@ async fn next_input(file: AsyncFd<File>) -> Outcome {
             return Outcome::Input(file);
         }
         match drained {
+            Err(_would_block) if hung_up => return Outcome::Ended(None),
             Err(_would_block) => continue,
             Ok(Ok(())) => return Outcome::Ended(None),
             Ok(Err(e)) => return Outcome::Ended(Some(e)),
