@@ -84,8 +84,8 @@ pub fn run(g: &Global, a: &PlanArgs) -> Result<String, CmdError> {
                     let seen = block_on(Logind::default().observe(h.taken_at))?;
                     crate::volunteer::logind::lay_on(&mut h, seen);
                     // The owner's snooze, as the daemon would lay it on this observation.
-                    let snoozed_until = snooze::active(&s.state_dir, h.taken_at).map(|z| z.until);
-                    HostSnapshot { snoozed_until, ..h }
+                    snooze::lay_on(&mut h, &s.state_dir);
+                    h
                 }
             };
             let now = now.unwrap_or(host.taken_at);
@@ -202,6 +202,7 @@ pub fn volunteer_plan(cfg: &Config, host: &HostSnapshot, now: DateTime<Utc>) -> 
 /// A snapshot file: the mode field says which kind. A cluster snapshot (possibly 100,000
 /// jobs) is kept as text and parsed once, by the kubernetes-mode replay.
 pub enum Snapshot {
+    /// Boxed: a host snapshot is ten times a cluster snapshot's bytes.
     Host(Box<HostSnapshot>),
     Cluster(Vec<u8>),
 }

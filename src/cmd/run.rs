@@ -7,6 +7,7 @@ use crate::cli::{Global, LogFormat, RunArgs};
 use crate::config::{self, Mode, SiteFile};
 use crate::service::detach::{self, Detached, Role};
 use crate::service::lifecycle::{Hooks, Reload};
+use crate::service::listener::Stop;
 use crate::service::logging;
 use crate::service::metrics::Metrics;
 use crate::service::notify;
@@ -85,9 +86,14 @@ pub fn run(g: &Global, a: &RunArgs) -> Result<String, CmdError> {
         // Signals first: from here on SIGTERM drains instead of killing, SIGHUP reloads.
         let shutdown = shutdown_signal()?;
         let reloads = reload_on_hangup(g.config.clone(), g.policy.clone())?;
-        let metrics = match cfg.site.metrics.listen {
-            Some(addr) => Some(start_metrics(addr).await?),
-            None => None,
+        // The metrics are served until the mode's loop has drained, then stopped.
+        let metrics_stop = Stop::new();
+        let (metrics, metrics_server) = match &cfg.site.metrics.listen {
+            Some(addr) => {
+                let (m, server) = start_metrics(*addr.get_ref(), &metrics_stop).await?;
+                (Some(m), Some(server))
+            }
+            None => (None, None),
         };
         let hooks = hooks(service.detached.clone());
         match cfg.site.mode {
@@ -105,6 +111,10 @@ pub fn run(g: &Global, a: &RunArgs) -> Result<String, CmdError> {
             }
             #[cfg(not(feature = "kubernetes"))]
             Mode::Kubernetes => return Err(super::without_kubernetes()),
+        }
+        metrics_stop.stop();
+        if let Some(server) = metrics_server {
+            let _ = server.await;
         }
         Ok::<(), CmdError>(())
     });
@@ -188,16 +198,24 @@ fn hooks(detached: Option<Arc<Mutex<Detached>>>) -> Hooks {
 }
 
 /// Binds the metrics listener (a taken port fails the start, with its message) and serves it
-/// beside the daemon.
-async fn start_metrics(addr: std::net::SocketAddr) -> Result<Metrics, CmdError> {
+/// beside the daemon until `stop`.
+async fn start_metrics(
+    addr: std::net::SocketAddr,
+    stop: &Stop,
+) -> Result<(Metrics, tokio::task::JoinHandle<()>), CmdError> {
     let (metrics, registry) = Metrics::new();
     let registry = Arc::new(Mutex::new(registry));
-    let (bound, serve) = crate::service::metrics::listen(addr, registry, std::future::pending())
+    let (bound, serve) = crate::service::metrics::listen(addr, registry, stop.signal())
         .await
         .map_err(|e| CmdError::Runtime(e.to_string()))?;
     tracing::info!(%bound, "serving Prometheus metrics on /metrics");
-    tokio::spawn(serve);
-    Ok(metrics)
+    if config::site::beyond_loopback(bound.ip()) {
+        tracing::warn!(
+            %bound,
+            "metrics are served beyond loopback: anyone who can reach this address reads them, and may hold its few connections"
+        );
+    }
+    Ok((metrics, tokio::spawn(serve)))
 }
 
 fn handler(kind: SignalKind, which: &'static str) -> Result<Signal, CmdError> {

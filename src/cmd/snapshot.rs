@@ -40,8 +40,7 @@ pub fn run(g: &Global) -> Result<String, CmdError> {
     let mut snap = observe_once(&s.probe, carry)?;
     let seen = block_on(crate::volunteer::logind::Logind::default().observe(snap.taken_at))?;
     crate::volunteer::logind::lay_on(&mut snap, seen);
-    snap.snoozed_until =
-        crate::volunteer::snooze::active(&s.state_dir, snap.taken_at).map(|z| z.until);
+    crate::volunteer::snooze::lay_on(&mut snap, &s.state_dir);
     serde_json::to_string_pretty(&snap)
         .map(|s| s + "\n")
         .map_err(|e| CmdError::Runtime(format!("cannot encode the snapshot: {e}")))

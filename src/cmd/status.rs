@@ -31,6 +31,9 @@ struct StatusView<'a> {
     history: Option<HistoryView>,
     /// The owner's snooze in force (`pilotd snooze`), if any.
     snooze: Option<crate::volunteer::snooze::Snooze>,
+    /// Why the owner's snooze cannot be read, when it cannot: counted as snoozed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    snooze_unreadable: Option<String>,
     /// The rest of the daemon's status file, without the keys above: one JSON object must not
     /// name a key twice (parsers keep one of them, and `workers` is the live list here).
     #[serde(flatten)]
@@ -121,12 +124,14 @@ pub fn run(g: &Global, a: &StatusArgs) -> Result<String, CmdError> {
             .likely_free_for(&s.policy.timezone, now, s.history.free_threshold)
             .num_hours(),
     });
+    let snooze = crate::volunteer::snooze::active(&s.state_dir, now);
     let view = StatusView {
         config: super::describe_sources(&cfg),
         manifest,
         history,
         daemon_running: running,
-        snooze: crate::volunteer::snooze::active(&s.state_dir, now),
+        snooze: snooze.as_ref().ok().cloned().flatten(),
+        snooze_unreadable: snooze.as_ref().err().map(ToString::to_string),
         pid: status.pid,
         updated_at: status.updated_at,
         instance: &status.instance,
@@ -222,6 +227,12 @@ fn render(v: &StatusView<'_>, now: DateTime<Utc>, path: &std::path::Path) -> Str
             "SNOOZED by {} until {} (`pilotd resume` ends it)",
             z.by,
             z.until.format("%Y-%m-%d %H:%M UTC")
+        );
+    }
+    if let Some(why) = &v.snooze_unreadable {
+        let _ = writeln!(
+            out,
+            "SNOOZED: {why}; counted as snoozed until it can be read (`pilotd resume` removes it)"
         );
     }
     if let Some(m) = &v.manifest {
@@ -391,6 +402,7 @@ mod tests {
             manifest: None,
             history: None,
             snooze: None,
+            snooze_unreadable: None,
             rest: rest_of(&status).unwrap(),
             status: &status,
         };

@@ -117,8 +117,14 @@ fn default_remote_max_bytes() -> u64 {
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct MetricsConfig {
-    /// e.g. "127.0.0.1:9464". Loopback unless the site decides otherwise.
-    pub listen: Option<std::net::SocketAddr>,
+    /// e.g. "127.0.0.1:9464". Loopback unless the site decides otherwise (`check` warns).
+    pub listen: Option<Spanned<std::net::SocketAddr>>,
+}
+
+/// Whether a listener on `ip` can be reached from other machines: anything but a loopback
+/// address (0.0.0.0 and :: are every address, the public ones included).
+pub fn beyond_loopback(ip: std::net::IpAddr) -> bool {
+    !ip.to_canonical().is_loopback()
 }
 
 /// The availability history kept in the state dir.
@@ -432,6 +438,24 @@ impl SiteConfig {
     }
 
     /// Semantic checks of pilotd.toml on its own.
+    /// What `check` says without refusing the file: (span, message, hint).
+    pub fn warnings(&self) -> Vec<(std::ops::Range<usize>, String, &'static str)> {
+        let mut w = Vec::new();
+        if let Some(listen) = &self.metrics.listen
+            && beyond_loopback(listen.get_ref().ip())
+        {
+            w.push((
+                listen.span(),
+                format!(
+                    "[metrics] listen = \"{}\" serves the metrics beyond loopback: anyone who can reach it reads what this machine does and when, and can hold the listener's 16 connections",
+                    listen.get_ref()
+                ),
+                "listen on 127.0.0.1 (a scraper on this machine, or an SSH tunnel), or keep this address and let a firewall admit only the scraper",
+            ));
+        }
+        w
+    }
+
     pub fn validate(&self, d: &mut Diagnostics) {
         if let Some(url) = &self.remote.url
             && let Err(e) = secure_url(url.get_ref())

@@ -380,10 +380,6 @@ pub fn parse_time_of_day(s: &str) -> Result<Minute, UnitError> {
     Ok(h * 60 + m)
 }
 
-pub fn format_minute(m: Minute) -> String {
-    format!("{:02}:{:02}", m / 60, m % 60)
-}
-
 /// An IPv4 network, `a.b.c.d/n`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ipv4Net {

@@ -152,7 +152,7 @@ impl Settings {
 
     /// Settings for tests: the table's defaults for namespace `osg`, app `osg-direct`, plus
     /// `extra` TOML lines of the `[kubernetes]` table.
-    #[cfg(any(test, feature = "test-fixtures"))]
+    #[cfg(test)]
     pub fn test(extra: &str) -> Settings {
         let table = KubernetesConfig::from_table_text(&format!(
             "namespace = \"osg\"\napp_name = \"osg-direct\"\n{extra}"

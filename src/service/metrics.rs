@@ -5,10 +5,9 @@
 //! HTTP/1.1 responder (GET only, bounded request, one response per connection), because a
 //! scrape endpoint needs nothing more and every line here is code on someone else's machine.
 //!
-//! It holds at most [`MAX_CONNECTIONS`] connections (more wait in the kernel's backlog, not in
-//! pilotd's descriptors), each for at most 5 s to send its request and 5 s to take the answer;
-//! when accepting fails (out of descriptors: EMFILE/ENFILE) it pauses before trying again,
-//! instead of spinning on an error that a retry cannot fix.
+//! It is served within [`LIMITS`] by `service::listener`: at most 16 connections (more wait in
+//! the kernel's backlog, not in pilotd's descriptors), each for at most 5 s from accept to its
+//! answer taken; a failed accept (out of descriptors) pauses instead of spinning.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -21,6 +20,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
+
+use super::listener::{self, Limits};
 
 #[derive(Debug, thiserror::Error)]
 pub enum MetricsError {
@@ -175,12 +176,13 @@ pub fn exposition(r: &Registry) -> String {
     out
 }
 
-/// Connections served at once; a scraper needs one.
-pub const MAX_CONNECTIONS: usize = 16;
-
-/// The pause after a failed accept: long enough that a process out of descriptors costs no
-/// CPU, short enough that scrapes resume soon after descriptors free up.
-pub const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(500);
+/// A scraper needs one connection; TCP tells no uid, so the total and the deadline are what
+/// hold idle clients to a few of pilotd's descriptors.
+pub const LIMITS: Limits = Limits {
+    total: 16,
+    per_peer: 16,
+    deadline: std::time::Duration::from_secs(5),
+};
 
 /// Binds the listener now (so a bad address fails the start, with its message) and returns
 /// the serving future, which ends when `shutdown` completes.
@@ -193,69 +195,25 @@ pub async fn listen(
         .await
         .map_err(|source| MetricsError::Bind { addr, source })?;
     let bound = listener.local_addr().unwrap_or(addr);
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
-    let serve = async move {
-        tokio::pin!(shutdown);
-        let mut warned = false;
-        loop {
-            // A free slot first: past the cap, connections wait in the backlog.
-            let permit = tokio::select! {
-                _ = &mut shutdown => return,
-                p = slots.clone().acquire_owned() => match p {
-                    Ok(p) => p,
-                    Err(_) => return,
-                },
-            };
-            tokio::select! {
-                _ = &mut shutdown => return,
-                conn = listener.accept() => match conn {
-                    Ok((sock, _)) => {
-                        warned = false;
-                        let registry = registry.clone();
-                        tokio::spawn(async move {
-                            respond(sock, registry).await;
-                            drop(permit);
-                        });
-                    }
-                    Err(e) => {
-                        if !warned {
-                            tracing::warn!(
-                                "metrics: cannot accept a connection ({e}); pausing {} ms between tries",
-                                ACCEPT_BACKOFF.as_millis()
-                            );
-                            warned = true;
-                        }
-                        drop(permit);
-                        tokio::select! {
-                            _ = &mut shutdown => return,
-                            _ = tokio::time::sleep(ACCEPT_BACKOFF) => {}
-                        }
-                    }
-                },
-            }
-        }
-    };
+    let serve = listener::serve("metrics", listener, LIMITS, shutdown, move |sock, _| {
+        respond(sock, registry.clone())
+    });
     Ok((bound, serve))
 }
 
 async fn respond(mut sock: tokio::net::TcpStream, registry: Arc<std::sync::Mutex<Registry>>) {
     let mut buf = vec![0u8; 8192];
     let mut len = 0;
-    // Read the request head (bounded in size and time); the body, if any, is ignored.
-    let read = tokio::time::timeout(std::time::Duration::from_secs(5), async {
-        while len < buf.len() {
-            match sock.read(&mut buf[len..]).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => len += n,
-            }
-            if buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
-                break;
-            }
+    // Read the request head (bounded in size; in time by the listener's deadline); the body,
+    // if any, is ignored.
+    while len < buf.len() {
+        match sock.read(&mut buf[len..]).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => len += n,
         }
-    })
-    .await;
-    if read.is_err() {
-        return;
+        if buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
+            break;
+        }
     }
     let head = String::from_utf8_lossy(&buf[..len]);
     let mut parts = head.split_whitespace();
@@ -287,12 +245,9 @@ async fn respond(mut sock: tokio::net::TcpStream, registry: Arc<std::sync::Mutex
         "HTTP/1.1 {status}\r\ncontent-type: {ctype}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
         body.len()
     );
-    // A client that does not read its answer does not hold its slot for ever.
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), async {
-        let _ = sock.write_all(resp.as_bytes()).await;
-        let _ = sock.shutdown().await;
-    })
-    .await;
+    // A client that does not read its answer is dropped at the listener's deadline.
+    let _ = sock.write_all(resp.as_bytes()).await;
+    let _ = sock.shutdown().await;
 }
 
 #[cfg(test)]
@@ -357,7 +312,7 @@ mod tests {
     }
 
     /// Past the cap a connection waits (in the backlog) until a slot frees: idle clients can
-    /// hold at most MAX_CONNECTIONS descriptors of pilotd, never all of them.
+    /// hold at most LIMITS.total descriptors of pilotd, never all of them.
     #[tokio::test]
     async fn connections_past_the_cap_wait_for_a_free_slot() {
         let (_, r) = Metrics::new();
@@ -373,7 +328,7 @@ mod tests {
         .unwrap();
         let server = tokio::spawn(serve);
         let mut idle = Vec::new();
-        for _ in 0..MAX_CONNECTIONS {
+        for _ in 0..LIMITS.total {
             idle.push(tokio::net::TcpStream::connect(addr).await.unwrap());
         }
         let scrape = async {

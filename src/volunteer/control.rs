@@ -9,6 +9,7 @@
 //! state dir (`snooze`) and wakes the loop, which acts on it in an urgent cycle.
 
 use crate::config::Evict;
+use crate::service::listener::{self, Limits};
 use crate::volunteer::snooze::{self, Snooze};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -21,9 +22,11 @@ use tokio::sync::{mpsc, watch};
 /// The group whose members may snooze and resume (created by the package's postinst).
 pub const GROUP: &str = "pilotd";
 
-/// A request is refused past this size or this time: the socket is open to every local user.
+/// A request is refused past this size (and dropped past `LIMITS.deadline`): the socket is
+/// open to every local user.
 const MAX_REQUEST: u64 = 4096;
-const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
+/// How long `ask` waits for the daemon's answer.
+const ANSWER_WAIT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
@@ -210,27 +213,34 @@ pub fn bind(path: &Path) -> Result<UnixListener, ControlError> {
     Ok(l)
 }
 
-/// Answers requests until the listener fails; `wake` starts an urgent cycle.
-pub async fn serve(listener: UnixListener, ctx: watch::Receiver<Context>, wake: mpsc::Sender<()>) {
-    loop {
-        let stream = match listener.accept().await {
-            Ok((s, _)) => s,
-            Err(e) => {
-                tracing::warn!("control socket: {e}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let ctx = ctx.borrow().clone();
-        let wake = wake.clone();
-        tokio::spawn(async move {
-            if let Err(e) =
-                tokio::time::timeout(REQUEST_DEADLINE, answer(stream, &ctx, &wake)).await
-            {
-                tracing::debug!("control socket: a client took too long ({e})");
-            }
-        });
-    }
+/// Who may hold what: one uid at most 4 connections, so `nobody` holding all it can leaves
+/// root and the owner 28 of the 32; a client has 3 s from connecting to taking its answer
+/// (`pilotd snooze` sends at once).
+pub const LIMITS: Limits = Limits {
+    total: 32,
+    per_peer: 4,
+    deadline: Duration::from_secs(3),
+};
+
+/// Answers requests until `shutdown` completes; `wake` starts an urgent cycle.
+pub async fn serve(
+    listener: UnixListener,
+    ctx: watch::Receiver<Context>,
+    wake: mpsc::Sender<()>,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    listener::serve(
+        "control socket",
+        listener,
+        LIMITS,
+        shutdown,
+        move |stream, _| {
+            let ctx = ctx.borrow().clone();
+            let wake = wake.clone();
+            async move { answer(stream, &ctx, &wake).await }
+        },
+    )
+    .await
 }
 
 async fn answer(stream: UnixStream, ctx: &Context, wake: &mpsc::Sender<()>) {
@@ -328,12 +338,12 @@ pub fn carry_out(req: &Request, by: &str, ctx: &Context, now: DateTime<Utc>) -> 
             None => refuse(
                 "the status page is off on this machine\n  hint: set `port` under [page] in pilotd.toml (the package's file sets 8466) and restart pilotd".into(),
             ),
-            Some(port) => Reply {
-                ok: true,
-                message: format!(
-                    "http://127.0.0.1:{port}/?key={}",
-                    ctx.doors.new_key(by, std::time::Instant::now())
-                ),
+            Some(port) => match ctx.doors.new_key(by, std::time::Instant::now()) {
+                Ok(key) => Reply {
+                    ok: true,
+                    message: format!("http://127.0.0.1:{port}/?key={key}"),
+                },
+                Err(e) => refuse(e.to_string()),
             },
         },
     }
@@ -345,24 +355,35 @@ pub async fn ask(path: &Path, req: &Request) -> Result<Reply, ControlError> {
         path: path.to_path_buf(),
         source,
     };
-    let stream = UnixStream::connect(path)
-        .await
-        .map_err(|source| ControlError::Connect {
-            path: path.to_path_buf(),
-            source,
-        })?;
+    // A full backlog (someone flooding the socket with connections) refuses a non-blocking
+    // connect with EAGAIN; the daemon drains it quickly, so try again for a while.
+    let started = std::time::Instant::now();
+    let stream = loop {
+        match UnixStream::connect(path).await {
+            Ok(s) => break s,
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    && started.elapsed() < ANSWER_WAIT =>
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(source) => {
+                return Err(ControlError::Connect {
+                    path: path.to_path_buf(),
+                    source,
+                });
+            }
+        }
+    };
     let (read, mut write) = stream.into_split();
     let mut body = serde_json::to_vec(req).unwrap_or_default();
     body.push(b'\n');
     write.write_all(&body).await.map_err(talk)?;
     let mut line = String::new();
-    tokio::time::timeout(
-        REQUEST_DEADLINE * 2,
-        BufReader::new(read).read_line(&mut line),
-    )
-    .await
-    .map_err(|_| talk(std::io::Error::other("no answer within 10s")))?
-    .map_err(talk)?;
+    tokio::time::timeout(ANSWER_WAIT, BufReader::new(read).read_line(&mut line))
+        .await
+        .map_err(|_| talk(std::io::Error::other("no answer within 10s")))?
+        .map_err(talk)?;
     serde_json::from_str(line.trim()).map_err(|e| ControlError::Garbled {
         path: path.to_path_buf(),
         why: e.to_string(),

@@ -88,6 +88,7 @@ impl HostProbe {
             host_free_since: carry.host_free_since,
             // The owner's snooze lives in the state dir, which the caller lays on.
             snoozed_until: None,
+            snooze_unreadable: None,
             // logind is asked asynchronously by the caller (`logind::lay_on`); the input
             // devices are watched beside the loop and sleep is logind's word too.
             logind_unavailable: None,

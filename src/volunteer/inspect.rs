@@ -94,6 +94,7 @@ pub async fn next_plan(
             backoff,
             image: &image_state,
             free_hours: None,
+            filter_down: None,
         },
         &s.worker,
         now,

@@ -77,7 +77,8 @@ pub struct ManifestWorker {
 
 /// Env names the manifest may never set: pilotd derives them from the owner's decision or
 /// they carry secrets and resources. Setting NUM_CPUS would let a pool advertise more than the
-/// owner shares even though the container limits hold.
+/// owner shares even though the container limits hold. (None of them is in
+/// [`POOL_ENV_PREFIXES`]; they are named so the refusal says why.)
 pub const RESERVED_ENV: &[&str] = &[
     "PILOT_CPUS",
     "PILOT_MEMORY_MIB",
@@ -101,31 +102,70 @@ pub const RESERVED_ENV: &[&str] = &[
     "ACCEPT_IDLE_MINUTES",
     // Set by pilotd from the manifest's own `config_urls`.
     "PILOT_CONFIG_URLS",
-    // Where condor finds its configuration: the pool's would replace the pilot's.
-    "CONDOR_CONFIG",
-    // What the worker's programs and TLS trust: a pool must not swap the binaries, the CA
-    // that guards the pilot's https fetches, or route them through its proxy.
-    "PATH",
-    "HOME",
-    "SSL_CERT_FILE",
-    "SSL_CERT_DIR",
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "ALL_PROXY",
-    "NO_PROXY",
 ];
 
-/// Env prefixes the manifest may never set (compared case-insensitively): condor reads
+/// Env prefixes pilotd, the pilot and condor keep (compared case-insensitively): condor reads
 /// `_CONDOR_*` as configuration that beats the pilot's own file, `PILOT_*` and `PILOTD_*` steer
-/// the pilot and pilotd, and `LD_*` (LD_PRELOAD, LD_LIBRARY_PATH) loads code into every
-/// process of the worker.
-pub const RESERVED_ENV_PREFIXES: &[&str] = &["_CONDOR_", "PILOT_", "PILOTD_", "LD_"];
+/// the pilot and pilotd.
+pub const RESERVED_ENV_PREFIXES: &[&str] = &["_CONDOR_", "PILOT_", "PILOTD_"];
 
-/// Whether the manifest may not set `key`.
+/// The only env names a remote manifest may set: these prefixes (in capitals) and at least
+/// one more character. They are the pool's own namespaces: glideinWMS's and the OSPool
+/// execution point's site attributes (`GLIDEIN_Site`, `GLIDEIN_ResourceName`,
+/// `GLIDEIN_Start_Extra`), OSG's and OSPool's knobs (`OSG_SQUID_LOCATION`) and annexes'.
+/// Everything else is the site's (pilotd.toml `[worker.env]`): an allowlist, because the
+/// names that change what a process loads, trusts or whom it talks through (`LD_*`,
+/// `GCONV_PATH`, `GLIBC_TUNABLES`, `*_PROXY`, `SSL_CERT_FILE`, `CURL_CA_BUNDLE`,
+/// `REQUESTS_CA_BUNDLE`, `NODE_EXTRA_CA_CERTS`, `PYTHONPATH`, `BASH_ENV`, ...) are more than
+/// any list of them would hold.
+pub const POOL_ENV_PREFIXES: &[&str] = &["GLIDEIN_", "OSG_", "OSPOOL_", "ANNEX_"];
+
+/// Whether the manifest may not set `key` because pilotd sets or keeps it.
 pub fn reserved(key: &str) -> bool {
     let upper = key.to_ascii_uppercase();
     RESERVED_ENV.contains(&upper.as_str())
         || RESERVED_ENV_PREFIXES.iter().any(|p| upper.starts_with(p))
+}
+
+/// Whether `key` is in the pool's namespaces ([`POOL_ENV_PREFIXES`]).
+pub fn pool_env(key: &str) -> bool {
+    POOL_ENV_PREFIXES
+        .iter()
+        .any(|p| key.len() > p.len() && key.starts_with(p))
+}
+
+/// Why a name outside the pool's namespaces matters, for the refusal: the common ways env
+/// takes over a process, by name; anything else is simply not the pool's.
+fn outside_why(key: &str) -> &'static str {
+    let upper = key.to_ascii_uppercase();
+    if upper.starts_with("LD_")
+        || upper.starts_with("DYLD_")
+        || matches!(
+            upper.as_str(),
+            "GCONV_PATH" | "GLIBC_TUNABLES" | "LOCPATH" | "NLSPATH"
+        )
+        || upper.starts_with("MALLOC_")
+    {
+        "it steers the loader or the C library of every process in the worker"
+    } else if upper.ends_with("_PROXY") {
+        "it routes the worker's traffic through another host"
+    } else if upper.starts_with("SSL_")
+        || upper.starts_with("X509_")
+        || upper.ends_with("CA_BUNDLE")
+        || upper.ends_with("_CA_CERTS")
+        || upper.ends_with("_CAINFO")
+        || upper.contains("CERT_FILE")
+        || upper.contains("CERT_DIR")
+    {
+        "it changes which certificates the worker trusts"
+    } else if matches!(
+        upper.as_str(),
+        "PATH" | "HOME" | "SHELL" | "ENV" | "BASH_ENV" | "IFS" | "CONDOR_CONFIG"
+    ) {
+        "it changes which programs and configuration the worker runs"
+    } else {
+        "it is not in the pool's namespaces"
+    }
 }
 
 /// One thing a manifest may not do.
@@ -138,9 +178,13 @@ pub enum Refusal {
     #[error("config URL {0}")]
     ConfigUrlNotHttps(String),
     #[error(
-        "env {0} is reserved (set by pilotd from the owner's decision, or steering condor, the pilot or the loader), not the pool's"
+        "env {0} is reserved (set by pilotd from the owner's decision, or steering condor or the pilot), not the pool's"
     )]
     ReservedEnv(String),
+    #[error(
+        "env {key} may not come from a remote manifest: {why}; a manifest sets only GLIDEIN_*, OSG_*, OSPOOL_* and ANNEX_* names (anything else goes in pilotd.toml [worker.env])"
+    )]
+    OutsidePoolEnv { key: String, why: &'static str },
     #[error("env {0} is set by this site's pilotd.toml")]
     SiteEnv(String),
     #[error("env name `{0}` is not a valid variable name")]
@@ -179,6 +223,11 @@ pub fn check(
             why.push(Refusal::EnvName(shown));
         } else if reserved(key) {
             why.push(Refusal::ReservedEnv(shown));
+        } else if !pool_env(key) {
+            why.push(Refusal::OutsidePoolEnv {
+                key: shown,
+                why: outside_why(key),
+            });
         } else if local_env.contains_key(key) {
             why.push(Refusal::SiteEnv(shown));
         }
@@ -416,7 +465,7 @@ config_urls = ["http://pool.example.org/x", "http://127.0.0.1:8080/y"]
 NUM_CPUS = "64"
 PILOT_TOKEN_FILE = "/etc/shadow"
 GLIDEIN_Site = "X"
-OK_VAR = "1"
+OSG_PROJECT_NAME = "1"
 "#,
         )
         .unwrap();
@@ -481,13 +530,25 @@ GLIDEIN_Site = "OK"
         assert_eq!(
             reserved,
             [
-                "CONDOR_CONFIG",
-                "LD_PRELOAD",
                 "PILOT_NEW_KNOB",
                 "PILOT_SELFTEST_CMD",
-                "SSL_CERT_FILE",
                 "_CONDOR_START",
                 "_condor_SEC_DEFAULT_AUTHENTICATION",
+            ]
+        );
+        let outside: Vec<&str> = why
+            .iter()
+            .filter_map(|r| match r {
+                Refusal::OutsidePoolEnv { key, .. } => Some(key.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            outside,
+            [
+                "CONDOR_CONFIG",
+                "LD_PRELOAD",
+                "SSL_CERT_FILE",
                 "https_proxy",
                 "ld_library_path",
             ]
@@ -508,6 +569,72 @@ GLIDEIN_Site = "OK"
         .to_string();
         assert!(text.contains("evil.example"), "{text}");
         assert_eq!(text.lines().count(), 1, "{text}");
+    }
+
+    /// Names that change what a worker loads, trusts or whom it talks through, which an
+    /// earlier denylist let through or could never list in full, are refused with why; the
+    /// pool's own namespaces pass. The stored copy is held to the same rule.
+    #[test]
+    fn env_outside_the_pools_namespaces_is_refused_with_why() {
+        let refused = [
+            ("CURL_CA_BUNDLE", "which certificates the worker trusts"),
+            ("REQUESTS_CA_BUNDLE", "which certificates the worker trusts"),
+            (
+                "NODE_EXTRA_CA_CERTS",
+                "which certificates the worker trusts",
+            ),
+            ("SSL_CERT_DIR", "which certificates the worker trusts"),
+            ("X509_CERT_DIR", "which certificates the worker trusts"),
+            ("ftp_proxy", "through another host"),
+            ("no_proxy", "through another host"),
+            ("GCONV_PATH", "the loader or the C library"),
+            ("GLIBC_TUNABLES", "the loader or the C library"),
+            ("LD_AUDIT", "the loader or the C library"),
+            ("PATH", "which programs and configuration"),
+            ("BASH_ENV", "which programs and configuration"),
+            ("PYTHONPATH", "not in the pool's namespaces"),
+            ("JAVA_TOOL_OPTIONS", "not in the pool's namespaces"),
+            ("GLIDEIN_", "not in the pool's namespaces"),
+            ("glidein_site", "not in the pool's namespaces"),
+        ];
+        let mut text = String::from("version = \"1\"\n[worker.env]\n");
+        for (k, _) in &refused {
+            text.push_str(&format!("{k} = \"/x\"\n"));
+        }
+        for ok in [
+            "GLIDEIN_Site",
+            "GLIDEIN_Start_Extra",
+            "OSG_SQUID_LOCATION",
+            "OSPOOL_X",
+            "ANNEX_NAME",
+        ] {
+            text.push_str(&format!("{ok} = \"v\"\n"));
+        }
+        let m = parse("u", text.as_bytes()).unwrap();
+        let why = check(&m, &allowed(), &BTreeMap::new()).unwrap_err();
+        assert_eq!(why.len(), refused.len(), "{why:?}");
+        for (k, reason) in refused {
+            let r = why
+                .iter()
+                .find(|r| matches!(r, Refusal::OutsidePoolEnv { key, .. } if key == k))
+                .unwrap_or_else(|| panic!("{k} not refused: {why:?}"))
+                .to_string();
+            assert!(r.contains(reason), "{k}: {r}");
+            assert!(
+                r.contains("a manifest sets only GLIDEIN_*, OSG_*, OSPOOL_* and ANNEX_* names"),
+                "{r}"
+            );
+        }
+        // The stored copy, the same.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(path(dir.path()), &text).unwrap();
+        let e = load_checked(dir.path(), &allowed(), &BTreeMap::new())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("env GLIBC_TUNABLES may not come from a remote manifest"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -29,6 +29,7 @@ pub mod gc;
 pub mod history;
 pub mod host;
 pub mod image;
+pub mod input;
 pub mod inspect;
 pub mod logind;
 pub mod manifest;

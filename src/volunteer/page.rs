@@ -15,6 +15,7 @@
 //! rebinding), a POST whose `Origin` or `Sec-Fetch-Site` says another site is refused, and
 //! every form carries the session's CSRF token.
 
+use crate::service::listener::{self, Limits};
 use crate::volunteer::control::{self, Context, Request};
 use crate::volunteer::history;
 use crate::volunteer::policy::calendar::{Cell, cell_at};
@@ -40,7 +41,20 @@ pub enum PageError {
         "cannot serve the status page on 127.0.0.1:{port}: {source}\n  hint: another program uses the port; choose another under [page] in pilotd.toml"
     )]
     Bind { port: u16, source: std::io::Error },
+    #[error(
+        "the kernel's random generator (getrandom) failed: {0}; the status page does not serve without keys no one can guess\n  hint: this is a kernel or sandbox problem (a seccomp filter refusing getrandom?); `pilotd snooze` and `resume` still work"
+    )]
+    Random(String),
 }
+
+/// Who may hold what: TCP tells no uid, so the total and a short deadline are what keep idle
+/// clients from holding more than 32 of pilotd's descriptors; a browser sends its request at
+/// once and takes a page of a few KiB.
+pub const LIMITS: Limits = Limits {
+    total: 32,
+    per_peer: 32,
+    deadline: Duration::from_secs(5),
+};
 
 /// One-time keys and sessions, shared by the control socket (which hands out keys) and the
 /// page (which trades them for sessions).
@@ -64,34 +78,38 @@ struct Session {
 
 impl Doors {
     /// A new one-time key for `who`.
-    pub fn new_key(&self, who: &str, now: Instant) -> String {
-        let key = random_hex();
+    pub fn new_key(&self, who: &str, now: Instant) -> Result<String, PageError> {
+        let key = random_hex()?;
         if let Ok(mut d) = self.0.lock() {
             d.keys.retain(|_, (_, until)| *until > now);
             d.keys
                 .insert(key.clone(), (who.to_string(), now + KEY_LIFE));
         }
-        key
+        Ok(key)
     }
 
     /// Trades a valid key (once) for a new session: (session id, who).
-    fn redeem(&self, key: &str, now: Instant) -> Option<(String, String)> {
-        let mut d = self.0.lock().ok()?;
-        let (who, until) = d.keys.remove(key)?;
+    fn redeem(&self, key: &str, now: Instant) -> Result<Option<(String, String)>, PageError> {
+        let (sid, csrf) = (random_hex()?, random_hex()?);
+        let Ok(mut d) = self.0.lock() else {
+            return Ok(None);
+        };
+        let Some((who, until)) = d.keys.remove(key) else {
+            return Ok(None);
+        };
         if until <= now {
-            return None;
+            return Ok(None);
         }
-        let sid = random_hex();
         d.sessions.retain(|_, s| s.until > now);
         d.sessions.insert(
             sid.clone(),
             Session {
                 who: who.clone(),
-                csrf: random_hex(),
+                csrf,
                 until: now + SESSION_LIFE,
             },
         );
-        Some((sid, who))
+        Ok(Some((sid, who)))
     }
 
     fn session(&self, sid: &str, now: Instant) -> Option<Session> {
@@ -100,40 +118,43 @@ impl Doors {
     }
 }
 
-/// 32 random bytes from the kernel, as hex.
-fn random_hex() -> String {
-    let mut b = [0u8; 32];
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
-        let _ = std::io::Read::read_exact(&mut f, &mut b);
-    }
-    b.iter().map(|x| format!("{x:02x}")).collect()
+/// 32 bytes from the kernel's CSPRNG, as hex; never anything weaker: a key, session id or
+/// CSRF token someone could predict would open the owner's controls to them.
+fn random_hex() -> Result<String, PageError> {
+    hex_from(getrandom::getrandom)
 }
 
+fn hex_from(
+    fill: impl FnOnce(&mut [u8]) -> Result<(), getrandom::Error>,
+) -> Result<String, PageError> {
+    let mut b = [0u8; 32];
+    fill(&mut b).map_err(|e| PageError::Random(e.to_string()))?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+/// Binds the page's port, once the kernel's random generator has answered: a page that could
+/// not make keys is not served at all.
 pub async fn bind(port: u16) -> Result<TcpListener, PageError> {
+    random_hex()?;
     TcpListener::bind(("127.0.0.1", port))
         .await
         .map_err(|source| PageError::Bind { port, source })
 }
 
-/// Serves the page until the listener fails; `wake` starts an urgent cycle after a press.
+/// Serves the page until `shutdown` completes; `wake` starts an urgent cycle after a press.
 pub async fn serve(
     listener: TcpListener,
     port: u16,
     ctx: watch::Receiver<Context>,
     wake: mpsc::Sender<()>,
+    shutdown: impl std::future::Future<Output = ()>,
 ) {
-    loop {
-        let Ok((sock, _)) = listener.accept().await else {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            continue;
-        };
+    listener::serve("status page", listener, LIMITS, shutdown, move |sock, _| {
         let ctx = ctx.borrow().clone();
         let wake = wake.clone();
-        tokio::spawn(async move {
-            let _ = tokio::time::timeout(Duration::from_secs(10), respond(sock, port, &ctx, &wake))
-                .await;
-        });
-    }
+        async move { respond(sock, port, &ctx, &wake).await }
+    })
+    .await
 }
 
 /// A request as far as the page needs it.
@@ -321,7 +342,14 @@ fn decide(
     match (req.method.as_str(), req.path.as_str()) {
         ("GET", "/") if req.query.contains_key("key") => {
             match ctx.doors.redeem(&req.query["key"], now) {
-                Some((sid, _)) => {
+                Err(e) => {
+                    tracing::error!("{e}");
+                    Response::html(
+                        "503 Service Unavailable",
+                        page_shell("pilotd", &format!("<p>{}</p>", esc(&e.to_string()))),
+                    )
+                }
+                Ok(Some((sid, _))) => {
                     let mut r = Response::redirect("/");
                     r.headers.push((
                         "set-cookie".into(),
@@ -332,7 +360,7 @@ fn decide(
                     ));
                     r
                 }
-                None => Response::html("403 Forbidden", locked("That key is used or expired.")),
+                Ok(None) => Response::html("403 Forbidden", locked("That key is used or expired.")),
             }
         }
         ("GET", "/") => match session {
@@ -436,13 +464,23 @@ fn render(ctx: &Context, s: &Session, now: DateTime<Utc>) -> String {
         .unwrap_or_default();
     let mut b = String::new();
     let _ = write!(b, "<h1>pilotd on this machine</h1>");
-    if let Some(z) = snooze::active(&ctx.state_dir, now) {
-        let _ = write!(
-            b,
-            "<p class=\"snoozed\" id=\"snooze\">Snoozed by {} until {}.</p>",
-            esc(&z.by),
-            esc(&local(z.until))
-        );
+    match snooze::active(&ctx.state_dir, now) {
+        Ok(Some(z)) => {
+            let _ = write!(
+                b,
+                "<p class=\"snoozed\" id=\"snooze\">Snoozed by {} until {}.</p>",
+                esc(&z.by),
+                esc(&local(z.until))
+            );
+        }
+        Ok(None) => {}
+        Err(e) => {
+            let _ = write!(
+                b,
+                "<p class=\"snoozed\" id=\"snooze\">Snoozed: {}; counted as snoozed until it can be read (Resume removes it).</p>",
+                esc(&e.to_string())
+            );
+        }
     }
     match &st.decision {
         Some(d) => {
@@ -651,18 +689,33 @@ mod tests {
         }
     }
 
+    /// Keys come from the kernel's CSPRNG, never from a fallback: a generator that fails is an
+    /// error the page shows, not 64 zeros.
+    #[test]
+    fn keys_are_random_or_refused() {
+        let (a, b) = (random_hex().unwrap(), random_hex().unwrap());
+        assert_eq!(a.len(), 64);
+        assert_ne!(a, b);
+        assert_ne!(a, "0".repeat(64));
+        let e = hex_from(|_| Err(getrandom::Error::UNSUPPORTED)).unwrap_err();
+        assert!(e.to_string().contains("random generator"), "{e}");
+        let d = Doors::default();
+        let k = d.new_key("alice", Instant::now()).unwrap();
+        assert_ne!(k, d.new_key("alice", Instant::now()).unwrap());
+    }
+
     #[test]
     fn keys_are_good_once_and_briefly() {
         let d = Doors::default();
         let t0 = Instant::now();
-        let k = d.new_key("alice", t0);
-        let (sid, who) = d.redeem(&k, t0).unwrap();
+        let k = d.new_key("alice", t0).unwrap();
+        let (sid, who) = d.redeem(&k, t0).unwrap().unwrap();
         assert_eq!(who, "alice");
-        assert!(d.redeem(&k, t0).is_none(), "once");
+        assert!(d.redeem(&k, t0).unwrap().is_none(), "once");
         assert!(d.session(&sid, t0).is_some());
         assert!(d.session(&sid, t0 + SESSION_LIFE).is_none());
-        let late = d.new_key("alice", t0);
-        assert!(d.redeem(&late, t0 + KEY_LIFE).is_none(), "briefly");
+        let late = d.new_key("alice", t0).unwrap();
+        assert!(d.redeem(&late, t0 + KEY_LIFE).unwrap().is_none(), "briefly");
         assert_eq!(unescape("a%3Ab+c%2"), "a:b c%2");
     }
 }

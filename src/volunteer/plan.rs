@@ -15,6 +15,10 @@
 //!   gracefully, newest first (they have done the least work), and missing workers start, at
 //!   most `max_starts_per_cycle` per cycle, only with a resolved and pulled image, and not
 //!   while the back-off holds.
+//! - While the workers' traffic filter is down (it could not be restored), running workers
+//!   are paused (one already being stopped is killed: its grace would run unfiltered), paused
+//!   ones stay paused, finished ones are removed, and nothing else happens: no resume, no
+//!   start, no pull.
 //! - A new image digest is pulled only while workers may run, or up to `PREFETCH_LEAD` before a
 //!   window opens when only the schedule holds workers back (so they start on time), or when
 //!   the site allows pulls while the owner is present — within the schedule's season in every
@@ -55,6 +59,8 @@ pub enum Reason {
     Shutdown,
     /// Its scratch dir holds more than its disk share (KiB used, KiB shared).
     DiskShareExceeded { used_kib: u64, share_kib: u64 },
+    /// The workers' traffic filter is down and could not be restored.
+    FilterDown,
 }
 
 impl Reason {
@@ -87,6 +93,7 @@ impl fmt::Display for Reason {
                 used_kib / 1024,
                 share_kib / 1024
             ),
+            Reason::FilterDown => f.write_str("its traffic filter is down"),
         }
     }
 }
@@ -202,6 +209,8 @@ pub struct Observed<'a> {
     pub free_hours: Option<u64>,
     /// KiB each worker's scratch dir held at the last measurement, by worker id.
     pub scratch_use: &'a BTreeMap<String, u64>,
+    /// Why the workers' traffic filter is down (it could not be restored), while it is.
+    pub filter_down: Option<&'a str>,
 }
 
 /// How long a worker over its disk share gets to stop: short, it may still be writing.
@@ -224,6 +233,9 @@ fn whole_hours(from: DateTime<Utc>, to: DateTime<Utc>) -> i64 {
 
 /// Plans one cycle.
 pub fn plan(supply: &Supply, obs: Observed<'_>, s: &WorkerSettings, now: DateTime<Utc>) -> Plan {
+    if let Some(why) = obs.filter_down {
+        return hold_unfiltered(&obs, why);
+    }
     let Sorted {
         mut actions,
         removals,
@@ -245,6 +257,51 @@ pub fn plan(supply: &Supply, obs: Observed<'_>, s: &WorkerSettings, now: DateTim
         start_missing(supply, &obs, s, now, missing, &mut p);
     }
     p
+}
+
+/// The filter is down: no worker may send a packet. Running ones are paused (frozen, they
+/// send nothing, and resume where they were once it is back); one being stopped is killed,
+/// since its grace would run unfiltered; finished ones are removed. Nothing resumes, starts
+/// or is pulled.
+fn hold_unfiltered(obs: &Observed<'_>, why: &str) -> Plan {
+    let mut actions = Vec::new();
+    for w in obs.workers {
+        let (id, name) = (w.id.clone(), w.name.clone());
+        match w.state {
+            WorkerState::Running | WorkerState::Restarting
+                if obs.in_flight.stopping.contains(&w.id) =>
+            {
+                actions.push(Action::Kill {
+                    id,
+                    name,
+                    why: Reason::FilterDown,
+                })
+            }
+            WorkerState::Running | WorkerState::Restarting => actions.push(Action::Pause {
+                id,
+                name,
+                why: Reason::FilterDown,
+            }),
+            WorkerState::Exited | WorkerState::Dead => actions.push(Action::Remove {
+                id,
+                name,
+                outcome: Some(Outcome::from_exit(w.exit_code, w.oom_killed)),
+            }),
+            WorkerState::Created => actions.push(Action::Remove {
+                id,
+                name,
+                outcome: None,
+            }),
+            WorkerState::Paused | WorkerState::Removing | WorkerState::Unknown => {}
+        }
+    }
+    Plan {
+        actions,
+        notes: vec![format!(
+            "workers paused and none starts: the traffic filter is down ({})",
+            why.lines().next().unwrap_or(why)
+        )],
+    }
 }
 
 /// What becomes of each listed worker, before targets, pulls and starts.

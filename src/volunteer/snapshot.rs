@@ -32,6 +32,9 @@ pub struct HostSnapshot {
     /// The owner snoozed the machine until this instant (`pilotd snooze`); absent when not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snoozed_until: Option<DateTime<Utc>>,
+    /// Why the owner's snooze could not be read, when it could not: counted as snoozed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snooze_unreadable: Option<String>,
     /// Why systemd-logind could not be asked, when it could not: `sessions` are then utmp's
     /// alone. Absent when logind answered (its sessions are in `sessions`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -89,7 +92,7 @@ impl HostSnapshot {
     }
 }
 
-#[cfg(any(test, feature = "test-fixtures"))]
+#[cfg(test)]
 impl HostSnapshot {
     /// A quiet 8-CPU, 16 GiB host with nobody logged in, as a test fixture.
     pub fn test(taken_at: DateTime<Utc>) -> HostSnapshot {
@@ -109,6 +112,7 @@ impl HostSnapshot {
             owner_busy_since: None,
             host_free_since: None,
             snoozed_until: None,
+            snooze_unreadable: None,
             logind_unavailable: None,
             utmp_absent: false,
             input_idle_s: None,

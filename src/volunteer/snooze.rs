@@ -5,6 +5,7 @@
 //! `resume` removes the file.
 
 use crate::service::state_file::write_atomically;
+use crate::volunteer::snapshot::HostSnapshot;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -21,6 +22,13 @@ pub enum SnoozeError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("cannot read the owner's snooze in {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the owner's snooze in {} is damaged: {why}", path.display())]
+    Damaged { path: PathBuf, why: String },
 }
 
 /// One snooze: until when, who asked, and when.
@@ -39,27 +47,37 @@ pub fn path(state_dir: &Path) -> PathBuf {
     state_dir.join("snooze.json")
 }
 
-/// The snooze in force at `now`, if any. An unreadable or damaged file counts as no snooze
-/// and is said in the log: the policy's other rules still protect the owner, and a snooze
-/// that cannot be read cannot be shown or resumed either.
-pub fn active(state_dir: &Path, now: DateTime<Utc>) -> Option<Snooze> {
+/// The snooze in force at `now`, if any. A file that is there but cannot be read or makes no
+/// sense is an error, never "no snooze": the owner said "not now" and pilotd cannot tell until
+/// when, so callers count it as snoozed (`lay_on`) and say why. (Out of descriptors, this
+/// once read as "no snooze", and workers started while the owner had snoozed.)
+pub fn active(state_dir: &Path, now: DateTime<Utc>) -> Result<Option<Snooze>, SnoozeError> {
     let p = path(state_dir);
     let text = match std::fs::read_to_string(&p) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
-        Err(e) => {
-            tracing::warn!("cannot read {}: {e}; no snooze in force", p.display());
-            return None;
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(SnoozeError::Read { path: p, source }),
     };
     match serde_json::from_str::<Snooze>(&text) {
-        Ok(s) if s.until > now => Some(s),
-        Ok(_) => None,
-        Err(e) => {
-            tracing::warn!("{} is damaged ({e}); no snooze in force", p.display());
-            None
-        }
+        Ok(s) if s.until > now => Ok(Some(s)),
+        Ok(_) => Ok(None),
+        Err(e) => Err(SnoozeError::Damaged {
+            path: p,
+            why: e.to_string(),
+        }),
     }
+}
+
+/// Lays the owner's snooze on an observation, as the policy decides on it: the instant it
+/// ends, or, when it cannot be read, why (which the policy counts as snoozed).
+pub fn lay_on(h: &mut HostSnapshot, state_dir: &Path) {
+    (h.snoozed_until, h.snooze_unreadable) = match active(state_dir, h.taken_at) {
+        Ok(s) => (s.map(|s| s.until), None),
+        Err(e) => {
+            tracing::warn!("{e}; counted as snoozed until it can be read");
+            (None, Some(e.to_string()))
+        }
+    };
 }
 
 pub fn save(state_dir: &Path, s: &Snooze) -> Result<(), SnoozeError> {
@@ -69,9 +87,9 @@ pub fn save(state_dir: &Path, s: &Snooze) -> Result<(), SnoozeError> {
     write_atomically(&p, &body).map_err(|source| SnoozeError::Write { path: p, source })
 }
 
-/// Ends any snooze; whether one was in force at `now`.
+/// Ends any snooze, a damaged one included; whether one was in force at `now`.
 pub fn clear(state_dir: &Path, now: DateTime<Utc>) -> Result<bool, SnoozeError> {
-    let was = active(state_dir, now).is_some();
+    let was = !matches!(active(state_dir, now), Ok(None));
     let p = path(state_dir);
     match std::fs::remove_file(&p) {
         Ok(()) => Ok(was),
@@ -90,21 +108,48 @@ mod tests {
         let now = DateTime::parse_from_rfc3339("2026-12-01T10:00:00Z")
             .unwrap()
             .with_timezone(&Utc);
-        assert_eq!(active(d.path(), now), None);
+        assert_eq!(active(d.path(), now).unwrap(), None);
         let s = Snooze {
             until: now + chrono::Duration::hours(1),
             by: "alice".into(),
             at: now,
         };
         save(d.path(), &s).unwrap();
-        assert_eq!(active(d.path(), now), Some(s.clone()));
+        assert_eq!(active(d.path(), now).unwrap(), Some(s.clone()));
         // Over at its instant, without anyone removing the file.
-        assert_eq!(active(d.path(), s.until), None);
+        assert_eq!(active(d.path(), s.until).unwrap(), None);
         assert!(clear(d.path(), now).unwrap());
         assert!(!clear(d.path(), now).unwrap());
-        assert_eq!(active(d.path(), now), None);
-        // A damaged file is no snooze (and no panic).
+        assert_eq!(active(d.path(), now).unwrap(), None);
+    }
+
+    /// A snooze that is there but cannot be read counts as snoozed, with the reason; never as
+    /// "no snooze". `resume` still clears it.
+    #[test]
+    fn an_unreadable_or_damaged_snooze_counts_as_snoozed() {
+        let d = tempfile::tempdir().unwrap();
+        let now = DateTime::parse_from_rfc3339("2026-12-01T10:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let seen = |d: &Path| {
+            let mut h = HostSnapshot::test(now);
+            lay_on(&mut h, d);
+            h
+        };
+        assert_eq!(seen(d.path()).snooze_unreadable, None, "no file: no snooze");
+        // Damaged (no panic either).
         std::fs::write(path(d.path()), "{").unwrap();
-        assert_eq!(active(d.path(), now), None);
+        let h = seen(d.path());
+        let why = h.snooze_unreadable.expect("damaged counts as snoozed");
+        assert!(why.contains("snooze.json is damaged"), "{why}");
+        assert!(clear(d.path(), now).unwrap(), "resume ends it");
+        assert_eq!(seen(d.path()).snooze_unreadable, None);
+        // Unreadable: a directory where the file should be reads as an I/O error (EISDIR),
+        // as a missing descriptor (EMFILE) would.
+        std::fs::create_dir(path(d.path())).unwrap();
+        let why = seen(d.path())
+            .snooze_unreadable
+            .expect("unreadable counts as snoozed");
+        assert!(why.contains("cannot read the owner's snooze"), "{why}");
     }
 }

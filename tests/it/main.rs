@@ -5,6 +5,8 @@
 //! - `sessions`: the utmp probe against real and damaged files;
 //! - `manifest`: the pool's manifest fetched from a real HTTP server;
 //! - `service`: `pilotd run` as a system service (systemd notify, reload, `--daemon`, metrics);
+//! - `controls`: the owner's controls against another local user (descriptor floods, lock
+//!   squatting), an unreadable snooze, keys without /dev/urandom;
 //! - `docker`: volunteer mode and the pilot on the real Docker engine (after
 //!   tests/setup-docker.sh; `#[ignore]`d with that reason, tests/run.sh runs them);
 //! - `kubernetes`: kubernetes mode against an in-process fake API server and fake condor tools
@@ -15,6 +17,7 @@
 
 mod cli;
 mod condor_pool;
+mod controls;
 mod docker;
 mod harness;
 #[cfg(feature = "kubernetes")]

@@ -190,3 +190,33 @@ async fn every_redirect_is_held_to_https_and_credentials_never_show() {
     );
     assert!(!e.contains("pw") && !e.contains("t0k"), "{e}");
 }
+
+/// Env that changes what a worker loads, trusts or whom it talks through is refused at fetch,
+/// each name with why, whatever its case; the pool's own names in the same manifest would pass.
+#[tokio::test]
+async fn env_that_steers_loading_trust_or_proxies_is_refused_at_fetch() {
+    let refused = [
+        "CURL_CA_BUNDLE",
+        "REQUESTS_CA_BUNDLE",
+        "NODE_EXTRA_CA_CERTS",
+        "SSL_CERT_FILE",
+        "ftp_proxy",
+        "HTTPS_PROXY",
+        "GCONV_PATH",
+        "GLIBC_TUNABLES",
+        "LD_AUDIT",
+    ];
+    let mut body = String::from("version = \"8\"\n[worker.env]\nGLIDEIN_Site = \"OK\"\n");
+    for k in refused {
+        body.push_str(&format!("{k} = \"/pilot/evil\"\n"));
+    }
+    let url = serve("200 OK", body.into_bytes()).await;
+    let e = get(&url).await.unwrap_err().to_string();
+    for k in refused {
+        assert!(
+            e.contains(&format!("env {k} may not come from a remote manifest: it ")),
+            "{k} not refused with why: {e}"
+        );
+    }
+    assert!(!e.contains("GLIDEIN_Site"), "{e}");
+}

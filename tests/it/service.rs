@@ -12,12 +12,12 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-struct Setup {
+pub(crate) struct Setup {
     dir: tempfile::TempDir,
 }
 
 impl Setup {
-    fn new(extra: &str) -> Setup {
+    pub(crate) fn new(extra: &str) -> Setup {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
         std::fs::create_dir_all(d.join("state")).unwrap();
@@ -42,12 +42,12 @@ impl Setup {
         Setup { dir }
     }
 
-    fn path(&self, name: &str) -> PathBuf {
+    pub(crate) fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
 
     /// A Setup whose daemon serves metrics on a free loopback port.
-    fn with_metrics() -> (Setup, u16) {
+    pub(crate) fn with_metrics() -> (Setup, u16) {
         let port = {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().port()
@@ -57,7 +57,7 @@ impl Setup {
     }
 
     /// `pilotd run` in the foreground, its stderr piped (see `lines`).
-    fn run(&self) -> Child {
+    pub(crate) fn run(&self) -> Child {
         self.cmd()
             .arg("run")
             .stderr(Stdio::piped())
@@ -66,7 +66,7 @@ impl Setup {
             .unwrap()
     }
 
-    fn cmd(&self) -> Command {
+    pub(crate) fn cmd(&self) -> Command {
         let mut c = Command::new(bin());
         c.arg("-c").arg(self.path("pilotd.toml"));
         c.env_remove("NOTIFY_SOCKET")
@@ -77,7 +77,7 @@ impl Setup {
 }
 
 /// Collects the child's stderr lines on a channel.
-fn lines(child: &mut Child) -> mpsc::Receiver<String> {
+pub(crate) fn lines(child: &mut Child) -> mpsc::Receiver<String> {
     let (tx, rx) = mpsc::channel();
     let err = child.stderr.take().unwrap();
     std::thread::spawn(move || {
@@ -90,7 +90,11 @@ fn lines(child: &mut Child) -> mpsc::Receiver<String> {
     rx
 }
 
-fn wait_line(rx: &mpsc::Receiver<String>, needle: &str, seen: &mut Vec<String>) -> String {
+pub(crate) fn wait_line(
+    rx: &mpsc::Receiver<String>,
+    needle: &str,
+    seen: &mut Vec<String>,
+) -> String {
     let deadline = Instant::now() + Duration::from_secs(20);
     while Instant::now() < deadline {
         if let Ok(l) = rx.recv_timeout(Duration::from_millis(200)) {
@@ -106,11 +110,11 @@ fn wait_line(rx: &mpsc::Receiver<String>, needle: &str, seen: &mut Vec<String>) 
     );
 }
 
-fn signal(child: &Child, sig: nix::sys::signal::Signal) {
+pub(crate) fn signal(child: &Child, sig: nix::sys::signal::Signal) {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), sig).unwrap();
 }
 
-fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
+pub(crate) fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
     let deadline = Instant::now() + within;
     loop {
         if let Some(s) = child.try_wait().unwrap() {
@@ -318,7 +322,7 @@ fn metrics_are_scraped_from_a_running_daemon() {
     }
 }
 
-fn scrape(port: u16) -> String {
+pub(crate) fn scrape(port: u16) -> String {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")

@@ -13,7 +13,7 @@
 //! plan, the policy or the daemon.
 
 pub mod docker;
-#[cfg(any(test, feature = "test-fixtures"))]
+#[cfg(test)]
 pub mod fake;
 
 use crate::volunteer::settings::EngineSettings;
@@ -154,7 +154,7 @@ pub fn connect(engine: &EngineSettings) -> Result<AnyBackend, BackendError> {
 #[derive(Clone)]
 pub enum AnyBackend {
     Docker(docker::DockerBackend),
-    #[cfg(any(test, feature = "test-fixtures"))]
+    #[cfg(test)]
     Fake(fake::FakeBackend),
 }
 
@@ -162,7 +162,7 @@ macro_rules! dispatch {
     ($self:ident, $b:ident => $e:expr) => {
         match $self {
             AnyBackend::Docker($b) => $e,
-            #[cfg(any(test, feature = "test-fixtures"))]
+            #[cfg(test)]
             AnyBackend::Fake($b) => $e,
         }
     };

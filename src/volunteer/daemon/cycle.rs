@@ -308,6 +308,10 @@ impl Daemon {
         .unwrap_or_else(|e| ImageState::Unavailable {
             reason: e.to_string(),
         });
+        // Beside the loop: the filter of pilotd's network is checked (and repaired) while
+        // workers live on it; down, the plan pauses them.
+        let live = list.iter().any(|w| !w.state.is_finished());
+        let filter_down = self.work.egress.check(self.worker.egress.as_ref(), live);
         let plan = plan::plan(
             &supply,
             Observed {
@@ -317,6 +321,7 @@ impl Daemon {
                 image: &image_state,
                 free_hours: Some(outlook.free_hours()),
                 scratch_use: &self.work.scratch_use,
+                filter_down: filter_down.as_deref(),
             },
             &self.worker,
             now,
@@ -404,27 +409,26 @@ impl Daemon {
             owner_busy_since: self.status.owner_busy_since,
             host_free_since: self.status.host_free_since,
         };
-        let snoozed_until = snooze::active(&self.s.state_dir, now).map(|s| s.until);
         match self.probe.observe(now, carry, refresh_cpu) {
-            Ok(s) => {
-                let mut s = HostSnapshot {
-                    snoozed_until,
-                    sleeping: self.sleeping,
-                    ..s
-                };
+            Ok(mut s) => {
+                s.sleeping = self.sleeping;
+                snooze::lay_on(&mut s, &self.s.state_dir);
                 logind::lay_on(&mut s, logind);
                 Some(s)
             }
             Err(e) => {
                 errors.push(e.to_string());
                 match &self.last_snapshot {
-                    Some(last) => Some(HostSnapshot {
-                        taken_at: now,
-                        sessions: Sessions::Unknown(format!("host probe failed: {e}")),
-                        snoozed_until,
-                        sleeping: self.sleeping,
-                        ..last.clone()
-                    }),
+                    Some(last) => {
+                        let mut s = HostSnapshot {
+                            taken_at: now,
+                            sessions: Sessions::Unknown(format!("host probe failed: {e}")),
+                            sleeping: self.sleeping,
+                            ..last.clone()
+                        };
+                        snooze::lay_on(&mut s, &self.s.state_dir);
+                        Some(s)
+                    }
                     None => {
                         tracing::error!("{e}; nothing to decide on yet");
                         None

@@ -9,7 +9,7 @@ use super::Work;
 use super::tasks;
 use super::triggers::Interrupt;
 use crate::volunteer::backend::{AnyBackend, Backend, BackendError};
-use crate::volunteer::egress::{self, EgressError, Filter};
+use crate::volunteer::egress::{EgressError, Filter, Guard};
 use crate::volunteer::plan::Action;
 use crate::volunteer::settings::WorkerSettings;
 use crate::volunteer::worker::{WorkerSpec, labels};
@@ -159,37 +159,16 @@ async fn execute_one(
             tasks::spawn_pull(&mut work.tasks, b, repository, digest);
             Ok(Done::Pulling)
         }
-        Action::Start { spec } => start(b, spec, worker).await,
+        Action::Start { spec } => start(b, spec, worker, &work.egress).await,
     }
 }
 
-/// pilotd's own network and its filter, in place before any worker joins it: created or
-/// repaired when missing (the owner's firewall tool may have flushed the rules); when that
-/// fails, the start fails, so no worker ever runs unfiltered.
-async fn ensure_isolation(b: &AnyBackend, f: &Filter) -> Result<(), ExecError> {
+/// pilotd's own network and its filter, in place before any worker joins it: the filter is
+/// checked whole, and rebuilt without a gap when it is not (a firewall reload may have flushed
+/// it); when that fails, the start fails, so no worker ever runs unfiltered.
+async fn ensure_isolation(b: &AnyBackend, f: &Filter, guard: &Guard) -> Result<(), ExecError> {
     b.ensure_network(&f.network, &f.interface).await?;
-    let filter = f.clone();
-    tokio::task::spawn_blocking(move || {
-        if egress::in_place(&filter) {
-            Ok(())
-        } else {
-            egress::apply(&filter).inspect(|()| {
-                tracing::info!(
-                    network = %filter.network,
-                    interface = %filter.interface,
-                    allow = %filter.allow.iter().map(ToString::to_string).collect::<Vec<_>>().join(","),
-                    "workers' traffic filtered: nothing private or on this host but what egress_allow names"
-                );
-            })
-        }
-    })
-    .await
-    .unwrap_or_else(|e| {
-        Err(EgressError::Iptables {
-            args: String::new(),
-            message: e.to_string(),
-        })
-    })?;
+    guard.ensure(f).await?;
     Ok(())
 }
 
@@ -197,9 +176,10 @@ async fn start(
     b: &AnyBackend,
     spec: &WorkerSpec,
     worker: &WorkerSettings,
+    guard: &Guard,
 ) -> Result<Done, ExecError> {
     if let Some(f) = &worker.egress {
-        ensure_isolation(b, f).await?;
+        ensure_isolation(b, f, guard).await?;
     }
     prepare_scratch(&spec.scratch_dir, spec.owner)?;
     if let Err(e) = prepare_token(spec) {

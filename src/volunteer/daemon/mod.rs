@@ -30,9 +30,11 @@ pub mod triggers;
 use crate::config::site::OnShutdown;
 use crate::config::{Config, Mode};
 use crate::service::lifecycle::{self, Hooks, Reconciler, Reload, Wake};
+use crate::service::listener::Stop;
 use crate::service::metrics::Metrics;
 use crate::volunteer::backend::{AnyBackend, Backend, BackendError};
 use crate::volunteer::control;
+use crate::volunteer::egress;
 use crate::volunteer::history::{self, Learner};
 use crate::volunteer::host::{HostProbe, ProbeError};
 use crate::volunteer::logind::{Logind, Signal};
@@ -138,6 +140,8 @@ struct Work {
     scratch_use: BTreeMap<String, u64>,
     measured_at: Option<DateTime<Utc>>,
     measuring: bool,
+    /// The workers' traffic filter: checked every cycle, ensured before every start.
+    egress: egress::Guard,
 }
 
 /// What was last written to the state dir, and when (to write only what changed).
@@ -183,6 +187,9 @@ pub struct Daemon {
     /// The status page's one-time keys and sessions (shared with the control socket, which
     /// hands out the keys).
     doors: Doors,
+    /// The control socket's and the status page's servers, and what ends them (`drain`).
+    owner_servers: JoinSet<()>,
+    owner_stop: Stop,
 }
 
 impl Daemon {
@@ -231,6 +238,12 @@ impl Daemon {
                 scratch_use: BTreeMap::new(),
                 measured_at: None,
                 measuring: false,
+                egress: {
+                    let tx = tx.clone();
+                    egress::Guard::new(move || {
+                        let _ = tx.try_send(Trigger::Filter);
+                    })
+                },
             },
             cpu: CpuMeter::default(),
             wakeups: Wakeups {
@@ -248,6 +261,8 @@ impl Daemon {
             last_decision: None,
             control: None,
             doors: Doors::default(),
+            owner_servers: JoinSet::new(),
+            owner_stop: Stop::new(),
             logind: Default::default(),
             sleeping: false,
             s,
@@ -270,7 +285,12 @@ impl Daemon {
         let path = self.s.control_socket.clone();
         match control::bind(&path) {
             Ok(listener) => {
-                tokio::spawn(control::serve(listener, rx.clone(), wake_tx.clone()));
+                self.owner_servers.spawn(control::serve(
+                    listener,
+                    rx.clone(),
+                    wake_tx.clone(),
+                    self.owner_stop.signal(),
+                ));
                 tracing::info!(socket = %path.display(), "taking snooze and resume on the control socket");
             }
             Err(e) => tracing::error!("{e}; `pilotd snooze`, `resume` and `open` are unavailable"),
@@ -278,7 +298,13 @@ impl Daemon {
         if let Some(port) = self.s.page_port {
             match page::bind(port).await {
                 Ok(listener) => {
-                    tokio::spawn(page::serve(listener, port, rx, wake_tx));
+                    self.owner_servers.spawn(page::serve(
+                        listener,
+                        port,
+                        rx,
+                        wake_tx,
+                        self.owner_stop.signal(),
+                    ));
                     tracing::info!("status page on http://127.0.0.1:{port}/ (`pilotd open`)");
                 }
                 Err(e) => tracing::error!("{e}; the status page is unavailable"),
@@ -515,6 +541,13 @@ impl Reconciler for Daemon {
             }
         }
         self.work.tasks.abort_all();
+        // The owner's servers end (their listeners closed) before their socket goes: a
+        // server still accepting would answer on a path that no longer exists.
+        self.owner_stop.stop();
+        let _ = tokio::time::timeout(Duration::from_secs(3), async {
+            while self.owner_servers.join_next().await.is_some() {}
+        })
+        .await;
         if self.control.is_some() {
             let _ = std::fs::remove_file(&self.s.control_socket);
         }

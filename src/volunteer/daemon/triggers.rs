@@ -26,6 +26,8 @@ pub enum Trigger {
     Sleep(bool),
     WorkerExited(String),
     TaskDone,
+    /// The workers' traffic filter went down or came back.
+    Filter,
 }
 
 impl Trigger {

@@ -402,6 +402,7 @@ fn plans() {
                 backoff: &c.backoff,
                 image: &c.image,
                 free_hours: None,
+                filter_down: None,
                 scratch_use: &BTreeMap::new(),
             },
             &s,
@@ -431,6 +432,7 @@ fn only_evictions_are_evictions() {
         backoff: &backoff,
         image: &image,
         free_hours: None,
+        filter_down: None,
     };
     // The target shrank to one: the newest is a surplus, the expired one past die_at.
     let p = plan(
@@ -543,6 +545,7 @@ fn each_gpu_worker_gets_its_own_devices_and_none_is_shared_twice() {
             backoff: &StartBackoff::default(),
             image: &image,
             free_hours: None,
+            filter_down: None,
             scratch_use: &BTreeMap::new(),
         },
         &s,
@@ -606,6 +609,7 @@ fn a_worker_over_its_disk_share_is_stopped_soon_and_one_within_it_stays() {
             backoff: &StartBackoff::default(),
             image: &image,
             free_hours: None,
+            filter_down: None,
             scratch_use: &scratch_use,
         },
         &s,
@@ -671,6 +675,7 @@ proptest::proptest! {
                 backoff: &backoff,
                 image: &image,
                 free_hours: Some(u64::MAX),
+                filter_down: None,
                 scratch_use: &BTreeMap::new(),
             },
             &settings(),
@@ -680,4 +685,68 @@ proptest::proptest! {
             proptest::prop_assert!(short(&p).iter().any(|a| a == "stop a" || a == "kill a"), "{:?}", short(&p));
         }
     }
+}
+
+/// While the traffic filter is down no worker may send a packet: running ones pause (one
+/// being stopped is killed, its grace would run unfiltered), paused ones stay paused even
+/// when the host is free, finished ones go, and nothing starts or is pulled.
+#[test]
+fn a_filter_that_is_down_pauses_every_worker_and_starts_none() {
+    use WorkerState::*;
+    let workers = vec![
+        worker("run", Running, t(19, 0)),
+        worker("held", Paused, t(19, 0)),
+        worker("leaving", Running, t(19, 0)),
+        worker("done", Exited, t(19, 0)),
+    ];
+    let in_flight = InFlight {
+        stopping: ["leaving".to_string()].into(),
+        ..InFlight::default()
+    };
+    let backoff = StartBackoff::default();
+    let image = ImageState::NeedsPull {
+        repository: "r".into(),
+        digest: "sha256:bb".into(),
+    };
+    let no_use = BTreeMap::new();
+    let obs = |filter_down| Observed {
+        workers: &workers,
+        in_flight: &in_flight,
+        backoff: &backoff,
+        image: &image,
+        free_hours: None,
+        scratch_use: &no_use,
+        filter_down,
+    };
+    // The host is free and wants 5 workers: without the filter's trouble, the paused one
+    // resumes, a pull starts, the stopping one is left to its grace.
+    let free = supply(true, 5, Evict::None);
+    let p = plan(&free, obs(None), &settings(), t(20, 0));
+    assert_eq!(
+        short(&p),
+        ["remove done", "unpause held", "pull sha256:bb"],
+        "{p:?}"
+    );
+    let p = plan(
+        &free,
+        obs(Some("cannot filter: `iptables -S` failed\n  hint: …")),
+        &settings(),
+        t(20, 0),
+    );
+    assert_eq!(short(&p), ["pause run", "kill leaving", "remove done"]);
+    assert!(
+        p.actions
+            .iter()
+            .all(|a| matches!(a, Action::Remove { .. }) || a.reason() == Some(Reason::FilterDown))
+    );
+    assert_eq!(
+        p.notes,
+        [
+            "workers paused and none starts: the traffic filter is down (cannot filter: `iptables -S` failed)"
+        ]
+    );
+    assert_eq!(
+        p.actions[0].to_string(),
+        "pause pilotd-test-run (its traffic filter is down)"
+    );
 }

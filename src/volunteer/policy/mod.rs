@@ -207,7 +207,16 @@ pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) 
     }
 
     // The owner said "not now" (`pilotd snooze`): as if they were here, until the instant.
-    if let Some(until) = h.snoozed_until.filter(|u| *u > now) {
+    // A snooze that cannot be read may be one: as if they were here until it can be (the
+    // daemon reads it again every cycle).
+    if let Some(why) = &h.snooze_unreadable {
+        blocked = true;
+        evict = evict.max(p.on_return);
+        causes.push(Cause::Snoozed);
+        reasons.push(format!(
+            "{why}; counted as snoozed until it can be read (`pilotd resume` removes it)"
+        ));
+    } else if let Some(until) = h.snoozed_until.filter(|u| *u > now) {
         blocked = true;
         evict = evict.max(p.on_return);
         causes.push(Cause::Snoozed);

@@ -607,6 +607,29 @@ proptest! {
     }
 }
 
+/// A snooze that cannot be read fails toward the owner: snoozed, with the reason, whatever
+/// instant an earlier read left.
+#[test]
+fn a_snooze_that_cannot_be_read_counts_as_snoozed() {
+    let mut p = nights_and_weekends();
+    p.on_return = Evict::Pause;
+    let now = utc("2026-01-13T20:30:00Z");
+    let mut h = free_host(now);
+    h.snooze_unreadable =
+        Some("cannot read the owner's snooze in /s/snooze.json: Too many open files".into());
+    let s = decide(&p, &h, LIMITS, now);
+    assert!(!s.allowed);
+    assert_eq!(s.workers, 0);
+    assert_eq!(s.evict, Evict::Pause);
+    assert_eq!(s.causes, vec![Cause::Snoozed]);
+    assert_eq!(
+        s.reasons,
+        vec![
+            "cannot read the owner's snooze in /s/snooze.json: Too many open files; counted as snoozed until it can be read (`pilotd resume` removes it)"
+        ]
+    );
+}
+
 #[test]
 fn a_snooze_holds_until_its_instant_then_the_host_is_free_again() {
     let mut p = nights_and_weekends();

@@ -99,26 +99,48 @@ impl Harness {
     }
 
     pub(super) fn start(&mut self) {
-        self.start_with(&[]);
+        self.start_command(self.pilotd());
     }
 
     /// `start`, with these environment variables set for pilotd.
     pub(super) fn start_with(&mut self, env: &[(&str, &str)]) {
+        let mut c = self.pilotd();
+        c.envs(env.iter().copied());
+        self.start_command(c);
+    }
+
+    /// `start` with the programs of `dir` found before the host's (a test's stand-ins).
+    pub(super) fn start_with_path(&mut self, dir: &Path) {
+        let mut c = self.pilotd();
+        c.env(
+            "PATH",
+            format!(
+                "{}:{}",
+                dir.display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        );
+        self.start_command(c);
+    }
+
+    fn start_command(&mut self, mut c: Command) {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(self.path("pilotd.log"))
             .unwrap();
-        let child = self
-            .pilotd()
+        let child = c
             .arg("run")
             .env("RUST_LOG", "pilotd=debug")
-            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .expect("pilotd starts");
         self.child = Some(child);
+    }
+
+    pub(super) fn instance(&self) -> &str {
+        &self.instance
     }
 
     pub(super) fn kill9(&mut self) {
