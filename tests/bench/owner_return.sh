@@ -15,14 +15,16 @@
 #      does not know lock_grace.
 #
 # Times: the write's from the writer itself (utmp: python reads the clock just before pwrite;
-# logind: `date` in the container just before busctl, so docker exec is not counted), the
-# pause's from the engine (`docker events`, TimeNano). Between two arrivals the owner leaves,
-# both workers are unpaused, and a random 1-3 s passes, so arrivals land at every phase of the
-# INTERVAL cycle. Prints p50/p95/max to the first and to the second worker's pause.
+# logind: `date` in the container just before busctl starts and just after it returns, so
+# docker exec is not counted), the pause's from the engine (`docker events`, TimeNano).
+# Between two arrivals the owner leaves, both workers are unpaused, and a random 1-3 s passes,
+# so arrivals land at every phase of the INTERVAL cycle. Prints p50/p95/max to the first and
+# to the second worker's pause.
 #
 # pilotd is the package's build (volunteer profile, no kubernetes) unless PILOTD_BIN is given.
 # Needs root, python3, tests/setup-docker.sh first (engine, registry on 127.0.0.1:5000, test
 # images); part 2 also needs the systemd image (built by debootstrap on first use).
+# KEEP=1 leaves the daemons' logs (LOG=pilotd=debug for more) and the event lists in a temp dir.
 #   LOGINS=30 LOCKS=30 INTERVAL=5s REFRESH=2s tests/bench/owner_return.sh
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
@@ -48,7 +50,7 @@ cleanup() {
   done
   [ -n "${port:-}" ] && docker rmi "127.0.0.1:$port/pilotd-test/worker:v1" >/dev/null 2>&1
   wait 2>/dev/null
-  rm -rf "$d"
+  if [ "${KEEP:-0}" = 1 ]; then log "KEEP=1: logs and events left in $d"; else rm -rf "$d"; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -266,9 +268,14 @@ for _ in $(seq 100); do
 done
 [ -n "$session" ] || { log "alice's ssh login made no logind session"; c cat /root/ssh-alice.log >&2; exit 1; }
 path=$(c busctl call org.freedesktop.login1 /org/freedesktop/login1 org.freedesktop.login1.Manager GetSession s "$session" | awk '{ print $2 }' | tr -d '"')
-lock() { # true|false: alice sets her session's LockedHint; t_w: the container's clock before the call
-  t_w=$(c sh -c 'date +%s%N; exec setpriv --reuid=1000 --regid=1000 --init-groups busctl call \
-    org.freedesktop.login1 "$1" org.freedesktop.login1.Session SetLockedHint b "$2"' sh "$path" "$1")
+# lock true|false: alice sets her session's LockedHint. t_w: the container's clock just before
+# busctl starts; t_r: just after it returned (logind changed the hint and sent its signal in
+# between, so the true latency lies between the two figures).
+lock() {
+  read -r t_w t_r <<<"$(c sh -c 't0=$(date +%s%N); setpriv --reuid=1000 --regid=1000 --init-groups busctl call \
+    org.freedesktop.login1 "$1" org.freedesktop.login1.Session SetLockedHint b "$2" && echo "$t0 $(date +%s%N)"' \
+    sh "$path" "$1")"
+  [ -n "${t_r:-}" ] || { log "alice's SetLockedHint($1) failed"; exit 1; }
 }
 echo forward >"$d/mode"
 lock true # away: the workers may start
@@ -278,7 +285,7 @@ echo hang >"$d/mode"
 sleep 3
 watch_events "$inst2" "$d/events2"
 sleep 0.5
-: >"$d/first2"; : >"$d/last2"
+: >"$d/first2"; : >"$d/last2"; : >"$d/first2r"
 timeouts=0
 for i in $(seq "$locks"); do
   np=$(count "$d/events2" pause); nu=$(count "$d/events2" unpause)
@@ -286,6 +293,7 @@ for i in $(seq "$locks"); do
   if wait_count "$d/events2" pause $((np + 2)); then
     after_ms "$d/events2" pause "$t_w" 1 >>"$d/first2"
     after_ms "$d/events2" pause "$t_w" 2 >>"$d/last2"
+    after_ms "$d/events2" pause "$t_r" 1 >>"$d/first2r"
   else
     timeouts=$((timeouts + 1))
   fi
@@ -294,7 +302,8 @@ for i in $(seq "$locks"); do
   settle
 done
 echo "  logind (systemd $(c systemctl --version | awk 'NR == 1 { print $2 }'), alice's ssh session $session, no utmp):"
-summary "  logind unlock -> first pause " "$d/first2"
-summary "  logind unlock -> second pause" "$d/last2"
+summary "  logind unlock (busctl started) -> first pause " "$d/first2"
+summary "  logind unlock (busctl started) -> second pause" "$d/last2"
+summary "  logind unlock (busctl returned) -> first pause" "$d/first2r"
 [ "$timeouts" = 0 ] || echo "  unlocks with no pause of both workers within 10 s: $timeouts"
 echo "  logind, each unlock -> first pause (ms, in order): $(tr '\n' ' ' <"$d/first2")"
