@@ -12,7 +12,7 @@
 #              the sandbox really applied (NoNewPrivs, seccomp, bounding set, read-only /usr)
 #   ssh-login  a real user's ssh login through the real sshd (pam_systemd: a logind session of
 #              class user) pauses the worker; write->pause latency from logind's session
-#              timestamp to the engine's pause event
+#              timestamp to the engine's pause event (a hint's, from logind's signal on the bus)
 #   lock       the session's owner sets LockedHint over the system bus: away after lock_grace
 #              (not before), the worker resumes; unlock -> paused again (latency measured)
 #   desktop    a graphical-type (x11) session through PAM (systemd-run -p PAMName=): present;
@@ -213,23 +213,46 @@ session_created_ns() { # SESSION: logind's creation time of the session, ns sinc
     org.freedesktop.login1.Session Timestamp | awk '{ print $2 }')
   echo "${us}000"
 }
+# logind's PropertiesChanged signals of sessions, as the bus delivers them, each with the
+# realtime stamp of its delivery (busctl monitor, a D-Bus monitor on the system bus): the
+# instant a hint changed, which is what pilotd's urgent path reacts to. Independent of logind,
+# so it keeps listening across logind's restart.
+signals=/root/login1-signals.json
+watch_signals() {
+  docker exec -d "$ctr" sh -c "exec busctl monitor --json=short --match \
+    'type=signal,interface=org.freedesktop.DBus.Properties,member=PropertiesChanged,path_namespace=/org/freedesktop/login1/session' \
+    >$signals 2>&1"
+}
+signal_us() { # PATH HINT BOOL: the delivery stamp (us) of the last signal setting HINT to BOOL on PATH
+  local lines
+  lines=$(c cat "$signals")
+  grep -F "\"path\":\"$1\"" <<<"$lines" | grep -F "\"$2\":{\"type\":\"b\",\"data\":$3}" \
+    | sed -n 's/.*"timestamp-realtime":\([0-9]*\).*/\1/p' | tail -n 1
+}
 # set_hint USER SESSION Locked|Idle true|false: the session's owner calls logind's
 # Set{Locked,Idle}Hint over the system bus, as a screen locker or a desktop's idle monitor does.
 # As USER's uid, gid and groups, through setpriv: no PAM, so no session of its own (logind
-# authorises a hint by the caller's uid). hint_ns is the container's clock just before the
-# call (the docker exec around it is not counted). Then logind's own view is checked: the
-# scenario knows the state is real.
+# authorises a hint by the caller's uid). Then logind's own view is checked, so the scenario
+# knows the state is real. hint_ns: when logind's signal of the change was delivered (ns).
 set_hint() {
-  local uid path out want=no
+  local uid path out want=no t0 us=
   uid=$(c id -u "$1")
   path=$(session_path "$2")
   out=$(c sh -c 'date +%s%N; exec setpriv --reuid="$1" --regid="$1" --init-groups busctl call \
       org.freedesktop.login1 "$2" org.freedesktop.login1.Session "$3" b "$4"' \
     sh "$uid" "$path" "Set$3Hint" "$4" 2>&1) || fail "$1 could not Set$3Hint($4) on session $2: $out"
-  hint_ns=$(head -n 1 <<<"$out")
+  t0=$(head -n 1 <<<"$out")
   [ "$4" = true ] && want=yes
   [ "$(session_prop "$2" "$3Hint")" = "$want" ] \
     || fail "after $1's Set$3Hint($4), logind shows $3Hint=$(session_prop "$2" "$3Hint") for session $2"
+  for _ in $(seq 1 20); do
+    us=$(signal_us "$path" "$3Hint" "$4")
+    [ -n "$us" ] && [ "$us" -ge "${t0:0:16}" ] && break
+    us=
+    sleep 0.1
+  done
+  [ -n "$us" ] || fail "no PropertiesChanged($3Hint=$4) of session $2 on the bus (busctl monitor, $signals)"
+  hint_ns=${us}000
 }
 # alice logs in through the real sshd with a pty (-tt: a tty-type session of class user) and
 # stays; stdin is a pipe that never ends, so ssh never sends EOF.
@@ -555,6 +578,7 @@ scenario_ssh_login() {
   c sh -c 'install -d -m 700 /root/.ssh && ssh-keygen -q -t ed25519 -N "" -f /root/.ssh/id_alice' >/dev/null
   c sh -c 'install -d -m 700 -o alice -g alice /home/alice/.ssh &&
     install -m 600 -o alice -g alice /root/.ssh/id_alice.pub /home/alice/.ssh/authorized_keys'
+  watch_signals
   local t0=$EPOCHREALTIME
   ssh_alice
   wait_for 20 "alice's ssh login to pause the worker" all_paused
@@ -669,8 +693,7 @@ scenario_logind_restart() {
   [ "$new_logind" != "$old_logind" ] && [ "$new_logind" != 0 ] || fail "logind was not restarted ($old_logind -> $new_logind)"
   [ "$(session_of alice tty)" = "$alice_session" ] \
     || fail "the restarted logind does not know alice's session $alice_session: $(sessions_table | tr '\n' ';')"
-  local i
-  for i in $(seq 1 24); do # two cycles and more
+  for _ in $(seq 1 24); do # two cycles and more
     all_paused || fail "a worker computes while alice is there, after logind's restart"
     sleep 0.5
   done
