@@ -412,6 +412,7 @@ impl Daemon {
         match self.probe.observe(now, carry, refresh_cpu) {
             Ok(mut s) => {
                 s.sleeping = self.sleeping;
+                s.input_idle_s = self.input.idle_s(now);
                 snooze::lay_on(&mut s, &self.s.state_dir);
                 logind::lay_on(&mut s, logind);
                 Some(s)
@@ -424,6 +425,7 @@ impl Daemon {
                             taken_at: now,
                             sessions: Sessions::Unknown(format!("host probe failed: {e}")),
                             sleeping: self.sleeping,
+                            input_idle_s: self.input.idle_s(now),
                             ..last.clone()
                         };
                         snooze::lay_on(&mut s, &self.s.state_dir);
@@ -707,7 +709,7 @@ impl Daemon {
                 causes = %s.causes.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(","),
                 "decision: {} -> {now}: {}",
                 self.last_decision.as_deref().unwrap_or("none"),
-                s.reasons.join("; ")
+                s.reasons.iter().chain(&s.notes).cloned().collect::<Vec<_>>().join("; ")
             );
             self.last_decision = Some(now);
         }
