@@ -195,6 +195,8 @@ pub struct Daemon {
     last_decision: Option<String>,
     /// systemd-logind: sessions, their locks, the sleep and idle inhibitor locks.
     logind: Logind,
+    /// The worker image as the last cycle saw it (an urgent cycle plans with it).
+    last_image: Option<crate::volunteer::worker::ImageState>,
     /// logind announced a sleep and no wake-up yet: workers make room, nothing starts.
     sleeping: bool,
     /// When the machine's keyboards, mice and touchpads last had input (`input::watch`).
@@ -283,6 +285,7 @@ impl Daemon {
             owner_stop: Stop::new(),
             logind: Default::default(),
             sleeping: false,
+            last_image: None,
             input: {
                 let input = LastInput::new(now);
                 input.set_wake_gap(s.policy.session_idle);

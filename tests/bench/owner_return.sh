@@ -1,0 +1,300 @@
+#!/bin/bash
+# The owner's return under load (a figure, not a test; it judges nothing): the time from the
+# owner's arrival being written to the engine's pause event, with two workers burning the whole
+# machine (WORKER_BURN: each spins the CPU its share gives it) and the worker image's registry
+# down (a proxy in front of the test registry that accepts and never answers, so every
+# freshness check, due every REFRESH, hangs until [docker] timeout).
+#
+#   1. utmp: LOGINS logins written in place into a utmp file (the one record slot rewritten
+#      from DEAD_PROCESS to USER_PROCESS and back with pwrite, as login(3) and logout(3) do),
+#      pilotd on the host with sessions = "any", on_return = "pause".
+#   2. logind (LOCKS changes; LOCKS=0 skips): pilotd inside the real-systemd container
+#      (tests/systemd/image.sh, Debian 13, no utmp), alice logged in through the real sshd,
+#      her session's LockedHint set and cleared by her over the system bus; unlock -> pause,
+#      with sessions = "active", lock_grace = "0s". Skipped, and said so, when this pilotd
+#      does not know lock_grace.
+#
+# Times: the write's from the writer itself (utmp: python reads the clock just before pwrite;
+# logind: `date` in the container just before busctl, so docker exec is not counted), the
+# pause's from the engine (`docker events`, TimeNano). Between two arrivals the owner leaves,
+# both workers are unpaused, and a random 1-3 s passes, so arrivals land at every phase of the
+# INTERVAL cycle. Prints p50/p95/max to the first and to the second worker's pause.
+#
+# pilotd is the package's build (volunteer profile, no kubernetes) unless PILOTD_BIN is given.
+# Needs root, python3, tests/setup-docker.sh first (engine, registry on 127.0.0.1:5000, test
+# images); part 2 also needs the systemd image (built by debootstrap on first use).
+#   LOGINS=30 LOCKS=30 INTERVAL=5s REFRESH=2s tests/bench/owner_return.sh
+set -euo pipefail
+here=$(cd "$(dirname "$0")/../.." && pwd)
+logins=${LOGINS:-30}
+locks=${LOCKS:-30}
+interval=${INTERVAL:-5s}
+refresh=${REFRESH:-2s}
+bin=${PILOTD_BIN:-${CARGO_TARGET_DIR:-$here/target}/volunteer/pilotd}
+[ -n "${PILOTD_BIN:-}" ] || (cd "$here" && cargo build --profile volunteer -q --no-default-features --bin pilotd)
+command -v utmpdump >/dev/null && command -v python3 >/dev/null || { echo "owner_return: needs utmpdump and python3" >&2; exit 1; }
+
+d=$(mktemp -d "${TMPDIR:-/var/tmp}/pilotd-owner-return.XXXXXX")
+inst=ownret$$
+inst2=ownretld$$
+ctr=pilotd-owner-return-$$
+cleanup() {
+  set +e
+  [ -n "${pid:-}" ] && kill "$pid" 2>/dev/null
+  for p in ${proxy:-} ${events:-} ${W_PID:-}; do kill "$p" 2>/dev/null; done
+  docker rm -f "$ctr" >/dev/null 2>&1
+  for i in $inst $inst2; do
+    docker ps -aq --filter "label=pilotd.instance=$i" | xargs -r docker rm -f >/dev/null
+  done
+  [ -n "${port:-}" ] && docker rmi "127.0.0.1:$port/pilotd-test/worker:v1" >/dev/null 2>&1
+  wait 2>/dev/null
+  rm -rf "$d"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+log() { echo "owner_return: $*" >&2; }
+
+# --- the registry, through a proxy that forwards, hangs or refuses (its mode: $d/mode) --------
+echo forward >"$d/mode"
+cat >"$d/proxy.py" <<'PY'
+import socket, sys, threading
+mode_file, port_file = sys.argv[1], sys.argv[2]
+srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind(("127.0.0.1", 0)); srv.listen(64)
+open(port_file, "w").write(str(srv.getsockname()[1]))
+held = []
+def pipe(a, b):
+    try:
+        while (data := a.recv(65536)):
+            b.sendall(data)
+    except OSError:
+        pass
+    for s in (a, b):
+        try: s.shutdown(socket.SHUT_RDWR)
+        except OSError: pass
+while True:
+    c, _ = srv.accept()
+    if open(mode_file).read().strip() == "hang":
+        held.append(c)          # accepted, never answered
+    else:
+        u = socket.create_connection(("127.0.0.1", 5000))
+        threading.Thread(target=pipe, args=(c, u), daemon=True).start()
+        threading.Thread(target=pipe, args=(u, c), daemon=True).start()
+PY
+python3 "$d/proxy.py" "$d/mode" "$d/port" &
+proxy=$!
+for _ in $(seq 50); do [ -s "$d/port" ] && break; sleep 0.1; done
+port=$(cat "$d/port")
+
+# --- pilotd's files ---------------------------------------------------------------------------
+write_policy() { # FILE SESSIONS [EXTRA OWNER LINES]
+  cat >"$1" <<P
+timezone = "UTC"
+[schedule]
+windows = [ { days = "daily", from = "00:00", to = "24:00" } ]
+[owner]
+sessions = "$2"
+${3:-}
+max_owner_cpu = "100%"
+free_for = "0s"
+on_return = "pause"
+on_battery = "ignore"
+[share]
+cpus = "100%"
+memory = "512MiB"
+disk = "1GiB"
+workers = 2
+[jobs]
+longest_job = "1h"
+P
+}
+write_site() { # FILE POLICY STATE INSTANCE UTMP [EXTRA WORKER LINES]
+  cat >"$1" <<C
+policy = "$2"
+state_dir = "$3"
+control_socket = "$3.control.sock"
+interval = "$interval"
+[host]
+utmp = "$5"
+scratch = "$d/scratch"
+[docker]
+instance = "$4"
+timeout = "30s"
+[worker]
+image = "127.0.0.1:$port/pilotd-test/worker:v1"
+allowed_images = ["127.0.0.1:$port/*"]
+refresh = "$refresh"
+${6:-}
+[worker.env]
+WORKER_BURN = "1"
+C
+}
+
+running() { docker ps -q --filter "label=pilotd.instance=$1" --filter status=running | wc -l; }
+wait_running() { # INSTANCE N WHAT
+  for _ in $(seq 600); do [ "$(running "$1")" -ge "$2" ] && return 0; sleep 0.2; done
+  log "$3: $2 running workers did not come within 120 s"; return 1
+}
+# The engine's pause and unpause events of one instance's workers, as they happen.
+watch_events() { # INSTANCE FILE
+  docker events --filter "label=pilotd.instance=$1" --filter type=container \
+    --filter event=pause --filter event=unpause --format '{{.TimeNano}} {{.Action}}' >"$2" &
+  events=$!
+}
+count() { grep -c " $2\$" "$1" || true; } # FILE ACTION
+wait_count() { # FILE ACTION N: true once N such events are in FILE (10 s at most)
+  for _ in $(seq 1000); do [ "$(count "$1" "$2")" -ge "$3" ] && return 0; sleep 0.01; done
+  return 1
+}
+# after_ms FILE ACTION T0_NS K: ms from T0_NS to the K-th ACTION event at or after it.
+after_ms() {
+  awk -v a="$2" -v t="$3" '$2 == a && $1 >= t { print $1 }' "$1" | sort -n \
+    | awk -v k="$4" -v t="$3" 'NR == k { printf "%.1f\n", ($1 - t) / 1e6 }'
+}
+settle() { sleep "$(awk -v r="$RANDOM" 'BEGIN { printf "%.2f", 1 + 2 * r / 32767 }')"; }
+busy() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8 }' /proc/stat; }
+busy_pct() { # "BUSY0 TOTAL0" "BUSY1 TOTAL1"
+  awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, " "); split(b, y, " "); printf "%.0f", 100 * (y[1] - x[1]) / (y[2] - x[2]) }'
+}
+summary() { # LABEL FILE (one latency per line)
+  sort -n "$2" | awk -v l="$1" '{ a[NR] = $1 } END {
+    if (NR == 0) { printf "%s: no samples\n", l; exit }
+    i50 = int(NR * 0.50 + 0.5); i95 = int(NR * 0.95 + 0.5); if (i95 < 1) i95 = 1; if (i50 < 1) i50 = 1
+    printf "%s: p50 %.0f ms  p95 %.0f ms  max %.0f ms  (n=%d)\n", l, a[i50], a[i95], a[NR], NR }'
+}
+
+# --- part 1: utmp logins ----------------------------------------------------------------------
+mkdir -p "$d/scratch"
+printf '[7] [%05d] [ts/0] [alice   ] [pts/0       ] [10.0.0.5            ] [10.0.0.5       ] [2026-11-30T05:00:00,000000+00:00]\n' $$ \
+  | utmpdump -r >"$d/login.bin" 2>/dev/null
+[ "$(stat -c %s "$d/login.bin")" = 384 ] || { log "utmpdump -r did not write one 384-byte record"; exit 1; }
+# The writer: one record slot, rewritten in place; prints the clock read just before each pwrite.
+cat >"$d/writer.py" <<'PY'
+import os, struct, sys, time
+path, login = sys.argv[1], open(sys.argv[2], "rb").read()
+dead = bytearray(login)
+struct.pack_into("<h", dead, 0, 8)   # DEAD_PROCESS, as logout(3) leaves the slot
+dead[44:76] = bytes(32)              # ut_user
+dead[76:332] = bytes(256)            # ut_host
+recs = {"login": login, "logout": bytes(dead)}
+open(path, "wb").write(recs["logout"])
+print("ready", flush=True)
+for line in sys.stdin:
+    rec = recs[line.strip()]
+    fd = os.open(path, os.O_WRONLY)
+    t = time.time_ns()
+    os.pwrite(fd, rec, 0)
+    os.close(fd)
+    print(t, flush=True)
+PY
+coproc W { exec python3 "$d/writer.py" "$d/utmp" "$d/login.bin"; }
+read -r _ <&"${W[0]}"
+write() { echo "$1" >&"${W[1]}"; read -r t_w <&"${W[0]}"; }
+
+write_policy "$d/policy.toml" any
+write_site "$d/pilotd.toml" "$d/policy.toml" "$d/state" "$inst" "$d/utmp"
+"$bin" -c "$d/pilotd.toml" check >/dev/null
+RUST_LOG=${LOG:-pilotd=info} "$bin" -c "$d/pilotd.toml" run 2>"$d/log" &
+pid=$!
+wait_running "$inst" 2 "utmp part" || { tail -n 30 "$d/log" >&2; exit 1; }
+echo hang >"$d/mode"
+sleep 3 # a freshness check is now due or hanging
+watch_events "$inst" "$d/events"
+sleep 0.5
+: >"$d/first"; : >"$d/last"
+timeouts=0
+b0=$(busy)
+for i in $(seq "$logins"); do
+  np=$(count "$d/events" pause); nu=$(count "$d/events" unpause)
+  write login
+  if wait_count "$d/events" pause $((np + 2)); then
+    after_ms "$d/events" pause "$t_w" 1 >>"$d/first"
+    after_ms "$d/events" pause "$t_w" 2 >>"$d/last"
+  else
+    timeouts=$((timeouts + 1))
+  fi
+  write logout
+  wait_count "$d/events" unpause $((nu + 2)) || { log "login $i: the workers were not unpaused within 10 s"; tail -n 20 "$d/log" >&2; exit 1; }
+  settle
+done
+b1=$(busy)
+kill "$pid"; wait "$pid" 2>/dev/null || true; pid=
+kill "$events" 2>/dev/null || true; events=
+echo "owner return under load: 2 workers burning, registry hanging, interval $interval, refresh $refresh, $(nproc) cores ($(uname -r)), pilotd $("$bin" --version | awk '{ print $2 }')"
+echo "  host CPU busy during the logins: $(busy_pct "$b0" "$b1")% (paused workers included)"
+summary "  utmp login -> first pause " "$d/first"
+summary "  utmp login -> second pause" "$d/last"
+[ "$timeouts" = 0 ] || echo "  utmp logins with no pause of both workers within 10 s: $timeouts"
+echo "  utmp, each login -> first pause (ms, in order): $(tr '\n' ' ' <"$d/first")"
+docker ps -aq --filter "label=pilotd.instance=$inst" | xargs -r docker rm -f >/dev/null
+
+# --- part 2: logind lock changes in the real-systemd container ----------------------------------
+[ "$locks" -gt 0 ] || exit 0
+image=$(sh "$here/tests/systemd/image.sh")
+docker run -d --name "$ctr" --hostname pilotd-owner-return \
+  --cap-add SYS_ADMIN --cap-add DAC_READ_SEARCH --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
+  -v /sys/fs/cgroup:/sys/fs/cgroup:ro --tmpfs /run --tmpfs /run/lock -e container=docker \
+  -v /var/run/docker.sock:/run/docker.sock -v "$d:$d" \
+  --entrypoint /lib/systemd/systemd "$image" >/dev/null
+c() { docker exec "$ctr" "$@"; }
+for _ in $(seq 300); do
+  s=$(c systemctl is-system-running 2>/dev/null || true)
+  [ "$s" = running ] || [ "$s" = degraded ] && break
+  sleep 0.2
+done
+cp "$bin" "$d/pilotd"
+write_policy "$d/policy2.toml" active $'session_idle = "15m"\nlock_grace = "0s"'
+# Workers on Docker's default bridge: pilotd's own filtered network would install its
+# iptables rules in the container's network namespace, not the engine's.
+write_site "$d/pilotd2.toml" "$d/policy2.toml" "$d/state2" "$inst2" /run/utmp 'network = "bridge"'
+if ! out=$(c "$d/pilotd" -c "$d/pilotd2.toml" check 2>&1); then
+  echo "logind part skipped: this pilotd refuses sessions = \"active\" with lock_grace: $(tr '\n' ' ' <<<"$out")"
+  exit 0
+fi
+c useradd -m -u 1000 alice
+c sh -c 'install -d -m 700 /root/.ssh && ssh-keygen -q -t ed25519 -N "" -f /root/.ssh/id_alice' >/dev/null
+c sh -c 'install -d -m 700 -o alice -g alice /home/alice/.ssh &&
+  install -m 600 -o alice -g alice /root/.ssh/id_alice.pub /home/alice/.ssh/authorized_keys'
+docker exec -d "$ctr" sh -c 'sleep infinity | exec ssh -tt -i /root/.ssh/id_alice \
+  -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes \
+  alice@127.0.0.1 "exec sleep infinity" >/root/ssh-alice.log 2>&1'
+session=
+for _ in $(seq 100); do
+  session=$(c loginctl list-sessions --no-legend | awk '$3 == "alice" && $6 == "user" { print $1; exit }')
+  [ -n "$session" ] && break
+  sleep 0.1
+done
+[ -n "$session" ] || { log "alice's ssh login made no logind session"; c cat /root/ssh-alice.log >&2; exit 1; }
+path=$(c busctl call org.freedesktop.login1 /org/freedesktop/login1 org.freedesktop.login1.Manager GetSession s "$session" | awk '{ print $2 }' | tr -d '"')
+lock() { # true|false: alice sets her session's LockedHint; t_w: the container's clock before the call
+  t_w=$(c sh -c 'date +%s%N; exec setpriv --reuid=1000 --regid=1000 --init-groups busctl call \
+    org.freedesktop.login1 "$1" org.freedesktop.login1.Session SetLockedHint b "$2"' sh "$path" "$1")
+}
+echo forward >"$d/mode"
+lock true # away: the workers may start
+docker exec -d "$ctr" sh -c "RUST_LOG=${LOG:-pilotd=info} exec $d/pilotd -c $d/pilotd2.toml run 2>$d/log2"
+wait_running "$inst2" 2 "logind part" || { tail -n 30 "$d/log2" >&2; exit 1; }
+echo hang >"$d/mode"
+sleep 3
+watch_events "$inst2" "$d/events2"
+sleep 0.5
+: >"$d/first2"; : >"$d/last2"
+timeouts=0
+for i in $(seq "$locks"); do
+  np=$(count "$d/events2" pause); nu=$(count "$d/events2" unpause)
+  lock false # she is back
+  if wait_count "$d/events2" pause $((np + 2)); then
+    after_ms "$d/events2" pause "$t_w" 1 >>"$d/first2"
+    after_ms "$d/events2" pause "$t_w" 2 >>"$d/last2"
+  else
+    timeouts=$((timeouts + 1))
+  fi
+  lock true
+  wait_count "$d/events2" unpause $((nu + 2)) || { log "lock $i: the workers were not unpaused within 10 s"; tail -n 20 "$d/log2" >&2; exit 1; }
+  settle
+done
+echo "  logind (systemd $(c systemctl --version | awk 'NR == 1 { print $2 }'), alice's ssh session $session, no utmp):"
+summary "  logind unlock -> first pause " "$d/first2"
+summary "  logind unlock -> second pause" "$d/last2"
+[ "$timeouts" = 0 ] || echo "  unlocks with no pause of both workers within 10 s: $timeouts"
+echo "  logind, each unlock -> first pause (ms, in order): $(tr '\n' ' ' <"$d/first2")"
