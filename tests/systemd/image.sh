@@ -1,0 +1,10 @@
+#!/bin/sh
+# The real-systemd image (Debian 13: systemd 257, logind, D-Bus, sshd with pam_systemd), built
+# once by tests/images/build-debian-image.sh and cached by tag. One package list for the
+# systemd suite (tests/systemd/run.sh) and the owner-return bench (tests/bench/owner_return.sh),
+# so both use the same image. Prints the image tag.
+#   openssh-server, libpam-systemd: a real user's ssh login is a real logind session
+#   (class user, type tty), and a PAM service run by systemd-run makes a graphical-type one.
+set -eu
+exec sh "$(dirname "$0")/../images/build-debian-image.sh" pilotd-test/systemd \
+    systemd systemd-sysv dbus iptables openssh-server libpam-systemd
