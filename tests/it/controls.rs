@@ -206,7 +206,7 @@ fn nobodys_idle_connections_starve_neither_the_owners_controls_nor_the_snooze() 
     let pid = child.id();
     let log = lines(&mut child);
     let mut seen = Vec::new();
-    wait_line(&log, "ready", &mut seen);
+    wait_line(&log, "ready: ", &mut seen);
     let (_, text) = timed(&s, &["snooze", "1h"]);
     assert!(text.contains("snoozed by root until"), "{text}");
     wait_line(&log, "decision:", &mut seen);
@@ -304,9 +304,7 @@ fn a_lock_squatted_by_nobody_does_not_stop_pilotd() {
     let mut first = s.run();
     let log = lines(&mut first);
     let mut seen = Vec::new();
-    wait_line(&log, "ready", &mut seen);
-    let pid = std::fs::read_to_string(&lock).expect("the lock file names its holder");
-    assert_eq!(pid.trim(), first.id().to_string());
+    wait_line(&log, "ready: ", &mut seen);
     signal(&first, nix::sys::signal::Signal::SIGTERM);
     wait_exit(&mut first, Duration::from_secs(20));
 
@@ -323,7 +321,9 @@ fn a_lock_squatted_by_nobody_does_not_stop_pilotd() {
     let mut child = s.run();
     let log = lines(&mut child);
     let mut seen = Vec::new();
-    wait_line(&log, "ready", &mut seen);
+    wait_line(&log, "ready: ", &mut seen);
+    let pid = std::fs::read_to_string(&lock).expect("the lock file names its holder");
+    assert_eq!(pid.trim(), child.id().to_string());
     signal(&child, nix::sys::signal::Signal::SIGTERM);
     assert!(wait_exit(&mut child, Duration::from_secs(20)).success());
     let _ = squatter.kill();
@@ -417,7 +417,7 @@ fn keys_are_random_without_dev_urandom() {
         .unwrap();
     let log = lines(&mut child);
     let mut seen = Vec::new();
-    wait_line(&log, "ready", &mut seen);
+    wait_line(&log, "ready: ", &mut seen);
     let (a, b) = (page_key(&s), page_key(&s));
     assert_eq!(a.len(), 64, "{a}");
     assert_ne!(a, "0".repeat(64), "a predictable key");

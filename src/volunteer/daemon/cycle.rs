@@ -172,17 +172,21 @@ impl Daemon {
         errors: &mut Vec<String>,
     ) -> Observation {
         let backend = self.connected(errors).await;
-        let workers = match &backend {
-            Some(b) => match b.list_workers().await {
-                Ok(w) => Some(w),
-                Err(e) => {
-                    tracing::error!(
-                        "{e}; no worker is started or removed until the list works again"
-                    );
-                    errors.push(e.to_string());
-                    None
-                }
-            },
+        // The engine's list and logind's sessions, asked together.
+        let list = async {
+            match &backend {
+                Some(b) => Some(b.list_workers().await),
+                None => None,
+            }
+        };
+        let (listed, logind) = tokio::join!(list, self.logind.observe(now));
+        let workers = match listed {
+            Some(Ok(w)) => Some(w),
+            Some(Err(e)) => {
+                tracing::error!("{e}; no worker is started or removed until the list works again");
+                errors.push(e.to_string());
+                None
+            }
             None => None,
         };
         // CPU is measured on windows of at least MIN_CPU_WINDOW: a cycle right after
@@ -197,7 +201,6 @@ impl Daemon {
             }
             _ => self.status.own_cpu,
         };
-        let logind = self.logind.observe(now).await;
         if !self.sleeping && matches!(logind, logind::Seen::Sessions(_)) {
             self.logind.hold_sleep_lock().await;
         }
@@ -297,17 +300,23 @@ impl Daemon {
             self.work.in_flight.checking = true;
             super::tasks::spawn_check(&mut self.work.tasks, &b, &self.worker.image);
         }
-        let image_state = image::state(
-            &b,
-            &self.status.image,
-            &self.s.image,
-            self.work.in_flight.pulling.as_deref(),
-            now,
-        )
-        .await
-        .unwrap_or_else(|e| ImageState::Unavailable {
-            reason: e.to_string(),
-        });
+        // An urgent cycle plans with the image as the last cycle saw it: one engine request
+        // less before the owner's workers are paused.
+        let image_state = match self.last_image.clone() {
+            Some(seen) if urgent => seen,
+            _ => image::state(
+                &b,
+                &self.status.image,
+                &self.s.image,
+                self.work.in_flight.pulling.as_deref(),
+                now,
+            )
+            .await
+            .unwrap_or_else(|e| ImageState::Unavailable {
+                reason: e.to_string(),
+            }),
+        };
+        self.last_image = Some(image_state.clone());
         // Beside the loop: the filter of pilotd's network is checked (and repaired) while
         // workers live on it; down, the plan pauses them.
         let live = list.iter().any(|w| !w.state.is_finished());
@@ -412,6 +421,7 @@ impl Daemon {
         match self.probe.observe(now, carry, refresh_cpu) {
             Ok(mut s) => {
                 s.sleeping = self.sleeping;
+                s.input_idle_s = self.input.idle_s(now);
                 snooze::lay_on(&mut s, &self.s.state_dir);
                 logind::lay_on(&mut s, logind);
                 Some(s)
@@ -424,6 +434,7 @@ impl Daemon {
                             taken_at: now,
                             sessions: Sessions::Unknown(format!("host probe failed: {e}")),
                             sleeping: self.sleeping,
+                            input_idle_s: self.input.idle_s(now),
                             ..last.clone()
                         };
                         snooze::lay_on(&mut s, &self.s.state_dir);
@@ -707,7 +718,7 @@ impl Daemon {
                 causes = %s.causes.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(","),
                 "decision: {} -> {now}: {}",
                 self.last_decision.as_deref().unwrap_or("none"),
-                s.reasons.join("; ")
+                s.reasons.iter().chain(&s.notes).cloned().collect::<Vec<_>>().join("; ")
             );
             self.last_decision = Some(now);
         }

@@ -89,8 +89,25 @@ pub async fn execute(
     int: &mut Interrupt<'_>,
 ) -> Vec<Executed> {
     let mut out = Vec::with_capacity(actions.len());
+    // The plan's evictions come first. Pauses and kills are sent together: the owner waits
+    // for the last of them, not for their sum.
+    let quick = actions
+        .iter()
+        .take_while(|a| matches!(a, Action::Pause { .. } | Action::Kill { .. }))
+        .count();
+    let done =
+        futures_util::future::join_all(actions[..quick].iter().map(|a| evict_now(b, a))).await;
+    for (action, result) in actions[..quick].iter().zip(done) {
+        if let Err(e) = &result {
+            tracing::error!("{action}: {e}");
+        }
+        out.push(Executed {
+            action: action.clone(),
+            result,
+        });
+    }
     let mut start_failed = false;
-    for action in actions {
+    for action in &actions[quick..] {
         if start_failed && matches!(action, Action::Start { .. }) {
             continue;
         }
@@ -114,6 +131,23 @@ pub async fn execute(
     out
 }
 
+/// A pause or a kill, which needs nothing but the engine.
+async fn evict_now(b: &AnyBackend, action: &Action) -> Result<Done, ExecError> {
+    match action {
+        Action::Pause { id, name, why } => {
+            b.pause(id).await?;
+            tracing::info!(worker = %name, "paused: {why}");
+            Ok(Done::Paused)
+        }
+        Action::Kill { id, name, why } => {
+            b.kill(id).await?;
+            tracing::info!(worker = %name, "killed: {why}");
+            Ok(Done::Killed)
+        }
+        other => unreachable!("not an eviction sent at once: {other}"),
+    }
+}
+
 async fn execute_one(
     b: &AnyBackend,
     action: &Action,
@@ -121,20 +155,11 @@ async fn execute_one(
     work: &mut Work,
 ) -> Result<Done, ExecError> {
     match action {
-        Action::Pause { id, name, why } => {
-            b.pause(id).await?;
-            tracing::info!(worker = %name, "paused: {why}");
-            Ok(Done::Paused)
-        }
+        Action::Pause { .. } | Action::Kill { .. } => evict_now(b, action).await,
         Action::Unpause { id, name, why } => {
             b.unpause(id).await?;
             tracing::info!(worker = %name, "resumed: {why}");
             Ok(Done::Resumed)
-        }
-        Action::Kill { id, name, why } => {
-            b.kill(id).await?;
-            tracing::info!(worker = %name, "killed: {why}");
-            Ok(Done::Killed)
         }
         Action::Stop {
             id,

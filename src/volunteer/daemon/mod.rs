@@ -37,6 +37,7 @@ use crate::volunteer::control;
 use crate::volunteer::egress;
 use crate::volunteer::history::{self, Learner};
 use crate::volunteer::host::{HostProbe, ProbeError};
+use crate::volunteer::input::LastInput;
 use crate::volunteer::logind::{Logind, Signal};
 use crate::volunteer::manifest::{self, Manifest};
 use crate::volunteer::page::{self, Doors};
@@ -50,6 +51,7 @@ use cycle::CpuMeter;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 use tasks::TaskDone;
 use tokio::sync::{mpsc, watch};
@@ -108,6 +110,20 @@ pub async fn run(
             _ => true,
         }
     }));
+    // The machine's keyboards, mice and touchpads: the first input after a quiet spell as long
+    // as `session_idle` is the owner coming back.
+    let tx = d.wakeups.tx.clone();
+    tokio::spawn(crate::volunteer::input::watch(
+        d.s.probe.dev.join("input"),
+        input_sysfs(&d.s.probe.power_supply),
+        d.input.clone(),
+        move || {
+            !matches!(
+                tx.try_send(Trigger::Input),
+                Err(mpsc::error::TrySendError::Closed(_))
+            )
+        },
+    ));
     d.listen_for_the_owner().await;
     lifecycle::serve(&mut d, hooks, shutdown, reloads).await;
     Ok(())
@@ -179,8 +195,12 @@ pub struct Daemon {
     last_decision: Option<String>,
     /// systemd-logind: sessions, their locks, the sleep and idle inhibitor locks.
     logind: Logind,
+    /// The worker image as the last cycle saw it (an urgent cycle plans with it).
+    last_image: Option<crate::volunteer::worker::ImageState>,
     /// logind announced a sleep and no wake-up yet: workers make room, nothing starts.
     sleeping: bool,
+    /// When the machine's keyboards, mice and touchpads last had input (`input::watch`).
+    input: Arc<LastInput>,
     /// What the control socket's server knows of the policy (kept current across reloads);
     /// None when the socket is not served.
     control: Option<watch::Sender<control::Context>>,
@@ -265,6 +285,12 @@ impl Daemon {
             owner_stop: Stop::new(),
             logind: Default::default(),
             sleeping: false,
+            last_image: None,
+            input: {
+                let input = LastInput::new(now);
+                input.set_wake_gap(s.policy.session_idle);
+                input
+            },
             s,
         })
     }
@@ -376,6 +402,15 @@ impl Daemon {
         self.logind.release_sleep_lock();
         tracing::info!("workers made room; the machine may sleep");
     }
+}
+
+/// The kernel's class of input devices, beside the power supplies pilotd reads for the battery
+/// (both are `/sys/class/...`; a test pointing one elsewhere points both).
+fn input_sysfs(power_supply: &Path) -> PathBuf {
+    power_supply
+        .parent()
+        .unwrap_or(Path::new("/sys/class"))
+        .join("input")
 }
 
 /// The next trigger; never, while a cycle has the channel (it is home between cycles).
@@ -494,6 +529,7 @@ impl Reconciler for Daemon {
             );
         }
         self.worker = worker_for(&s, self.manifest.as_ref());
+        self.input.set_wake_gap(s.policy.session_idle);
         if s.interval != self.s.interval {
             // The timer was built from the old interval; the first tick of a new one is now.
             self.wakeups.interval = cycle_timer(s.interval);

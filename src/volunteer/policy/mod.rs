@@ -400,8 +400,8 @@ pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) 
 /// one signal is enough: locked for `lock_grace`; idle for `session_idle` as its source says
 /// (logind's idle hint, a terminal's idle time); or, at this machine's own keyboard, no input
 /// on the machine's keyboards, mice and touchpads for `session_idle`. A signal nobody can read
-/// says nothing, so a session with none is in use (fail safe). Pushes onto `next` the instant
-/// a lock becomes long enough.
+/// says nothing, so a session with none is in use (fail safe). Pushes onto `next` the instants
+/// a lock becomes long enough and the machine's input has been quiet long enough.
 fn away(
     s: &Session,
     input_idle_s: Option<u64>,
@@ -425,11 +425,15 @@ fn away(
             format_duration(p.session_idle)
         ));
     }
-    if s.local && input_idle_s.is_some_and(|i| i >= idle) {
-        return Some(format!(
-            "no keyboard or mouse input for {} or more",
-            format_duration(p.session_idle)
-        ));
+    if let (true, Some(i)) = (s.local, input_idle_s) {
+        if i >= idle {
+            return Some(format!(
+                "no keyboard or mouse input for {} or more",
+                format_duration(p.session_idle)
+            ));
+        }
+        // Without more input, the session is away then: decide again at that instant.
+        next.push(after(now, Duration::from_secs(idle - i)));
     }
     None
 }

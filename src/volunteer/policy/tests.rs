@@ -301,6 +301,20 @@ fn a_lock_within_its_grace_wakes_the_loop_when_the_grace_ends() {
 }
 
 #[test]
+fn quiet_input_wakes_the_loop_when_it_has_been_quiet_for_session_idle() {
+    let now = utc("2026-01-17T12:00:00Z");
+    let mut p = nights_and_weekends();
+    p.sessions = SessionRule::Active;
+    p.session_idle = Duration::from_secs(900);
+    let h = free_host(now)
+        .with_desk_session("alice", 1000, None, None)
+        .with_input_idle(Some(600));
+    let s = decide(&p, &h, LIMITS, now);
+    assert!(!s.allowed);
+    assert_eq!(s.next_change, Some(now + ChronoDuration::seconds(300)));
+}
+
+#[test]
 fn a_coming_sleep_evicts_as_on_return_and_restarts_the_free_latch() {
     let now = utc("2026-01-17T12:00:00Z");
     let p = nights_and_weekends();

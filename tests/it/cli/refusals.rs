@@ -289,3 +289,38 @@ fn metrics_beyond_loopback_are_warned_at_their_position() {
         assert_eq!(out.contains("hint: listen on 127.0.0.1"), beyond, "{out}");
     }
 }
+
+/// The stored manifest is held at `check` to the rule a fetch is: one that sets env outside the
+/// pool's namespaces is named with why (the daemon would refuse it and wait for a fresh one).
+#[test]
+fn check_warns_when_the_stored_manifest_would_be_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir(d.join("state")).unwrap();
+    let site = format!(
+        "state_dir = \"{}/state\"\n[remote]\nurl = \"https://pool.example.org/m.toml\"\n",
+        d.display()
+    );
+    std::fs::write(
+        d.join("state/manifest.toml"),
+        "version = \"3\"\n[worker.env]\nGLIDEIN_Site = \"X\"\n",
+    )
+    .unwrap();
+    let a = check(d, &site, "").success();
+    let out = String::from_utf8_lossy(&a.get_output().stdout).to_string();
+    assert!(!out.contains("warning"), "{out}");
+    std::fs::write(
+        d.join("state/manifest.toml"),
+        "version = \"4\"\n[worker.env]\nGLIDEIN_Site = \"X\"\nGLIBC_TUNABLES = \"glibc.rtld.x=1\"\n",
+    )
+    .unwrap();
+    let a = check(d, &site, "").success();
+    let out = String::from_utf8_lossy(&a.get_output().stdout).to_string();
+    assert!(
+        out.contains(&format!(
+            "warning: remote manifest {}/state/manifest.toml was refused: env GLIBC_TUNABLES may not come from a remote manifest: it steers the loader or the C library",
+            d.display()
+        )),
+        "{out}"
+    );
+}

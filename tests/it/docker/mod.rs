@@ -8,6 +8,7 @@
 mod egress;
 mod egress_repair;
 mod freshness;
+mod input;
 mod own_load;
 mod page;
 mod pilot;

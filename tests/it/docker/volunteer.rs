@@ -273,6 +273,24 @@ impl Harness {
         assert!(ok, "utmpdump -r failed: {out}");
     }
 
+    /// A login at the machine's own console `line` (no remote host).
+    pub(super) fn login_local(&self, line: &str) {
+        let rec = format!(
+            "[7] [{:05}] [ts/9] [alice   ] [{line:<12}] [                    ] [0.0.0.0        ] [2026-11-30T05:00:00,000000+00:00]\n",
+            std::process::id()
+        );
+        let tmp = self.path("utmp.txt");
+        std::fs::write(&tmp, rec).unwrap();
+        let (ok, out) = sh(&format!(
+            "utmpdump -r < {} > {} 2>/dev/null && cat {} > {}",
+            tmp.display(),
+            self.path("utmp.bin").display(),
+            self.path("utmp.bin").display(),
+            self.path("utmp").display()
+        ));
+        assert!(ok, "utmpdump -r failed: {out}");
+    }
+
     pub(super) fn logout(&self) {
         std::fs::write(self.path("utmp"), b"").unwrap();
     }
