@@ -49,7 +49,10 @@ cleanup() {
   for i in $inst $inst2; do
     docker ps -aq --filter "label=pilotd.instance=$i" | xargs -r docker rm -f >/dev/null
   done
-  [ -n "${port:-}" ] && docker rmi "127.0.0.1:$port/pilotd-test/worker:v1" >/dev/null 2>&1
+  # The pull through the proxy left a tag and a digest reference under its port.
+  [ -n "${port:-}" ] && docker images --digests --format '{{.Repository}}@{{.Digest}} {{.Repository}}:{{.Tag}}' \
+    "127.0.0.1:$port/pilotd-test/worker" | tr ' ' '\n' | grep -v -e '@<none>$' -e ':<none>$' \
+    | xargs -r docker rmi >/dev/null 2>&1
   wait 2>/dev/null
   if [ "${KEEP:-0}" = 1 ]; then log "KEEP=1: logs and events left in $d"; else rm -rf "$d"; fi
 }
