@@ -277,9 +277,10 @@ latency_ms() {
   awk -v a="$t0" -v b="$ns" 'BEGIN { printf "%.0f", (b - a) / 1e6 }'
 }
 # The owner's return reaches the workers without waiting for a cycle (issue 20: p95 < 50 ms,
-# max < 100 ms on the 2-core machine). One sample per check here; tests/bench/owner_return.sh
-# measures the distribution.
-return_bound_ms=${PILOTD_SYSTEMD_RETURN_MS:-100}
+# max < 100 ms on the 2-core machine). One sample per check here, so the bound is a sanity
+# bound that a cycle's wait (seconds) would break, not the goal; tests/bench/owner_return.sh
+# measures the distribution against the goal.
+return_bound_ms=${PILOTD_SYSTEMD_RETURN_MS:-500}
 within_bound() { # MS WHAT
   [ "$1" -le "$return_bound_ms" ] \
     || fail "$2 took $1 ms (bound $return_bound_ms ms; PILOTD_SYSTEMD_RETURN_MS overrides)"

@@ -131,11 +131,24 @@ pub async fn execute(
     out
 }
 
+/// How often a pause is tried before the cycle gives up on it (the next cycle plans again).
+const PAUSE_TRIES: u32 = 3;
+
 /// A pause or a kill, which needs nothing but the engine.
 async fn evict_now(b: &AnyBackend, action: &Action) -> Result<Done, ExecError> {
     match action {
         Action::Pause { id, name, why } => {
-            b.pause(id).await?;
+            // runc can fail to freeze a busy container ("unable to freeze") and expects the
+            // caller to try again; the owner must not wait for the next cycle.
+            let mut tries = 1;
+            while let Err(e) = b.pause(id).await {
+                if tries == PAUSE_TRIES {
+                    return Err(e.into());
+                }
+                tracing::warn!(worker = %name, "pause failed ({e}); trying again");
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
             tracing::info!(worker = %name, "paused: {why}");
             Ok(Done::Paused)
         }
