@@ -261,16 +261,7 @@ impl Harness {
             "[7] [{:05}] [ts/0] [alice   ] [pts/0       ] [10.0.0.5            ] [10.0.0.5       ] [2026-11-30T05:00:00,000000+00:00]\n",
             std::process::id()
         );
-        let tmp = self.path("utmp.txt");
-        std::fs::write(&tmp, rec).unwrap();
-        let (ok, out) = sh(&format!(
-            "utmpdump -r < {} > {} 2>/dev/null && cat {} > {}",
-            tmp.display(),
-            self.path("utmp.bin").display(),
-            self.path("utmp.bin").display(),
-            self.path("utmp").display()
-        ));
-        assert!(ok, "utmpdump -r failed: {out}");
+        self.write_utmp(&rec);
     }
 
     /// A login at the machine's own console `line` (no remote host).
@@ -279,6 +270,11 @@ impl Harness {
             "[7] [{:05}] [ts/9] [alice   ] [{line:<12}] [                    ] [0.0.0.0        ] [2026-11-30T05:00:00,000000+00:00]\n",
             std::process::id()
         );
+        self.write_utmp(&rec);
+    }
+
+    /// Replaces the utmp file with the record `rec` (utmpdump's text form), written whole.
+    fn write_utmp(&self, rec: &str) {
         let tmp = self.path("utmp.txt");
         std::fs::write(&tmp, rec).unwrap();
         let (ok, out) = sh(&format!(
