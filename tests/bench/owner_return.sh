@@ -1,6 +1,6 @@
 #!/bin/bash
 # The owner's return under load (a figure, not a test; it judges nothing): the time from the
-# owner's arrival being written to the engine's pause event, with two workers burning the whole
+# owner's arrival being written to both workers' cgroups being frozen, with two workers burning the whole
 # machine (WORKER_BURN: each spins the CPU its share gives it) and the worker image's registry
 # down (a proxy in front of the test registry that accepts and never answers, so every
 # freshness check, due every REFRESH, hangs until [docker] timeout).
@@ -8,16 +8,17 @@
 #   1. utmp: LOGINS logins written in place into a utmp file (the one record slot rewritten
 #      from DEAD_PROCESS to USER_PROCESS and back with pwrite, as login(3) and logout(3) do),
 #      pilotd on the host with sessions = "any", on_return = "pause".
-#   2. logind (LOCKS changes; LOCKS=0 skips): pilotd inside the real-systemd container
-#      (tests/systemd/image.sh, Debian 13, no utmp), alice logged in through the real sshd,
+#   2. logind (LOCKS changes; LOCKS=0 skips): the real-systemd container (tests/systemd/image.sh,
+#      Debian 13, no utmp), pilotd on the host on the container's system bus, alice logged in
+#      through the container's real sshd,
 #      her session's LockedHint set and cleared by her over the system bus; unlock -> pause,
 #      with sessions = "active", lock_grace = "0s". Skipped, and said so, when this pilotd
 #      does not know lock_grace.
 #
 # Times: the write's from the writer itself (utmp: python reads the clock just before pwrite;
 # logind: the delivery stamp of logind's PropertiesChanged signal, from busctl monitor, and,
-# as a bound, `date` in the container just before busctl starts), the pause's from the engine
-# (`docker events`, TimeNano).
+# as a bound, `date` in the container just before busctl starts), the pause's from a watcher of
+# the workers' cgroup freezers (below).
 # Between two arrivals the owner leaves, both workers are unpaused, and a random 1-3 s passes,
 # so arrivals land at every phase of the INTERVAL cycle. Prints p50/p95/max to the first and
 # to the second worker's pause.
@@ -141,10 +142,39 @@ wait_running() { # INSTANCE N WHAT
   for _ in $(seq 600); do [ "$(running "$1")" -ge "$2" ] && return 0; sleep 0.2; done
   log "$3: $2 running workers did not come within 120 s"; return 1
 }
-# The engine's pause and unpause events of one instance's workers, as they happen.
+# When each of one instance's workers stops and starts computing, as the kernel sees it: its
+# cgroup's freezer (v1 freezer.state FROZEN/THAWED, v2 cgroup.events "frozen"), polled every
+# 0.5 ms by a watcher at nice 0. pilotd freezes a worker's cgroup itself where it can reach it
+# and asks the engine otherwise (whose runc freezes the same cgroup), so one clock serves both.
+# Lines as "TIME_NS pause|unpause"; a poll that runs late under load only adds to the figure.
+cat >"$d/freezer.py" <<'PY'
+import sys, time
+files = sys.argv[1:]
+def frozen(f):
+    s = open(f).read()
+    return s.strip() == "FROZEN" if f.endswith("freezer.state") else "frozen 1" in s.split("\n")
+last = [frozen(f) for f in files]
+while True:
+    for i, f in enumerate(files):
+        now = frozen(f)
+        if now != last[i]:
+            print(time.time_ns(), "pause" if now else "unpause", flush=True)
+            last[i] = now
+    time.sleep(0.0005)
+PY
+freezer_file() { # CONTAINER: its freezer's state file, from its init process's cgroup
+  local pid line
+  pid=$(docker inspect -f '{{.State.Pid}}' "$1")
+  line=$(grep -E '^[0-9]+:([^:]*,)?freezer(,[^:]*)?:' "/proc/$pid/cgroup" || true)
+  if [ -n "$line" ]; then echo "/sys/fs/cgroup/freezer${line##*:}/freezer.state"
+  else echo "/sys/fs/cgroup$(sed -n 's/^0:://p' "/proc/$pid/cgroup")/cgroup.events"; fi
+}
 watch_events() { # INSTANCE FILE
-  docker events --filter "label=pilotd.instance=$1" --filter type=container \
-    --filter event=pause --filter event=unpause --format '{{.TimeNano}} {{.Action}}' >"$2" &
+  local files=()
+  for c in $(docker ps -q --no-trunc --filter "label=pilotd.instance=$1" --filter status=running); do
+    files+=("$(freezer_file "$c")")
+  done
+  python3 "$d/freezer.py" "${files[@]}" >"$2" &
   events=$!
 }
 count() { grep -c " $2\$" "$1" || true; } # FILE ACTION
@@ -237,10 +267,11 @@ docker ps -aq --filter "label=pilotd.instance=$inst" | xargs -r docker rm -f >/d
 # --- part 2: logind lock changes in the real-systemd container ----------------------------------
 [ "$locks" -gt 0 ] || exit 0
 image=$(sh "$here/tests/systemd/image.sh")
+mkdir -p "$d/dbus"
 docker run -d --name "$ctr" --hostname pilotd-owner-return \
   --cap-add SYS_ADMIN --cap-add DAC_READ_SEARCH --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
   -v /sys/fs/cgroup:/sys/fs/cgroup:ro --tmpfs /run --tmpfs /run/lock -e container=docker \
-  -v /var/run/docker.sock:/run/docker.sock -v "$d:$d" \
+  -v "$d:$d" -v "$d/dbus:/run/dbus" \
   --entrypoint /lib/systemd/systemd "$image" >/dev/null
 c() { docker exec "$ctr" "$@"; }
 for _ in $(seq 300); do
@@ -248,12 +279,13 @@ for _ in $(seq 300); do
   [ "$s" = running ] || [ "$s" = degraded ] && break
   sleep 0.2
 done
-cp "$bin" "$d/pilotd"
 write_policy "$d/policy2.toml" active $'session_idle = "15m"\nlock_grace = "0s"'
-# Workers on Docker's default bridge: pilotd's own filtered network would install its
-# iptables rules in the container's network namespace, not the engine's.
-write_site "$d/pilotd2.toml" "$d/policy2.toml" "$d/state2" "$inst2" /run/utmp 'network = "bridge"'
-if ! out=$(c "$d/pilotd" -c "$d/pilotd2.toml" check 2>&1); then
+# pilotd runs on the host, as the package installs it, and asks the container's logind over
+# the container's system bus (its /run/dbus is a directory of the host's): the sessions are
+# the container's, the workers and their cgroups the host's. No utmp, as on Debian 13.
+write_site "$d/pilotd2.toml" "$d/policy2.toml" "$d/state2" "$inst2" "$d/no-utmp"
+bus="unix:path=$d/dbus/system_bus_socket"
+if ! out=$("$bin" -c "$d/pilotd2.toml" check 2>&1); then
   echo "logind part skipped: this pilotd refuses sessions = \"active\" with lock_grace: $(tr '\n' ' ' <<<"$out")"
   exit 0
 fi
@@ -297,7 +329,8 @@ lock() {
 }
 echo forward >"$d/mode"
 lock true # away: the workers may start
-docker exec -d "$ctr" sh -c "RUST_LOG=${LOG:-pilotd=info} exec $d/pilotd -c $d/pilotd2.toml run 2>$d/log2"
+DBUS_SYSTEM_BUS_ADDRESS=$bus RUST_LOG=${LOG:-pilotd=info} "$bin" -c "$d/pilotd2.toml" run 2>"$d/log2" &
+pid=$!
 wait_running "$inst2" 2 "logind part" || { tail -n 30 "$d/log2" >&2; exit 1; }
 echo hang >"$d/mode"
 sleep 3

@@ -10,6 +10,7 @@
 //!   long grace needs a client with a longer timeout;
 //! - a list that fails to decode fails as a whole and is reported as an error, never as empty.
 
+use super::freezer::{Freezer, Freezers};
 use super::{Backend, BackendError, BackendEvent};
 use crate::volunteer::settings::EngineSettings;
 use crate::volunteer::worker::parse_gpus_label;
@@ -42,6 +43,8 @@ pub struct DockerBackend {
     timeout: Duration,
     /// The freshness check's own registry client (one HEAD per check).
     resolver: std::sync::Arc<crate::volunteer::registry::Resolver>,
+    /// Workers' cgroup freezers: pilotd pauses through them (`freezer.rs`).
+    freezers: std::sync::Arc<Freezers>,
 }
 
 impl DockerBackend {
@@ -66,6 +69,7 @@ impl DockerBackend {
             instance: engine.instance.clone(),
             timeout,
             resolver: std::sync::Arc::new(crate::volunteer::registry::Resolver::new(timeout)),
+            freezers: std::sync::Arc::default(),
         })
     }
 
@@ -75,6 +79,42 @@ impl DockerBackend {
 
     pub fn endpoint(&self) -> &str {
         &self.endpoint
+    }
+
+    /// The worker's freezer, looked up once (its init process, from the engine); `None` when
+    /// it cannot be used from here or the worker does not run.
+    async fn freezer(&self, id: &str) -> Option<Freezer> {
+        if let Some(known) = self.freezers.get(id) {
+            return known;
+        }
+        let pid = match self.docker.inspect_container(id, None).await {
+            Ok(i) => i.state.and_then(|s| s.pid),
+            // Asked again next time: the engine may answer then.
+            Err(_) => return None,
+        };
+        let f = pid
+            .and_then(|p| u32::try_from(p).ok())
+            .filter(|&p| p > 0)
+            .and_then(|p| Freezer::of(p, id));
+        if f.is_none() {
+            tracing::debug!(worker = %id, "no cgroup freezer usable from here; the engine pauses it");
+        }
+        self.freezers.set(id, f.clone());
+        f
+    }
+
+    /// A worker pilotd froze itself is thawed before the engine acts on it: the engine
+    /// believes it runs, and a frozen task does not even die of SIGKILL in cgroup v1.
+    fn thaw_if_frozen_here(&self, id: &str) {
+        if !self.freezers.frozen_here(id) {
+            return;
+        }
+        if let Some(Some(f)) = self.freezers.get(id)
+            && let Err(e) = f.thaw()
+        {
+            tracing::debug!(worker = %id, "thawing: {e}");
+        }
+        self.freezers.mark(id, false);
     }
 
     fn err(&self, what: impl Into<String>, e: DockerError) -> BackendError {
@@ -268,6 +308,17 @@ impl Backend for DockerBackend {
                 gpus: parse_gpus_label(labels.get(labels::GPUS)),
                 disk_kib: labels.get(labels::DISK_KIB).and_then(|v| v.parse().ok()),
             };
+            if state == WorkerState::Running {
+                // Frozen by pilotd (the engine still says running): paused.
+                let frozen = match self.freezer(&id).await {
+                    Some(f) => f.is_frozen().unwrap_or(false),
+                    None => false,
+                };
+                self.freezers.mark(&id, frozen);
+                if frozen {
+                    w.state = WorkerState::Paused;
+                }
+            }
             if state.is_finished() {
                 match self.docker.inspect_container(&id, None).await {
                     Ok(i) => {
@@ -287,6 +338,8 @@ impl Backend for DockerBackend {
             workers.push(w);
         }
         workers.sort_by(|a, b| a.created.cmp(&b.created).then(a.name.cmp(&b.name)));
+        self.freezers
+            .retain(&workers.iter().map(|w| w.id.as_str()).collect());
         Ok(workers)
     }
 
@@ -435,6 +488,16 @@ impl Backend for DockerBackend {
     }
 
     async fn pause(&self, id: &str) -> Result<(), BackendError> {
+        if let Some(f) = self.freezer(id).await {
+            match f.freeze().await {
+                Ok(()) => {
+                    self.freezers.mark(id, true);
+                    return Ok(());
+                }
+                // Gone meanwhile, or the cgroup refused: the engine answers for it.
+                Err(e) => tracing::debug!(worker = %id, "freezing: {e}; asking the engine"),
+            }
+        }
         match self.docker.pause_container(id).await {
             Ok(()) => Ok(()),
             Err(e) => match self.err(format!("pausing worker {id}"), e) {
@@ -447,6 +510,13 @@ impl Backend for DockerBackend {
     }
 
     async fn unpause(&self, id: &str) -> Result<(), BackendError> {
+        if self.freezers.frozen_here(id)
+            && let Some(Some(f)) = self.freezers.get(id)
+            && f.thaw().is_ok()
+        {
+            self.freezers.mark(id, false);
+            return Ok(());
+        }
         match self.docker.unpause_container(id).await {
             Ok(()) => Ok(()),
             Err(e) => match self.err(format!("resuming worker {id}"), e) {
@@ -457,6 +527,7 @@ impl Backend for DockerBackend {
     }
 
     async fn stop(&self, id: &str, grace: Duration) -> Result<(), BackendError> {
+        self.thaw_if_frozen_here(id);
         let t = i32::try_from(grace.as_secs()).unwrap_or(i32::MAX);
         // The engine answers only once the container has stopped, up to `grace` later.
         let docker = self
@@ -474,6 +545,7 @@ impl Backend for DockerBackend {
     }
 
     async fn kill(&self, id: &str) -> Result<(), BackendError> {
+        self.thaw_if_frozen_here(id);
         let opts = KillContainerOptionsBuilder::default()
             .signal("SIGKILL")
             .build();
@@ -490,6 +562,7 @@ impl Backend for DockerBackend {
     }
 
     async fn remove(&self, id: &str) -> Result<(), BackendError> {
+        self.thaw_if_frozen_here(id);
         let opts = RemoveContainerOptionsBuilder::default()
             .force(false)
             .v(true)

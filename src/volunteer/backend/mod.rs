@@ -15,6 +15,7 @@
 pub mod docker;
 #[cfg(test)]
 pub mod fake;
+pub mod freezer;
 
 use crate::volunteer::settings::EngineSettings;
 use crate::volunteer::worker::{CpuSample, LocalImage, Worker, WorkerSpec};

@@ -180,12 +180,11 @@ impl Setup {
     }
 
     fn worker_state(&self) -> String {
-        docker(&format!(
+        let engine = docker(&format!(
             "inspect -f '{{{{.State.Status}}}}' {}",
             self.worker
-        ))
-        .trim()
-        .to_string()
+        ));
+        super::kernel_state(&self.worker, engine.trim())
     }
 }
 

@@ -7,6 +7,7 @@
 
 mod egress;
 mod egress_repair;
+mod freezer;
 mod freshness;
 mod input;
 mod own_load;
@@ -19,4 +20,73 @@ mod volunteer;
 /// `docker ARGS`, which must succeed; its stdout.
 fn docker(args: &str) -> String {
     crate::harness::sh_ok(&format!("docker {args}"))
+}
+
+/// A worker's state as the kernel has it: the engine's, except that a worker the engine
+/// believes running whose cgroup is frozen is "paused" (pilotd pauses through the freezer
+/// where it can reach it, and the engine is not told; `volunteer::backend::freezer`).
+fn kernel_state(id: &str, engine_state: &str) -> String {
+    if engine_state != "running" {
+        return engine_state.to_string();
+    }
+    let (_, out) = crate::harness::sh(&format!(
+        "docker inspect -f '{{{{.Id}}}} {{{{.State.Pid}}}}' {id}"
+    ));
+    let mut f = out.split_whitespace();
+    let frozen = match (f.next(), f.next().and_then(|p| p.parse::<u32>().ok())) {
+        (Some(full), Some(pid)) => pilotd::volunteer::backend::freezer::Freezer::of(pid, full)
+            .and_then(|fr| fr.is_frozen().ok())
+            .unwrap_or(false),
+        _ => false,
+    };
+    if frozen { "paused" } else { "running" }.to_string()
+}
+
+/// The worker's cgroup freezer, as pilotd finds it (full id and init pid from the engine).
+fn freezer(id: &str) -> Option<pilotd::volunteer::backend::freezer::Freezer> {
+    let (_, out) = crate::harness::sh(&format!(
+        "docker inspect -f '{{{{.Id}}}} {{{{.State.Pid}}}}' {id}"
+    ));
+    let mut f = out.split_whitespace();
+    let full = f.next()?;
+    let pid = f.next()?.parse().ok()?;
+    pilotd::volunteer::backend::freezer::Freezer::of(pid, full)
+}
+
+/// The first instant a worker's cgroup was seen frozen, by a thread polling it every
+/// millisecond from `FrozenWatch::start` on.
+struct FrozenWatch {
+    first: std::sync::Arc<std::sync::Mutex<Option<std::time::SystemTime>>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl FrozenWatch {
+    fn start(id: &str) -> FrozenWatch {
+        let f = freezer(id).unwrap_or_else(|| panic!("no cgroup freezer found for {id}"));
+        let first = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (seen, done) = (first.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                if f.is_frozen().unwrap_or(false) {
+                    seen.lock()
+                        .unwrap()
+                        .get_or_insert_with(std::time::SystemTime::now);
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        });
+        FrozenWatch { first, stop }
+    }
+
+    fn first_frozen(&self) -> Option<std::time::SystemTime> {
+        *self.first.lock().unwrap()
+    }
+}
+
+impl Drop for FrozenWatch {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
 }

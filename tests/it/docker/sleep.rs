@@ -6,36 +6,14 @@
 //! idle lock only while a worker computes.
 
 use super::volunteer::{Harness, image, policy};
-use crate::harness::sh_ok;
 use crate::sessions::login1::{FakeLogind, Inhibitor};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 fn held(logind: &FakeLogind, what: &str, mode: &str) -> Option<Inhibitor> {
     logind
         .inhibitors()
         .into_iter()
         .find(|i| i.what == what && i.mode == mode && i.released_at().is_none())
-}
-
-/// When the engine paused `id` (its pause event), after `since`.
-fn paused_at(id: &str, since: SystemTime) -> SystemTime {
-    let since_s = since.duration_since(UNIX_EPOCH).unwrap().as_secs();
-    let until_s = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        + 1;
-    let out = sh_ok(&format!(
-        "docker events --since {since_s} --until {until_s} --filter container={id} --filter event=pause --format '{{{{.TimeNano}}}}'"
-    ));
-    let ns: u64 = out
-        .lines()
-        .next()
-        .unwrap_or_else(|| panic!("no pause event for {id}"))
-        .trim()
-        .parse()
-        .unwrap();
-    UNIX_EPOCH + Duration::from_nanos(ns)
 }
 
 #[test]
@@ -68,12 +46,15 @@ fn a_sleep_pauses_before_the_lock_goes_and_the_wake_up_looks_again() {
     );
 
     // The machine is about to sleep.
+    let frozen = super::FrozenWatch::start(&worker.id);
     let announced = SystemTime::now();
     rt.block_on(logind.emit("PrepareForSleep", &(true,)));
     let released = h.wait_for("the sleep lock released", Duration::from_secs(10), || {
         sleep_lock.released_at()
     });
-    let paused = paused_at(&worker.id, announced - Duration::from_secs(1));
+    let paused = frozen
+        .first_frozen()
+        .expect("the worker's cgroup was frozen before the sleep lock went");
     assert!(
         paused <= released,
         "paused {paused:?} after the lock went {released:?}"

@@ -218,7 +218,7 @@ impl Harness {
                 (f.len() >= 3).then(|| Seen {
                     id: f[0].into(),
                     name: f[1].into(),
-                    state: f[2].into(),
+                    state: super::kernel_state(f[0], f[2]),
                     digest: f.get(3).unwrap_or(&"").to_string(),
                 })
             })
