@@ -54,32 +54,12 @@ impl FakeFirewalld {
     }
 }
 
-/// How long the repair took after the announcement, for one way of announcing it. Before
-/// the announcement the worker is seen reaching the host (the probe works, and nothing
-/// repaired the filter on its own meanwhile).
+/// How long the repair took after the announcement, for one way of announcing it.
 fn repaired_after(s: &Setup, announce: impl FnOnce()) -> f64 {
     s.after_a_cycle();
-    // A cycle may come soon after the last (a trigger, then the tick) and repair the filter
-    // before the probe got through: then the next tick is a whole interval away, drop again.
-    let before = loop {
-        let before = s.jumps();
-        let dropped = s.drop_jumps();
-        let leaked = s.h.wait_for(
-            "the unfiltered worker to reach the host, or a cycle to repair the filter",
-            Duration::from_secs(20),
-            || {
-                if !s.secret.since(dropped).is_empty() {
-                    Some(true)
-                } else {
-                    (s.jumps().len() == 2).then_some(false)
-                }
-            },
-        );
-        if leaked {
-            break before;
-        }
-        eprintln!("a cycle repaired the filter before the probe got through; dropping it again");
-    };
+    // Before the announcement the worker reaches the host: the probe works, and nothing
+    // repaired the filter on its own meanwhile.
+    let before = s.drop_until_through();
     let cycles = || s.h.log().matches("cycle done: ").count();
     let (announced, cycles_before) = (now(), cycles());
     announce();
