@@ -71,8 +71,11 @@ impl Guard {
     /// instance has workers) or the filter is down, unless one runs; returns why the filter
     /// is down. No filter (the site's own network) is never down.
     pub fn check(&self, filter: Option<&Filter>, protect: bool) -> Option<String> {
-        *self.inner.kept.lock().unwrap_or_else(PoisonError::into_inner) =
-            (filter.cloned(), protect);
+        *self
+            .inner
+            .kept
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = (filter.cloned(), protect);
         let Some(f) = filter else {
             self.set_down(None);
             return None;
@@ -170,12 +173,21 @@ impl Guard {
         let why = result.as_ref().err().map(|e| match &bridge {
             Ok(Link::Absent) => e.to_string(),
             Ok(_) => format!("{e}; its bridge {} is down meanwhile", f.interface),
-            Err(b) => format!("{e}; its bridge {} could not be taken down either: {b}", f.interface),
+            Err(b) => format!(
+                "{e}; its bridge {} could not be taken down either: {b}",
+                f.interface
+            ),
         });
         match (&bridge, result.is_ok()) {
-            (Ok(Link::Changed), true) => tracing::info!(interface = %f.interface, "pilotd's bridge is up again"),
-            (Ok(Link::Changed), false) => tracing::warn!(interface = %f.interface, "pilotd's bridge taken down: no worker sends a packet until the filter is whole"),
-            (Err(e), true) => tracing::error!(interface = %f.interface, "cannot bring pilotd's bridge up: {e}"),
+            (Ok(Link::Changed), true) => {
+                tracing::info!(interface = %f.interface, "pilotd's bridge is up again")
+            }
+            (Ok(Link::Changed), false) => {
+                tracing::warn!(interface = %f.interface, "pilotd's bridge taken down: no worker sends a packet until the filter is whole")
+            }
+            (Err(e), true) => {
+                tracing::error!(interface = %f.interface, "cannot bring pilotd's bridge up: {e}")
+            }
             _ => {}
         }
         self.set_down(why);

@@ -194,7 +194,9 @@ impl Setup {
             if through {
                 return before;
             }
-            eprintln!("a check repaired the filter before the probe got through; dropping it again");
+            eprintln!(
+                "a check repaired the filter before the probe got through; dropping it again"
+            );
         }
     }
 
@@ -444,7 +446,11 @@ fn a_worker_left_running_while_the_filter_is_down_reaches_nothing() {
         (s.worker_state() == "paused").then_some(())
     });
     assert!(!s.bridge_up(), "the bridge is down while the filter is");
-    assert!(s.h.log().contains("pilotd's bridge taken down"), "{}", s.h.log());
+    assert!(
+        s.h.log().contains("pilotd's bridge taken down"),
+        "{}",
+        s.h.log()
+    );
     let pid = s.h.pid();
     sh_ok(&format!("kill -STOP {pid}"));
     let resumed = {
@@ -455,7 +461,9 @@ fn a_worker_left_running_while_the_filter_is_down_reaches_nothing() {
     // in the background (one the bridge swallows waits out nc's timeout), counted.
     sh_ok(&format!(
         "docker exec -d {} /bin/sh -c 'i=0; while :; do nc -w 1 {} {} </dev/null >/dev/null 2>&1 & i=$((i+1)); echo $i >/tmp/wall; busybox usleep 100000; done'",
-        s.worker, s.gateway, s.secret.port()
+        s.worker,
+        s.gateway,
+        s.secret.port()
     ));
     let tried = s.h.wait_for("30 tries", Duration::from_secs(30), || {
         let n: u64 = docker(&format!("exec {} cat /tmp/wall", s.worker))
@@ -478,9 +486,11 @@ fn a_worker_left_running_while_the_filter_is_down_reaches_nothing() {
     );
     // Back: the filter, then the bridge, then the worker.
     std::fs::remove_file(&flag).unwrap();
-    s.h.wait_for("pilotd to resume the worker", Duration::from_secs(15), || {
-        (s.h.log().contains("resumed: ") && s.worker_state() == "running").then_some(())
-    });
+    s.h.wait_for(
+        "pilotd to resume the worker",
+        Duration::from_secs(15),
+        || (s.h.log().contains("resumed: ") && s.worker_state() == "running").then_some(()),
+    );
     assert!(s.bridge_up(), "the bridge is up again with the filter");
     // The control: without its jumps, and with the bridge up, the probe gets through.
     s.drop_until_through();
