@@ -122,11 +122,10 @@ impl Guard {
                     continue;
                 }
                 inner.checking.store(false, Ordering::Release);
-                // A reload that came between the two lines above: its check is this one's,
-                // unless another has started since.
-                if !(inner.again.swap(false, Ordering::AcqRel)
-                    && !inner.checking.swap(true, Ordering::AcqRel))
-                {
+                // A reload that came between the two lines above asked for one more check:
+                // this task takes it, unless another check has started since.
+                let asked = inner.again.swap(false, Ordering::AcqRel);
+                if !asked || inner.checking.swap(true, Ordering::AcqRel) {
                     break;
                 }
             }
@@ -158,6 +157,12 @@ impl Guard {
         let bridge = link::set_up(&f.interface, result.is_ok());
         match &result {
             Ok(Ensured::Intact) => {}
+            // Workers live behind it: it was there, and all of it went (a flush, or a saved
+            // table restored whole).
+            Ok(Ensured::Installed) if self.protecting() => tracing::warn!(
+                network = %f.network,
+                "workers' traffic filter was gone entirely (the filter table flushed or restored?); put it back"
+            ),
             Ok(Ensured::Installed) => tracing::info!(
                 network = %f.network,
                 interface = %f.interface,
@@ -192,6 +197,15 @@ impl Guard {
         }
         self.set_down(why);
         result.map(|_| ())
+    }
+
+    /// Whether the last cycle saw workers live behind the filter.
+    fn protecting(&self) -> bool {
+        self.inner
+            .kept
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .1
     }
 
     /// Records whether the filter is down; a change is logged and wakes the loop.
