@@ -164,14 +164,42 @@ impl Setup {
     }
 
     /// Deletes the jumps, as a firewall reload does; when.
+    /// Both in one `iptables-restore --noflush` transaction, as a reload takes them at once;
+    /// listed again and tried again when pilotd rebuilt the filter between the listing and
+    /// the deletion (the jumps then lead into chains that are gone).
     pub(super) fn drop_jumps(&self) -> f64 {
-        let jumps = self.jumps();
-        assert_eq!(jumps.len(), 2, "{jumps:?}");
-        let t = now();
-        for j in &jumps {
-            sh_ok(&format!("iptables -w -D {}", &j[3..]));
+        for _ in 0..5 {
+            let jumps = self.jumps();
+            assert_eq!(jumps.len(), 2, "{jumps:?}");
+            let script = format!(
+                "*filter\n{}COMMIT\n",
+                jumps
+                    .iter()
+                    .map(|j| format!("-D {}\n", &j[3..]))
+                    .collect::<String>()
+            );
+            let t = now();
+            let mut restore = Command::new("iptables-restore")
+                .args(["-w", "10", "--noflush"])
+                .stdin(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            std::io::Write::write_all(&mut restore.stdin.take().unwrap(), script.as_bytes())
+                .unwrap();
+            let out = restore.wait_with_output().unwrap();
+            if out.status.success() {
+                return t;
+            }
+            eprintln!(
+                "dropping the jumps failed ({}); listing them again",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
         }
-        t
+        panic!(
+            "could not drop the jumps 5 times in a row\n--- pilotd log ---\n{}",
+            self.h.log()
+        );
     }
 
     /// Drops the jumps until the worker's probe gets through before a check puts them back
