@@ -124,6 +124,15 @@ pub async fn run(
             )
         },
     ));
+    // A firewall reload firewalld announces is checked at once, not at the next cycle. The
+    // guard is asked directly rather than through a trigger: the trigger channel is lent to
+    // a running cycle, and a cycle may take a while to observe.
+    let guard = d.work.egress.clone();
+    tokio::spawn(egress::firewalld::watch(move |announced| {
+        tracing::debug!(?announced, "firewalld");
+        guard.reloaded();
+        true
+    }));
     d.listen_for_the_owner().await;
     lifecycle::serve(&mut d, hooks, shutdown, reloads).await;
     Ok(())

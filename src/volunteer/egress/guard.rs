@@ -7,9 +7,19 @@
 //! it. A change between up and down wakes the loop, so the pause does not wait for the next
 //! tick.
 //!
+//! Two walls while the filter is down: the workers are paused (the plan's), and pilotd's
+//! bridge is taken down (here, `link.rs`), so that a worker the engine failed to pause, or
+//! one someone unpaused, still reaches nothing. The bridge is up exactly while the filter is
+//! whole.
+//!
+//! A firewall reload that firewalld announces (`firewalld.rs`) asks for a check at once
+//! (`reloaded`), with the filter and the workers the last cycle saw; a check already under way
+//! may have read the table before the reload, so one more follows it.
+//!
 //! Cost while workers run: one `iptables -S` per cycle, on a blocking thread; none without
 //! workers.
 
+use super::link::{self, Link};
 use super::{EgressError, Ensured, Filter, Printed};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -26,6 +36,10 @@ struct Inner {
     /// Why the filter is down, while it is.
     down: Mutex<Option<String>>,
     checking: AtomicBool,
+    /// A reload arrived while a check ran: one more check follows it.
+    again: AtomicBool,
+    /// What the last cycle asked to keep: its filter, and whether workers lived.
+    kept: Mutex<(Option<Filter>, bool)>,
     /// Wakes the loop when the filter goes down or comes back.
     wake: Box<dyn Fn() + Send + Sync>,
 }
@@ -37,6 +51,8 @@ impl Guard {
                 printed: Mutex::new(None),
                 down: Mutex::new(None),
                 checking: AtomicBool::new(false),
+                again: AtomicBool::new(false),
+                kept: Mutex::new((None, false)),
                 wake: Box::new(wake),
             }),
         }
@@ -55,19 +71,65 @@ impl Guard {
     /// instance has workers) or the filter is down, unless one runs; returns why the filter
     /// is down. No filter (the site's own network) is never down.
     pub fn check(&self, filter: Option<&Filter>, protect: bool) -> Option<String> {
+        *self
+            .inner
+            .kept
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = (filter.cloned(), protect);
         let Some(f) = filter else {
             self.set_down(None);
             return None;
         };
         let down = self.down();
-        if (protect || down.is_some()) && !self.inner.checking.swap(true, Ordering::AcqRel) {
-            let (guard, f) = (self.clone(), f.clone());
-            tokio::spawn(async move {
-                let _ = guard.ensure(&f).await;
-                guard.inner.checking.store(false, Ordering::Release);
-            });
+        if protect || down.is_some() {
+            self.spawn_check(f, false);
         }
         down
+    }
+
+    /// The firewall was reloaded (firewalld said so): a check at once of what the last cycle
+    /// asked to keep, instead of at the next cycle.
+    pub fn reloaded(&self) {
+        let (filter, protect) = self
+            .inner
+            .kept
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if let Some(f) = filter
+            && (protect || self.down().is_some())
+        {
+            tracing::info!("the firewall was reloaded; checking the workers' traffic filter now");
+            self.spawn_check(&f, true);
+        }
+    }
+
+    /// A check of `f` beside the loop, unless one runs; then, after a reload, one more once it
+    /// is done (it may have read the table before the reload).
+    fn spawn_check(&self, f: &Filter, after_reload: bool) {
+        if self.inner.checking.swap(true, Ordering::AcqRel) {
+            if after_reload {
+                self.inner.again.store(true, Ordering::Release);
+            }
+            return;
+        }
+        let (guard, f) = (self.clone(), f.clone());
+        tokio::spawn(async move {
+            let inner = &guard.inner;
+            loop {
+                let _ = guard.ensure(&f).await;
+                if inner.again.swap(false, Ordering::AcqRel) {
+                    continue;
+                }
+                inner.checking.store(false, Ordering::Release);
+                // A reload that came between the two lines above asked for one more check:
+                // this task takes it, unless another check has started since.
+                let asked = inner.again.swap(false, Ordering::AcqRel);
+                if !asked || inner.checking.swap(true, Ordering::AcqRel) {
+                    break;
+                }
+            }
+        });
     }
 
     /// The filter whole (as found, or restored): before a worker starts, and in every check.
@@ -90,8 +152,17 @@ impl Guard {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         let result = super::ensure(f, &mut printed);
+        // The bridge follows the filter: down before the workers are paused, up only once the
+        // filter is whole again.
+        let bridge = link::set_up(&f.interface, result.is_ok());
         match &result {
             Ok(Ensured::Intact) => {}
+            // Workers live behind it: it was there, and all of it went (a flush, or a saved
+            // table restored whole).
+            Ok(Ensured::Installed) if self.protecting() => tracing::warn!(
+                network = %f.network,
+                "workers' traffic filter was gone entirely (the filter table flushed or restored?); put it back"
+            ),
             Ok(Ensured::Installed) => tracing::info!(
                 network = %f.network,
                 interface = %f.interface,
@@ -104,8 +175,37 @@ impl Guard {
             ),
             Err(_) => {}
         }
-        self.set_down(result.as_ref().err().map(ToString::to_string));
+        let why = result.as_ref().err().map(|e| match &bridge {
+            Ok(Link::Absent) => e.to_string(),
+            Ok(_) => format!("{e}; its bridge {} is down meanwhile", f.interface),
+            Err(b) => format!(
+                "{e}; its bridge {} could not be taken down either: {b}",
+                f.interface
+            ),
+        });
+        match (&bridge, result.is_ok()) {
+            (Ok(Link::Changed), true) => {
+                tracing::info!(interface = %f.interface, "pilotd's bridge is up again")
+            }
+            (Ok(Link::Changed), false) => {
+                tracing::warn!(interface = %f.interface, "pilotd's bridge taken down: no worker sends a packet until the filter is whole")
+            }
+            (Err(e), true) => {
+                tracing::error!(interface = %f.interface, "cannot bring pilotd's bridge up: {e}")
+            }
+            _ => {}
+        }
+        self.set_down(why);
         result.map(|_| ())
+    }
+
+    /// Whether the last cycle saw workers live behind the filter.
+    fn protecting(&self) -> bool {
+        self.inner
+            .kept
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .1
     }
 
     /// Records whether the filter is down; a change is logged and wakes the loop.

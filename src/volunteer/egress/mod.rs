@@ -22,16 +22,22 @@
 //!   all in one `iptables-restore --noflush` transaction (`rebuild_script`), which the kernel
 //!   commits whole or not at all. At no moment does a worker's packet find no filter;
 //! - when it cannot be restored, the daemon pauses this instance's workers and starts none
-//!   (`guard.rs`; the plan's `filter_down`).
+//!   (`guard.rs`; the plan's `filter_down`), and takes pilotd's bridge down until it is back
+//!   (`link.rs`), so a worker the engine failed to pause reaches nothing either;
+//! - a reload firewalld announces on the bus is checked at once (`firewalld.rs`); one no one
+//!   announces (`iptables-restore`, `nft flush ruleset`) is found by the next cycle's check.
 //!
 //! `iptables.rs` runs the programs; `guard.rs` is the daemon's keeper of the filter.
 
+pub mod firewalld;
 mod guard;
 mod iptables;
+mod link;
 
 pub use crate::config::units::Ipv4Net;
 pub use guard::Guard;
 pub use iptables::{Ensured, ensure, list, remove};
+pub use link::{Link, set_up as set_bridge_up};
 
 /// What a worker may not reach unless allowed: the private ranges (RFC 1918), shared address
 /// space (RFC 6598), link-local (RFC 3927, cloud metadata), "this network", IETF protocol

@@ -8,6 +8,7 @@
 //! - a rebuild (forced by a changed chain) leaves no moment unfiltered;
 //! - a filter that cannot be restored (iptables-restore fails, through a stand-in on PATH)
 //!   pauses the workers and says why, and they resume once it is back;
+//! - meanwhile pilotd's bridge is down: a worker the engine failed to pause reaches nothing;
 //! - no worker starts while the filter cannot be installed;
 //! - checking a whole filter changes nothing, and its cost.
 
@@ -24,7 +25,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// The tests' cycle interval (volunteer::Harness's).
 const INTERVAL_S: f64 = 2.0;
 
-fn now() -> f64 {
+pub(super) fn now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
@@ -33,7 +34,7 @@ fn now() -> f64 {
 
 /// A listener on every address of this host that answers each connection with a secret and
 /// records when it accepted it.
-struct Secret {
+pub(super) struct Secret {
     port: u16,
     child: Child,
     hits: Arc<Mutex<Vec<f64>>>,
@@ -79,8 +80,12 @@ impl Secret {
         Secret { port, child, hits }
     }
 
+    pub(super) fn port(&self) -> u16 {
+        self.port
+    }
+
     /// When connections were accepted at or after `from`.
-    fn since(&self, from: f64) -> Vec<f64> {
+    pub(super) fn since(&self, from: f64) -> Vec<f64> {
         let hits = self.hits.lock().unwrap();
         hits.iter().copied().filter(|t| *t >= from).collect()
     }
@@ -94,21 +99,33 @@ impl Drop for Secret {
 }
 
 /// The test's pilotd, its one worker, and the worker's probe of the host's secret.
-struct Setup {
-    h: Harness,
-    worker: String,
-    secret: Secret,
+pub(super) struct Setup {
+    pub(super) h: Harness,
+    pub(super) worker: String,
+    pub(super) secret: Secret,
     /// The base name of this instance's chains.
     base: String,
+    /// The bridge's gateway: the host, as the worker reaches it.
+    gateway: String,
 }
 
 impl Setup {
     fn start(tag: &str, path: Option<&Path>) -> Setup {
+        Setup::start_on(tag, path, &[], None)
+    }
+
+    /// `start`, with these variables in pilotd's environment and this cycle interval.
+    pub(super) fn start_on(
+        tag: &str,
+        path: Option<&Path>,
+        env: &[(&str, &str)],
+        interval: Option<&str>,
+    ) -> Setup {
         let mut h = Harness::new(tag, &policy("pause", 1), "", &image("v1"));
-        match path {
-            Some(dir) => h.start_with_path(dir),
-            None => h.start(),
+        if let Some(i) = interval {
+            h.set_interval(i);
         }
+        h.start_with_path_and(path, env);
         let worker = h.wait_for("a running worker", Duration::from_secs(60), || {
             h.running().first().map(|w| w.name.clone())
         });
@@ -129,11 +146,12 @@ impl Setup {
             worker,
             secret,
             base,
+            gateway: gateway.trim().to_string(),
         }
     }
 
     /// This instance's jumps as iptables lists them now (`-A <built-in> …`).
-    fn jumps(&self) -> Vec<String> {
+    pub(super) fn jumps(&self) -> Vec<String> {
         let table = sh_ok("iptables -w -S");
         table
             .lines()
@@ -146,18 +164,72 @@ impl Setup {
     }
 
     /// Deletes the jumps, as a firewall reload does; when.
-    fn drop_jumps(&self) -> f64 {
-        let jumps = self.jumps();
-        assert_eq!(jumps.len(), 2, "{jumps:?}");
-        let t = now();
-        for j in &jumps {
-            sh_ok(&format!("iptables -w -D {}", &j[3..]));
+    /// Both in one `iptables-restore --noflush` transaction, as a reload takes them at once;
+    /// listed again and tried again when pilotd rebuilt the filter between the listing and
+    /// the deletion (the jumps then lead into chains that are gone).
+    pub(super) fn drop_jumps(&self) -> f64 {
+        for _ in 0..5 {
+            let jumps = self.jumps();
+            assert_eq!(jumps.len(), 2, "{jumps:?}");
+            let script = format!(
+                "*filter\n{}COMMIT\n",
+                jumps
+                    .iter()
+                    .map(|j| format!("-D {}\n", &j[3..]))
+                    .collect::<String>()
+            );
+            let t = now();
+            let mut restore = Command::new("iptables-restore")
+                .args(["-w", "10", "--noflush"])
+                .stdin(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            std::io::Write::write_all(&mut restore.stdin.take().unwrap(), script.as_bytes())
+                .unwrap();
+            let out = restore.wait_with_output().unwrap();
+            if out.status.success() {
+                return t;
+            }
+            eprintln!(
+                "dropping the jumps failed ({}); listing them again",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
         }
-        t
+        panic!(
+            "could not drop the jumps 5 times in a row\n--- pilotd log ---\n{}",
+            self.h.log()
+        );
+    }
+
+    /// Drops the jumps until the worker's probe gets through before a check puts them back
+    /// (a cycle may come right after a drop); the jumps as they were before the last drop.
+    pub(super) fn drop_until_through(&self) -> Vec<String> {
+        loop {
+            let before = self.jumps();
+            let dropped = self.drop_jumps();
+            let through = self.h.wait_for(
+                "the unfiltered worker to reach the host, or a check to repair the filter",
+                Duration::from_secs(20),
+                || {
+                    if !self.secret.since(dropped).is_empty() {
+                        Some(true)
+                    } else {
+                        (self.jumps().len() == 2).then_some(false)
+                    }
+                },
+            );
+            if through {
+                return before;
+            }
+            eprintln!(
+                "a check repaired the filter before the probe got through; dropping it again"
+            );
+        }
     }
 
     /// Waits until the filter's jumps are back (both, into one new generation); when.
-    fn wait_jumps_back(&self, before: &[String], within: Duration) -> f64 {
+    pub(super) fn wait_jumps_back(&self, before: &[String], within: Duration) -> f64 {
         let deadline = Instant::now() + within;
         loop {
             let now_jumps = self.jumps();
@@ -175,11 +247,18 @@ impl Setup {
 
     /// Waits for the end of a cycle (a fresh status file), so the next check is about an
     /// interval away.
-    fn after_a_cycle(&self) {
+    pub(super) fn after_a_cycle(&self) {
         self.h.wait_cycles(2);
     }
 
-    fn worker_state(&self) -> String {
+    /// Whether pilotd's bridge is up (its flags in sysfs).
+    pub(super) fn bridge_up(&self) -> bool {
+        let (_, interface, _) = egress::names(self.h.instance());
+        let flags = std::fs::read_to_string(format!("/sys/class/net/{interface}/flags")).unwrap();
+        u32::from_str_radix(flags.trim().trim_start_matches("0x"), 16).unwrap() & 1 == 1
+    }
+
+    pub(super) fn worker_state(&self) -> String {
         let engine = docker(&format!(
             "inspect -f '{{{{.State.Status}}}}' {}",
             self.worker
@@ -374,6 +453,76 @@ fn a_filter_that_cannot_be_restored_pauses_the_workers_and_says_why() {
     assert!(s.h.log().contains("workers' traffic filter whole again"));
 }
 
+/// The second wall: while the filter cannot be restored, pilotd's bridge is down, so a worker
+/// the engine failed to pause still reaches nothing. The test makes one: it stops pilotd
+/// (SIGSTOP, so it cannot pause the worker again) and unpauses the worker by hand; the probe
+/// then tries again and again, and the listener accepts nothing. Once the filter is back, so
+/// is the bridge, and the same probe gets through when the jumps alone are dropped (it works).
+#[test]
+#[ignore = "needs the Docker engine and the local registry: tests/run.sh sets them up and runs it"]
+fn a_worker_left_running_while_the_filter_is_down_reaches_nothing() {
+    let shim = tempfile::tempdir().unwrap();
+    let flag: PathBuf = shim.path().join("broken");
+    failing_restore(shim.path(), &flag);
+    let s = Setup::start("egress-wall", Some(shim.path()));
+    s.after_a_cycle();
+    assert!(s.bridge_up(), "the bridge is up while the filter is whole");
+    std::fs::write(&flag, "").unwrap();
+    s.drop_jumps();
+    s.h.wait_for("the worker paused", Duration::from_secs(15), || {
+        (s.worker_state() == "paused").then_some(())
+    });
+    assert!(!s.bridge_up(), "the bridge is down while the filter is");
+    assert!(
+        s.h.log().contains("pilotd's bridge taken down"),
+        "{}",
+        s.h.log()
+    );
+    let pid = s.h.pid();
+    sh_ok(&format!("kill -STOP {pid}"));
+    let resumed = {
+        docker(&format!("unpause {}", s.worker));
+        now()
+    };
+    // A probe of its own that never waits for an answer: a connection every 100 ms, each
+    // in the background (one the bridge swallows waits out nc's timeout), counted.
+    sh_ok(&format!(
+        "docker exec -d {} /bin/sh -c 'i=0; while :; do nc -w 1 {} {} </dev/null >/dev/null 2>&1 & i=$((i+1)); echo $i >/tmp/wall; busybox usleep 100000; done'",
+        s.worker,
+        s.gateway,
+        s.secret.port()
+    ));
+    let tried = s.h.wait_for("30 tries", Duration::from_secs(30), || {
+        let n: u64 = docker(&format!("exec {} cat /tmp/wall", s.worker))
+            .trim()
+            .parse()
+            .unwrap_or(0);
+        (n >= 30).then_some(n)
+    });
+    sh_ok(&format!("kill -CONT {pid}"));
+    let leaked = s.secret.since(resumed);
+    eprintln!(
+        "worker unpaused for {:.1}s with the filter and the bridge down: {tried} tries, {} got through",
+        now() - resumed,
+        leaked.len()
+    );
+    assert!(
+        leaked.is_empty(),
+        "{} connection(s) got through the downed bridge",
+        leaked.len()
+    );
+    // Back: the filter, then the bridge, then the worker.
+    std::fs::remove_file(&flag).unwrap();
+    s.h.wait_for(
+        "pilotd to resume the worker",
+        Duration::from_secs(15),
+        || (s.h.log().contains("resumed: ") && s.worker_state() == "running").then_some(()),
+    );
+    assert!(s.bridge_up(), "the bridge is up again with the filter");
+    // The control: without its jumps, and with the bridge up, the probe gets through.
+    s.drop_until_through();
+}
+
 /// The promise "if the egress filter cannot be installed, no worker starts": with
 /// iptables-restore failing from the start, cycles pass and no container is even created;
 /// the status says why. Once it works, the filter goes in and the worker starts.
@@ -402,11 +551,24 @@ fn no_worker_starts_while_the_filter_cannot_be_installed() {
         "{said}"
     );
     assert!(said.contains("the traffic filter is down"), "{said}");
+    let shown = h.pilotd().arg("status").output().unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown.contains("none starts: the traffic filter is down")
+            && shown.contains("simulated failure (test)"),
+        "`pilotd status` says why:\n{shown}"
+    );
     std::fs::remove_file(&flag).unwrap();
     h.wait_for("a running worker", Duration::from_secs(30), || {
         h.running().first().map(|_| ())
     });
     let (_, interface, _) = egress::names(h.instance());
+    let flags = std::fs::read_to_string(format!("/sys/class/net/{interface}/flags")).unwrap();
+    assert_eq!(
+        u32::from_str_radix(flags.trim().trim_start_matches("0x"), 16).unwrap() & 1,
+        1,
+        "the bridge is up once the filter is in"
+    );
     let table = sh_ok("iptables -w -S");
     assert_eq!(
         table

@@ -6,6 +6,7 @@
 //! `--include-ignored`, and then a missing engine or registry is a failure, never a skip.
 
 mod egress;
+mod egress_firewalld;
 mod egress_repair;
 mod freezer;
 mod freshness;

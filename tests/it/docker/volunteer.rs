@@ -111,15 +111,24 @@ impl Harness {
 
     /// `start` with the programs of `dir` found before the host's (a test's stand-ins).
     pub(super) fn start_with_path(&mut self, dir: &Path) {
+        self.start_with_path_and(Some(dir), &[]);
+    }
+
+    /// `start` with the programs of `dir` (when given) found before the host's, and these
+    /// environment variables set.
+    pub(super) fn start_with_path_and(&mut self, dir: Option<&Path>, env: &[(&str, &str)]) {
         let mut c = self.pilotd();
-        c.env(
-            "PATH",
-            format!(
-                "{}:{}",
-                dir.display(),
-                std::env::var("PATH").unwrap_or_default()
-            ),
-        );
+        if let Some(dir) = dir {
+            c.env(
+                "PATH",
+                format!(
+                    "{}:{}",
+                    dir.display(),
+                    std::env::var("PATH").unwrap_or_default()
+                ),
+            );
+        }
+        c.envs(env.iter().copied());
         self.start_command(c);
     }
 
@@ -137,6 +146,11 @@ impl Harness {
             .spawn()
             .expect("pilotd starts");
         self.child = Some(child);
+    }
+
+    /// The running pilotd's process id.
+    pub(super) fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
     }
 
     pub(super) fn instance(&self) -> &str {
@@ -162,7 +176,7 @@ impl Harness {
     }
 
     /// Rewrites `interval` in pilotd.toml (applied by `reload` or the next `start`).
-    fn set_interval(&self, interval: &str) {
+    pub(super) fn set_interval(&self, interval: &str) {
         let path = self.path("pilotd.toml");
         let text = std::fs::read_to_string(&path).unwrap();
         let line = text

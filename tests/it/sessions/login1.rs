@@ -154,7 +154,7 @@ impl LoginSession {
     }
 }
 
-struct Bus {
+pub(crate) struct Bus {
     daemon: Child,
 }
 
@@ -167,7 +167,7 @@ impl Drop for Bus {
 
 /// A real dbus-daemon listening on `socket`, with the session bus's rules (anyone may own a
 /// name on it, so the test can be logind).
-fn start_bus(socket: &Path) -> Bus {
+pub(crate) fn start_bus(socket: &Path) -> Bus {
     let daemon = Command::new("dbus-daemon")
         .args(["--session", "--nofork", "--nopidfile"])
         .arg(format!("--address=unix:path={}", socket.display()))
