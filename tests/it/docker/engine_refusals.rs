@@ -14,7 +14,8 @@ fn raw(socket: &str, method: &str, path: &str) -> String {
     let out = crate::harness::sh_ok(&format!(
         "curl -s --unix-socket {socket} -X {method} -w ' %{{http_code}}' http://engine{path}"
     ));
-    let (body, code) = out.rsplit_once(' ').unwrap();
+    // No body (204, 304): the code alone, trimmed of its space.
+    let (body, code) = out.rsplit_once(' ').unwrap_or(("", &out));
     let message = serde_json::from_str::<serde_json::Value>(body)
         .ok()
         .and_then(|v| v["message"].as_str().map(str::to_string))

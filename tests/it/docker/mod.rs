@@ -7,7 +7,9 @@
 
 mod egress;
 mod egress_repair;
+mod engine_refusals;
 mod freshness;
+mod hardening;
 mod input;
 mod own_load;
 mod page;
