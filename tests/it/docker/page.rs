@@ -263,20 +263,25 @@ fn the_status_page_in_chromium_snoozes_and_the_worker_stops() {
         code
     };
     let wrong = "0".repeat(64);
-    let spoiled = [
+    // (origin, fetch site, token): each request is sent and judged before the next.
+    let spoiled: [(&str, &str, &str, Option<&str>); 4] = [
         (
             "a foreign Origin",
-            post("Origin: http://evil.example", &good[1], Some(&csrf)),
+            "Origin: http://evil.example",
+            &good[1],
+            Some(&csrf),
         ),
         (
             "Sec-Fetch-Site: cross-site",
-            post(&good[0], "Sec-Fetch-Site: cross-site", Some(&csrf)),
+            &good[0],
+            "Sec-Fetch-Site: cross-site",
+            Some(&csrf),
         ),
-        ("no CSRF token", post(&good[0], &good[1], None)),
-        ("a wrong CSRF token", post(&good[0], &good[1], Some(&wrong))),
+        ("no CSRF token", &good[0], &good[1], None),
+        ("a wrong CSRF token", &good[0], &good[1], Some(&wrong)),
     ];
-    for (what, code) in spoiled {
-        assert_eq!(code, "403", "{what}");
+    for (what, origin, site, token) in spoiled {
+        assert_eq!(post(origin, site, token), "403", "{what}");
         assert!(
             !h.path("state/snooze.json").exists(),
             "{what}: nothing recorded"
