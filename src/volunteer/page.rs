@@ -778,7 +778,8 @@ mod tests {
     /// the spoiled point snoozes, so each refusal comes from the point under test.
     #[test]
     fn a_valid_session_is_refused_for_each_cross_site_sign_alone() {
-        let spoils: [(&str, fn(&mut HttpRequest)); 5] = [
+        type Spoil = fn(&mut HttpRequest);
+        let spoils: [(&str, Spoil); 5] = [
             ("a foreign Origin", |r| {
                 r.headers
                     .insert("origin".into(), "http://evil.example".into());

@@ -557,7 +557,7 @@ fn job_causes(job: &Value) -> Vec<(String, String)> {
         for (k, v) in labels.as_object().into_iter().flatten() {
             if !label_key(k) {
                 add(
-                    format!("{at}"),
+                    at.to_string(),
                     format!(
                         "Invalid value: \"{k}\": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"
                     ),
@@ -566,7 +566,7 @@ fn job_causes(job: &Value) -> Vec<(String, String)> {
             match v.as_str() {
                 Some(v) if label_value(v) => {}
                 _ => add(
-                    format!("{at}"),
+                    at.to_string(),
                     format!(
                         "Invalid value: {v}: a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"
                     ),
