@@ -689,6 +689,166 @@ mod tests {
         }
     }
 
+    /// A page on port 8466 with a state dir of its own, and an owner's session on it: the
+    /// cookie the key was traded for and the CSRF token its page carries.
+    struct Signed {
+        _dir: tempfile::TempDir,
+        ctx: Context,
+        wake: (mpsc::Sender<()>, mpsc::Receiver<()>),
+        set_cookie: String,
+        sid: String,
+        csrf: String,
+    }
+
+    const PORT: u16 = 8466;
+
+    fn signed_in() -> Signed {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = Context {
+            state_dir: dir.path().to_path_buf(),
+            policy: crate::config::Policy::defaults(crate::zone::Zone::utc()),
+            page_port: Some(PORT),
+            doors: Doors::default(),
+        };
+        let wake = mpsc::channel(1);
+        let key = ctx.doors.new_key("alice", Instant::now()).unwrap();
+        let mut get = req("GET", "/", &[("host", "127.0.0.1:8466")]);
+        get.query.insert("key".into(), key);
+        let r = decide(&get, PORT, &ctx, &wake.0, Instant::now(), Utc::now());
+        assert_eq!(r.status, "303 See Other");
+        let set_cookie = r
+            .headers
+            .iter()
+            .find(|(k, _)| k == "set-cookie")
+            .map(|(_, v)| v.clone())
+            .expect("a session cookie");
+        let sid = set_cookie
+            .split(';')
+            .next()
+            .and_then(|kv| kv.strip_prefix("pilotd_session="))
+            .unwrap()
+            .to_string();
+        let csrf = ctx.doors.session(&sid, Instant::now()).unwrap().csrf;
+        Signed {
+            _dir: dir,
+            ctx,
+            wake,
+            set_cookie,
+            sid,
+            csrf,
+        }
+    }
+
+    impl Signed {
+        /// A snooze pressed on this page, as the browser sends it; `change` spoils one point.
+        fn snooze(&mut self, change: impl FnOnce(&mut HttpRequest)) -> Response {
+            let cookie = format!("pilotd_session={}", self.sid);
+            let mut r = req(
+                "POST",
+                "/snooze",
+                &[
+                    ("host", "127.0.0.1:8466"),
+                    ("cookie", &cookie),
+                    ("origin", "http://127.0.0.1:8466"),
+                    ("sec-fetch-site", "same-origin"),
+                ],
+            );
+            r.form.insert("hours".into(), "1".into());
+            r.form.insert("csrf".into(), self.csrf.clone());
+            change(&mut r);
+            decide(
+                &r,
+                PORT,
+                &self.ctx,
+                &self.wake.0,
+                Instant::now(),
+                Utc::now(),
+            )
+        }
+
+        fn snoozed(&self) -> bool {
+            snooze::active(&self.ctx.state_dir, Utc::now())
+                .unwrap()
+                .is_some()
+        }
+    }
+
+    /// With a valid session, each cross-site sign alone refuses the press: a foreign Origin,
+    /// a cross-site Sec-Fetch-Site, a missing or a wrong CSRF token. The same request without
+    /// the spoiled point snoozes, so each refusal comes from the point under test.
+    #[test]
+    fn a_valid_session_is_refused_for_each_cross_site_sign_alone() {
+        type Spoil = fn(&mut HttpRequest);
+        let spoils: [(&str, Spoil); 5] = [
+            ("a foreign Origin", |r| {
+                r.headers
+                    .insert("origin".into(), "http://evil.example".into());
+            }),
+            ("this page's Origin on another port", |r| {
+                r.headers
+                    .insert("origin".into(), "http://127.0.0.1:9999".into());
+            }),
+            ("Sec-Fetch-Site: cross-site", |r| {
+                r.headers
+                    .insert("sec-fetch-site".into(), "cross-site".into());
+            }),
+            ("no CSRF token", |r| {
+                r.form.remove("csrf");
+            }),
+            ("a wrong CSRF token", |r| {
+                r.form.insert("csrf".into(), "0".repeat(64));
+            }),
+        ];
+        for (what, spoil) in spoils {
+            let mut s = signed_in();
+            let r = s.snooze(spoil);
+            assert_eq!(r.status, "403 Forbidden", "{what}");
+            assert!(r.body.contains("did not come from this page"), "{what}");
+            assert!(!s.snoozed(), "{what}: nothing recorded");
+            assert!(s.wake.1.try_recv().is_err(), "{what}: no cycle woken");
+            // The control: the same session, the same request, unspoiled.
+            let r = s.snooze(|_| {});
+            assert_eq!(r.status, "303 See Other", "{what}: control");
+            assert!(s.snoozed(), "{what}: control snoozes");
+            assert!(s.wake.1.try_recv().is_ok(), "{what}: control wakes a cycle");
+        }
+        // Another session's token is a wrong token too.
+        let mut a = signed_in();
+        let b = signed_in();
+        let r = a.snooze(|r| {
+            r.form.insert("csrf".into(), b.csrf.clone());
+        });
+        assert_eq!(r.status, "403 Forbidden");
+    }
+
+    /// The session cookie: not readable by scripts, never sent by another site, for the whole
+    /// page, host-only (no Domain: a cookie for 127.0.0.1 alone), and as long as the session.
+    /// No Secure: the page is plain HTTP on loopback, where a Secure cookie is not one a
+    /// browser must send back.
+    #[test]
+    fn the_session_cookie_carries_its_flags() {
+        let s = signed_in();
+        let mut parts = s.set_cookie.split(';').map(str::trim);
+        let first = parts.next().unwrap();
+        assert_eq!(first, format!("pilotd_session={}", s.sid));
+        assert_eq!(s.sid.len(), 64, "a 256-bit random id");
+        let attrs: Vec<String> = parts.map(|p| p.to_ascii_lowercase()).collect();
+        let has = |a: &str| attrs.iter().any(|x| x == a);
+        assert!(has("httponly"), "{attrs:?}");
+        assert!(has("samesite=strict"), "{attrs:?}");
+        assert!(has("path=/"), "{attrs:?}");
+        assert!(
+            has(&format!("max-age={}", SESSION_LIFE.as_secs())),
+            "{attrs:?}"
+        );
+        assert!(
+            !attrs.iter().any(|x| x.starts_with("domain")),
+            "host-only: {attrs:?}"
+        );
+        assert!(!has("secure"), "plain HTTP on loopback: {attrs:?}");
+        assert_eq!(attrs.len(), 4, "nothing else: {attrs:?}");
+    }
+
     /// Keys come from the kernel's CSPRNG, never from a fallback: a generator that fails is an
     /// error the page shows, not 64 zeros.
     #[test]

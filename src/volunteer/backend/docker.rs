@@ -154,6 +154,46 @@ impl DockerBackend {
     }
 }
 
+/// A change of a worker's state that the engine may refuse because the worker is already
+/// where the change would take it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    Pause,
+    Unpause,
+    Stop,
+    Kill,
+    Remove,
+}
+
+/// The engine's refusals that mean "already done": the worker is where the change would take
+/// it (or gone), so the change succeeded. Every other refusal stays an error — above all
+/// removing a running or paused worker (409 "You cannot remove a running container"), which
+/// the daemon must never ask for. The words are Docker 20.10's, asked of the real engine by
+/// tests/it/docker/engine_refusals.rs; the fake engine answers with the same words.
+/// - pause of a paused worker: 409 "Container ID is already paused";
+/// - unpause of a worker that is not paused: **500** (not 409) "Container ID is not paused";
+/// - stop of a stopped worker: 304, a success for bollard; of a gone one: 404;
+/// - kill of a stopped worker: 409 "Cannot kill container: ID: Container ID is not running";
+/// - remove of a worker being removed: 409 "removal of container ID is already in progress".
+pub fn already_there(change: Change, e: BackendError) -> Result<(), BackendError> {
+    let says = |e: &BackendError, words: &str| match e {
+        BackendError::Conflict { message, .. } | BackendError::Rejected { message, .. } => {
+            message.contains(words)
+        }
+        _ => false,
+    };
+    let done = match change {
+        Change::Pause => says(&e, "is already paused"),
+        Change::Unpause => says(&e, "is not paused"),
+        Change::Stop => matches!(e, BackendError::NotFound { .. }),
+        Change::Kill => matches!(e, BackendError::NotFound { .. }) || says(&e, "is not running"),
+        Change::Remove => {
+            matches!(e, BackendError::NotFound { .. }) || says(&e, "already in progress")
+        }
+    };
+    if done { Ok(()) } else { Err(e) }
+}
+
 /// Maps a bollard error to what the caller acts on, naming the endpoint and what to do.
 pub fn map_error(what: impl Into<String>, endpoint: &str, e: DockerError) -> BackendError {
     let what = what.into();
@@ -500,12 +540,7 @@ impl Backend for DockerBackend {
         }
         match self.docker.pause_container(id).await {
             Ok(()) => Ok(()),
-            Err(e) => match self.err(format!("pausing worker {id}"), e) {
-                BackendError::Conflict { message, .. } if message.contains("already paused") => {
-                    Ok(())
-                }
-                other => Err(other),
-            },
+            Err(e) => already_there(Change::Pause, self.err(format!("pausing worker {id}"), e)),
         }
     }
 
@@ -519,10 +554,10 @@ impl Backend for DockerBackend {
         }
         match self.docker.unpause_container(id).await {
             Ok(()) => Ok(()),
-            Err(e) => match self.err(format!("resuming worker {id}"), e) {
-                BackendError::Conflict { message, .. } if message.contains("not paused") => Ok(()),
-                other => Err(other),
-            },
+            Err(e) => already_there(
+                Change::Unpause,
+                self.err(format!("resuming worker {id}"), e),
+            ),
         }
     }
 
@@ -537,10 +572,7 @@ impl Backend for DockerBackend {
         let opts = StopContainerOptionsBuilder::default().t(t).build();
         match docker.stop_container(id, Some(opts)).await {
             Ok(()) => Ok(()),
-            Err(e) => match self.err(format!("stopping worker {id}"), e) {
-                BackendError::NotFound { .. } => Ok(()),
-                other => Err(other),
-            },
+            Err(e) => already_there(Change::Stop, self.err(format!("stopping worker {id}"), e)),
         }
     }
 
@@ -551,13 +583,7 @@ impl Backend for DockerBackend {
             .build();
         match self.docker.kill_container(id, Some(opts)).await {
             Ok(()) => Ok(()),
-            Err(e) => match self.err(format!("killing worker {id}"), e) {
-                BackendError::NotFound { .. } => Ok(()),
-                BackendError::Conflict { message, .. } if message.contains("is not running") => {
-                    Ok(())
-                }
-                other => Err(other),
-            },
+            Err(e) => already_there(Change::Kill, self.err(format!("killing worker {id}"), e)),
         }
     }
 
@@ -569,15 +595,7 @@ impl Backend for DockerBackend {
             .build();
         match self.docker.remove_container(id, Some(opts)).await {
             Ok(()) => Ok(()),
-            Err(e) => match self.err(format!("removing worker {id}"), e) {
-                BackendError::NotFound { .. } => Ok(()),
-                BackendError::Conflict { message, .. }
-                    if message.contains("already in progress") =>
-                {
-                    Ok(())
-                }
-                other => Err(other),
-            },
+            Err(e) => already_there(Change::Remove, self.err(format!("removing worker {id}"), e)),
         }
     }
 

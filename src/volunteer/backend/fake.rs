@@ -1,11 +1,15 @@
 //! A recording in-memory backend for the daemon-level unit tests (`daemon/tests.rs`): it keeps
-//! workers and images in a table, records every call, and can be told to fail.
+//! workers and images in a table, records every call, and can be told to fail. A change of a
+//! worker's state is refused as Docker refuses it (a paused worker paused again, a running one
+//! resumed or removed): same status, same words, read by the Docker backend's own
+//! `already_there`, so a daemon that leans on a lenient engine fails here too.
 
+use super::docker::{Change, already_there};
 use super::{Backend, BackendError, BackendEvent};
 use crate::volunteer::worker::{
     CpuSample, LocalImage, Worker, WorkerSpec, WorkerState, split_reference,
 };
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -31,6 +35,13 @@ pub struct FakeWorld {
     pub specs: Vec<WorkerSpec>,
     /// What `cpu_sample` reads for a worker, by id (zero when unset).
     pub cpu: BTreeMap<String, CpuSample>,
+    /// Workers (by id) whose process ignores SIGTERM: a stop waits its grace, then kills.
+    pub ignores_term: BTreeSet<String>,
+    /// Every stop asked, with its grace, in order.
+    pub stopped_with: Vec<(String, Duration)>,
+    /// Every change the engine refused, with its answer (including those the Docker backend
+    /// reads as "already done"), e.g. "Remove id1: removing worker id1: conflict: You cannot…".
+    pub refusals: Vec<String>,
     next_id: u64,
 }
 
@@ -67,18 +78,85 @@ impl FakeBackend {
         Ok(w)
     }
 
-    fn set_state(&self, id: &str, what: &str, state: WorkerState) -> Result<(), BackendError> {
-        let mut w = self.call(format!("{what} {id}"))?;
-        match w.workers.iter_mut().find(|x| x.id == id) {
-            Some(x) => {
-                x.state = state;
-                if state == WorkerState::Exited {
-                    x.exit_code = Some(143);
-                }
-                Ok(())
-            }
-            None => Err(BackendError::NotFound { what: id.into() }),
+    /// One change of a worker's state, answered as Docker 20.10 answers it (status and words,
+    /// see `docker::already_there`), then read the way the Docker backend reads the answer.
+    fn change(&self, id: &str, change: Change, call: String) -> Result<(), BackendError> {
+        let mut w = self.call(call)?;
+        let answer = w.engine_answer(id, change);
+        if let Err(e) = &answer {
+            w.refusals.push(format!("{change:?} {id}: {e}"));
         }
+        drop(w);
+        answer.or_else(|e| already_there(change, e))
+    }
+}
+
+impl FakeWorld {
+    /// What the engine does to a worker asked to change: the new state, or its refusal.
+    fn engine_answer(&mut self, id: &str, change: Change) -> Result<(), BackendError> {
+        let what = |verb: &str| format!("{verb} worker {id}");
+        let conflict = |verb: &str, message: String| BackendError::Conflict {
+            what: what(verb),
+            message,
+        };
+        let Some(x) = self.workers.iter_mut().find(|x| x.id == id) else {
+            return Err(BackendError::NotFound {
+                what: format!("{id} (No such container: {id})"),
+            });
+        };
+        use WorkerState::*;
+        match (change, x.state) {
+            (Change::Pause, Running) => x.state = Paused,
+            (Change::Pause, Paused) => {
+                return Err(conflict(
+                    "pausing",
+                    format!("Container {id} is already paused"),
+                ));
+            }
+            (Change::Pause, _) => {
+                return Err(conflict(
+                    "pausing",
+                    format!("Container {id} is not running"),
+                ));
+            }
+            (Change::Unpause, Paused) => x.state = Running,
+            (Change::Unpause, _) => {
+                return Err(BackendError::Rejected {
+                    what: what("resuming"),
+                    message: format!("HTTP 500: Container {id} is not paused"),
+                });
+            }
+            // `stop` answers on its own: it takes time (the grace).
+            (Change::Stop, _) => {}
+            (Change::Kill, Running | Paused | Restarting) => {
+                x.state = Exited;
+                x.exit_code = Some(137);
+            }
+            (Change::Kill, _) => {
+                return Err(conflict(
+                    "killing",
+                    format!("Cannot kill container: {id}: Container {id} is not running"),
+                ));
+            }
+            (Change::Remove, Running | Restarting) => {
+                return Err(conflict(
+                    "removing",
+                    format!(
+                        "You cannot remove a running container {id}. Stop the container before attempting removal or force remove"
+                    ),
+                ));
+            }
+            (Change::Remove, Paused) => {
+                return Err(conflict(
+                    "removing",
+                    format!(
+                        "You cannot remove a paused container {id}. Unpause and then stop the container before attempting removal or force remove"
+                    ),
+                ));
+            }
+            (Change::Remove, _) => self.workers.retain(|x| x.id != id),
+        }
+        Ok(())
     }
 }
 
@@ -205,29 +283,57 @@ impl Backend for FakeBackend {
     }
 
     async fn pause(&self, id: &str) -> Result<(), BackendError> {
-        self.set_state(id, "pause", WorkerState::Paused)
+        self.change(id, Change::Pause, format!("pause {id}"))
     }
 
     async fn unpause(&self, id: &str) -> Result<(), BackendError> {
-        self.set_state(id, "unpause", WorkerState::Running)
+        self.change(id, Change::Unpause, format!("unpause {id}"))
     }
 
+    /// SIGTERM, then SIGKILL after `grace`, as the engine does: a worker that honours SIGTERM
+    /// ends at once (143); one that ignores it (`ignores_term`), or is paused (a frozen
+    /// process gets no signal), is killed once `grace` has passed (137).
     async fn stop(&self, id: &str, grace: Duration) -> Result<(), BackendError> {
-        self.set_state(
-            id,
-            &format!("stop {}s", grace.as_secs()),
-            WorkerState::Exited,
-        )
+        let waits = {
+            let mut w = self.call(format!("stop {}s {id}", grace.as_secs()))?;
+            w.stopped_with.push((id.to_string(), grace));
+            let ignores = w.ignores_term.contains(id);
+            match w.workers.iter().find(|x| x.id == id).map(|x| x.state) {
+                Some(WorkerState::Paused) => true,
+                Some(WorkerState::Running | WorkerState::Restarting) => ignores,
+                Some(_) => return Ok(()),
+                None => {
+                    return already_there(
+                        Change::Stop,
+                        BackendError::NotFound {
+                            what: format!("{id} (No such container: {id})"),
+                        },
+                    );
+                }
+            }
+        };
+        if waits {
+            tokio::time::sleep(grace).await;
+        }
+        let mut w = self.lock();
+        if let Some(x) = w.workers.iter_mut().find(|x| x.id == id)
+            && matches!(
+                x.state,
+                WorkerState::Running | WorkerState::Paused | WorkerState::Restarting
+            )
+        {
+            x.state = WorkerState::Exited;
+            x.exit_code = Some(if waits { 137 } else { 143 });
+        }
+        Ok(())
     }
 
     async fn kill(&self, id: &str) -> Result<(), BackendError> {
-        self.set_state(id, "kill", WorkerState::Exited)
+        self.change(id, Change::Kill, format!("kill {id}"))
     }
 
     async fn remove(&self, id: &str) -> Result<(), BackendError> {
-        let mut w = self.call(format!("remove {id}"))?;
-        w.workers.retain(|x| x.id != id);
-        Ok(())
+        self.change(id, Change::Remove, format!("remove {id}"))
     }
 
     async fn ensure_network(&self, name: &str, interface: &str) -> Result<(), BackendError> {
@@ -257,5 +363,130 @@ impl Backend for FakeBackend {
     ) -> Result<(), BackendError> {
         std::future::pending::<()>().await;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    fn world(states: &[(&str, WorkerState)]) -> FakeBackend {
+        let b = FakeBackend::new();
+        b.lock().workers = states
+            .iter()
+            .map(|(id, state)| Worker {
+                id: id.to_string(),
+                name: format!("pilotd-t-{id}"),
+                state: *state,
+                created: None,
+                accept_until: None,
+                die_at: None,
+                image: String::new(),
+                image_digest: String::new(),
+                spec_hash: String::new(),
+                exit_code: None,
+                finished_at: None,
+                oom_killed: false,
+                gpus: vec![],
+                disk_kib: None,
+            })
+            .collect();
+        b
+    }
+
+    fn state(b: &FakeBackend, id: &str) -> Option<(WorkerState, Option<i64>)> {
+        b.lock()
+            .workers
+            .iter()
+            .find(|w| w.id == id)
+            .map(|w| (w.state, w.exit_code))
+    }
+
+    /// The fake refuses what Docker 20.10 refuses, in its words (tests/it/docker/
+    /// engine_refusals.rs asks the real engine), and the Docker backend's reading applies: a
+    /// refusal meaning "already there" is done, removing a running or paused worker is an error.
+    #[tokio::test]
+    async fn the_fake_refuses_what_docker_refuses() {
+        use WorkerState::*;
+        let b = world(&[("r", Running), ("p", Paused), ("x", Exited)]);
+        b.pause("p").await.unwrap();
+        b.unpause("r").await.unwrap();
+        b.kill("x").await.unwrap();
+        let refused = b.lock().refusals.clone();
+        assert_eq!(refused.len(), 3, "{refused:?}");
+        assert!(
+            refused[0].contains("Container p is already paused"),
+            "{refused:?}"
+        );
+        assert!(
+            refused[1].contains("HTTP 500: Container r is not paused"),
+            "{refused:?}"
+        );
+        assert!(
+            refused[2].contains("Cannot kill container: x: Container x is not running"),
+            "{refused:?}"
+        );
+        for (id, words) in [
+            ("r", "You cannot remove a running container r."),
+            ("p", "You cannot remove a paused container p."),
+        ] {
+            match b.remove(id).await {
+                Err(BackendError::Conflict { message, .. }) => {
+                    assert!(message.starts_with(words), "{message}")
+                }
+                other => panic!("removing {id}: {other:?}"),
+            }
+            assert!(state(&b, id).is_some(), "{id} is still there");
+        }
+        match b.pause("x").await {
+            Err(BackendError::Conflict { message, .. }) => {
+                assert_eq!(message, "Container x is not running")
+            }
+            other => panic!("pausing a stopped worker: {other:?}"),
+        }
+        // Gone is done for stop, kill and remove.
+        b.remove("x").await.unwrap();
+        b.remove("x").await.unwrap();
+        b.kill("x").await.unwrap();
+        b.stop("x", Duration::ZERO).await.unwrap();
+        // The control: the changes Docker accepts change the state.
+        b.pause("r").await.unwrap();
+        assert_eq!(state(&b, "r"), Some((Paused, None)));
+        b.unpause("r").await.unwrap();
+        assert_eq!(state(&b, "r"), Some((Running, None)));
+    }
+
+    /// A stop honours its grace: SIGTERM ends a worker that heeds it at once (143); one that
+    /// ignores it, or is paused, is killed once the grace has passed (137). Every grace asked
+    /// is recorded.
+    #[tokio::test]
+    async fn stop_honours_the_grace() {
+        use WorkerState::*;
+        let b = world(&[("heeds", Running), ("deaf", Running), ("frozen", Paused)]);
+        b.lock().ignores_term.insert("deaf".into());
+        let grace = Duration::from_millis(300);
+        let t0 = Instant::now();
+        b.stop("heeds", grace).await.unwrap();
+        assert!(t0.elapsed() < grace, "{:?}", t0.elapsed());
+        assert_eq!(state(&b, "heeds"), Some((Exited, Some(143))));
+        for id in ["deaf", "frozen"] {
+            let t0 = Instant::now();
+            b.stop(id, grace).await.unwrap();
+            assert!(t0.elapsed() >= grace, "{id}: {:?}", t0.elapsed());
+            assert_eq!(state(&b, id), Some((Exited, Some(137))), "{id}");
+        }
+        assert_eq!(
+            b.lock().stopped_with,
+            vec![
+                ("heeds".to_string(), grace),
+                ("deaf".to_string(), grace),
+                ("frozen".to_string(), grace)
+            ]
+        );
+        // Stopping a stopped worker is done (the engine's 304), and removes it no more.
+        b.stop("heeds", grace).await.unwrap();
+        b.remove("heeds").await.unwrap();
+        assert!(state(&b, "heeds").is_none());
     }
 }

@@ -116,6 +116,21 @@ impl Machine {
     }
 }
 
+/// Every story ends without the daemon having asked the engine for a change it refuses (a
+/// paused worker paused, a running one resumed or removed): the fake refuses as Docker does,
+/// so a daemon leaning on a lenient engine fails here.
+impl Drop for Machine {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let refused = self.engine.lock().refusals.clone();
+            assert!(
+                refused.is_empty(),
+                "the daemon asked the engine for what it refuses: {refused:?}"
+            );
+        }
+    }
+}
+
 /// Lets the operations started beside the loop finish and takes them in.
 async fn settle(d: &mut Daemon) {
     while let Some(done) = d.work.tasks.join_next().await {

@@ -35,14 +35,37 @@ fn access_log() -> PathBuf {
 }
 
 /// The access-log lines written since `from` (bytes) by clients whose user agent contains
-/// `agent`, as "METHOD PATH".
-fn requests_since(log: &PathBuf, from: u64, agent: &str) -> Vec<String> {
-    // The registry writes its access line just after answering.
-    std::thread::sleep(Duration::from_millis(300));
-    let text = std::fs::read(log).unwrap();
-    String::from_utf8_lossy(&text[from as usize..])
-        .lines()
-        .filter(|l| l.contains(agent) && !l.contains("level="))
+/// `agent`, as "METHOD PATH", once the registry has logged every request answered before this
+/// call: the registry writes its access line just after answering, so this asks it for a
+/// marker of its own and waits until the marker's line, and a line containing `expect`, are
+/// in the log.
+fn requests_since(log: &PathBuf, from: u64, agent: &str, expect: &str) -> Vec<String> {
+    let marker = format!(
+        "marker-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    );
+    crate::harness::sh(&format!(
+        "curl -s -o /dev/null -A pilotd-test-marker http://{REGISTRY}/v2/{NAME}/manifests/{marker}"
+    ));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let text = loop {
+        let bytes = std::fs::read(log).unwrap();
+        let text = String::from_utf8_lossy(&bytes[from as usize..]).to_string();
+        if text.contains(&marker) && text.contains(expect) {
+            break text;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the registry did not log {marker} and {expect:?} within 10 s:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    text.lines()
+        .filter(|l| l.contains(agent) && !l.contains("level=") && !l.contains(&marker))
         .filter_map(|l| {
             let req = l.split('"').nth(1)?;
             let mut f = req.split_whitespace();
@@ -85,7 +108,7 @@ fn an_unchanged_tag_costs_one_head_and_no_blob() {
     };
     // The engine's route under concurrency: what names this test's tag (the manifest GET by
     // digest and the config blob it adds cannot be told apart from other tests' pulls).
-    let via_engine: Vec<String> = requests_since(&log, before, "")
+    let via_engine: Vec<String> = requests_since(&log, before, "", &tag)
         .into_iter()
         .filter(|r| r.contains(&tag))
         .collect();
@@ -100,19 +123,16 @@ fn an_unchanged_tag_costs_one_head_and_no_blob() {
         );
         // pilotd's requests: this tag's, plus any that are not another tag's HEAD (daemons
         // of tests running beside this one HEAD their own tags, and nothing else).
-        let ours = requests_since(&log, before, USER_AGENT.split(' ').next().unwrap());
+        let head = format!("HEAD /v2/{NAME}/manifests/{tag}");
+        let ours = requests_since(&log, before, USER_AGENT.split(' ').next().unwrap(), &head);
         let seen: Vec<&String> = ours
             .iter()
             .filter(|r| r.ends_with(&format!("/manifests/{tag}")) || !r.starts_with("HEAD "))
             .collect();
         eprintln!("pilotd, check {round}: {seen:?}");
-        assert_eq!(
-            seen,
-            vec![&format!("HEAD /v2/{NAME}/manifests/{tag}")],
-            "one manifest request, nothing else"
-        );
+        assert_eq!(seen, vec![&head], "one manifest request, nothing else");
         // Nobody else (the engine) asked about the tag.
-        let all = requests_since(&log, before, "");
+        let all = requests_since(&log, before, "", &head);
         let about_tag: Vec<&String> = all.iter().filter(|r| r.contains(&tag)).collect();
         assert_eq!(about_tag.len(), 1, "{about_tag:?}");
     }
@@ -124,7 +144,7 @@ fn an_unchanged_tag_costs_one_head_and_no_blob() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("HTTP 404"), "{e}");
-    let asked: Vec<String> = requests_since(&log, before, "")
+    let asked: Vec<String> = requests_since(&log, before, "", "no-such-tag")
         .into_iter()
         .filter(|r| r.contains("no-such-tag"))
         .collect();

@@ -8,8 +8,10 @@
 mod egress;
 mod egress_firewalld;
 mod egress_repair;
+mod engine_refusals;
 mod freezer;
 mod freshness;
+mod hardening;
 mod input;
 mod own_load;
 mod page;

@@ -186,13 +186,39 @@ fn the_status_page_in_chromium_snoozes_and_the_worker_stops() {
     let (_, again) = sh(&format!("curl -s -o /dev/null -w '%{{http_code}}' '{url}'"));
     assert_eq!(again, "403");
 
-    // A cross-site POST with the browser's cookie would still lack the CSRF token and carry a
-    // foreign Origin: refused, and the worker keeps running.
+    // Without the session cookie a POST is refused for want of a session.
     let (_, forged) = sh(&format!(
         "curl -s -o /dev/null -w '%{{http_code}}' -H 'Origin: http://evil.example' -d hours=1 http://127.0.0.1:{port}/snooze"
     ));
     assert_eq!(forged, "401", "no session without the cookie");
     assert_eq!(h.running().len(), 1);
+
+    // The session cookie as the browser keeps it: out of scripts' reach, never sent by another
+    // site, host-only, for the whole page; not Secure, as the page is plain HTTP on loopback.
+    let cookies = b.call(
+        "Network.getCookies",
+        json!({"urls": [format!("http://127.0.0.1:{port}/")]}),
+    )["cookies"]
+        .clone();
+    let session = cookies
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "pilotd_session")
+        .unwrap_or_else(|| panic!("no session cookie in {cookies}"))
+        .clone();
+    assert_eq!(session["httpOnly"], true, "{session}");
+    assert_eq!(session["sameSite"], "Strict", "{session}");
+    assert_eq!(session["path"], "/", "{session}");
+    assert_eq!(session["domain"], "127.0.0.1", "host-only: {session}");
+    assert_eq!(session["secure"], false, "{session}");
+    assert_eq!(session["session"], false, "it has a lifetime: {session}");
+    let sid = session["value"].as_str().unwrap().to_string();
+    let csrf = b
+        .eval("document.querySelector('input[name=csrf]').value")
+        .as_str()
+        .unwrap()
+        .to_string();
 
     // Press Snooze in the browser: the worker stops (on_return = "fast").
     let t0 = Instant::now();
@@ -205,7 +231,7 @@ fn the_status_page_in_chromium_snoozes_and_the_worker_stops() {
     assert!(text.contains("(status page)"), "{text}");
     let text = b.wait_text("Not computing now", Duration::from_secs(15));
     assert!(text.contains("snoozed by the owner until"), "{text}");
-    std::thread::sleep(Duration::from_secs(3));
+    h.wait_cycles(2);
     assert!(h.running().is_empty(), "no start while snoozed");
 
     let shot = b.call("Page.captureScreenshot", json!({"format": "png"}));
@@ -220,6 +246,49 @@ fn the_status_page_in_chromium_snoozes_and_the_worker_stops() {
     h.wait_for("a worker again", Duration::from_secs(30), || {
         h.running().pop()
     });
+    assert!(!h.path("state/snooze.json").exists());
+
+    // With the browser's valid session, each cross-site sign alone is refused; the same
+    // request unspoiled snoozes, so each refusal comes from the point under test.
+    let good = [
+        format!("Origin: http://127.0.0.1:{port}"),
+        "Sec-Fetch-Site: same-origin".to_string(),
+    ];
+    let post = |origin: &str, site: &str, csrf: Option<&str>| {
+        let form = csrf.map(|c| format!("-d csrf={c}")).unwrap_or_default();
+        let (_, code) = sh(&format!(
+            "curl -s -o /dev/null -w '%{{http_code}}' -H 'Cookie: pilotd_session={sid}' \
+             -H '{origin}' -H '{site}' -d hours=1 {form} http://127.0.0.1:{port}/snooze"
+        ));
+        code
+    };
+    let wrong = "0".repeat(64);
+    // (origin, fetch site, token): each request is sent and judged before the next.
+    let spoiled: [(&str, &str, &str, Option<&str>); 4] = [
+        (
+            "a foreign Origin",
+            "Origin: http://evil.example",
+            &good[1],
+            Some(&csrf),
+        ),
+        (
+            "Sec-Fetch-Site: cross-site",
+            &good[0],
+            "Sec-Fetch-Site: cross-site",
+            Some(&csrf),
+        ),
+        ("no CSRF token", &good[0], &good[1], None),
+        ("a wrong CSRF token", &good[0], &good[1], Some(&wrong)),
+    ];
+    for (what, origin, site, token) in spoiled {
+        assert_eq!(post(origin, site, token), "403", "{what}");
+        assert!(
+            !h.path("state/snooze.json").exists(),
+            "{what}: nothing recorded"
+        );
+    }
+    assert_eq!(post(&good[0], &good[1], Some(&csrf)), "303", "the control");
+    assert!(h.path("state/snooze.json").exists(), "the control snoozes");
     h.term();
 }
 

@@ -53,6 +53,17 @@ fn pilotd_gid() -> u32 {
     sh_ok("getent group pilotd | cut -d: -f3").parse().unwrap()
 }
 
+/// Two uids that this host's passwd and group databases do not know, from 4242 up: a refusal
+/// names a uid with no name, whatever users the machine has.
+fn unknown_uids() -> (u32, u32) {
+    use nix::unistd::{Gid, Group, Uid, User};
+    let mut free = (4242..60000).filter(|&n| {
+        matches!(User::from_uid(Uid::from_raw(n)), Ok(None))
+            && matches!(Group::from_gid(Gid::from_raw(n)), Ok(None))
+    });
+    (free.next().unwrap(), free.next().unwrap())
+}
+
 #[test]
 #[ignore = "needs the Docker engine and the local registry: tests/run.sh sets them up and runs it"]
 fn snooze_and_resume_by_uid_survive_a_restart() {
@@ -74,6 +85,7 @@ fn snooze_and_resume_by_uid_survive_a_restart() {
     .unwrap();
     std::fs::set_permissions(h.path(""), std::fs::Permissions::from_mode(0o755)).unwrap();
     let group = pilotd_gid();
+    let (stranger, member) = unknown_uids();
 
     h.start();
     h.wait_for("1 worker", Duration::from_secs(30), || h.running().pop());
@@ -81,14 +93,17 @@ fn snooze_and_resume_by_uid_survive_a_restart() {
     assert_eq!(mode, 0o666, "everyone may connect; the credentials decide");
 
     // A uid that is neither root, nor named, nor in the group: refused, nothing changes.
-    let o = pilotd_as(&h, 4242, 4242, &[4242], &["snooze", "1h"]);
+    let o = pilotd_as(&h, stranger, stranger, &[stranger], &["snooze", "1h"]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(
-        text(&o).contains("refused: uid 4242 may not snooze or resume this machine"),
+        text(&o).contains(&format!(
+            "refused: uid {stranger} may not snooze or resume this machine"
+        )),
         "{}",
         text(&o)
     );
-    std::thread::sleep(Duration::from_secs(1));
+    // The daemon has looked again since (a whole cycle ran after the refusal), still computing.
+    h.wait_cycles(2);
     assert_eq!(h.running().len(), 1, "a refused snooze changes nothing");
     assert!(!h.path("state/snooze.json").exists());
 
@@ -137,7 +152,7 @@ fn snooze_and_resume_by_uid_survive_a_restart() {
     // A restarted daemon keeps the snooze: the worker stays paused over three cycles.
     h.kill9();
     h.start();
-    std::thread::sleep(Duration::from_secs(6));
+    h.wait_cycles(3);
     let w = h.workers();
     assert!(
         w.len() == 1 && w[0].state == "paused",
@@ -146,9 +161,13 @@ fn snooze_and_resume_by_uid_survive_a_restart() {
     );
 
     // A member of the pilotd group (by its process's groups) resumes: running again.
-    let o = pilotd_as(&h, 4343, 4343, &[4343, group], &["resume"]);
+    let o = pilotd_as(&h, member, member, &[member, group], &["resume"]);
     assert!(o.status.success(), "{}", text(&o));
-    assert!(text(&o).contains("resumed by uid 4343"), "{}", text(&o));
+    assert!(
+        text(&o).contains(&format!("resumed by uid {member}")),
+        "{}",
+        text(&o)
+    );
     h.wait_for("the worker running again", Duration::from_secs(5), || {
         (h.running().len() == 1).then_some(())
     });

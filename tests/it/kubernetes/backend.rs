@@ -327,3 +327,125 @@ async fn foreground_deletes_keep_the_job_until_its_pods_are_gone() {
     assert_eq!(resp.status().as_u16(), 400);
     assert_eq!(fake.jobs().len(), 1);
 }
+
+/// A raw POST of a Job body: status code and JSON answer.
+async fn post_job(fake: &FakeKube, body: &serde_json::Value) -> (u16, serde_json::Value) {
+    let req = http::Request::post("/apis/batch/v1/namespaces/ns1/jobs")
+        .header("content-type", "application/json")
+        .body(body.to_string().into_bytes())
+        .unwrap();
+    let resp = fake
+        .raw_client()
+        .send(req.map(kube::client::Body::from))
+        .await
+        .unwrap();
+    let code = resp.status().as_u16();
+    let bytes = http_body_util::BodyExt::collect(resp.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    (code, serde_json::from_slice(&bytes).unwrap())
+}
+
+/// The fake validates a created Job as the API server does: a malformed name, label, container
+/// name, quantity or restart policy is a 422 `Invalid` naming the field, and the same body
+/// with that one point right is created (so each refusal comes from the point under test).
+#[tokio::test]
+async fn the_fake_refuses_an_invalid_job_as_the_api_server_does() {
+    let fake = FakeKube::start().await;
+    let body = |name: &str| {
+        json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "labels": {"prp-htcondor-portal": "wn", "PodCPUs": "8"}},
+            "spec": {"template": {"metadata": {"labels": {"prp-htcondor-portal": "wn"}},
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "htcondor", "image": "x",
+                    "resources": {"requests": {"cpu": "500m", "memory": "32000Mi", "ephemeral-storage": 8e9},
+                                  "limits": {"cpu": 8, "memory": "33.5Gi", "nvidia.com/gpu": "1"}}}]}}}
+        })
+    };
+    type Spoil = fn(&mut serde_json::Value);
+    let spoils: [(&str, &str, Spoil); 11] = [
+        ("an upper-case name", "metadata.name", |j| {
+            j["metadata"]["name"] = json!("Osg-direct-1")
+        }),
+        ("an underscore in the name", "metadata.name", |j| {
+            j["metadata"]["name"] = json!("osg_direct-1")
+        }),
+        ("a name over 63", "spec.template.labels", |j| {
+            j["metadata"]["name"] = json!(format!("osg-direct-{}", "a".repeat(60)))
+        }),
+        ("a label value with a space", "metadata.labels", |j| {
+            j["metadata"]["labels"]["PodCPUs"] = json!("8 cpus")
+        }),
+        ("a label value over 63", "spec.template.labels", |j| {
+            j["spec"]["template"]["metadata"]["labels"]["k"] = json!("v".repeat(64))
+        }),
+        ("a label key with two slashes", "metadata.labels", |j| {
+            j["metadata"]["labels"]["a/b/c"] = json!("x")
+        }),
+        (
+            "a container name with a dot",
+            "spec.template.spec.containers[0].name",
+            |j| j["spec"]["template"]["spec"]["containers"][0]["name"] = json!("htcondor.1"),
+        ),
+        (
+            "a quantity with a unit of its own",
+            "spec.template.spec.containers[0].resources.requests[memory]",
+            |j| {
+                j["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["memory"] =
+                    json!("32 GB")
+            },
+        ),
+        (
+            "a quantity in KB",
+            "spec.template.spec.containers[0].resources.limits[memory]",
+            |j| {
+                j["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"] =
+                    json!("1KB")
+            },
+        ),
+        (
+            "restartPolicy Always",
+            "spec.template.spec.restartPolicy",
+            |j| j["spec"]["template"]["spec"]["restartPolicy"] = json!("Always"),
+        ),
+        (
+            "no restartPolicy",
+            "spec.template.spec.restartPolicy",
+            |j| {
+                j["spec"]["template"]["spec"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("restartPolicy");
+            },
+        ),
+    ];
+    for (i, (what, field, spoil)) in spoils.into_iter().enumerate() {
+        let name = format!("osg-direct-{i}");
+        let mut bad = body(&name);
+        spoil(&mut bad);
+        let (code, answer) = post_job(&fake, &bad).await;
+        assert_eq!(code, 422, "{what}: {answer}");
+        assert_eq!(answer["kind"], "Status", "{what}");
+        assert_eq!(answer["reason"], "Invalid", "{what}: {answer}");
+        assert_eq!(answer["code"], 422, "{what}");
+        let fields: Vec<&str> = answer["details"]["causes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|c| c["field"].as_str())
+            .collect();
+        assert_eq!(fields, [field], "{what}: {answer}");
+        assert!(
+            answer["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("Job.batch \""),
+            "{what}: {answer}"
+        );
+        // The control: the same body, unspoiled.
+        let (code, answer) = post_job(&fake, &body(&name)).await;
+        assert_eq!(code, 201, "{what}, control: {answer}");
+    }
+    assert_eq!(fake.jobs().len(), 11, "only the controls were created");
+}

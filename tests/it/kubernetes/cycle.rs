@@ -372,11 +372,26 @@ async fn run_loop_connects_by_kubeconfig_and_keeps_the_backoff_state() {
         "client = \"kubeconfig\"\nkubeconfig = '{}'\ncycle = \"1h\"\n",
         kubeconfig.display()
     ));
-    let shutdown = tokio::time::sleep(std::time::Duration::from_millis(1500));
+    // Shut down as soon as the first cycle is done (the hook systemd's STATUS= rides on).
+    let (done, first_done) = tokio::sync::oneshot::channel::<()>();
+    let mut done = Some(done);
+    let cycles = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = cycles.clone();
+    let hooks = Hooks {
+        cycle_done: Some(Box::new(move |_| {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            if let Some(d) = done.take() {
+                let _ = d.send(());
+            }
+        })),
+        ..Hooks::default()
+    };
+    let shutdown = async {
+        let _ = first_done.await;
+    };
     let (_reload, reloads) = tokio::sync::mpsc::channel(1);
-    run(cfg, None, Hooks::default(), shutdown, reloads)
-        .await
-        .unwrap();
+    run(cfg, None, hooks, shutdown, reloads).await.unwrap();
+    assert_eq!(cycles.load(std::sync::atomic::Ordering::SeqCst), 1);
     assert_eq!(fake.jobs().len(), 6, "one cycle ran before shutdown");
     assert!(state.exists());
     assert_eq!(load_book(&state), BackoffBook::default());

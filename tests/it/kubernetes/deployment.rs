@@ -212,3 +212,122 @@ fn argv_rules_are_the_runtimes() {
     let e = Cli::try_parse_from(pilotd_argv(&argv)).unwrap_err();
     assert!(e.to_string().contains("unexpected argument 'run'"), "{e}");
 }
+
+/// The RBAC rule a request needs: (API group, resource, verb), as the API server's request
+/// info reads its path and method.
+fn rbac_of(
+    method: &str,
+    path: &str,
+    query: &std::collections::BTreeMap<String, String>,
+) -> (String, String, String) {
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (group, rest) = match parts.as_slice() {
+        ["api", "v1", rest @ ..] => ("", rest),
+        ["apis", group, _version, rest @ ..] => (*group, rest),
+        _ => panic!("not an API path: {path}"),
+    };
+    let (resource, named) = match rest {
+        ["namespaces", _, resource] => (*resource, false),
+        ["namespaces", _, resource, _name] => (*resource, true),
+        _ => panic!("not a namespaced resource: {path}"),
+    };
+    let verb = match (method, named) {
+        ("GET", false) if query.get("watch").is_some_and(|w| w == "true") => "watch",
+        ("GET", false) => "list",
+        ("GET", true) => "get",
+        ("POST", false) => "create",
+        ("PUT", true) => "update",
+        ("PATCH", true) => "patch",
+        ("DELETE", true) => "delete",
+        ("DELETE", false) => "deletecollection",
+        other => panic!("{other:?} {path}"),
+    };
+    (group.into(), resource.into(), verb.into())
+}
+
+/// deploy/kubernetes/role.yaml grants exactly what pilotd's Kubernetes client asks: every
+/// public call of `KubeBackend` is made against the fake API server, the requests it saw are
+/// read as RBAC rules, and each must be granted, with nothing granted beyond them.
+#[tokio::test]
+async fn the_role_grants_exactly_what_the_client_asks() {
+    use super::fake_api::FakeKube;
+    use pilotd::kubernetes::client::KubeBackend;
+    use std::collections::BTreeSet;
+    // The client's public calls, read from its source: a new one must be made below too.
+    let source = std::fs::read_to_string(harness::repo("src/kubernetes/client.rs")).unwrap();
+    let calls: BTreeSet<&str> = source
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("pub async fn "))
+        .filter_map(|l| l.split('(').next())
+        .filter(|n| *n != "connect")
+        .collect();
+    assert_eq!(
+        calls,
+        BTreeSet::from(["create_job", "delete_job", "list_jobs", "list_pods"]),
+        "a new call of the client: make it below so the role is checked against it"
+    );
+    let fake = FakeKube::start().await;
+    let table = pilotd::config::kubernetes::KubernetesConfig::from_table_text(
+        "namespace = \"ns1\"\napp_name = \"osg-direct\"\n",
+    )
+    .unwrap();
+    let settings =
+        pilotd::kubernetes::settings::Settings::from_table(&table, Path::new("/nonexistent"))
+            .unwrap();
+    let b = KubeBackend::from_client(fake.client("ns1"), &settings.connection);
+    let job: k8s_openapi::api::batch::v1::Job = serde_json::from_value(serde_json::json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "osg-direct-1", "labels": {"prp-htcondor-portal": "wn", "k8s-app": "osg-direct"}},
+        "spec": {"template": {"metadata": {"labels": {"prp-htcondor-portal": "wn", "k8s-app": "osg-direct"}},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "htcondor", "image": "x"}]}}}
+    }))
+    .unwrap();
+    b.create_job(&job).await.unwrap();
+    b.list_pods().await.unwrap();
+    b.list_jobs().await.unwrap();
+    b.delete_job("osg-direct-1").await.unwrap();
+    let used: BTreeSet<(String, String, String)> = fake
+        .seen()
+        .iter()
+        .map(|s| rbac_of(&s.method, &s.path, &s.query))
+        .collect();
+    assert_eq!(used.len(), 4, "{used:?}");
+
+    let role = manifests()
+        .into_iter()
+        .find(|(_, d)| d["kind"] == "Role")
+        .expect("a Role in deploy/kubernetes")
+        .1;
+    let mut granted = BTreeSet::new();
+    for rule in role["rules"].as_array().unwrap() {
+        let list = |k: &str| -> Vec<String> {
+            rule[k]
+                .as_array()
+                .unwrap_or_else(|| panic!("role.yaml: a rule without {k}"))
+                .iter()
+                .map(|v| v.as_str().unwrap().to_string())
+                .collect()
+        };
+        for g in list("apiGroups") {
+            for r in list("resources") {
+                for v in list("verbs") {
+                    assert!(
+                        g != "*" && r != "*" && v != "*",
+                        "role.yaml grants a wildcard"
+                    );
+                    granted.insert((g.clone(), r.clone(), v));
+                }
+            }
+        }
+    }
+    let missing: Vec<_> = used.difference(&granted).collect();
+    assert!(
+        missing.is_empty(),
+        "role.yaml lacks {missing:?} (group, resource, verb)"
+    );
+    let extra: Vec<_> = granted.difference(&used).collect();
+    assert!(
+        extra.is_empty(),
+        "role.yaml grants {extra:?}, which pilotd never asks"
+    );
+}

@@ -400,6 +400,234 @@ fn status(code: StatusCode, reason: &str, message: String) -> Response<Full<Byte
     )
 }
 
+/// A 422 as the API server answers a create that fails validation: a `Status` of reason
+/// `Invalid`, the message `Kind.group "name" is invalid: cause, cause`, one `details.causes`
+/// entry per cause with its field.
+fn invalid(
+    kind: &str,
+    group: &str,
+    name: &str,
+    causes: &[(String, String)],
+) -> Response<Full<Bytes>> {
+    let message = causes
+        .iter()
+        .map(|(field, m)| format!("{field}: {m}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let message = if causes.len() > 1 {
+        format!("[{message}]")
+    } else {
+        message
+    };
+    let causes: Vec<Value> = causes
+        .iter()
+        .map(|(field, m)| {
+            let reason = if m.starts_with("Required value") {
+                "FieldValueRequired"
+            } else if m.starts_with("Unsupported value") {
+                "FieldValueNotSupported"
+            } else {
+                "FieldValueInvalid"
+            };
+            json!({"reason": reason, "message": m, "field": field})
+        })
+        .collect();
+    respond(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        &json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": format!("{kind}.{group} \"{name}\" is invalid: {message}"),
+            "reason": "Invalid",
+            "details": {"name": name, "group": group, "kind": kind, "causes": causes},
+            "code": 422
+        }),
+    )
+}
+
+/// A DNS-1123 label (`[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most 63): container names, and the
+/// parts of a subdomain. Written here from the API conventions, not taken from pilotd.
+fn dns1123_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    let edge = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    !b.is_empty()
+        && b.len() <= 63
+        && edge(&b[0])
+        && edge(&b[b.len() - 1])
+        && b.iter().all(|c| edge(c) || *c == b'-')
+}
+
+/// A DNS-1123 subdomain: at most 253 of `[a-z0-9]([-a-z0-9]*[a-z0-9])?` joined by dots (no
+/// length limit of its own on each part, unlike a label).
+fn dns1123_subdomain(s: &str) -> bool {
+    s.len() <= 253
+        && s.split('.').all(|part| {
+            let b = part.as_bytes();
+            let edge = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+            !b.is_empty()
+                && edge(&b[0])
+                && edge(&b[b.len() - 1])
+                && b.iter().all(|c| edge(c) || *c == b'-')
+        })
+}
+
+/// A label key: an optional DNS-1123 subdomain prefix and `/`, then a name of at most 63
+/// (`([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`).
+fn label_key(k: &str) -> bool {
+    let (prefix, name) = match k.rsplit_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, k),
+    };
+    prefix.is_none_or(dns1123_subdomain) && !name.is_empty() && label_value(name)
+}
+
+/// A label value: empty, or at most 63 of `[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?`.
+fn label_value(v: &str) -> bool {
+    let b = v.as_bytes();
+    b.is_empty()
+        || (b.len() <= 63
+            && b[0].is_ascii_alphanumeric()
+            && b[b.len() - 1].is_ascii_alphanumeric()
+            && b.iter()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.')))
+}
+
+/// A resource quantity (`resource.ParseQuantity`): a signed decimal number, then nothing, a
+/// binary suffix (Ki…Ei), a decimal one (n u m k M G T P E) or an exponent (e/E and an
+/// integer).
+fn quantity(q: &str) -> bool {
+    let q = q.strip_prefix(['+', '-']).unwrap_or(q);
+    let digits_end = q
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(q.len());
+    let (number, suffix) = q.split_at(digits_end);
+    let number_ok = !number.is_empty()
+        && number.matches('.').count() <= 1
+        && number.chars().any(|c| c.is_ascii_digit());
+    let suffix_ok = matches!(
+        suffix,
+        "" | "Ki"
+            | "Mi"
+            | "Gi"
+            | "Ti"
+            | "Pi"
+            | "Ei"
+            | "n"
+            | "u"
+            | "m"
+            | "k"
+            | "M"
+            | "G"
+            | "T"
+            | "P"
+            | "E"
+    ) || suffix
+        .strip_prefix(['e', 'E'])
+        .map(|e| e.strip_prefix(['+', '-']).unwrap_or(e))
+        .is_some_and(|e| !e.is_empty() && e.chars().all(|c| c.is_ascii_digit()));
+    number_ok && suffix_ok
+}
+
+/// What the API server refuses in a Job pilotd could send (field path, message in its words):
+/// names, labels, containers, quantities and the pod's restart policy.
+fn job_causes(job: &Value) -> Vec<(String, String)> {
+    let mut causes = Vec::new();
+    let mut add = |field: String, message: String| causes.push((field, message));
+    let name = job["metadata"]["name"].as_str().unwrap_or_default();
+    if !dns1123_subdomain(name) {
+        add(
+            "metadata.name".into(),
+            format!(
+                "Invalid value: \"{name}\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
+            ),
+        );
+    } else if name.len() > 63 {
+        // The Job controller labels its pods with the Job's name (`job-name`), a label value.
+        add(
+            "spec.template.labels".into(),
+            format!("Invalid value: \"{name}\": must be no more than 63 characters"),
+        );
+    }
+    for (at, labels) in [
+        ("metadata.labels", &job["metadata"]["labels"]),
+        (
+            "spec.template.labels",
+            &job["spec"]["template"]["metadata"]["labels"],
+        ),
+    ] {
+        for (k, v) in labels.as_object().into_iter().flatten() {
+            if !label_key(k) {
+                add(
+                    at.to_string(),
+                    format!(
+                        "Invalid value: \"{k}\": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"
+                    ),
+                );
+            }
+            match v.as_str() {
+                Some(v) if label_value(v) => {}
+                _ => add(
+                    at.to_string(),
+                    format!(
+                        "Invalid value: {v}: a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"
+                    ),
+                ),
+            }
+        }
+    }
+    let pod = &job["spec"]["template"]["spec"];
+    match pod["restartPolicy"].as_str() {
+        Some("Never" | "OnFailure") => {}
+        None => add(
+            "spec.template.spec.restartPolicy".into(),
+            "Required value: valid values: \"OnFailure\", \"Never\"".into(),
+        ),
+        Some(other) => add(
+            "spec.template.spec.restartPolicy".into(),
+            format!("Unsupported value: \"{other}\": supported values: \"OnFailure\", \"Never\""),
+        ),
+    }
+    let containers = pod["containers"].as_array().cloned().unwrap_or_default();
+    if containers.is_empty() {
+        add(
+            "spec.template.spec.containers".into(),
+            "Required value".into(),
+        );
+    }
+    for (i, c) in containers.iter().enumerate() {
+        let at = format!("spec.template.spec.containers[{i}]");
+        let cname = c["name"].as_str().unwrap_or_default();
+        if !dns1123_label(cname) {
+            add(
+                format!("{at}.name"),
+                format!(
+                    "Invalid value: \"{cname}\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character"
+                ),
+            );
+        }
+        if c["image"].as_str().is_none_or(str::is_empty) {
+            add(format!("{at}.image"), "Required value".into());
+        }
+        for kind in ["requests", "limits"] {
+            for (r, q) in c["resources"][kind].as_object().into_iter().flatten() {
+                // Quantities are strings or JSON numbers.
+                let text = q
+                    .as_str()
+                    .map(str::to_string)
+                    .or_else(|| q.as_number().map(|n| n.to_string()));
+                if !text.as_deref().is_some_and(quantity) {
+                    add(
+                        format!("{at}.resources.{kind}[{r}]"),
+                        format!(
+                            "Invalid value: {q}: quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+                        ),
+                    );
+                }
+            }
+        }
+    }
+    causes
+}
+
 /// One parsed selector requirement.
 enum Requirement {
     Eq(String, String),
@@ -651,6 +879,10 @@ async fn handle(store: Arc<Mutex<Store>>, req: Request<Incoming>) -> Response<Fu
                     "metadata.name: Required value".into(),
                 );
             };
+            let causes = job_causes(&job);
+            if !causes.is_empty() {
+                return invalid("Job", "batch", &name, &causes);
+            }
             let key = format!("{ns}/{name}");
             if s.jobs.contains_key(&key) {
                 return status(

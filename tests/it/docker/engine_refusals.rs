@@ -1,0 +1,161 @@
+//! The engine's refusals of a state change, asked of the real engine: the status and words
+//! the Docker backend's `already_there` reads as "already done", and those it must keep as
+//! errors. The recording fake (src/volunteer/backend/fake.rs) answers with these same words.
+
+use super::docker;
+use pilotd::volunteer::backend::{Backend, BackendError, docker::DockerBackend};
+use pilotd::volunteer::settings::EngineSettings;
+use std::time::{Duration, Instant};
+
+const REPO: &str = "127.0.0.1:5000/pilotd-test/worker";
+
+/// The engine's raw answer to `METHOD PATH`: "STATUS message".
+fn raw(socket: &str, method: &str, path: &str) -> String {
+    let out = crate::harness::sh_ok(&format!(
+        "curl -s --unix-socket {socket} -X {method} -w ' %{{http_code}}' http://engine{path}"
+    ));
+    // No body (204, 304): the code alone, trimmed of its space.
+    let (body, code) = out.rsplit_once(' ').unwrap_or(("", &out));
+    let message = serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v["message"].as_str().map(str::to_string))
+        .unwrap_or_default();
+    format!("{code} {message}").trim().to_string()
+}
+
+/// A container of this test's own that ignores SIGTERM (`sleep` as PID 1, no init); removed
+/// when dropped, whatever the test left it in.
+struct Container(String);
+
+impl Container {
+    fn start(instance: &str) -> Container {
+        Container(
+            docker(&format!(
+                "run -d --label pilotd-test={instance} --entrypoint sleep {REPO}:v1 300"
+            ))
+            .trim()
+            .to_string(),
+        )
+    }
+}
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        crate::harness::sh(&format!("docker rm -f {} >/dev/null 2>&1", self.0));
+    }
+}
+
+#[test]
+#[ignore = "needs the Docker engine and the local registry: tests/run.sh sets them up and runs it"]
+fn the_engines_refusals_are_read_in_its_own_words() {
+    let instance = format!("refusals-{}", std::process::id());
+    let socket =
+        std::env::var("PILOTD_TEST_ENGINE_SOCKET").unwrap_or("unix:///var/run/docker.sock".into());
+    let path = socket.trim_start_matches("unix://").to_string();
+    let engine = EngineSettings {
+        socket,
+        instance: instance.clone(),
+        timeout: Duration::from_secs(10),
+    };
+    let b = DockerBackend::connect(&engine).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let worker = Container::start(&instance);
+    let id = worker.0.clone();
+    let c = |path: &str| format!("/containers/{id}{path}");
+
+    // Unpausing a running worker: 500 (not 409), read as done.
+    assert_eq!(
+        raw(&path, "POST", &c("/unpause")),
+        format!("500 Container {id} is not paused")
+    );
+    rt.block_on(b.unpause(&id)).unwrap();
+
+    // Pausing a paused worker: 409, read as done.
+    rt.block_on(b.pause(&id)).unwrap();
+    assert_eq!(
+        raw(&path, "POST", &c("/pause")),
+        format!("409 Container {id} is already paused")
+    );
+    rt.block_on(b.pause(&id)).unwrap();
+
+    // Removing a paused or a running worker: refused, and an error (the daemon stops first).
+    assert_eq!(
+        raw(&path, "DELETE", &c("?force=false&v=true")),
+        format!(
+            "409 You cannot remove a paused container {id}. Unpause and then stop the container before attempting removal or force remove"
+        )
+    );
+    match rt.block_on(b.remove(&id)) {
+        Err(BackendError::Conflict { message, .. }) => {
+            assert!(
+                message.contains("cannot remove a paused container"),
+                "{message}"
+            )
+        }
+        other => panic!("removing a paused worker: {other:?}"),
+    }
+    rt.block_on(b.unpause(&id)).unwrap();
+    assert_eq!(
+        raw(&path, "DELETE", &c("?force=false&v=true")),
+        format!(
+            "409 You cannot remove a running container {id}. Stop the container before attempting removal or force remove"
+        )
+    );
+    match rt.block_on(b.remove(&id)) {
+        Err(BackendError::Conflict { message, .. }) => {
+            assert!(
+                message.contains("cannot remove a running container"),
+                "{message}"
+            )
+        }
+        other => panic!("removing a running worker: {other:?}"),
+    }
+    assert_eq!(
+        docker(&format!("inspect -f '{{{{.State.Status}}}}' {id}")).trim(),
+        "running"
+    );
+
+    // Stop honours its grace: a process that ignores SIGTERM is killed once it has passed.
+    let t0 = Instant::now();
+    rt.block_on(b.stop(&id, Duration::from_secs(1))).unwrap();
+    let took = t0.elapsed();
+    assert!(took >= Duration::from_secs(1), "{took:?}");
+    assert_eq!(
+        docker(&format!("inspect -f '{{{{.State.ExitCode}}}}' {id}")).trim(),
+        "137"
+    );
+
+    // A stopped worker: stop answers 304 (a success), kill 409 (read as done), pause 409 (an
+    // error: there is nothing to pause), unpause 500 (read as done).
+    assert_eq!(raw(&path, "POST", &c("/stop?t=1")), "304");
+    rt.block_on(b.stop(&id, Duration::from_secs(1))).unwrap();
+    assert_eq!(
+        raw(&path, "POST", &c("/kill?signal=SIGKILL")),
+        format!("409 Cannot kill container: {id}: Container {id} is not running")
+    );
+    rt.block_on(b.kill(&id)).unwrap();
+    assert_eq!(
+        raw(&path, "POST", &c("/pause")),
+        format!("409 Container {id} is not running")
+    );
+    match rt.block_on(b.pause(&id)) {
+        Err(BackendError::Conflict { message, .. }) => {
+            assert!(message.contains("is not running"), "{message}")
+        }
+        other => panic!("pausing a stopped worker: {other:?}"),
+    }
+    rt.block_on(b.unpause(&id)).unwrap();
+
+    // Removed, then gone: 404 is done for stop, kill and remove.
+    rt.block_on(b.remove(&id)).unwrap();
+    assert_eq!(
+        raw(&path, "DELETE", &c("")),
+        format!("404 No such container: {id}")
+    );
+    rt.block_on(b.remove(&id)).unwrap();
+    rt.block_on(b.stop(&id, Duration::from_secs(1))).unwrap();
+    rt.block_on(b.kill(&id)).unwrap();
+}
