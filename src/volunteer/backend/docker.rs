@@ -529,6 +529,11 @@ impl Backend for DockerBackend {
 
     async fn pause(&self, id: &str) -> Result<(), BackendError> {
         if let Some(f) = self.freezer(id).await {
+            // Frozen, and not by pilotd: the engine paused it (an older pilotd did), and the
+            // engine must resume it.
+            if !self.freezers.frozen_here(id) && f.is_frozen().unwrap_or(false) {
+                return Ok(());
+            }
             match f.freeze().await {
                 Ok(()) => {
                     self.freezers.mark(id, true);

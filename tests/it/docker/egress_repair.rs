@@ -481,7 +481,7 @@ fn a_worker_left_running_while_the_filter_is_down_reaches_nothing() {
     let pid = s.h.pid();
     sh_ok(&format!("kill -STOP {pid}"));
     let resumed = {
-        docker(&format!("unpause {}", s.worker));
+        super::unpause_by_hand(&s.worker);
         now()
     };
     // A probe of its own that never waits for an answer: a connection every 100 ms, each

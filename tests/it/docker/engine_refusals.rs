@@ -73,7 +73,9 @@ fn the_engines_refusals_are_read_in_its_own_words() {
     );
     rt.block_on(b.unpause(&id)).unwrap();
 
-    // Pausing a paused worker: 409, read as done.
+    // Pausing a worker the engine paused: 409, read as done. (The backend pauses through the
+    // cgroup freezer where it can, without the engine: the engine's pause is asked here.)
+    assert_eq!(raw(&path, "POST", &c("/pause")), "204");
     rt.block_on(b.pause(&id)).unwrap();
     assert_eq!(
         raw(&path, "POST", &c("/pause")),

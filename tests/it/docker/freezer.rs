@@ -1,6 +1,6 @@
 //! Pausing through the cgroup freezer (`volunteer::backend::freezer`), on the real engine: the
 //! Docker backend freezes a worker's cgroup itself, reports it paused though the engine says
-//! running, thaws it to resume, and before the engine kills it; a worker the engine paused (an
+//! running, thaws it to resume, and before the engine stops it; a worker the engine paused (an
 //! older pilotd's) still resumes through the engine.
 
 use super::docker;
@@ -93,7 +93,7 @@ impl Drop for Burner {
 
 #[test]
 #[ignore = "needs the Docker engine and the local registry: tests/run.sh sets them up and runs it"]
-fn a_worker_is_paused_through_its_cgroup_and_resumed_and_killed_after_a_thaw() {
+fn a_worker_is_paused_through_its_cgroup_and_resumed_and_stopped_after_a_thaw() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let w = Burner::start("freeze");
     let b = w.backend();
@@ -130,13 +130,21 @@ fn a_worker_is_paused_through_its_cgroup_and_resumed_and_killed_after_a_thaw() {
         "computing again"
     );
 
-    // Frozen, then killed: thawed first, so SIGKILL lands and the engine's kill returns.
+    // Frozen, then stopped gracefully: thawed first, so the job gets its SIGTERM and drains
+    // (the test worker exits 143 on it); frozen, SIGTERM would wait out the grace and the job
+    // would end by SIGKILL (137).
     rt.block_on(b2.pause(&w.id)).unwrap();
     assert!(f.is_frozen().unwrap());
     let t = Instant::now();
-    rt.block_on(b2.kill(&w.id)).unwrap();
+    rt.block_on(b2.stop(&w.id, Duration::from_secs(30)))
+        .unwrap();
     assert_eq!(w.engine_state(), "exited");
-    eprintln!("kill of a frozen worker: {:?}", t.elapsed());
+    assert_eq!(
+        docker(&format!("inspect -f '{{{{.State.ExitCode}}}}' {}", w.id)).trim(),
+        "143",
+        "the job handled SIGTERM"
+    );
+    eprintln!("graceful stop of a frozen worker: {:?}", t.elapsed());
 }
 
 #[test]
@@ -147,6 +155,8 @@ fn a_worker_the_engine_paused_resumes_through_the_engine() {
     let b = w.backend();
     docker(&format!("pause {}", w.id));
     assert_eq!(w.state_listed(&b, &rt), WorkerState::Paused);
+    // Asked to pause it again (a fail-safe after a crash): already paused, left to the engine.
+    rt.block_on(b.pause(&w.id)).unwrap();
     rt.block_on(b.unpause(&w.id)).unwrap();
     assert_eq!(w.engine_state(), "running");
     assert!(!super::freezer(&w.id).unwrap().is_frozen().unwrap());

@@ -93,3 +93,15 @@ impl Drop for FrozenWatch {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 }
+
+/// Resumes a paused worker behind pilotd's back: thaws its cgroup when pilotd froze it (the
+/// engine believes it runs), or asks the engine when the engine paused it.
+fn unpause_by_hand(id: &str) {
+    let engine = docker(&format!("inspect -f '{{{{.State.Status}}}}' {id}"));
+    match freezer(id) {
+        Some(f) if engine.trim() == "running" => f.thaw().unwrap(),
+        _ => {
+            docker(&format!("unpause {id}"));
+        }
+    }
+}
