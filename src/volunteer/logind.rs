@@ -142,23 +142,38 @@ impl Logind {
         }
     }
 
+    /// Every session with all its properties: the list, then each session's `GetAll`, those
+    /// asked together (one round trip through the bus instead of one per session: an owner's
+    /// unlock waits for this answer). Plain method calls, no proxies: a proxy may first ask
+    /// the bus for the name's owner and subscribe to signals.
     async fn ask(&mut self) -> zbus::Result<Vec<Raw>> {
         let conn = self.connection().await?;
-        let manager = zbus::Proxy::new(&conn, SERVICE, MANAGER_PATH, MANAGER).await?;
-        let list: Vec<(String, u32, String, String, OwnedObjectPath)> =
-            manager.call("ListSessions", &()).await?;
-        let mut out = Vec::with_capacity(list.len());
-        for (id, uid, user, _seat, path) in list {
-            let props = zbus::Proxy::new(
-                &conn,
-                SERVICE,
-                path.as_str(),
-                "org.freedesktop.DBus.Properties",
+        let list: Vec<(String, u32, String, String, OwnedObjectPath)> = conn
+            .call_method(
+                Some(SERVICE),
+                MANAGER_PATH,
+                Some(MANAGER),
+                "ListSessions",
+                &(),
             )
-            .await?;
-            // A session that ended between the list and this question is simply gone.
-            let all: HashMap<String, OwnedValue> = match props.call("GetAll", &(SESSION,)).await {
-                Ok(a) => a,
+            .await?
+            .body()
+            .deserialize()?;
+        let answers = futures_util::future::join_all(list.iter().map(|(.., path)| {
+            conn.call_method(
+                Some(SERVICE),
+                path.as_str(),
+                Some("org.freedesktop.DBus.Properties"),
+                "GetAll",
+                &(SESSION,),
+            )
+        }))
+        .await;
+        let mut out = Vec::with_capacity(list.len());
+        for ((id, uid, user, _seat, _path), answer) in list.into_iter().zip(answers) {
+            let all: HashMap<String, OwnedValue> = match answer {
+                Ok(m) => m.body().deserialize()?,
+                // A session that ended between the list and this question is simply gone.
                 Err(zbus::Error::MethodError(..)) => continue,
                 Err(e) => return Err(e),
             };
