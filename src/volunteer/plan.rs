@@ -358,6 +358,7 @@ fn sort_workers<'a>(supply: &Supply, obs: &Observed<'a>, now: DateTime<Utc>) -> 
                 grace_s: grace_s.min(DISK_STOP_GRACE_S),
                 why,
             });
+            out.held_for_disk += 1;
             continue;
         }
         match w.state {

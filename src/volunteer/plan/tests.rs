@@ -824,3 +824,47 @@ fn a_worker_gets_a_disk_image_of_its_share_unless_the_owner_chose_a_measured_sha
     let spec = worker_spec(&sup, &s, "sha256:aa", "r/w@sha256:aa", t(20, 0), 0, None);
     assert_eq!(spec.disk_image, None);
 }
+
+#[test]
+fn the_plan_that_stops_a_full_worker_starts_no_replacement() {
+    let s = settings();
+    let mut full = worker("full", WorkerState::Running, t(19, 0));
+    full.disk_kib = Some(1024);
+    let workers = vec![full];
+    let image = ImageState::Ready {
+        digest: "sha256:aa".into(),
+        pinned: "r/w@sha256:aa".into(),
+    };
+    let scratch_use = BTreeMap::from([(
+        "full".to_string(),
+        ScratchUse {
+            used_kib: 1000,
+            full: true,
+        },
+    )]);
+    let p = plan(
+        &supply(true, 1, Evict::None),
+        Observed {
+            workers: &workers,
+            in_flight: &InFlight::default(),
+            backoff: &StartBackoff::default(),
+            image: &image,
+            free_hours: None,
+            filter_down: None,
+            scratch_use: &scratch_use,
+        },
+        &s,
+        t(20, 0),
+    );
+    assert!(
+        matches!(
+            &p.actions[..],
+            [Action::Stop {
+                why: Reason::ScratchFull { .. },
+                ..
+            }]
+        ),
+        "{:?}",
+        p.actions
+    );
+}
