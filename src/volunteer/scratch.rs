@@ -73,6 +73,10 @@ pub enum ScratchError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error(
+        "[worker] read_only_rootfs = false would let the worker write its container's own layer, outside its disk limit\n  hint: keep read_only_rootfs = true (jobs write to the scratch and /tmp), or the owner's policy may accept a measured share: [share] disk_limit = \"measured\""
+    )]
+    WritableRoot,
     #[error("preparing the scratch was interrupted: {0}")]
     Interrupted(String),
     #[error("the disk volume of {name}: {source}")]
@@ -111,6 +115,7 @@ pub fn prepare(spec: &WorkerSpec, w: &WorkerSettings) -> Result<Option<Attached>
     refuse_symlink(&w.scratch_root)?;
     refuse_symlink(&w.tokens_root)?;
     let attached = match &spec.disk_image {
+        Some(_) if !spec.read_only_rootfs => return Err(ScratchError::WritableRoot),
         Some(img) => {
             create_root(&w.scratch_root)?;
             Some(make_image(img, spec.owner)?)
