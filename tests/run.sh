@@ -23,6 +23,9 @@ command -v chromium >/dev/null || need+=(chromium)
 command -v docker >/dev/null || need+=(docker.io)
 command -v python3 >/dev/null || need+=(python3)
 command -v curl >/dev/null || need+=(curl)
+# mke2fs and losetup: each worker's disk limit is an ext4 image on a loop device.
+command -v mke2fs >/dev/null || need+=(e2fsprogs)
+command -v losetup >/dev/null || need+=(mount)
 [ -f /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
 if [ ${#need[@]} -gt 0 ]; then
   log "installing ${need[*]}"

@@ -28,6 +28,7 @@ use crate::volunteer::egress;
 use crate::volunteer::settings::{EngineSettings, WorkerSettings};
 use crate::volunteer::status;
 use crate::volunteer::worker::{Worker, WorkerState};
+use crate::volunteer::{gc, scratch};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::Path;
@@ -301,6 +302,15 @@ pub async fn remove_all(
             format!(" ({})", removed.join(", "))
         }
     );
+    // With every worker gone, whatever of theirs is left in the state dir goes too (a disk
+    // image or token copy of a worker whose container is already gone).
+    if failed.is_empty() {
+        for name in gc::leftover_names(s) {
+            if let Err(e) = scratch::remove(b, s, &name).await {
+                failed.push(format!("{name}: {e}"));
+            }
+        }
+    }
     // With every worker gone, pilotd's own network and its traffic filter go too.
     if failed.is_empty()
         && let Some(f) = &s.egress
@@ -347,16 +357,10 @@ async fn remove_one(
         b.stop(&w.id, grace).await.map_err(|e| e.to_string())?;
     }
     b.remove(&w.id).await.map_err(|e| e.to_string())?;
-    remove_scratch(s, &w.name);
-    Ok(())
-}
-
-/// Only ever a dir named after one of this instance's workers, directly under scratch_root.
-fn remove_scratch(s: &WorkerSettings, name: &str) {
-    if !name.starts_with(&s.name_prefix()) || name.contains('/') || name.contains("..") {
-        return;
-    }
-    let _ = std::fs::remove_dir_all(s.scratch_root.join(name));
+    // The executor's one removal: disk volume, loop device, image, scratch dir, token copy.
+    scratch::remove(b, s, &w.name)
+        .await
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -74,7 +74,7 @@ pub fn run(g: &Global, a: &GcArgs) -> Result<String, CmdError> {
             return Ok(out);
         }
         let mut failed = 0;
-        for c in gc::apply(&b, &items, s.policy.grace).await {
+        for c in gc::apply(&b, settings, &items, s.policy.grace).await {
             if c.result.is_ok() {
                 let _ = writeln!(out, "done: {c}");
             } else {

@@ -74,6 +74,7 @@ struct RawShare {
     cpus: Option<Spanned<StrOrInt>>,
     memory: Option<Spanned<StrOrInt>>,
     disk: Option<Spanned<StrOrInt>>,
+    disk_limit: Option<Spanned<String>>,
     gpus: Option<Spanned<i64>>,
     workers: Option<Spanned<i64>>,
 }
@@ -125,6 +126,19 @@ impl Evict {
     }
 }
 
+/// How a worker's disk share holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DiskLimit {
+    /// The kernel enforces it: the worker's scratch is a filesystem of exactly its share
+    /// (needs loop devices). The default.
+    Enforced,
+    /// Measured now and then, and the worker stopped when found over it: a fast writer can
+    /// pass the share by what it writes between two measurements. Only the owner's policy can
+    /// choose this (for hosts without loop devices, e.g. pilotd inside a container).
+    Measured,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BatteryRule {
@@ -174,6 +188,7 @@ pub struct ShareSpec {
     pub cpus: Share,
     pub memory: Share,
     pub disk: Share,
+    pub disk_limit: DiskLimit,
     pub gpus: u32,
     pub workers: u32,
 }
@@ -218,6 +233,7 @@ impl Policy {
                 cpus: Share::Percent(50.0),
                 memory: Share::Percent(50.0),
                 disk: Share::Amount(20 << 30),
+                disk_limit: DiskLimit::Enforced,
                 gpus: 0,
                 workers: 1,
             },
@@ -362,6 +378,17 @@ pub fn validate(raw: RawPolicy, local_tz: Zone, d: &mut Diagnostics) -> (Policy,
         &mut disk_span,
         d,
     );
+    if let Some(l) = &s.disk_limit {
+        match l.get_ref().as_str() {
+            "enforced" => p.share.disk_limit = DiskLimit::Enforced,
+            "measured" => p.share.disk_limit = DiskLimit::Measured,
+            other => d.error(
+                l.span(),
+                format!("unknown disk_limit `{other}`"),
+                "use \"enforced\" (the kernel holds each worker to its share; the default) or \"measured\" (only where loop devices are missing)",
+            ),
+        }
+    }
     if let Some(g) = &s.gpus {
         spans.gpus = g.span();
         match u32::try_from(*g.get_ref()) {
@@ -556,6 +583,7 @@ grace = "5m"
 cpus = "50%"
 memory = "8GiB"
 disk = "20GiB"
+disk_limit = "measured"
 gpus = 1
 workers = 2
 [jobs]
@@ -581,7 +609,10 @@ longest_job = "4h"
         assert_eq!(p.grace, Duration::from_secs(300));
         assert_eq!(p.share.memory, Share::Amount(8 << 30));
         assert_eq!(p.share.workers, 2);
+        assert_eq!(p.share.disk_limit, DiskLimit::Measured);
         assert_eq!(p.longest_job, Duration::from_secs(4 * 3600));
+        // Unset, the kernel enforces the disk share.
+        assert_eq!(parse("").unwrap().share.disk_limit, DiskLimit::Enforced);
     }
 
     #[test]
@@ -599,6 +630,7 @@ max_owner_cpu = "120%"
 [share]
 cpus = "150%"
 workers = 0
+disk_limit = "off"
 "#,
         )
         .unwrap_err();
@@ -629,7 +661,11 @@ workers = 0
             all.contains("policy.toml:12:11: workers = 0 is out of range"),
             "{all}"
         );
-        assert_eq!(errs.len(), 8, "{all}");
+        assert!(
+            all.contains("policy.toml:13:14: unknown disk_limit `off`"),
+            "{all}"
+        );
+        assert_eq!(errs.len(), 9, "{all}");
         assert!(errs.iter().all(|e| e.contains("\n  hint: ")), "{all}");
     }
 

@@ -1,13 +1,50 @@
-//! How much of the disk a worker uses: the blocks under its scratch dir, measured beside the
-//! loop. A worker's disk share is enforced by measurement, not by a filesystem quota: quotas
-//! need a filesystem prepared for them (XFS project quotas under overlay2) or a loop device
-//! per worker, neither of which a donated desktop has; the engine's `--storage-opt size` works
-//! only on such filesystems. The root filesystem is read-only and the container log capped, so
-//! the scratch dir is the one place a worker can fill; a worker found over its share is
-//! stopped (`plan::Reason::DiskShareExceeded`).
+//! How much of the disk a worker uses, measured beside the loop.
+//!
+//! A worker whose share the kernel enforces (`scratch`: a filesystem image of exactly the
+//! share) is measured by its filesystem's own counters (statvfs of the engine's mount of it,
+//! found through the loop device): what it holds, deleted-but-open files included, and whether
+//! it is full — a full scratch ends the worker (`plan::Reason::ScratchFull`).
+//!
+//! A worker whose owner chose a measured share (`[share] disk_limit = "measured"`) is
+//! measured by the blocks under its scratch dir; found over its share, it is stopped
+//! (`plan::Reason::DiskShareExceeded`). That walk cannot see a deleted file kept open, and a
+//! fast writer passes the share between two walks: hence the enforced limit by default. The
+//! root filesystem is read-only and the container log capped, so the scratch is the one place
+//! a worker can fill.
 
+use crate::volunteer::{loopdev, scratch};
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
+
+/// One worker's scratch, as last measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ScratchUse {
+    pub used_kib: u64,
+    /// Its disk image's filesystem has no room left (or no inode).
+    pub full: bool,
+}
+
+/// A filesystem's counters (statvfs), in its own blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FsCounters {
+    pub block_kib: u64,
+    pub blocks: u64,
+    pub blocks_free: u64,
+    pub files_free: u64,
+}
+
+/// What a worker's image filesystem holds, and whether it is full: less than 1% of it (at
+/// least one block) or no inode left. A job writing to the last byte is ended; one that
+/// leaves itself a little room is not.
+pub fn image_use(c: FsCounters) -> ScratchUse {
+    let used_kib = c.blocks.saturating_sub(c.blocks_free) * c.block_kib;
+    let slack = (c.blocks / 100).max(1);
+    ScratchUse {
+        used_kib,
+        full: c.blocks_free < slack || c.files_free == 0,
+    }
+}
 
 /// A walk stops after this many entries: a worker that made millions of files is measured
 /// from what was counted, which is already a lower bound of its use.
@@ -44,12 +81,42 @@ pub fn usage_kib(dir: &Path, max_entries: usize) -> u64 {
     blocks / 2
 }
 
-/// The use of each named worker's scratch dir under `root`: (worker id, name) → KiB.
-pub fn measure(root: &Path, workers: &[(String, String)]) -> BTreeMap<String, u64> {
+/// The use of each named worker's scratch under `root`: (worker id, name) → use. A worker
+/// with a disk image is measured through its mount (left out while the mount is not found:
+/// not yet mounted, or already gone); one without, by walking its scratch dir.
+pub fn measure(root: &Path, workers: &[(String, String)]) -> BTreeMap<String, ScratchUse> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     workers
         .iter()
-        .map(|(id, name)| (id.clone(), usage_kib(&root.join(name), MAX_ENTRIES)))
+        .filter_map(|(id, name)| {
+            let image = scratch::image_path(root, name);
+            let u = if image.exists() {
+                image_counters(&image, &mountinfo).map(image_use)?
+            } else {
+                ScratchUse {
+                    used_kib: usage_kib(&root.join(name), MAX_ENTRIES),
+                    full: false,
+                }
+            };
+            Some((id.clone(), u))
+        })
         .collect()
+}
+
+/// The counters of the filesystem in `image`, from wherever its loop device is mounted.
+fn image_counters(image: &Path, mountinfo: &str) -> Option<FsCounters> {
+    let sys = Path::new("/sys/block");
+    loopdev::devices_of(sys, image).into_iter().find_map(|dev| {
+        let (major, minor) = loopdev::device_number(sys, &dev)?;
+        let point = loopdev::mount_point(mountinfo, major, minor)?;
+        let st = nix::sys::statvfs::statvfs(&point).ok()?;
+        Some(FsCounters {
+            block_kib: (st.fragment_size() as u64 / 1024).max(1),
+            blocks: st.blocks() as u64,
+            blocks_free: st.blocks_available() as u64,
+            files_free: st.files_available() as u64,
+        })
+    })
 }
 
 #[cfg(test)]
@@ -73,6 +140,37 @@ mod tests {
         // The entry cap ends the walk early with a lower bound.
         assert!(usage_kib(&d, 2) < kib);
         let m = measure(dir.path(), &[("id1".into(), "w".into())]);
-        assert_eq!(m["id1"], kib);
+        assert_eq!(m["id1"].used_kib, kib);
+        assert!(!m["id1"].full);
+    }
+
+    #[test]
+    fn an_image_is_full_below_one_percent_free_or_without_inodes() {
+        let c = |blocks_free, files_free| FsCounters {
+            block_kib: 4,
+            blocks: 10_000,
+            blocks_free,
+            files_free,
+        };
+        assert_eq!(image_use(c(2_500, 10)).used_kib, 30_000);
+        assert!(!image_use(c(100, 10)).full);
+        assert!(image_use(c(99, 10)).full);
+        assert!(image_use(c(0, 10)).full);
+        assert!(image_use(c(5_000, 0)).full, "an inode flood fills it too");
+        // A tiny filesystem is full at its last block.
+        let tiny = FsCounters {
+            block_kib: 1,
+            blocks: 50,
+            blocks_free: 1,
+            files_free: 3,
+        };
+        assert!(!image_use(tiny).full);
+        assert!(
+            image_use(FsCounters {
+                blocks_free: 0,
+                ..tiny
+            })
+            .full
+        );
     }
 }

@@ -6,6 +6,8 @@
 
 use super::status::PulledImage;
 use crate::volunteer::backend::{Backend, BackendError};
+use crate::volunteer::scratch::{self, ScratchError};
+use crate::volunteer::settings::WorkerSettings;
 use crate::volunteer::worker::{LocalImage, Worker, WorkerState, labels};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -47,7 +49,9 @@ impl std::fmt::Display for Item {
         match self {
             Item::RemoveWorker { name, why, .. } => write!(f, "remove worker {name} ({why})"),
             Item::StopWorker { name, why, .. } => write!(f, "stop worker {name} ({why})"),
-            Item::RemoveScratch { path } => write!(f, "remove scratch dir {}", path.display()),
+            Item::RemoveScratch { path } => {
+                write!(f, "remove scratch (dir or disk image) {}", path.display())
+            }
             Item::RemoveTokenCopy { path } => write!(f, "remove token copy {}", path.display()),
             Item::RemoveImage { id, reference } => write!(f, "remove image {reference} ({id})"),
         }
@@ -158,9 +162,33 @@ pub fn images(
         .collect()
 }
 
-/// The entries of the scratch root with their ages; a missing root has none.
+/// The entries of the scratch root with their ages, by worker name (a scratch dir, or a disk
+/// image `<name>.img`); a missing root has none.
 pub fn scratch_entries(root: &Path) -> Vec<(String, Duration)> {
-    entries(root, true)
+    let mut out: Vec<(String, Duration)> = entries(root, true);
+    for (name, age) in entries(root, false) {
+        if let Some(worker) = name.strip_suffix(".img")
+            && !out.iter().any(|(n, _)| n == worker)
+        {
+            out.push((worker.to_string(), age));
+        }
+    }
+    out
+}
+
+/// Every worker name of this instance with something left in the scratch root or the tokens
+/// dir, whatever its age (for `failsafe --remove`, once all workers are gone).
+pub fn leftover_names(w: &WorkerSettings) -> Vec<String> {
+    let prefix = w.name_prefix();
+    let mut names: Vec<String> = scratch_entries(&w.scratch_root)
+        .into_iter()
+        .chain(token_entries(&w.tokens_root))
+        .map(|(n, _)| n)
+        .filter(|n| n.starts_with(&prefix))
+        .collect();
+    names.sort();
+    names.dedup();
+    names
 }
 
 /// The token copies (files) with their ages; a missing dir has none.
@@ -196,11 +224,8 @@ fn entries(root: &Path, dirs: bool) -> Vec<(String, Duration)> {
 pub enum GcError {
     #[error(transparent)]
     Backend(#[from] BackendError),
-    #[error("cannot remove {}: {source}", path.display())]
-    Scratch {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Scratch(#[from] ScratchError),
     /// An image still used by a container (possibly a foreign one) is kept.
     #[error("kept: {0}")]
     InUse(String),
@@ -222,33 +247,33 @@ impl std::fmt::Display for Collected<'_> {
     }
 }
 
-/// Carries out GC items, each whatever became of the others.
+/// Carries out GC items, each whatever became of the others. Whatever of a worker is left
+/// outside its container goes through the executor's one removal (`scratch::remove`).
 pub async fn apply<'a, B: Backend>(
     backend: &B,
+    worker: &WorkerSettings,
     items: &'a [Item],
     grace: Duration,
 ) -> Vec<Collected<'a>> {
     let mut out = Vec::new();
     for item in items {
         let result = match item {
-            Item::RemoveWorker { id, .. } => backend.remove(id).await.map_err(GcError::from),
+            Item::RemoveWorker { id, name, .. } => match backend.remove(id).await {
+                Ok(()) => scratch::remove(backend, worker, name)
+                    .await
+                    .map_err(GcError::from),
+                Err(e) => Err(e.into()),
+            },
             Item::StopWorker { id, .. } => backend.stop(id, grace).await.map_err(GcError::from),
-            Item::RemoveTokenCopy { path } => match std::fs::remove_file(path) {
-                Ok(()) => Ok(()),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-                Err(source) => Err(GcError::Scratch {
-                    path: path.clone(),
-                    source,
-                }),
-            },
-            Item::RemoveScratch { path } => match std::fs::remove_dir_all(path) {
-                Ok(()) => Ok(()),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-                Err(source) => Err(GcError::Scratch {
-                    path: path.clone(),
-                    source,
-                }),
-            },
+            Item::RemoveTokenCopy { path } | Item::RemoveScratch { path } => {
+                let name = path
+                    .file_name()
+                    .map(|n| n.to_string_lossy().to_string())
+                    .unwrap_or_default();
+                scratch::remove(backend, worker, &name)
+                    .await
+                    .map_err(GcError::from)
+            }
             Item::RemoveImage { id, .. } => match backend.remove_image(id).await {
                 Ok(()) => Ok(()),
                 Err(BackendError::Conflict { message, .. }) => Err(GcError::InUse(message)),

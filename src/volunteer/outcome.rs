@@ -20,6 +20,9 @@ pub enum Outcome {
     OutOfMemory,
     /// The container could not be created or started.
     StartFailed { message: String },
+    /// pilotd ended it because its scratch was full: the kernel held it to its disk share
+    /// (KiB), and a worker that cannot write cannot run a job.
+    ScratchFull { share_kib: u64 },
     /// Any other code (an image that does not follow the pilot's contract).
     Other { code: i64 },
 }
@@ -38,6 +41,7 @@ enum OutcomeRecordForm {
     Signalled { signal: i64 },
     OutOfMemory,
     StartFailed { message: String },
+    ScratchFull { share_kib: u64 },
     Other { code: i64 },
 }
 
@@ -57,6 +61,7 @@ impl From<OutcomeRecordForm> for Outcome {
             },
             OutcomeRecordForm::OutOfMemory => Outcome::OutOfMemory,
             OutcomeRecordForm::StartFailed { message } => Outcome::StartFailed { message },
+            OutcomeRecordForm::ScratchFull { share_kib } => Outcome::ScratchFull { share_kib },
             OutcomeRecordForm::Other { code } => Outcome::Other { code },
         }
     }
@@ -75,6 +80,7 @@ impl From<Outcome> for OutcomeRecordForm {
             },
             Outcome::OutOfMemory => OutcomeRecordForm::OutOfMemory,
             Outcome::StartFailed { message } => OutcomeRecordForm::StartFailed { message },
+            Outcome::ScratchFull { share_kib } => OutcomeRecordForm::ScratchFull { share_kib },
             Outcome::Other { code } => OutcomeRecordForm::Other { code },
         }
     }
@@ -124,6 +130,11 @@ impl fmt::Display for Outcome {
             Outcome::Exited(exit) => write!(f, "{exit}"),
             Outcome::OutOfMemory => write!(f, "killed: out of memory"),
             Outcome::StartFailed { message } => write!(f, "failed to start: {message}"),
+            Outcome::ScratchFull { share_kib } => write!(
+                f,
+                "stopped: its scratch filled its disk share of {} MiB",
+                share_kib / 1024
+            ),
             Outcome::Other { code } => write!(f, "exit {code}"),
         }
     }

@@ -25,13 +25,16 @@
 //!   case: never while the machine is closed for days.
 
 use crate::config::Evict;
+use crate::config::policy::DiskLimit;
 use crate::config::site::WorkerUser;
 use crate::config::template;
+use crate::volunteer::disk::ScratchUse;
 use crate::volunteer::outcome::{Outcome, StartBackoff};
 use crate::volunteer::policy::Supply;
+use crate::volunteer::scratch;
 use crate::volunteer::settings::WorkerSettings;
 use crate::volunteer::worker::ImageState;
-use crate::volunteer::worker::{Worker, WorkerSpec, WorkerState, gpus_label, labels};
+use crate::volunteer::worker::{DiskImage, Worker, WorkerSpec, WorkerState, gpus_label, labels};
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -59,6 +62,9 @@ pub enum Reason {
     Shutdown,
     /// Its scratch dir holds more than its disk share (KiB used, KiB shared).
     DiskShareExceeded { used_kib: u64, share_kib: u64 },
+    /// Its scratch, a filesystem of exactly its disk share, is full (KiB shared): it cannot
+    /// write, so it cannot run a job.
+    ScratchFull { share_kib: u64 },
     /// The workers' traffic filter is down and could not be restored.
     FilterDown,
 }
@@ -91,6 +97,11 @@ impl fmt::Display for Reason {
                 f,
                 "its scratch dir holds {} MiB, over its disk share of {} MiB",
                 used_kib / 1024,
+                share_kib / 1024
+            ),
+            Reason::ScratchFull { share_kib } => write!(
+                f,
+                "its scratch is full: it filled its disk share of {} MiB",
                 share_kib / 1024
             ),
             Reason::FilterDown => f.write_str("its traffic filter is down"),
@@ -207,8 +218,8 @@ pub struct Observed<'a> {
     /// How many hours the host is usually free from now (learned history); workers get it as
     /// `{free_hours}` so the pool can prefer long-free machines for long jobs.
     pub free_hours: Option<u64>,
-    /// KiB each worker's scratch dir held at the last measurement, by worker id.
-    pub scratch_use: &'a BTreeMap<String, u64>,
+    /// What each worker's scratch held at the last measurement, by worker id.
+    pub scratch_use: &'a BTreeMap<String, ScratchUse>,
     /// Why the workers' traffic filter is down (it could not be restored), while it is.
     pub filter_down: Option<&'a str>,
 }
@@ -241,6 +252,7 @@ pub fn plan(supply: &Supply, obs: Observed<'_>, s: &WorkerSettings, now: DateTim
         removals,
         mut staying,
         held_paused,
+        held_for_disk,
         mut notes,
     } = sort_workers(supply, &obs, now);
     actions.extend(removals);
@@ -252,7 +264,7 @@ pub fn plan(supply: &Supply, obs: Observed<'_>, s: &WorkerSettings, now: DateTim
     }
     let mut p = Plan { actions, notes };
     pull_new_image(supply, &obs, s, &mut p);
-    let missing = (supply.workers as usize).saturating_sub(staying.len());
+    let missing = (supply.workers as usize).saturating_sub(staying.len() + held_for_disk);
     if supply.allowed && missing > 0 {
         start_missing(supply, &obs, s, now, missing, &mut p);
     }
@@ -312,6 +324,9 @@ struct Sorted<'a> {
     /// Workers that stay (running, or paused and resuming), oldest first.
     staying: Vec<&'a Worker>,
     held_paused: u32,
+    /// Workers being stopped for their disk use: their scratch holds its share until they
+    /// are gone, so no replacement starts before (the owner's disk share holds).
+    held_for_disk: usize,
     notes: Vec<String>,
 }
 
@@ -321,28 +336,29 @@ fn sort_workers<'a>(supply: &Supply, obs: &Observed<'a>, now: DateTime<Utc>) -> 
         removals: Vec::new(),
         staying: Vec::new(),
         held_paused: 0,
+        held_for_disk: 0,
         notes: Vec::new(),
     };
     let grace_s = supply.grace.as_secs();
     for w in obs.workers {
         if obs.in_flight.stopping.contains(&w.id) {
+            if disk_reason(w, obs.scratch_use.get(&w.id)).is_some() {
+                out.held_for_disk += 1;
+            }
             continue;
         }
         let expired = w.die_at.is_some_and(|d| d <= now);
         let (id, name) = (w.id.clone(), w.name.clone());
-        if let (Some(share_kib), Some(&used_kib)) = (w.disk_kib, obs.scratch_use.get(&w.id))
-            && used_kib > share_kib
+        if let Some(why) = disk_reason(w, obs.scratch_use.get(&w.id))
             && matches!(w.state, WorkerState::Running | WorkerState::Restarting)
         {
             out.actions.push(Action::Stop {
                 id,
                 name,
                 grace_s: grace_s.min(DISK_STOP_GRACE_S),
-                why: Reason::DiskShareExceeded {
-                    used_kib,
-                    share_kib,
-                },
+                why,
             });
+            out.held_for_disk += 1;
             continue;
         }
         match w.state {
@@ -659,12 +675,33 @@ pub fn worker_spec(
         },
         token_mount: s.token_mount.clone(),
         scratch_dir: s.scratch_root.join(&name),
+        disk_image: (s.disk_limit == DiskLimit::Enforced).then(|| DiskImage {
+            path: scratch::image_path(&s.scratch_root, &name),
+            bytes: scratch::image_bytes(r.disk_kib),
+        }),
+        scratch_device: None,
         scratch_mount: s.scratch_mount.clone(),
         cvmfs: s.cvmfs.clone(),
         cap_add: s.cap_add.clone(),
         user: s.user.engine_user(),
         network: s.network.clone(),
         name,
+    }
+}
+
+/// Why a worker's disk use ends it: a full scratch (its image filesystem), or a measured
+/// scratch dir over its share. A worker of an older pilotd has no recorded share.
+fn disk_reason(w: &Worker, used: Option<&ScratchUse>) -> Option<Reason> {
+    let (share_kib, u) = (w.disk_kib?, used?);
+    if u.full {
+        Some(Reason::ScratchFull { share_kib })
+    } else if u.used_kib > share_kib {
+        Some(Reason::DiskShareExceeded {
+            used_kib: u.used_kib,
+            share_kib,
+        })
+    } else {
+        None
     }
 }
 

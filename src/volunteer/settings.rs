@@ -5,6 +5,7 @@
 //! reads the files' structure (spans, units, defaults, tables). Plain data only.
 
 use crate::backoff::Backoff;
+use crate::config::policy::DiskLimit;
 use crate::config::site::{OnShutdown, WorkerUser};
 use crate::config::{Config, Policy, SiteConfig};
 use crate::volunteer::egress::{Filter, Ipv4Net};
@@ -80,6 +81,9 @@ pub struct WorkerSettings {
     /// Per-worker copies of the token, readable by the worker's uid (`<state_dir>/tokens`).
     pub tokens_root: PathBuf,
     pub scratch_mount: PathBuf,
+    /// How each worker's disk share holds: the owner's policy alone says (no manifest lays a
+    /// choice over it); enforced unless it says "measured".
+    pub disk_limit: DiskLimit,
     pub cvmfs: Option<PathBuf>,
     pub cap_add: Vec<String>,
     pub pids_limit: i64,
@@ -169,6 +173,7 @@ impl WorkerSettings {
             scratch_root: site.scratch(),
             tokens_root: site.state_dir.join("tokens"),
             scratch_mount: w.scratch_mount.clone(),
+            disk_limit: DiskLimit::Enforced,
             cvmfs: w.cvmfs.clone(),
             cap_add: w.cap_add.clone(),
             pids_limit: w.pids_limit,
@@ -208,7 +213,10 @@ impl Settings {
                 proc: "/proc".into(),
                 exclusive_processes: cfg.policy.exclusive_processes.clone(),
             },
-            worker: WorkerSettings::of_site(site),
+            worker: WorkerSettings {
+                disk_limit: cfg.policy.share.disk_limit,
+                ..WorkerSettings::of_site(site)
+            },
             image: ImageSettings {
                 allowed: site.allowed_images(),
                 refresh: w.refresh.0,

@@ -8,11 +8,13 @@
 
 use crate::config::Evict;
 use crate::service::state_file::write_atomically;
+use crate::volunteer::disk::ScratchUse;
 use crate::volunteer::outcome::{Outcome, StartBackoff};
 use crate::volunteer::policy::Supply;
 use crate::volunteer::worker::Worker;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
@@ -125,6 +127,9 @@ pub struct Status {
     pub own_cpu: f64,
     /// As listed in the last cycle; `None` when the list failed (unknown, not empty).
     pub workers: Option<Vec<Worker>>,
+    /// What each worker's scratch held at the last measurement, by worker id.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub scratch_use: BTreeMap<String, ScratchUse>,
     pub backoff: StartBackoff,
     pub image: ImageRecord,
     pub pulled_images: Vec<PulledImage>,

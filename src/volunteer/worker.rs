@@ -138,13 +138,29 @@ pub struct WorkerSpec {
     /// unknown to pilotd).
     pub owner: Option<(u32, u32)>,
     pub token_mount: PathBuf,
-    /// Host path of this worker's scratch dir, mounted at `scratch_mount`.
+    /// Host path of this worker's scratch dir, mounted at `scratch_mount` when its disk share
+    /// is only measured (`disk_image` is `None`).
     pub scratch_dir: PathBuf,
+    /// The disk image whose filesystem is the worker's scratch, of exactly its disk share:
+    /// the kernel enforces the share (`scratch`). `None`: the owner chose a measured share.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_image: Option<DiskImage>,
+    /// The loop device the image is attached to, filled in by the executor just before the
+    /// start (the engine mounts it as a `local` volume named after the worker).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scratch_device: Option<PathBuf>,
     pub scratch_mount: PathBuf,
     pub cvmfs: Option<PathBuf>,
     pub cap_add: Vec<String>,
     pub user: Option<String>,
     pub network: Option<String>,
+}
+
+/// A worker's disk image: where it lives and how big it is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DiskImage {
+    pub path: PathBuf,
+    pub bytes: u64,
 }
 
 /// A local image, as the engine has it.

@@ -5,6 +5,7 @@
 # so both use the same image. Prints the image tag.
 #   openssh-server, libpam-systemd: a real user's ssh login is a real logind session
 #   (class user, type tty), and a PAM service run by systemd-run makes a graphical-type one.
+#   e2fsprogs: a dependency of the package (mke2fs, the disk limit), installed with it offline.
 set -eu
 exec sh "$(dirname "$0")/../images/build-debian-image.sh" pilotd-test/systemd \
-    systemd systemd-sysv dbus iptables openssh-server libpam-systemd
+    systemd systemd-sysv dbus iptables openssh-server libpam-systemd e2fsprogs

@@ -21,13 +21,15 @@ use bollard::Docker;
 use bollard::errors::Error as DockerError;
 use bollard::models::{
     ContainerCreateBody, DeviceRequest, HostConfig, HostConfigLogConfig, Mount, MountBindOptions,
-    MountBindOptionsPropagationEnum, MountType, NetworkCreateRequest, ResourcesUlimits,
+    MountBindOptionsPropagationEnum, MountType, MountVolumeOptions, MountVolumeOptionsDriverConfig,
+    NetworkCreateRequest, ResourcesUlimits,
 };
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, CreateImageOptionsBuilder, EventsOptionsBuilder,
     InspectNetworkOptions, KillContainerOptionsBuilder, ListContainersOptionsBuilder,
     ListImagesOptionsBuilder, LogsOptionsBuilder, RemoveContainerOptionsBuilder,
-    RemoveImageOptionsBuilder, StatsOptionsBuilder, StopContainerOptionsBuilder,
+    RemoveImageOptionsBuilder, RemoveVolumeOptions, StatsOptionsBuilder,
+    StopContainerOptionsBuilder,
 };
 use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
@@ -129,6 +131,35 @@ impl DockerBackend {
                 format!("{}={}", labels::INSTANCE, self.instance),
             ],
         )])
+    }
+
+    /// An image that declares a `VOLUME` would have the engine make a volume for it under its
+    /// own directory, outside the worker's disk limit: refused, unless the path is the scratch
+    /// mount itself (the limited scratch covers it).
+    async fn refuse_volumes(&self, spec: &WorkerSpec) -> Result<(), BackendError> {
+        let image = self
+            .docker
+            .inspect_image(&spec.image_pinned)
+            .await
+            .map_err(|e| self.err(format!("inspecting image {}", spec.image_pinned), e))?;
+        let declared: Vec<String> = image
+            .config
+            .and_then(|c| c.volumes)
+            .map(|v| v.into_iter().collect())
+            .unwrap_or_default();
+        let uncovered = uncovered_volumes(&declared, &spec.scratch_mount);
+        if uncovered.is_empty() {
+            return Ok(());
+        }
+        Err(BackendError::Rejected {
+            what: format!("starting worker {}", spec.name),
+            message: format!(
+                "the image {} declares VOLUME {}: the engine would keep what a job writes there outside the worker's disk share; pilotd does not run such images (remove the VOLUME line from the image, or make it the scratch mount {})",
+                spec.image_pinned,
+                uncovered.join(", "),
+                spec.scratch_mount.display()
+            ),
+        })
     }
 
     async fn inspect_local(&self, reference: &str) -> Result<Option<LocalImage>, BackendError> {
@@ -509,6 +540,7 @@ impl Backend for DockerBackend {
     }
 
     async fn start(&self, spec: &WorkerSpec) -> Result<String, BackendError> {
+        self.refuse_volumes(spec).await?;
         let body = container_body(spec);
         let opts = CreateContainerOptionsBuilder::default()
             .name(&spec.name)
@@ -671,6 +703,36 @@ impl Backend for DockerBackend {
         }
     }
 
+    async fn remove_volume(&self, name: &str) -> Result<(), BackendError> {
+        let what = format!("the disk volume of worker {name}");
+        let volume = match self.docker.inspect_volume(name).await {
+            Ok(v) => v,
+            Err(e) => {
+                return match self.err(&what, e) {
+                    BackendError::NotFound { .. } => Ok(()),
+                    other => Err(other),
+                };
+            }
+        };
+        let l = &volume.labels;
+        if l.get(labels::MANAGED).map(String::as_str) != Some("true")
+            || l.get(labels::INSTANCE) != Some(&self.instance)
+        {
+            return Ok(());
+        }
+        match self
+            .docker
+            .remove_volume(name, None::<RemoveVolumeOptions>)
+            .await
+        {
+            Ok(()) => Ok(()),
+            Err(e) => match self.err(format!("removing {what}"), e) {
+                BackendError::NotFound { .. } => Ok(()),
+                other => Err(other),
+            },
+        }
+    }
+
     async fn remove_network(&self, name: &str) -> Result<(), BackendError> {
         match self.docker.remove_network(name).await {
             Ok(()) => Ok(()),
@@ -761,14 +823,64 @@ const TMPFS_OPTIONS: &str = "rw,nosuid,nodev,size=256m,mode=1777";
 /// The container a `WorkerSpec` becomes: limits, no privileges, all capabilities dropped
 /// unless the site gave some back, the token read-only, and GPUs only when the owner shares
 /// them. Pure, so the security settings are unit-tested without an engine.
-pub fn container_body(spec: &WorkerSpec) -> ContainerCreateBody {
-    let mut mounts = vec![Mount {
-        target: Some(spec.scratch_mount.display().to_string()),
-        source: Some(spec.scratch_dir.display().to_string()),
-        typ: Some(MountType::BIND),
+/// The declared volumes that the scratch mount does not cover (trailing slashes aside).
+fn uncovered_volumes(declared: &[String], scratch_mount: &std::path::Path) -> Vec<String> {
+    let mut out: Vec<String> = declared
+        .iter()
+        .filter(|v| {
+            std::path::Path::new(v.as_str())
+                .components()
+                .ne(scratch_mount.components())
+        })
+        .cloned()
+        .collect();
+    out.sort();
+    out
+}
+
+/// The worker's scratch: its disk image's loop device, which the engine mounts as a `local`
+/// volume named after the worker (carrying pilotd's labels, so that only pilotd's are ever
+/// removed); or, for a measured share, its scratch dir bind-mounted.
+fn scratch_mount(spec: &WorkerSpec) -> Mount {
+    let target = Some(spec.scratch_mount.display().to_string());
+    let Some(device) = &spec.scratch_device else {
+        return Mount {
+            target,
+            source: Some(spec.scratch_dir.display().to_string()),
+            typ: Some(MountType::BIND),
+            read_only: Some(false),
+            ..Default::default()
+        };
+    };
+    let mut l = HashMap::new();
+    for key in [labels::MANAGED, labels::INSTANCE] {
+        if let Some(v) = spec.labels.get(key) {
+            l.insert(key.to_string(), v.clone());
+        }
+    }
+    Mount {
+        target,
+        source: Some(spec.name.clone()),
+        typ: Some(MountType::VOLUME),
         read_only: Some(false),
+        volume_options: Some(MountVolumeOptions {
+            labels: Some(l),
+            driver_config: Some(MountVolumeOptionsDriverConfig {
+                name: Some("local".into()),
+                options: Some(HashMap::from([
+                    ("type".to_string(), "ext4".to_string()),
+                    ("device".to_string(), device.display().to_string()),
+                    ("o".to_string(), "nosuid,nodev".to_string()),
+                ])),
+            }),
+            ..Default::default()
+        }),
         ..Default::default()
-    }];
+    }
+}
+
+pub fn container_body(spec: &WorkerSpec) -> ContainerCreateBody {
+    let mut mounts = vec![scratch_mount(spec)];
     if let Some(token) = &spec.token_file {
         mounts.push(Mount {
             target: Some(spec.token_mount.display().to_string()),
@@ -902,6 +1014,8 @@ mod tests {
             owner: Some((65532, 65532)),
             token_mount: "/etc/pilotd/token".into(),
             scratch_dir: "/var/lib/pilotd/scratch/pilotd-default-1".into(),
+            disk_image: None,
+            scratch_device: None,
             scratch_mount: "/pilot".into(),
             cvmfs: None,
             cap_add: vec![],
@@ -966,6 +1080,51 @@ mod tests {
         let h = container_body(&rw).host_config.unwrap();
         assert_eq!(h.readonly_rootfs, Some(false));
         assert_eq!(h.tmpfs, None);
+    }
+
+    #[test]
+    fn the_scratch_is_the_disk_images_device_mounted_by_the_engine_as_a_labelled_volume() {
+        let mut s = spec(0, false);
+        s.labels
+            .insert(labels::INSTANCE.to_string(), "default".to_string());
+        s.scratch_device = Some("/dev/loop7".into());
+        let mounts = container_body(&s).host_config.unwrap().mounts.unwrap();
+        let m = &mounts[0];
+        assert_eq!(m.target.as_deref(), Some("/pilot"));
+        assert_eq!(m.typ, Some(MountType::VOLUME));
+        assert_eq!(m.source.as_deref(), Some("pilotd-default-1"));
+        let v = m.volume_options.as_ref().unwrap();
+        let l = v.labels.as_ref().unwrap();
+        assert_eq!(l[labels::MANAGED], "true");
+        assert_eq!(l[labels::INSTANCE], "default");
+        let d = v.driver_config.as_ref().unwrap();
+        assert_eq!(d.name.as_deref(), Some("local"));
+        let o = d.options.as_ref().unwrap();
+        assert_eq!(o["type"], "ext4");
+        assert_eq!(o["device"], "/dev/loop7");
+        assert_eq!(o["o"], "nosuid,nodev");
+        // A measured share: the scratch dir, bind-mounted.
+        s.scratch_device = None;
+        let mounts = container_body(&s).host_config.unwrap().mounts.unwrap();
+        assert_eq!(mounts[0].typ, Some(MountType::BIND));
+        assert_eq!(
+            mounts[0].source.as_deref(),
+            Some("/var/lib/pilotd/scratch/pilotd-default-1")
+        );
+    }
+
+    #[test]
+    fn declared_volumes_other_than_the_scratch_mount_are_refused() {
+        let scratch = std::path::Path::new("/pilot");
+        assert!(uncovered_volumes(&["/pilot".into(), "/pilot/".into()], scratch).is_empty());
+        assert_eq!(
+            uncovered_volumes(
+                &["/var/lib/x".into(), "/data".into(), "/pilot".into()],
+                scratch
+            ),
+            vec!["/data".to_string(), "/var/lib/x".to_string()]
+        );
+        assert!(uncovered_volumes(&[], scratch).is_empty());
     }
 
     #[test]

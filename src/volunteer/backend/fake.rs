@@ -341,6 +341,11 @@ impl Backend for FakeBackend {
         Ok(())
     }
 
+    async fn remove_volume(&self, name: &str) -> Result<(), BackendError> {
+        let _w = self.call(format!("volume-rm {name}"))?;
+        Ok(())
+    }
+
     async fn remove_network(&self, name: &str) -> Result<(), BackendError> {
         let _w = self.call(format!("network-rm {name}"))?;
         Ok(())

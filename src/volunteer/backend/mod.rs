@@ -127,6 +127,10 @@ pub trait Backend: Send + Sync {
         interface: &str,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
 
+    /// Removes the volume named `name` (a worker's disk, after its container is gone) if it
+    /// carries this instance's labels; absent, or not pilotd's, is left alone and fine.
+    fn remove_volume(&self, name: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
+
     /// Removes pilotd's own network (after its workers are gone); absent is fine.
     fn remove_network(&self, name: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
 
@@ -199,6 +203,9 @@ impl Backend for AnyBackend {
     }
     async fn ensure_network(&self, name: &str, interface: &str) -> Result<(), BackendError> {
         dispatch!(self, b => b.ensure_network(name, interface).await)
+    }
+    async fn remove_volume(&self, name: &str) -> Result<(), BackendError> {
+        dispatch!(self, b => b.remove_volume(name).await)
     }
     async fn remove_network(&self, name: &str) -> Result<(), BackendError> {
         dispatch!(self, b => b.remove_network(name).await)

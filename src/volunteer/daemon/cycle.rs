@@ -469,6 +469,25 @@ impl Daemon {
                     },
                     _,
                 ) => self.record_outcome(id, name, o.clone(), Vec::new(), now),
+                // Ended for a full scratch: a failure the back-off counts, recorded now (its
+                // exit, by pilotd's signal, would read as neutral).
+                (
+                    Action::Stop {
+                        id,
+                        name,
+                        why: Reason::ScratchFull { share_kib },
+                        ..
+                    },
+                    Ok(_),
+                ) => self.record_outcome(
+                    id,
+                    name,
+                    Outcome::ScratchFull {
+                        share_kib: *share_kib,
+                    },
+                    Vec::new(),
+                    now,
+                ),
                 (Action::Start { spec }, Err(e)) => self.record_outcome(
                     &spec.name,
                     &spec.name,
@@ -603,6 +622,13 @@ impl Daemon {
         self.status.notes = r.notes;
         self.status.last_error = (!r.errors.is_empty()).then(|| r.errors.join("; "));
         self.status.workers = r.workers;
+        // The last measurement of each listed worker's scratch, for `status` and the page.
+        self.status.scratch_use = self.work.scratch_use.clone();
+        if let Some(list) = &self.status.workers {
+            self.status
+                .scratch_use
+                .retain(|id, _| list.iter().any(|w| &w.id == id));
+        }
         let heartbeat = crate::horizon::delta(status::HEARTBEAT);
         let unchanged = self.saved.status.as_ref().is_some_and(|(last, at)| {
             now.signed_duration_since(*at) < heartbeat && last.same_for_readers(&self.status)
@@ -662,7 +688,7 @@ impl Daemon {
             )),
             Err(e) => tracing::warn!("{e}; image GC skipped this time"),
         }
-        for c in gc::apply(b, &items, self.s.policy.grace).await {
+        for c in gc::apply(b, &self.worker, &items, self.s.policy.grace).await {
             match c.result {
                 Ok(()) => tracing::info!("gc: {c}"),
                 Err(_) => tracing::warn!("gc: {c}"),

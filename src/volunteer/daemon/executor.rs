@@ -11,9 +11,9 @@ use super::triggers::Interrupt;
 use crate::volunteer::backend::{AnyBackend, Backend, BackendError};
 use crate::volunteer::egress::{EgressError, Filter, Guard};
 use crate::volunteer::plan::Action;
+use crate::volunteer::scratch::{self, ScratchError};
 use crate::volunteer::settings::WorkerSettings;
 use crate::volunteer::worker::{WorkerSpec, labels};
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// What an action did.
@@ -41,33 +41,6 @@ pub enum ExecError {
     Scratch(#[from] ScratchError),
     #[error(transparent)]
     Egress(#[from] EgressError),
-}
-
-/// A worker's scratch dir or token copy could not be made ready.
-#[derive(Debug, thiserror::Error)]
-pub enum ScratchError {
-    #[error("cannot create scratch dir {}: {source}\n  hint: check [host] scratch in pilotd.toml", dir.display())]
-    Create {
-        dir: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("cannot give {} to uid {uid}: {source}\n  hint: pilotd needs CAP_CHOWN (it runs as root under its unit)", path.display())]
-    Chown {
-        path: PathBuf,
-        uid: u32,
-        source: std::io::Error,
-    },
-    #[error("cannot set permissions of {}: {source}", path.display())]
-    Permissions {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("cannot copy the pool token {} for the worker to {}: {source}\n  hint: check [worker] token_file in pilotd.toml", from.display(), to.display())]
-    Token {
-        from: PathBuf,
-        to: PathBuf,
-        source: std::io::Error,
-    },
 }
 
 /// One action and what became of it.
@@ -187,7 +160,7 @@ async fn execute_one(
         }
         Action::Remove { id, name, .. } => {
             b.remove(id).await?;
-            remove_scratch(worker, name);
+            remove_scratch(b, worker, name).await;
             tracing::info!(worker = %name, "removed");
             Ok(Done::Removed)
         }
@@ -219,18 +192,36 @@ async fn start(
     if let Some(f) = &worker.egress {
         ensure_isolation(b, f, guard).await?;
     }
-    prepare_scratch(&spec.scratch_dir, spec.owner)?;
-    if let Err(e) = prepare_token(spec) {
-        remove_scratch(worker, &spec.name);
-        return Err(e.into());
-    }
-    match b.start(spec).await {
+    // The device stays attached while `attached` lives; once the engine mounted it, the
+    // mount holds it, and the engine's unmount at the worker's end detaches it.
+    let begun = std::time::Instant::now();
+    // mke2fs and fallocate block: beside the runtime's threads.
+    let prepared = {
+        let (spec, worker) = (spec.clone(), worker.clone());
+        tokio::task::spawn_blocking(move || scratch::prepare(&spec, &worker)).await
+    };
+    let attached = match prepared.unwrap_or_else(|e| Err(ScratchError::Interrupted(e.to_string())))
+    {
+        Ok(a) => a,
+        Err(e) => {
+            remove_scratch(b, worker, &spec.name).await;
+            return Err(e.into());
+        }
+    };
+    let mut spec = spec.clone();
+    spec.scratch_device = attached.as_ref().map(|a| a.device.clone());
+    let started = b.start(&spec).await;
+    drop(attached);
+    match started {
         Ok(id) => {
             tracing::info!(
                 worker = %spec.name,
                 id = %id.get(..12).unwrap_or(&id),
                 cpus = spec.nano_cpus / 1_000_000_000,
                 memory_mib = spec.memory_bytes >> 20,
+                disk_mib = spec.disk_image.as_ref().map(|i| i.bytes >> 20),
+                // Scratch ready and the engine's create and start: the cost of a start.
+                start_ms = begun.elapsed().as_millis() as u64,
                 image = %spec.image_pinned,
                 die_at = spec.labels.get(labels::DIE_AT).map(String::as_str).unwrap_or("-"),
                 "started"
@@ -238,104 +229,16 @@ async fn start(
             Ok(Done::Started { id })
         }
         Err(e) => {
-            remove_scratch(worker, &spec.name);
+            remove_scratch(b, worker, &spec.name).await;
             Err(e.into())
         }
     }
 }
 
-/// Creates a worker's scratch dir: owned by the worker's uid and private to it (0700), so
-/// condor running unprivileged in the worker can make it its own; root's 0755 when the image's
-/// user is unknown.
-fn prepare_scratch(dir: &Path, owner: Option<(u32, u32)>) -> Result<(), ScratchError> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(dir).map_err(|source| ScratchError::Create {
-        dir: dir.to_path_buf(),
-        source,
-    })?;
-    let mode = match owner {
-        Some((uid, gid)) => {
-            std::os::unix::fs::chown(dir, Some(uid), Some(gid)).map_err(|source| {
-                ScratchError::Chown {
-                    path: dir.to_path_buf(),
-                    uid,
-                    source,
-                }
-            })?;
-            0o700
-        }
-        None => 0o755,
-    };
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode)).map_err(|source| {
-        ScratchError::Permissions {
-            path: dir.to_path_buf(),
-            source,
-        }
-    })
-}
-
-/// The worker's own copy of the site's token: the site's file stays root's and private (0600);
-/// the copy, in a root-only directory, is readable by the worker's uid alone (0400), and is
-/// what gets bind-mounted read-only. With the image's user unknown, the copy is 0444 (still
-/// unreachable on the host: its directory is 0700).
-fn prepare_token(spec: &WorkerSpec) -> Result<(), ScratchError> {
-    use std::io::Write;
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let (Some(from), Some(to)) = (&spec.token_source, &spec.token_file) else {
-        return Ok(());
-    };
-    let fail = |source: std::io::Error| ScratchError::Token {
-        from: from.clone(),
-        to: to.clone(),
-        source,
-    };
-    if let Some(dir) = to.parent() {
-        std::fs::create_dir_all(dir).map_err(fail)?;
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(fail)?;
-    }
-    let token = std::fs::read(from).map_err(fail)?;
-    // A fresh file (never through a link someone left there), then the owner, then the mode.
-    let _ = std::fs::remove_file(to);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(nix::libc::O_NOFOLLOW)
-        .open(to)
-        .map_err(fail)?;
-    f.write_all(&token).map_err(fail)?;
-    f.sync_all().map_err(fail)?;
-    let mode = match spec.owner {
-        Some((uid, gid)) => {
-            std::os::unix::fs::fchown(&f, Some(uid), Some(gid)).map_err(|source| {
-                ScratchError::Chown {
-                    path: to.clone(),
-                    uid,
-                    source,
-                }
-            })?;
-            0o400
-        }
-        None => 0o444,
-    };
-    f.set_permissions(std::fs::Permissions::from_mode(mode))
-        .map_err(fail)
-}
-
-/// Removes a worker's scratch dir and token copy; failures are left to GC.
-pub(crate) fn remove_scratch(worker: &WorkerSettings, name: &str) {
-    // Only ever a dir named after one of this instance's workers.
-    if !name.starts_with(&worker.name_prefix()) || name.contains('/') {
-        return;
-    }
-    let _ = std::fs::remove_file(worker.tokens_root.join(name));
-    let dir = worker.scratch_root.join(name);
-    if let Err(e) = std::fs::remove_dir_all(&dir)
-        && e.kind() != std::io::ErrorKind::NotFound
-    {
-        tracing::warn!(
-            "cannot remove scratch dir {}: {e}; GC retries later",
-            dir.display()
-        );
+/// A worker's scratch, disk image and token copy go (`scratch::remove`); what fails is left
+/// to GC, which finds it again by its name.
+pub(crate) async fn remove_scratch(b: &AnyBackend, worker: &WorkerSettings, name: &str) {
+    if let Err(e) = scratch::remove(b, worker, name).await {
+        tracing::warn!(worker = %name, "{e}; GC retries later");
     }
 }

@@ -162,7 +162,7 @@ struct Work {
     in_flight: InFlight,
     tasks: JoinSet<TaskDone>,
     /// KiB in each worker's scratch dir at the last measurement, and when it was started.
-    scratch_use: BTreeMap<String, u64>,
+    scratch_use: BTreeMap<String, crate::volunteer::disk::ScratchUse>,
     measured_at: Option<DateTime<Utc>>,
     measuring: bool,
     /// The workers' traffic filter: checked every cycle, ensured before every start.

@@ -30,7 +30,7 @@ pub enum TaskDone {
     },
     Manifest(Result<Manifest, manifest::ManifestError>),
     /// How full the running workers' scratch dirs are, in KiB by worker id.
-    Measured(BTreeMap<String, u64>),
+    Measured(BTreeMap<String, disk::ScratchUse>),
     /// The registry's answer: which digest the worker image's tag names now.
     Checked {
         reference: String,

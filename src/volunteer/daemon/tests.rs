@@ -85,6 +85,9 @@ impl Machine {
         policy.share.cpus = Share::Amount(1);
         policy.share.memory = Share::Amount(256 << 20);
         policy.share.disk = Share::Amount(64 << 20);
+        // The fake engine mounts nothing: workers get plain scratch dirs, not disk images
+        // (which need loop devices and the real engine: tests/it/docker/disk.rs).
+        policy.share.disk_limit = crate::config::policy::DiskLimit::Measured;
         policy
     }
 

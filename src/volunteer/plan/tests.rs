@@ -59,6 +59,7 @@ fn settings() -> WorkerSettings {
         token_mount: "/etc/pilotd/token".into(),
         scratch_root: "/var/lib/pilotd/scratch".into(),
         tokens_root: "/var/lib/pilotd/tokens".into(),
+        disk_limit: crate::config::policy::DiskLimit::Enforced,
         scratch_mount: "/pilot".into(),
         cvmfs: None,
         cap_add: vec![],
@@ -592,10 +593,16 @@ fn a_worker_over_its_disk_share_is_stopped_soon_and_one_within_it_stays() {
     // A worker of an older pilotd has no recorded share: never stopped for it.
     let old = worker("old", WorkerState::Running, t(19, 0));
     let workers = vec![over, within, old];
+    let mut full = worker("full", WorkerState::Running, t(19, 0));
+    full.disk_kib = Some(1024);
+    let workers = [workers, vec![full]].concat();
+    let used = |used_kib, full| ScratchUse { used_kib, full };
     let scratch_use = BTreeMap::from([
-        ("over".to_string(), 5000u64),
-        ("within".to_string(), 1024),
-        ("old".to_string(), 1 << 30),
+        ("over".to_string(), used(5000, false)),
+        ("within".to_string(), used(1024, false)),
+        ("old".to_string(), used(1 << 30, true)),
+        // Its image filesystem is full although it holds less than the share (metadata).
+        ("full".to_string(), used(1000, true)),
     ]);
     let image = ImageState::Ready {
         digest: "sha256:aa".into(),
@@ -624,7 +631,8 @@ fn a_worker_over_its_disk_share_is_stopped_soon_and_one_within_it_stays() {
     assert_eq!(
         stops,
         vec![
-            "stop pilotd-test-over within 30s (its scratch dir holds 4 MiB, over its disk share of 1 MiB)"
+            "stop pilotd-test-over within 30s (its scratch dir holds 4 MiB, over its disk share of 1 MiB)",
+            "stop pilotd-test-full within 30s (its scratch is full: it filled its disk share of 1 MiB)"
         ],
         "{:?}",
         p.actions
@@ -748,5 +756,115 @@ fn a_filter_that_is_down_pauses_every_worker_and_starts_none() {
     assert_eq!(
         p.actions[0].to_string(),
         "pause pilotd-test-run (its traffic filter is down)"
+    );
+}
+
+#[test]
+fn no_replacement_starts_while_a_worker_stopped_for_its_disk_still_holds_it() {
+    let s = settings();
+    let mut full = worker("full", WorkerState::Running, t(19, 0));
+    full.disk_kib = Some(1024);
+    let workers = vec![full];
+    let image = ImageState::Ready {
+        digest: "sha256:aa".into(),
+        pinned: "r/w@sha256:aa".into(),
+    };
+    let in_flight = InFlight {
+        stopping: BTreeSet::from(["full".to_string()]),
+        ..InFlight::default()
+    };
+    let starts = |used: ScratchUse| {
+        let scratch_use = BTreeMap::from([("full".to_string(), used)]);
+        plan(
+            &supply(true, 1, Evict::None),
+            Observed {
+                workers: &workers,
+                in_flight: &in_flight,
+                backoff: &StartBackoff::default(),
+                image: &image,
+                free_hours: None,
+                filter_down: None,
+                scratch_use: &scratch_use,
+            },
+            &s,
+            t(20, 0),
+        )
+        .actions
+        .iter()
+        .filter(|a| matches!(a, Action::Start { .. }))
+        .count()
+    };
+    // Its image holds the whole share until it is gone: the target of 1 is met.
+    assert_eq!(
+        starts(ScratchUse {
+            used_kib: 1000,
+            full: true
+        }),
+        0
+    );
+    // Stopped for another reason (a die_at), its replacement starts at once, as before.
+    assert_eq!(
+        starts(ScratchUse {
+            used_kib: 10,
+            full: false
+        }),
+        1
+    );
+}
+
+#[test]
+fn a_worker_gets_a_disk_image_of_its_share_unless_the_owner_chose_a_measured_share() {
+    let mut s = settings();
+    let sup = supply(true, 1, Evict::None);
+    let spec = worker_spec(&sup, &s, "sha256:aa", "r/w@sha256:aa", t(20, 0), 0, None);
+    let img = spec.disk_image.expect("an image by default");
+    assert_eq!(img.path, s.scratch_root.join(format!("{}.img", spec.name)));
+    assert_eq!(img.bytes, sup.per_worker.disk_kib * 1024);
+    s.disk_limit = crate::config::policy::DiskLimit::Measured;
+    let spec = worker_spec(&sup, &s, "sha256:aa", "r/w@sha256:aa", t(20, 0), 0, None);
+    assert_eq!(spec.disk_image, None);
+}
+
+#[test]
+fn the_plan_that_stops_a_full_worker_starts_no_replacement() {
+    let s = settings();
+    let mut full = worker("full", WorkerState::Running, t(19, 0));
+    full.disk_kib = Some(1024);
+    let workers = vec![full];
+    let image = ImageState::Ready {
+        digest: "sha256:aa".into(),
+        pinned: "r/w@sha256:aa".into(),
+    };
+    let scratch_use = BTreeMap::from([(
+        "full".to_string(),
+        ScratchUse {
+            used_kib: 1000,
+            full: true,
+        },
+    )]);
+    let p = plan(
+        &supply(true, 1, Evict::None),
+        Observed {
+            workers: &workers,
+            in_flight: &InFlight::default(),
+            backoff: &StartBackoff::default(),
+            image: &image,
+            free_hours: None,
+            filter_down: None,
+            scratch_use: &scratch_use,
+        },
+        &s,
+        t(20, 0),
+    );
+    assert!(
+        matches!(
+            &p.actions[..],
+            [Action::Stop {
+                why: Reason::ScratchFull { .. },
+                ..
+            }]
+        ),
+        "{:?}",
+        p.actions
     );
 }

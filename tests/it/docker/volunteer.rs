@@ -47,7 +47,7 @@ impl Harness {
         .unwrap();
         std::fs::write(p_dir.join("utmp"), b"").unwrap();
         let policy = format!(
-            "timezone = \"UTC\"\n{}\n[owner]\nmax_owner_cpu = \"{}\"\nbusy_for = \"{}\"\nfree_for = \"0s\"\non_battery = \"ignore\"\non_return = \"{}\"\ngrace = \"{}\"\n[share]\ncpus = {}\nmemory = \"512MiB\"\ndisk = \"{}\"\nworkers = {}\n[jobs]\nlongest_job = \"{}\"\n",
+            "timezone = \"UTC\"\n{}\n[owner]\nmax_owner_cpu = \"{}\"\nbusy_for = \"{}\"\nfree_for = \"0s\"\non_battery = \"ignore\"\non_return = \"{}\"\ngrace = \"{}\"\n[share]\ncpus = {}\nmemory = \"512MiB\"\ndisk = \"{}\"\ndisk_limit = \"{}\"\nworkers = {}\n[jobs]\nlongest_job = \"{}\"\n",
             p.schedule,
             p.max_owner_cpu,
             p.busy_for,
@@ -55,6 +55,7 @@ impl Harness {
             p.grace,
             p.cpus,
             p.disk,
+            p.disk_limit,
             p.workers,
             p.longest_job
         );
@@ -325,15 +326,17 @@ const ALWAYS: &str = "[schedule]\nwindows = [ { days = \"daily\", from = \"00:00
 
 /// A test policy.
 pub(super) struct P {
-    schedule: String,
-    on_return: &'static str,
-    grace: &'static str,
-    workers: u32,
-    longest_job: &'static str,
-    disk: &'static str,
-    max_owner_cpu: String,
-    busy_for: &'static str,
-    cpus: u32,
+    pub(super) schedule: String,
+    pub(super) on_return: &'static str,
+    pub(super) grace: &'static str,
+    pub(super) workers: u32,
+    pub(super) longest_job: &'static str,
+    pub(super) disk: &'static str,
+    /// `[share] disk_limit`: "enforced" (the default) or "measured".
+    pub(super) disk_limit: &'static str,
+    pub(super) max_owner_cpu: String,
+    pub(super) busy_for: &'static str,
+    pub(super) cpus: u32,
 }
 
 /// Most tests keep the owner's CPU out of the way (`100%`): the machine runs other tests.
@@ -343,6 +346,7 @@ pub(super) fn policy(on_return: &'static str, workers: u32) -> P {
         on_return,
         grace: "10s",
         disk: "1GiB",
+        disk_limit: "enforced",
         workers,
         longest_job: "1h",
         max_owner_cpu: "100%".into(),
@@ -558,11 +562,13 @@ fn die_at_stops_the_worker_and_a_fresh_one_replaces_it() {
 #[test]
 #[ignore = "needs the Docker engine and the local registry: tests/run.sh sets them up and runs it"]
 fn a_worker_that_fills_its_scratch_beyond_its_disk_share_is_stopped() {
-    // A 16 MiB share; the worker writes 48 MiB into its scratch dir at start.
+    // A 16 MiB share the owner chose to have only measured (no loop devices); the worker
+    // writes 48 MiB into its scratch dir at start. (The enforced limit: docker::disk.)
     let mut h = Harness::new(
         "disk",
         &P {
             disk: "16MiB",
+            disk_limit: "measured",
             ..policy("graceful", 1)
         },
         "",
