@@ -294,8 +294,8 @@ fn render(v: &StatusView<'_>, now: DateTime<Utc>, path: &std::path::Path) -> Str
         Some(list) => {
             let _ = writeln!(
                 out,
-                "  {:<40} {:<8} {:>7} {:>9} {:<12} LAST EXIT",
-                "NAME", "STATE", "AGE", "EXPIRES", "IMAGE"
+                "  {:<40} {:<8} {:>7} {:>9} {:<12} {:<20} LAST EXIT",
+                "NAME", "STATE", "AGE", "EXPIRES", "IMAGE", "SCRATCH"
             );
             for w in list {
                 let exit = match (w.state, w.exit_code) {
@@ -305,9 +305,16 @@ fn render(v: &StatusView<'_>, now: DateTime<Utc>, path: &std::path::Path) -> Str
                     }
                     _ => "-".into(),
                 };
+                // Measured beside the loop, by worker id; "-" until the first measurement.
+                let scratch = v
+                    .status
+                    .scratch_use
+                    .get(&w.id)
+                    .map(|u| u.describe(w.disk_kib))
+                    .unwrap_or_else(|| "-".into());
                 let _ = writeln!(
                     out,
-                    "  {:<40} {:<8} {:>7} {:>9} {:<12} {exit}",
+                    "  {:<40} {:<8} {:>7} {:>9} {:<12} {scratch:<20} {exit}",
                     w.name,
                     w.state.as_str(),
                     w.created.map(|c| ago(now, c)).unwrap_or_else(|| "?".into()),
@@ -415,6 +422,68 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         // The live list (None here), not the status file's empty one.
         assert!(v["workers"].is_null(), "{text}");
+    }
+
+    /// A worker's line carries its scratch as measured against its share ("-" before the
+    /// first measurement).
+    #[test]
+    fn a_workers_line_shows_its_scratch_against_its_share() {
+        let now = Utc::now();
+        let worker = |id: &str| Worker {
+            id: id.into(),
+            name: format!("pilotd-test-{id}"),
+            state: WorkerState::Running,
+            created: Some(now),
+            accept_until: None,
+            die_at: None,
+            image: String::new(),
+            image_digest: "sha256:aa".into(),
+            spec_hash: String::new(),
+            exit_code: None,
+            finished_at: None,
+            oom_killed: false,
+            gpus: vec![],
+            disk_kib: Some(1024 * 1024),
+        };
+        let mut status = state::Status::default();
+        status.scratch_use.insert(
+            "a".into(),
+            crate::volunteer::disk::ScratchUse {
+                used_kib: 300 * 1024,
+                full: true,
+            },
+        );
+        let view = StatusView {
+            daemon_running: true,
+            pid: 7,
+            updated_at: Some(now),
+            instance: "default",
+            workers_from: "engine",
+            workers: Some(vec![worker("a"), worker("b")]),
+            workers_error: None,
+            config: String::new(),
+            manifest: None,
+            history: None,
+            snooze: None,
+            snooze_unreadable: None,
+            rest: serde_json::Map::new(),
+            status: &status,
+        };
+        let text = render(&view, now, std::path::Path::new("/nonexistent"));
+        let line = |name: &str| {
+            text.lines()
+                .find(|l| l.contains(name))
+                .unwrap_or_else(|| panic!("no line for {name} in {text}"))
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        assert!(text.contains("SCRATCH"), "{text}");
+        assert!(
+            line("pilotd-test-a").contains("FULL: 300MiB of 1GiB"),
+            "{text}"
+        );
+        assert!(line("pilotd-test-b").contains(" - -"), "{text}");
     }
 
     /// The top-level keys of a JSON object in order, repeats included (a `Value` would keep

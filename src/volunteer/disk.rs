@@ -37,6 +37,27 @@ pub struct FsCounters {
 /// What a worker's image filesystem holds, and whether it is full: less than 1% of it (at
 /// least one block) or no inode left. A job writing to the last byte is ended; one that
 /// leaves itself a little room is not.
+impl ScratchUse {
+    /// For `status` and the page: "12MiB of 1GiB", "FULL: 1GiB of 1GiB" (`share_kib` from the
+    /// worker's label; the share alone when it is unknown).
+    pub fn describe(&self, share_kib: Option<u64>) -> String {
+        let used = crate::config::units::format_size(self.used_kib.saturating_mul(1024));
+        let of = share_kib
+            .map(|k| {
+                format!(
+                    " of {}",
+                    crate::config::units::format_size(k.saturating_mul(1024))
+                )
+            })
+            .unwrap_or_default();
+        if self.full {
+            format!("FULL: {used}{of}")
+        } else {
+            format!("{used}{of}")
+        }
+    }
+}
+
 pub fn image_use(c: FsCounters) -> ScratchUse {
     let used_kib = c.blocks.saturating_sub(c.blocks_free) * c.block_kib;
     let slack = (c.blocks / 100).max(1);
@@ -122,6 +143,21 @@ fn image_counters(image: &Path, mountinfo: &str) -> Option<FsCounters> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn scratch_use_reads_as_used_of_the_share() {
+        let u = ScratchUse {
+            used_kib: 12 * 1024,
+            full: false,
+        };
+        assert_eq!(u.describe(Some(1024 * 1024)), "12MiB of 1GiB");
+        assert_eq!(u.describe(None), "12MiB");
+        let full = ScratchUse {
+            used_kib: 1024 * 1024,
+            full: true,
+        };
+        assert_eq!(full.describe(Some(1024 * 1024)), "FULL: 1GiB of 1GiB");
+    }
 
     #[test]
     fn counts_what_is_allocated_below_the_dir_without_following_links() {

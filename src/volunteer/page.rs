@@ -533,16 +533,20 @@ fn render(ctx: &Context, s: &Session, now: DateTime<Utc>) -> String {
         Some(list) => {
             let _ = write!(
                 b,
-                "<table id=\"workers\"><tr><th>worker</th><th>state</th><th>since</th><th>gone by</th></tr>"
+                "<table id=\"workers\"><tr><th>worker</th><th>state</th><th>since</th><th>gone by</th><th>scratch</th></tr>"
             );
             for w in list {
                 let _ = write!(
                     b,
-                    "<tr><td>{}</td><td>{:?}</td><td>{}</td><td>{}</td></tr>",
+                    "<tr><td>{}</td><td>{:?}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                     esc(&w.name),
                     w.state,
                     w.created.map(local).unwrap_or_default(),
-                    w.die_at.map(local).unwrap_or_default()
+                    w.die_at.map(local).unwrap_or_default(),
+                    st.scratch_use
+                        .get(&w.id)
+                        .map(|u| esc(&u.describe(w.disk_kib)))
+                        .unwrap_or_else(|| "not measured yet".into())
                 );
             }
             let _ = write!(b, "</table>");
@@ -771,6 +775,58 @@ mod tests {
                 .unwrap()
                 .is_some()
         }
+    }
+
+    /// Each worker's measured scratch against its share, as `pilotd status` shows it; a
+    /// worker not measured yet says so instead of an empty cell.
+    #[test]
+    fn the_workers_table_shows_each_scratch_against_its_share() {
+        use crate::volunteer::disk::ScratchUse;
+        use crate::volunteer::worker::{Worker, WorkerState};
+        let s = signed_in();
+        let worker = |id: &str| Worker {
+            id: id.into(),
+            name: format!("pilotd-test-{id}"),
+            state: WorkerState::Running,
+            created: None,
+            accept_until: None,
+            die_at: None,
+            image: String::new(),
+            image_digest: String::new(),
+            spec_hash: String::new(),
+            exit_code: None,
+            finished_at: None,
+            oom_killed: false,
+            gpus: vec![],
+            disk_kib: Some(1024 * 1024),
+        };
+        let mut st = status::Status {
+            workers: Some(vec![worker("a"), worker("b")]),
+            ..Default::default()
+        };
+        st.scratch_use.insert(
+            "a".into(),
+            ScratchUse {
+                used_kib: 12 * 1024,
+                full: false,
+            },
+        );
+        status::save(&status::path(&s.ctx.state_dir), &st).unwrap();
+        let session = s.ctx.doors.session(&s.sid, Instant::now()).unwrap();
+        let html = render(&s.ctx, &session, Utc::now());
+        assert!(html.contains("<th>scratch</th>"), "{html}");
+        assert!(
+            html.contains(
+                "<td>pilotd-test-a</td><td>Running</td><td></td><td></td><td>12MiB of 1GiB</td>"
+            ),
+            "{html}"
+        );
+        assert!(
+            html.contains(
+                "<td>pilotd-test-b</td><td>Running</td><td></td><td></td><td>not measured yet</td>"
+            ),
+            "{html}"
+        );
     }
 
     /// With a valid session, each cross-site sign alone refuses the press: a foreign Origin,
