@@ -148,7 +148,15 @@ PILOTD_TEST_TAG = "{tag}"
             .lines()
             .filter_map(|l| {
                 let f: Vec<&str> = l.split('\t').collect();
-                (f.len() == 3).then(|| (f[0].into(), f[1].into(), f[2].into()))
+                // The state as the kernel has it: a worker pilotd froze is "paused" though
+                // the engine says running.
+                (f.len() == 3).then(|| {
+                    (
+                        f[0].into(),
+                        f[1].into(),
+                        crate::docker::kernel_state(f[1], f[2]),
+                    )
+                })
             })
             .collect();
         rows.sort();

@@ -29,7 +29,7 @@ fn docker(args: &str) -> String {
 /// A worker's state as the kernel has it: the engine's, except that a worker the engine
 /// believes running whose cgroup is frozen is "paused" (pilotd pauses through the freezer
 /// where it can reach it, and the engine is not told; `volunteer::backend::freezer`).
-fn kernel_state(id: &str, engine_state: &str) -> String {
+pub(crate) fn kernel_state(id: &str, engine_state: &str) -> String {
     if engine_state != "running" {
         return engine_state.to_string();
     }
