@@ -44,15 +44,6 @@ pub enum BackendError {
     Registry { what: String, message: String },
 }
 
-impl BackendError {
-    pub fn is_not_found(&self) -> bool {
-        matches!(self, BackendError::NotFound { .. })
-    }
-    pub fn is_unavailable(&self) -> bool {
-        matches!(self, BackendError::Unavailable { .. })
-    }
-}
-
 /// Something that happened in the runtime and deserves a cycle now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BackendEvent {
