@@ -7,7 +7,7 @@
 //! This is where file structure ends: spans, defaults and tables stay here. Each mode resolves
 //! what it needs into plain settings once (`volunteer::settings`, `kubernetes::settings`).
 //!
-//! Imports: nothing of pilotd (the bottom layer).
+//! Imports: `horizon` and `zone` only (the layer below it, with `backoff`).
 
 pub mod diag;
 #[cfg(feature = "kubernetes")]
