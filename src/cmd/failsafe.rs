@@ -371,20 +371,8 @@ mod tests {
 
     fn worker(id: &str, state: WorkerState) -> Worker {
         Worker {
-            id: id.into(),
-            name: format!("pilotd-t-{id}"),
-            state,
             created: Some(Utc::now()),
-            accept_until: None,
-            die_at: None,
-            image: String::new(),
-            image_digest: String::new(),
-            spec_hash: String::new(),
-            exit_code: None,
-            finished_at: None,
-            oom_killed: false,
-            gpus: vec![],
-            disk_kib: None,
+            ..Worker::test(id, state)
         }
     }
 

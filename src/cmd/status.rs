@@ -429,21 +429,12 @@ mod tests {
     #[test]
     fn a_workers_line_shows_its_scratch_against_its_share() {
         let now = Utc::now();
+        // A digest and an age fill their columns, so "- -" can only be SCRATCH and LAST EXIT.
         let worker = |id: &str| Worker {
-            id: id.into(),
-            name: format!("pilotd-test-{id}"),
-            state: WorkerState::Running,
             created: Some(now),
-            accept_until: None,
-            die_at: None,
-            image: String::new(),
             image_digest: "sha256:aa".into(),
-            spec_hash: String::new(),
-            exit_code: None,
-            finished_at: None,
-            oom_killed: false,
-            gpus: vec![],
             disk_kib: Some(1024 * 1024),
+            ..Worker::test(id, WorkerState::Running)
         };
         let mut status = state::Status::default();
         status.scratch_use.insert(
@@ -480,10 +471,10 @@ mod tests {
         };
         assert!(text.contains("SCRATCH"), "{text}");
         assert!(
-            line("pilotd-test-a").contains("FULL: 300MiB of 1GiB"),
+            line("pilotd-t-a").contains("FULL: 300MiB of 1GiB"),
             "{text}"
         );
-        assert!(line("pilotd-test-b").contains(" - -"), "{text}");
+        assert!(line("pilotd-t-b").contains(" - -"), "{text}");
     }
 
     /// The top-level keys of a JSON object in order, repeats included (a `Value` would keep

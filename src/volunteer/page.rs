@@ -785,20 +785,8 @@ mod tests {
         use crate::volunteer::worker::{Worker, WorkerState};
         let s = signed_in();
         let worker = |id: &str| Worker {
-            id: id.into(),
-            name: format!("pilotd-test-{id}"),
-            state: WorkerState::Running,
-            created: None,
-            accept_until: None,
-            die_at: None,
-            image: String::new(),
-            image_digest: String::new(),
-            spec_hash: String::new(),
-            exit_code: None,
-            finished_at: None,
-            oom_killed: false,
-            gpus: vec![],
             disk_kib: Some(1024 * 1024),
+            ..Worker::test(id, WorkerState::Running)
         };
         let mut st = status::Status {
             workers: Some(vec![worker("a"), worker("b")]),
@@ -817,13 +805,13 @@ mod tests {
         assert!(html.contains("<th>scratch</th>"), "{html}");
         assert!(
             html.contains(
-                "<td>pilotd-test-a</td><td>Running</td><td></td><td></td><td>12MiB of 1GiB</td>"
+                "<td>pilotd-t-a</td><td>Running</td><td></td><td></td><td>12MiB of 1GiB</td>"
             ),
             "{html}"
         );
         assert!(
             html.contains(
-                "<td>pilotd-test-b</td><td>Running</td><td></td><td></td><td>not measured yet</td>"
+                "<td>pilotd-t-b</td><td>Running</td><td></td><td></td><td>not measured yet</td>"
             ),
             "{html}"
         );

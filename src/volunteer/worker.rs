@@ -99,6 +99,30 @@ pub struct Worker {
     pub disk_kib: Option<u64>,
 }
 
+#[cfg(test)]
+impl Worker {
+    /// A test worker `pilotd-t-ID` in `state`, nothing else known; set the rest with struct
+    /// update syntax.
+    pub fn test(id: &str, state: WorkerState) -> Worker {
+        Worker {
+            id: id.into(),
+            name: format!("pilotd-t-{id}"),
+            state,
+            created: None,
+            accept_until: None,
+            die_at: None,
+            image: String::new(),
+            image_digest: String::new(),
+            spec_hash: String::new(),
+            exit_code: None,
+            finished_at: None,
+            oom_killed: false,
+            gpus: vec![],
+            disk_kib: None,
+        }
+    }
+}
+
 /// GPU indices as a label value ("0,1") and back; anything unreadable is dropped.
 pub fn gpus_label(ids: &[u32]) -> String {
     ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")

@@ -380,22 +380,7 @@ mod tests {
         let b = FakeBackend::new();
         b.lock().workers = states
             .iter()
-            .map(|(id, state)| Worker {
-                id: id.to_string(),
-                name: format!("pilotd-t-{id}"),
-                state: *state,
-                created: None,
-                accept_until: None,
-                die_at: None,
-                image: String::new(),
-                image_digest: String::new(),
-                spec_hash: String::new(),
-                exit_code: None,
-                finished_at: None,
-                oom_killed: false,
-                gpus: vec![],
-                disk_kib: None,
-            })
+            .map(|(id, state)| Worker::test(id, *state))
             .collect();
         b
     }
