@@ -511,6 +511,12 @@ fn a_worker_left_running_while_the_filter_is_down_reaches_nothing() {
         "{} connection(s) got through the downed bridge",
         leaked.len()
     );
+    // Awake again with the filter still down, pilotd pauses the worker someone resumed
+    // (waited for before the filter comes back, else a cycle may find it whole first and
+    // rightly leave the running worker alone).
+    s.h.wait_for("the worker paused again", Duration::from_secs(15), || {
+        (s.worker_state() == "paused").then_some(())
+    });
     // Back: the filter, then the bridge, then the worker.
     std::fs::remove_file(&flag).unwrap();
     s.h.wait_for(
