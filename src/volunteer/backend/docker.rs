@@ -571,7 +571,23 @@ impl Backend for DockerBackend {
                     self.freezers.mark(id, true);
                     return Ok(());
                 }
-                // Gone meanwhile, or the cgroup refused: the engine answers for it.
+                // Gone meanwhile, or the cgroup refused: the engine answers for it. A refusal
+                // (a read-only /sys/fs/cgroup: a unit with ProtectControlGroups=yes, a
+                // container) makes every pause slower under load, so it is said once aloud.
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::ReadOnlyFilesystem
+                            | std::io::ErrorKind::PermissionDenied
+                    ) && self.freezers.first_refusal() =>
+                {
+                    tracing::warn!(
+                    worker = %id,
+                    "cannot freeze the worker's cgroup ({e}); pausing through the engine, \
+                     which can take a tenth of a second on a busy machine\n  \
+                     hint: pilotd needs /sys/fs/cgroup writable (the shipped unit leaves it so)"
+                    );
+                }
                 Err(e) => tracing::debug!(worker = %id, "freezing: {e}; asking the engine"),
             }
         }

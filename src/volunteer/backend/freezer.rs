@@ -182,6 +182,8 @@ pub struct Freezers {
 struct Known {
     of: HashMap<String, Option<Freezer>>,
     frozen: HashSet<String>,
+    /// A freeze was refused once already (said once, at warn level).
+    refused: bool,
 }
 
 impl Freezers {
@@ -205,6 +207,12 @@ impl Freezers {
         } else {
             k.frozen.remove(id);
         }
+    }
+
+    /// True the first time only: a refused freeze is worth one warning per daemon, since every
+    /// later pause goes the same slower way for the same reason.
+    pub fn first_refusal(&self) -> bool {
+        !std::mem::replace(&mut self.lock().refused, true)
     }
 
     /// Forgets workers that are no longer listed.

@@ -254,6 +254,15 @@ impl Daemon {
             return Some("host probe failed".into());
         };
 
+        if fresh_cpu {
+            tracing::debug!(
+                "CPU over the last window: machine {:.0}%, pilotd's workers {:.0}%, owner {:.0}%",
+                snapshot.cpu_busy * 100.0,
+                own_cpu * 100.0,
+                snapshot.owner_cpu() * 100.0
+            );
+        }
+
         // Decide.
         let outlook = Outlook::at(&self.s, &self.learner.history, now);
         let supply = decide(&self.s.policy, &snapshot, outlook.limits, now);
