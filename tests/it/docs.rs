@@ -267,7 +267,7 @@ fn blocks(doc: &str, text: &str) -> Vec<Vec<Shown>> {
         let Some(info) = line.trim_start().strip_prefix("```") else {
             continue;
         };
-        let info = info.trim().split_whitespace().next().unwrap_or("");
+        let info = info.split_whitespace().next().unwrap_or("");
         let mut body = Vec::new();
         for (n, line) in lines.by_ref() {
             if line.trim() == "```" {
