@@ -95,6 +95,18 @@ for f in etc/pilotd/pilotd.toml etc/pilotd/policy.toml \
   usr/share/fish/vendor_completions.d/pilotd.fish; do
   [ -s "$root/$f" ] || fail "/$f missing or empty"
 done
+# The documents by reader ship beside README.md at the path its links use (docs/X.md): every
+# one in the repository, as it is, and nothing the installed README links to is missing.
+doc=$root/usr/share/doc/pilotd
+for f in docs/*.md; do
+  cmp -s "$f" "$doc/$f" || fail "/usr/share/doc/pilotd/$f missing or not the repository's $f"
+done
+links=$(grep -o '](docs/[^)#]*' "$doc/README.md" | sed 's/^](//' | sort -u)
+[ -n "$links" ] || fail "the installed README.md links to no docs/*.md"
+for l in $links; do
+  [ -s "$doc/$l" ] || fail "the installed README.md links to $l, which is not installed"
+done
+ok "docs: $(ls docs/*.md | wc -l) documents by reader installed beside README.md, its $(wc -w <<<"$links") links resolve"
 cmp -s "$root/etc/pilotd/policy.toml" policies/default.toml \
   || fail "/etc/pilotd/policy.toml is not policies/default.toml"
 grep -q '^mode = "volunteer"' "$root/etc/pilotd/pilotd.toml" || fail "pilotd.toml is not volunteer mode"

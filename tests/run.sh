@@ -104,7 +104,7 @@ if [ "$ignored" -gt 0 ]; then
     echo "WARNING: $ignored test(s) ignored" >&2
 fi
 
-log "the Docker tests again, on Podman's Docker-compatible API (README: Container engines)"
+log "the Docker tests again, on Podman's Docker-compatible API (docs/site.md: Container engines)"
 # A representative subset (the egress filter is Docker-only); the service and its test
 # images are set up by tests/setup-podman.sh, which prints the engine's socket.
 podman_env=$(sh tests/setup-podman.sh)

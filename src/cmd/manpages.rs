@@ -91,7 +91,8 @@ PILOTD_POLICY
 Same as \fB--policy\fR.
 .SH "SEE ALSO"
 \fBpilotd-check\fR(1), \fBpilotd-plan\fR(1), \fBpilotd-schedule\fR(1), \fBpilotd-init\fR(1),
-\fBpilotd-run\fR(1), \fBsystemctl\fR(1), /usr/share/doc/pilotd/README.md
+\fBpilotd-run\fR(1), \fBsystemctl\fR(1), /usr/share/doc/pilotd/README.md and the documents by reader it links to,
+/usr/share/doc/pilotd/docs/*.md
 "#;
 
 #[cfg(test)]

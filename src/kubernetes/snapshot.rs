@@ -1,8 +1,8 @@
 //! `ClusterSnapshot`: what kubernetes mode observes in one cycle (idle job ads from the
 //! whitelisted schedds, the startd ads its workers advertise, its pods and Jobs) and the
 //! back-off book carried between cycles, as plain data. Its JSON form is the contract
-//! `pilotd snapshot` prints and `pilotd plan --snapshot FILE` reads (README, "Kubernetes
-//! mode").
+//! `pilotd snapshot` prints and `pilotd plan --snapshot FILE` reads (README.md, "Snapshot
+//! files").
 
 use crate::kubernetes::ads::{JobAd, StartdAd};
 use crate::kubernetes::backoff::BackoffBook;

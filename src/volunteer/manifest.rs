@@ -44,7 +44,7 @@ pub enum ManifestError {
         hint: String,
     },
     #[error(
-        "remote manifest {url} is invalid: {why}\n  hint: the pool's manifest must follow the format in pilotd's README"
+        "remote manifest {url} is invalid: {why}\n  hint: the pool's manifest must follow the format in pilotd's docs/site.md (\"Remote manifest\")"
     )]
     Invalid { url: String, why: String },
     #[error("remote manifest {url} was refused: {}", .why.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]

@@ -2,6 +2,7 @@
 //! topic, with what they share in `harness`:
 //!
 //! - `cli`: the commands an owner types (`check`, `plan`, `snapshot`, `schedule`, `init`);
+//! - `docs`: every `pilotd` command README.md and docs/*.md show, run as shown;
 //! - `sessions`: the utmp probe against real and damaged files;
 //! - `manifest`: the pool's manifest fetched from a real HTTP server;
 //! - `service`: `pilotd run` as a system service (systemd notify, reload, `--daemon`, metrics);
@@ -19,6 +20,7 @@ mod cli;
 mod condor_pool;
 mod controls;
 mod docker;
+mod docs;
 mod harness;
 #[cfg(feature = "kubernetes")]
 mod kubernetes;

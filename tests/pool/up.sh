@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# A real HTCondor pool in containers, for the tests (and by hand; README "A test pool"):
+# A real HTCondor pool in containers, for the tests (and by hand; docs/development.md, "A real HTCondor pool
+# for the tests"):
 #   pilotd-pool-cm   central manager: collector + negotiator
 #   pilotd-pool-ap   access point: schedd; ordinary users alice, bob and carol submit there
 #   pilotd-pool-web  the pool's config server: https (test CA) on 8443, http on 8080

@@ -297,7 +297,7 @@ set_owner() {
   c systemctl reload pilotd.service || fail "reload after setting $1 = $2 failed"
 }
 
-# The fail-safe's bound once systemd sees the daemon end (README, "Fail-safe"); measured
+# The fail-safe's bound once systemd sees the daemon end (docs/site.md, "Running as a service", Fail-safe); measured
 # about 0.3 s here. Prints the seconds it took.
 failsafe_bound=5
 time_until_paused() { # T0
@@ -482,8 +482,8 @@ scenario_hardening() {
   local t_login
   t_login=$(elapsed "$t0")
   status_has "alice" || fail "status does not say alice is logged in"
-  # Journal fields (README, "systemd"): the pause is found by a match on the WORKER field,
-  # not by grepping text, and carries the priority and identifier the README names.
+  # Journal fields (docs/site.md, "Running as a service", systemd): the pause is found by a match on the WORKER field,
+  # not by grepping text, and carries the priority and identifier that section names.
   local wname entry
   wname=$(docker inspect -f '{{.Name}}' "$first_worker" | tr -d /)
   entry=$(c journalctl -u pilotd.service --no-pager -o verbose "WORKER=$wname" SYSLOG_IDENTIFIER=pilotd 2>&1)

@@ -3,8 +3,8 @@
 //! `pilot` exits with one of these codes; pilotd reads the code from the finished container
 //! and turns it into the worker's outcome (which feeds its start back-off). Both sides link
 //! this crate, so the numbers and their meanings are written once. The codes are part of the
-//! public contract (README, "The pilot"): worker images that do not run `pilot` follow them
-//! too.
+//! public contract (docs/site.md, "The pilot (worker entrypoint)"): worker images that do not
+//! run `pilot` follow them too.
 
 use std::fmt;
 

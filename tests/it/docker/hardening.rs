@@ -121,7 +121,7 @@ fn the_engine_applies_the_workers_hardening() {
     // The I/O weight: the engine (Docker 20.10, cgroup v1) writes CFQ's blkio.weight, and
     // discards the weight, with a warning, where the kernel has no such file. BFQ's own
     // blkio.bfq.weight is not written: on such a host (this one: BFQ built in, every disk on
-    // the "none" scheduler) the worker's I/O is not weighted at all, as README says.
+    // the "none" scheduler) the worker's I/O is not weighted at all, as docs/security.md says.
     let recorded = docker(&format!(
         "inspect -f '{{{{.HostConfig.BlkioWeight}}}}' {}",
         w.id

@@ -1,5 +1,5 @@
-//! Owner CPU is the machine's CPU minus pilotd's own workers (README, "Owner CPU"), on the
-//! real engine: a worker that spins half the machine is not the owner's load, and the same
+//! Owner CPU is the machine's CPU minus pilotd's own workers (docs/owner.md, "Owner CPU"), on
+//! the real engine: a worker that spins half the machine is not the owner's load, and the same
 //! load from a container that is not this pilotd's is.
 //!
 //! The test judges CPU shares of the whole machine, so it runs alone: tests/run.sh skips it

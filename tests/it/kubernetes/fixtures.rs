@@ -1,6 +1,7 @@
 //! Kubernetes mode from the operator's side, through the `pilotd` binary: convert a real
 //! provisioner INI with `import-ini`, use the result as is with `-c`, and replay a snapshot
-//! with `plan --snapshot --format json` (the contract in README.md, "Kubernetes mode").
+//! with `plan --snapshot --format json` (the snapshot's contract: README.md, "Snapshot files";
+//! the mode: docs/kubernetes.md).
 
 use crate::harness;
 use assert_cmd::Command;
