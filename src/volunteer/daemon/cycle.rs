@@ -34,11 +34,21 @@ use std::collections::HashMap;
 /// (a frozen worker's counter does not move), so a resumed one is counted from its first
 /// cycle too. A worker that was already there when pilotd started counts from the second
 /// cycle: its counter covers its whole life.
+///
+/// A window in which pilotd started or removed a worker is not judged: the engine's work of
+/// creating a container, pilotd's own making of the scratch image and the kernel's mount of
+/// it are pilotd's doing, not the owner's, yet they lie outside any worker's cgroup. Such a
+/// window re-bases both counters and the cycle decides on the last judged figures. Never two
+/// windows in a row, so a worker that crash-loops cannot blind the owner-CPU check.
 #[derive(Debug, Default)]
 pub(super) struct CpuMeter {
     prev: HashMap<String, CpuSample>,
     /// When the last measurement ran.
     last: Option<DateTime<Utc>>,
+    /// pilotd started or removed a worker since the last measurement.
+    acted: bool,
+    /// The last measured window was not judged.
+    skipped: bool,
 }
 
 /// The shortest window CPU shares are measured over (see `CpuMeter`).
@@ -49,6 +59,18 @@ impl CpuMeter {
     pub(super) fn window_since(&self, now: DateTime<Utc>) -> chrono::TimeDelta {
         self.last
             .map_or(chrono::TimeDelta::MAX, |at| now.signed_duration_since(at))
+    }
+
+    /// pilotd started or removed a worker: the window now open is its own doing.
+    pub(super) fn acted(&mut self) {
+        self.acted = true;
+    }
+
+    /// Whether the window just measured counts (see above); called once per measurement.
+    pub(super) fn judge(&mut self) -> bool {
+        let judged = !std::mem::take(&mut self.acted) || self.skipped;
+        self.skipped = !judged;
+        judged
     }
 
     /// The workers' CPU since the last measurement, as a fraction of a machine of `cpus`
@@ -113,7 +135,10 @@ struct Observation {
     backend: Option<AnyBackend>,
     workers: Option<Vec<Worker>>,
     own_cpu: f64,
+    /// The host's CPU counters are read anew (the window is long enough).
     fresh_cpu: bool,
+    /// ... and the window counts: pilotd started or removed no worker in it.
+    judged_cpu: bool,
     logind: logind::Seen,
 }
 
@@ -194,12 +219,22 @@ impl Daemon {
         // own alike. Over a fraction of a second the engine's own work of starting a
         // container read as the owner's load.
         let fresh_cpu = !urgent && self.cpu.window_since(now) >= MIN_CPU_WINDOW;
-        let own_cpu = match (&backend, &workers) {
+        let (own_cpu, judged_cpu) = match (&backend, &workers) {
             (Some(b), Some(w)) if fresh_cpu => {
                 let cpus = self.last_snapshot.as_ref().map(|h| h.cpus);
-                self.cpu.measure(b, w, now, cpus).await
+                let own = self.cpu.measure(b, w, now, cpus).await;
+                if self.cpu.judge() {
+                    (own, true)
+                } else {
+                    tracing::debug!(
+                        "CPU window not judged: pilotd started or removed a worker in it \
+                         (workers {:.0}%)",
+                        own * 100.0
+                    );
+                    (self.status.own_cpu, false)
+                }
             }
-            _ => self.status.own_cpu,
+            _ => (self.status.own_cpu, false),
         };
         if !self.sleeping && matches!(logind, logind::Seen::Sessions(_)) {
             self.logind.hold_sleep_lock().await;
@@ -209,6 +244,7 @@ impl Daemon {
             workers,
             own_cpu,
             fresh_cpu,
+            judged_cpu,
             logind,
         }
     }
@@ -238,9 +274,11 @@ impl Daemon {
             workers,
             own_cpu,
             fresh_cpu,
+            judged_cpu,
             logind,
         } = seen;
-        let Some(snapshot) = self.observe_host(now, own_cpu, fresh_cpu, logind, &mut errors) else {
+        let Some(mut snapshot) = self.observe_host(now, own_cpu, fresh_cpu, logind, &mut errors)
+        else {
             self.finish(
                 now,
                 Record {
@@ -254,7 +292,15 @@ impl Daemon {
             return Some("host probe failed".into());
         };
 
-        if fresh_cpu {
+        // An unjudged window re-based the host's counter too; the machine's figure is the last
+        // judged one, like the workers'.
+        if fresh_cpu
+            && !judged_cpu
+            && let Some(last) = &self.last_snapshot
+        {
+            snapshot.cpu_busy = last.cpu_busy;
+        }
+        if judged_cpu {
             tracing::debug!(
                 "CPU over the last window: machine {:.0}%, pilotd's workers {:.0}%, owner {:.0}%",
                 snapshot.cpu_busy * 100.0,
@@ -463,6 +509,9 @@ impl Daemon {
     fn record_executed(&mut self, executed: Vec<Executed>, now: DateTime<Utc>) -> Vec<String> {
         let mut lines = Vec::with_capacity(executed.len());
         for Executed { action, result } in executed {
+            if matches!(action, Action::Start { .. } | Action::Remove { .. }) {
+                self.cpu.acted();
+            }
             if let (Some(m), Some(mode)) =
                 (&self.metrics, action.reason().and_then(Reason::eviction))
             {

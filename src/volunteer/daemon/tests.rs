@@ -565,3 +565,29 @@ async fn own_cpu_counts_a_new_worker_in_its_first_window() {
     let adopted = at("adopted", WorkerState::Running, t(-86_400));
     assert_eq!(fresh.measure(&b, &[adopted], t(10), Some(2)).await, 0.0);
 }
+
+/// A window in which pilotd started or removed a worker is not judged (the engine's and
+/// pilotd's own work of the start lies outside every worker's cgroup), but never two in a row:
+/// a worker that crash-loops every cycle cannot blind the owner-CPU check.
+#[test]
+fn a_window_with_a_start_is_not_judged_but_never_two_in_a_row() {
+    use crate::volunteer::daemon::cycle::CpuMeter;
+    let mut meter = CpuMeter::default();
+    // (pilotd acted in the window, judged)
+    let table = [
+        (false, true),
+        (true, false),
+        (false, true),
+        (true, false),
+        (true, true),
+        (true, false),
+        (true, true),
+        (false, true),
+    ];
+    for (i, (acted, judged)) in table.into_iter().enumerate() {
+        if acted {
+            meter.acted();
+        }
+        assert_eq!(meter.judge(), judged, "window {i}");
+    }
+}

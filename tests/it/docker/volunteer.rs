@@ -581,11 +581,16 @@ fn a_worker_that_fills_its_scratch_beyond_its_disk_share_is_stopped() {
         Duration::from_secs(60),
         || h.workers().iter().all(|w| w.id != first.id).then_some(()),
     );
+    // Measured while the worker may still be writing: anything over the share, at most 48.
+    let log = h.log();
+    let held: Option<u64> = log
+        .split("its scratch dir holds ")
+        .nth(1)
+        .and_then(|rest| rest.split_once(" MiB, over its disk share of 16 MiB"))
+        .and_then(|(n, _)| n.parse().ok());
     assert!(
-        h.log()
-            .contains("its scratch dir holds 48 MiB, over its disk share of 16 MiB"),
-        "{}",
-        h.log()
+        held.is_some_and(|n| n > 16 && n <= 48),
+        "no stop for {held:?} MiB over the 16 MiB share:\n{log}"
     );
     h.term();
 }
