@@ -10,6 +10,8 @@
 #   hardening  under the unit's sandbox: Docker socket, state dir, utmp, /proc, metrics port,
 #              journal fields (WORKER=, PRIORITY=);
 #              the sandbox really applied (NoNewPrivs, seccomp, bounding set, read-only /usr)
+#   cgroup     the freezer pilotd pauses workers with is writable in the unit's sandbox (and not
+#              under a drop-in ProtectControlGroups=yes: the control)
 #   ssh-login  a real user's ssh login through the real sshd (pam_systemd: a logind session of
 #              class user) pauses the worker; write->pause latency from logind's session
 #              timestamp to the engine's pause event (a hint's, from logind's signal on the bus)
@@ -724,6 +726,39 @@ scenario_logind_restart() {
   ok "logind restarted (pid $old_logind -> $new_logind) with alice there: session $alice_session kept, worker paused throughout, status from logind, pilotd pid $pid unchanged; her lock then resumed it in $lock_ms ms and her unlock paused it in $unlock_ms ms; her logout resumed it"
 }
 
+# The freezer under the unit: pilotd pauses a worker by writing its cgroup's freezer, so the
+# unit must leave /sys/fs/cgroup writable (ProtectControlGroups=no). The container's own
+# /sys/fs/cgroup is Docker's read-only bind, so a writable freezer hierarchy is mounted here
+# first, as a host has it. What is written is THAWED into this container's own (thawed)
+# freezer cgroup: a real write through the mount, which changes nothing. (pilotd itself cannot
+# freeze a worker from in here: the workers' processes are the host's, outside this container's
+# pid namespace; docker::freezer proves the freeze on the host.)
+scenario_cgroup() {
+  begin cgroup
+  local own probe pid
+  own=$(c awk -F: '$2 == "freezer" { print $3 }' /proc/1/cgroup)
+  [ -n "$own" ] || fail "no freezer line in the container's /proc/1/cgroup"
+  c mountpoint -q /sys/fs/cgroup/freezer || fail "no freezer hierarchy at /sys/fs/cgroup/freezer"
+  c mount -t cgroup -o freezer cgroup /sys/fs/cgroup/freezer || fail "cannot mount a writable freezer hierarchy"
+  probe="echo THAWED > /sys/fs/cgroup/freezer$own/freezer.state"
+  c sh -c "$probe" || fail "the freezer is not writable even outside pilotd's sandbox"
+  c systemctl restart pilotd.service || fail "restart failed"
+  pid=$(prop MainPID)
+  c nsenter -t "$pid" -m sh -c "$probe" \
+    || fail "the freezer is read-only in pilotd's sandbox: the unit protects /sys/fs/cgroup"
+  # Negative control: the same write under ProtectControlGroups=yes is refused.
+  dropin 50-test-cgroup "ProtectControlGroups=yes"
+  c systemctl restart pilotd.service || fail "restart with ProtectControlGroups=yes failed"
+  pid=$(prop MainPID)
+  if c nsenter -t "$pid" -m sh -c "$probe" 2>/dev/null; then
+    fail "the probe wrote the freezer under ProtectControlGroups=yes: it proves nothing"
+  fi
+  undropin 50-test-cgroup
+  c systemctl restart pilotd.service || fail "restart without the drop-in failed"
+  wait_for 30 "the worker to run again" running_is "$first_worker"
+  ok "the freezer is writable in pilotd's sandbox (and read-only under ProtectControlGroups=yes, the control)"
+}
+
 dropin() { # NAME CONTENT...: a drop-in for pilotd.service, then daemon-reload
   local name=$1
   shift
@@ -951,6 +986,7 @@ work_in=/root/pilotd-test
 c mkdir -p "$work_in"
 scenario_install
 scenario_hardening
+scenario_cgroup
 scenario_ssh_login
 scenario_lock
 scenario_desktop
