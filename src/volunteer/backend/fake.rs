@@ -31,6 +31,9 @@ pub struct FakeWorld {
     pub failing_starts: Vec<String>,
     /// What each worker printed, by id.
     pub output: BTreeMap<String, Vec<String>>,
+    /// When set, a list answers this late, with the workers as they are then, and records
+    /// "listed" as it answers (an engine slow under load).
+    pub list_delay: Option<Duration>,
     /// Every spec a worker was started from, in order.
     pub specs: Vec<WorkerSpec>,
     /// What `cpu_sample` reads for a worker, by id (zero when unset).
@@ -167,7 +170,12 @@ impl Backend for FakeBackend {
     }
 
     async fn list_workers(&self) -> Result<Vec<Worker>, BackendError> {
-        Ok(self.call("list".into())?.workers.clone())
+        let delay = self.call("list".into())?.list_delay;
+        if let Some(d) = delay {
+            tokio::time::sleep(d).await;
+            self.lock().calls.push("listed".into());
+        }
+        Ok(self.lock().workers.clone())
     }
 
     async fn resolve_image(&self, reference: &str) -> Result<String, BackendError> {

@@ -140,6 +140,8 @@ struct Observation {
     /// ... and the window counts: pilotd started or removed no worker in it.
     judged_cpu: bool,
     logind: logind::Seen,
+    /// What an urgent cycle already evicted before the engine's list came (action lines).
+    early: Vec<String>,
 }
 
 /// What one cycle leaves in the status file.
@@ -198,13 +200,37 @@ impl Daemon {
     ) -> Observation {
         let backend = self.connected(errors).await;
         // The engine's list and logind's sessions, asked together.
-        let list = async {
-            match &backend {
-                Some(b) => Some(b.list_workers().await),
-                None => None,
-            }
+        let (listed, logind, early) = {
+            let list = async {
+                match &backend {
+                    Some(b) => Some(b.list_workers().await),
+                    None => None,
+                }
+            };
+            tokio::pin!(list);
+            let mut listed = None;
+            let logind = {
+                let sessions = self.logind.observe(now);
+                tokio::pin!(sessions);
+                loop {
+                    tokio::select! {
+                        l = &mut list, if listed.is_none() => listed = Some(l),
+                        seen = &mut sessions => break seen,
+                    }
+                }
+            };
+            // An urgent cycle whose sessions came before the engine's list evicts at once, from
+            // the last list: on a busy machine the list is most of the owner's wait.
+            let early = match (&backend, &listed) {
+                (Some(b), None) if urgent => self.evict_early(b, now, &logind).await,
+                _ => Vec::new(),
+            };
+            let listed = match listed {
+                Some(l) => l,
+                None => list.await,
+            };
+            (listed, logind, early)
         };
-        let (listed, logind) = tokio::join!(list, self.logind.observe(now));
         let workers = match listed {
             Some(Ok(w)) => Some(w),
             Some(Err(e)) => {
@@ -246,7 +272,69 @@ impl Daemon {
             fresh_cpu,
             judged_cpu,
             logind,
+            early,
         }
+    }
+
+    /// An urgent cycle's evictions decided before the engine's list arrives: the host observed
+    /// now with logind's fresh answer, the workers as the last cycle listed them. Only the
+    /// plan's leading pauses and kills are sent; the cycle then goes on with the engine's list,
+    /// which shows them paused (or ending), so nothing is done twice. A worker started or gone
+    /// since the last list is the full cycle's to handle, a moment later.
+    async fn evict_early(
+        &mut self,
+        b: &AnyBackend,
+        now: DateTime<Utc>,
+        logind: &logind::Seen,
+    ) -> Vec<String> {
+        let Some(last) = self.status.workers.clone() else {
+            return Vec::new();
+        };
+        if !last.iter().any(|w| w.state == WorkerState::Running) {
+            return Vec::new();
+        }
+        let mut ignored = Vec::new();
+        let own = self.status.own_cpu;
+        let Some(snapshot) = self.observe_host(now, own, false, logind.clone(), &mut ignored)
+        else {
+            return Vec::new();
+        };
+        let outlook = Outlook::at(&self.s, &self.learner.history, now);
+        let supply = decide(&self.s.policy, &snapshot, outlook.limits, now);
+        let no_image = ImageState::Unavailable {
+            reason: "not asked in an urgent cycle's evictions".into(),
+        };
+        let plan = plan::plan(
+            &supply,
+            Observed {
+                workers: &last,
+                in_flight: &self.work.in_flight,
+                backoff: &self.status.backoff,
+                image: &no_image,
+                free_hours: None,
+                scratch_use: &self.work.scratch_use,
+                filter_down: None,
+            },
+            &self.worker,
+            now,
+        );
+        let quick = plan
+            .actions
+            .iter()
+            .take_while(|a| matches!(a, Action::Pause { .. } | Action::Kill { .. }))
+            .count();
+        if quick == 0 {
+            return Vec::new();
+        }
+        let executed = executor::execute(
+            b,
+            &plan.actions[..quick],
+            &self.worker,
+            &mut self.work,
+            &mut Interrupt::none(),
+        )
+        .await;
+        self.record_executed(executed, now)
     }
 
     async fn reconcile_at(
@@ -276,6 +364,7 @@ impl Daemon {
             fresh_cpu,
             judged_cpu,
             logind,
+            early,
         } = seen;
         let Some(mut snapshot) = self.observe_host(now, own_cpu, fresh_cpu, logind, &mut errors)
         else {
@@ -395,7 +484,8 @@ impl Daemon {
         // trigger arriving meanwhile stops it before the next start or resume.
         let executed =
             executor::execute(&b, &plan.actions, &self.worker, &mut self.work, int).await;
-        let actions = self.record_executed(executed, now);
+        let mut actions = early;
+        actions.extend(self.record_executed(executed, now));
         let computing = supply.allowed && list.iter().any(|w| w.state == WorkerState::Running);
         self.logind
             .keep_awake(self.s.policy.keep_awake && computing)

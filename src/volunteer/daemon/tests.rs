@@ -92,9 +92,13 @@ impl Machine {
     }
 
     fn daemon(&self) -> Daemon {
+        self.daemon_with(self.settings())
+    }
+
+    fn daemon_with(&self, settings: Settings) -> Daemon {
         let engine = self.engine.clone();
         Daemon::new(
-            self.settings(),
+            settings,
             Box::new(move |_| Ok(AnyBackend::Fake(engine.clone()))),
             None,
             Utc::now(),
@@ -590,4 +594,58 @@ fn a_window_with_a_start_is_not_judged_but_never_two_in_a_row() {
         }
         assert_eq!(meter.judge(), judged, "window {i}");
     }
+}
+
+/// An urgent cycle does not wait for a slow engine's list to pause: it decides on the host
+/// observed now (the login) and the workers of the last list, pauses at once, and the list,
+/// when it comes, shows the worker paused, so nothing is asked twice (the fake refuses a
+/// second pause as Docker does: `Machine`'s drop checks it).
+#[tokio::test]
+async fn an_urgent_cycle_pauses_before_a_slow_engine_lists() {
+    let m = Machine::new();
+    let mut policy = m.policy();
+    policy.on_return = Evict::Pause;
+    let mut d = m.daemon_with(Settings::resolve(&Config {
+        site: m.site(),
+        site_path: None,
+        policy,
+        policy_path: "policy.toml".into(),
+    }));
+    first_cycles(&mut d, Utc::now()).await;
+    let id = m.engine.lock().workers[0].id.clone();
+    // A cycle that lists the worker running (the one that started it listed before).
+    d.cycle(Utc::now(), false).await;
+
+    m.engine.lock().list_delay = Some(Duration::from_millis(300));
+    m.login();
+    let summary = d.cycle(Utc::now(), true).await;
+    assert!(summary.contains("alice logged in"), "{summary}");
+    let calls = m.engine.calls();
+    let at = |c: &str| calls.iter().rposition(|x| x == c);
+    let (paused, listed) = (at(&format!("pause {id}")), at("listed"));
+    assert!(
+        paused.is_some() && listed.is_some() && paused < listed,
+        "the pause waited for the list: {calls:?}"
+    );
+    assert_eq!(m.calls("pause").len(), 1, "{calls:?}");
+    assert_eq!(
+        d.status().workers.as_ref().unwrap()[0].state,
+        WorkerState::Paused
+    );
+    assert!(
+        d.status().last_actions[0].starts_with("pause pilotd-test-"),
+        "{:?}",
+        d.status().last_actions
+    );
+
+    // A regular cycle waits for the list as before.
+    m.engine.lock().list_delay = Some(Duration::from_millis(50));
+    std::fs::write(m.dir.path().join("utmp"), b"").unwrap();
+    d.cycle(Utc::now(), false).await;
+    let calls = m.engine.calls();
+    let (resumed, listed) = (
+        calls.iter().rposition(|x| x == &format!("unpause {id}")),
+        calls.iter().rposition(|x| x == "listed"),
+    );
+    assert!(listed < resumed, "{calls:?}");
 }
