@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
-log() { printf '\n=== %s\n' "$*"; }
+log() { printf '\n=== %s (at %d s)\n' "$*" "$SECONDS"; }
 
 # Debian packages the tests use: utmpdump/who (real utmp files), busybox-static (test images),
 # docker-registry (a real registry on 127.0.0.1), systemd (systemd-analyze verify), debootstrap
@@ -121,3 +121,5 @@ log "the service under a real systemd"
 # apt install of the .deb in a container running systemd, driving this host's engine:
 # install, hardening, reload, watchdog, crash, fail-safe, stop, upgrade, purge.
 bash tests/systemd/run.sh
+
+log "all passed"
