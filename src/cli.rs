@@ -1,7 +1,9 @@
 //! The command line (a contract: install scripts and owners type it). Parsing only.
 
+use crate::config::units::{UnitError, parse_duration};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
+use std::time::Duration;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -84,7 +86,7 @@ pub enum Command {
     Open,
     /// After pilotd ended abnormally (systemd's ExecStopPost, SERVICE_RESULT not "success"):
     /// pause this instance's workers until a pilotd decides again; --remove deletes them
-    Failsafe(crate::cmd::failsafe::FailsafeArgs),
+    Failsafe(FailsafeArgs),
 }
 
 #[derive(Debug, Args)]
@@ -95,6 +97,29 @@ pub struct RunArgs {
     /// PID file, locked while the daemon runs
     #[arg(long)]
     pub pidfile: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct FailsafeArgs {
+    /// Stop and delete this instance's workers and their scratch dirs instead of pausing them,
+    /// whatever SERVICE_RESULT says (what the package does when pilotd is removed)
+    #[arg(long)]
+    pub remove: bool,
+    /// With --remove: how long each worker gets after SIGTERM before SIGKILL, e.g. "10s"
+    #[arg(long, default_value = "10s", value_parser = parse_grace)]
+    pub grace: Duration,
+}
+
+/// `--grace`: a duration as pilotd.toml writes one, at most an hour (the package's prerm
+/// waits for it, and so does whoever removes the package).
+fn parse_grace(s: &str) -> Result<Duration, String> {
+    let longer = || format!("`{s}` is longer than an hour");
+    match parse_duration(s) {
+        Ok(d) if d > Duration::from_secs(3600) => Err(longer()),
+        Ok(d) => Ok(d),
+        Err(UnitError::DurationRange(_)) => Err(longer()),
+        Err(_) => Err(format!("`{s}` is not a duration like \"10s\"")),
+    }
 }
 
 #[derive(Debug, Args)]
@@ -192,4 +217,34 @@ pub struct CompletionsArgs {
 pub struct ManpagesArgs {
     /// Directory to write the pages into (created if missing; existing pages are replaced)
     pub dir: PathBuf,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grace_parses() {
+        assert_eq!(parse_grace("10s").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse_grace("3").unwrap(), Duration::from_secs(3));
+        assert!(parse_grace("2h").is_err());
+        assert!(parse_grace("soon").is_err());
+    }
+
+    #[test]
+    fn grace_says_why_it_refuses() {
+        assert_eq!(
+            parse_grace("2h").unwrap_err(),
+            "`2h` is longer than an hour"
+        );
+        assert_eq!(
+            parse_grace("200years").unwrap_err(),
+            "`200years` is longer than an hour"
+        );
+        assert_eq!(
+            parse_grace("soon").unwrap_err(),
+            "`soon` is not a duration like \"10s\""
+        );
+        assert_eq!(parse_grace("1h").unwrap(), Duration::from_secs(3600));
+    }
 }

@@ -10,6 +10,7 @@ use crate::cli::{GcArgs, Global};
 use crate::config::SiteFile;
 use crate::volunteer::backend::{self, Backend};
 use crate::volunteer::gc;
+use crate::volunteer::manifest;
 use crate::volunteer::settings::Settings;
 use crate::volunteer::status as state;
 use crate::volunteer::worker::split_reference;
@@ -19,7 +20,9 @@ use std::fmt::Write;
 pub fn run(g: &Global, a: &GcArgs) -> Result<String, CmdError> {
     let cfg = load_config(g, SiteFile::Optional, None)?;
     let s = Settings::resolve(&cfg);
-    let settings = &s.worker;
+    // The daemon's template (its image may be the manifest's): an image in use stays.
+    let template = manifest::stored_template(&s);
+    let settings = &template.worker;
     let status = state::load(&state::path(&s.state_dir))
         .ok()
         .flatten()

@@ -64,6 +64,12 @@ pub enum CmdError {
     /// The daemon refused the owner's request (not authorised, or a bad duration).
     #[error("{0}")]
     Refused(String),
+    /// The fail-safe could not do all it was asked; `note` says which pilotd.toml it took.
+    #[error("{note}{source}")]
+    Failsafe {
+        note: String,
+        source: Box<crate::volunteer::failsafe::FailsafeError>,
+    },
 }
 
 impl CmdError {
@@ -79,7 +85,8 @@ impl CmdError {
             | CmdError::Json(_)
             | CmdError::Daemon(_)
             | CmdError::Control(_)
-            | CmdError::Refused(_) => 1,
+            | CmdError::Refused(_)
+            | CmdError::Failsafe { .. } => 1,
             #[cfg(feature = "kubernetes")]
             CmdError::KubernetesSettings(_) | CmdError::Snapshot(_) | CmdError::Provisioner(_) => 1,
         }

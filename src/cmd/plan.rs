@@ -10,6 +10,7 @@ use crate::volunteer::host::Carry;
 use crate::volunteer::host::this_machine;
 use crate::volunteer::inspect;
 use crate::volunteer::logind::Logind;
+use crate::volunteer::manifest;
 use crate::volunteer::policy::{self, Supply};
 use crate::volunteer::settings::Settings;
 use crate::volunteer::snapshot::HostSnapshot;
@@ -158,9 +159,17 @@ pub fn volunteer_plan(cfg: &Config, host: &HostSnapshot, now: DateTime<Utc>) -> 
         .ok()
         .flatten()
         .unwrap_or_default();
+    // The daemon's template: pilotd.toml's [worker] with the manifest it stored laid on.
+    let template = manifest::stored_template(&s);
+    if let Some(e) = &template.refused {
+        supply.reasons.push(format!(
+            "{e}; planned with pilotd.toml's own worker settings, as the daemon starts workers"
+        ));
+    }
     let next = block_on(async {
         let b = backend::connect(&s.engine)?;
-        inspect::next_plan(&b, &s, (&status.image, &status.backoff), &supply, now).await
+        let recorded = (&status.image, &status.backoff);
+        inspect::next_plan(&b, &s, &template.worker, recorded, &supply, now).await
     })
     .map_err(|e| e.to_string())
     .and_then(|r| r.map_err(|e| e.to_string()));

@@ -7,7 +7,8 @@
 //! `status`), so a snapshot written by `pilotd snapshot` is still a list of Pod and Job
 //! objects as the API knows them, and a snapshot holding full objects reads the same.
 
-use crate::kubernetes::shape::{POD_DISK_VOLUMES, POD_GPU_TYPES, POD_LABELS};
+// From their one home, not through `shape`: `shape` reads `Meta` from here.
+use crate::config::kubernetes_names::{POD_DISK_VOLUMES, POD_GPU_TYPES, POD_LABELS};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Deserializer, Serialize};
 use std::collections::BTreeMap;

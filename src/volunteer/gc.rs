@@ -6,7 +6,7 @@
 
 use super::status::PulledImage;
 use crate::volunteer::backend::{Backend, BackendError};
-use crate::volunteer::scratch::{self, ScratchError};
+use crate::volunteer::scratch::{self, RemovalError, ScratchError};
 use crate::volunteer::settings::WorkerSettings;
 use crate::volunteer::worker::{LocalImage, Worker, WorkerState, labels};
 use chrono::{DateTime, Utc};
@@ -247,8 +247,8 @@ impl std::fmt::Display for Collected<'_> {
     }
 }
 
-/// Carries out GC items, each whatever became of the others. Whatever of a worker is left
-/// outside its container goes through the executor's one removal (`scratch::remove`).
+/// Carries out GC items, each whatever became of the others. A worker, and whatever of one is
+/// left outside its container, goes through the executor's one removal (`scratch`).
 pub async fn apply<'a, B: Backend>(
     backend: &B,
     worker: &WorkerSettings,
@@ -258,12 +258,13 @@ pub async fn apply<'a, B: Backend>(
     let mut out = Vec::new();
     for item in items {
         let result = match item {
-            Item::RemoveWorker { id, name, .. } => match backend.remove(id).await {
-                Ok(()) => scratch::remove(backend, worker, name)
-                    .await
-                    .map_err(GcError::from),
-                Err(e) => Err(e.into()),
-            },
+            Item::RemoveWorker { id, name, .. } => {
+                match scratch::remove_worker(backend, worker, id, name).await {
+                    Ok(()) => Ok(()),
+                    Err(RemovalError::Container(e)) => Err(e.into()),
+                    Err(RemovalError::Leftovers(e)) => Err(e.into()),
+                }
+            }
             Item::StopWorker { id, .. } => backend.stop(id, grace).await.map_err(GcError::from),
             Item::RemoveTokenCopy { path } | Item::RemoveScratch { path } => {
                 let name = path

@@ -7,7 +7,7 @@ use crate::volunteer::image;
 use crate::volunteer::outcome::StartBackoff;
 use crate::volunteer::plan::{self, InFlight, Observed, Plan};
 use crate::volunteer::policy::Supply;
-use crate::volunteer::settings::Settings;
+use crate::volunteer::settings::{Settings, WorkerSettings};
 use crate::volunteer::status::ImageRecord;
 use crate::volunteer::worker::{ImageState, Worker, WorkerState};
 use chrono::{DateTime, Utc};
@@ -59,13 +59,15 @@ pub async fn own_cpu(backend: &AnyBackend, gap: Duration) -> Option<f64> {
     Some(total.clamp(0.0, 1.0))
 }
 
-/// The plan the daemon's next cycle would make: workers listed from the engine now, the image
-/// and back-off as the daemon's status file has them (the image resolved at the registry only
-/// when the file knows nothing of it), with how many workers run or are paused now (what an
-/// eviction would act on). `Err` says why the workers are unknown.
+/// The plan the daemon's next cycle would make: workers listed from the engine now, the
+/// daemon's worker template (`worker`: `manifest::stored_template`), the image and back-off
+/// as the daemon's status file has them (the image resolved at the registry only when the
+/// file knows nothing of it), with how many workers run or are paused now (what an eviction
+/// would act on). `Err` says why the workers are unknown.
 pub async fn next_plan(
     b: &AnyBackend,
     s: &Settings,
+    worker: &WorkerSettings,
     recorded: (&ImageRecord, &StartBackoff),
     supply: &Supply,
     now: DateTime<Utc>,
@@ -77,8 +79,8 @@ pub async fn next_plan(
         .count();
     let (image, backoff) = recorded;
     let mut record = image.clone();
-    if record.reference != s.worker.image || record.digest.is_none() {
-        image::refresh(b, &mut record, &s.worker.image, now, &s.image).await;
+    if record.reference != worker.image || record.digest.is_none() {
+        image::refresh(b, &mut record, &worker.image, now, &s.image).await;
     }
     let image_state = image::state(b, &record, &s.image, None, now)
         .await
@@ -96,7 +98,7 @@ pub async fn next_plan(
             free_hours: None,
             filter_down: None,
         },
-        &s.worker,
+        worker,
         now,
     );
     Ok((plan, live))

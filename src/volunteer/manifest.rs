@@ -23,7 +23,7 @@ use crate::config::site::{
 use crate::config::template;
 use crate::config::units::HumanDuration;
 use crate::service::state_file::write_atomically;
-use crate::volunteer::settings::WorkerSettings;
+use crate::volunteer::settings::{Settings, WorkerSettings};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -49,6 +49,8 @@ pub enum ManifestError {
     Invalid { url: String, why: String },
     #[error("remote manifest {url} was refused: {}", .why.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
     Refused { url: String, why: Vec<Refusal> },
+    #[error("remote manifest version {version} no longer passes this site's limits: {}", .why.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    NoLongerAllowed { version: String, why: Vec<Refusal> },
     #[error("cannot store the manifest in {}: {source}", path.display())]
     Store {
         path: PathBuf,
@@ -337,11 +339,68 @@ pub async fn fetch(
     Ok(m)
 }
 
+/// The worker template workers start with, and why a manifest given was not laid on.
+#[derive(Debug)]
+pub struct Template {
+    pub worker: WorkerSettings,
+    /// Why there is a manifest but it is not laid on; `None` when it is, or when there is none.
+    pub refused: Option<ManifestError>,
+}
+
+/// The effective worker template: pilotd.toml's `[worker]` with the pool's manifest laid over
+/// it, within what the site allows. The one definition the daemon (with the manifest it
+/// fetched or stored) and `pilotd plan` (with the stored one, `stored_template`) share, so
+/// plan shows what the daemon starts. Pure.
+///
+/// The manifest counts only while the site subscribes to one (`[remote]`), and only if it
+/// still passes `check` against today's `allowed_images` and `[worker.env]`: a reload may
+/// have narrowed them since it was fetched, and a manifest must never widen them. One that
+/// no longer passes is not laid on at all (half a pool configuration is worse than none).
+pub fn worker_template(s: &Settings, m: Option<&Manifest>) -> Template {
+    let Some(m) = m.filter(|_| s.remote.is_some()) else {
+        return Template {
+            worker: s.worker.clone(),
+            refused: None,
+        };
+    };
+    match check(m, &s.image.allowed, &s.worker.env) {
+        Ok(()) => Template {
+            worker: m.overlay(&s.worker),
+            refused: None,
+        },
+        Err(why) => Template {
+            worker: s.worker.clone(),
+            refused: Some(ManifestError::NoLongerAllowed {
+                version: m.version.clone(),
+                why,
+            }),
+        },
+    }
+}
+
+/// The worker template the daemon of `s` starts workers with, as far as its state dir says:
+/// the daemon stores every manifest it lays on, and reads the stored one back at its start.
+/// For the one-shot commands (`plan`, `gc`); a stored copy that cannot be read is not laid
+/// on (the daemon does not lay it on either) and is the `refused` reason.
+pub fn stored_template(s: &Settings) -> Template {
+    if s.remote.is_none() {
+        return worker_template(s, None);
+    }
+    match load_last_good(&s.state_dir) {
+        Ok(m) => worker_template(s, m.as_ref()),
+        Err(e) => Template {
+            worker: s.worker.clone(),
+            refused: Some(e),
+        },
+    }
+}
+
 impl Manifest {
     /// The site's worker settings with the manifest's choices laid over them. Only what
     /// `check` allowed is taken: the image, idle timeout, config URLs (as the pilot's
-    /// `PILOT_CONFIG_URLS`) and env names the site did not set itself.
-    pub fn overlay(&self, site: &WorkerSettings) -> WorkerSettings {
+    /// `PILOT_CONFIG_URLS`) and env names the site did not set itself. Checks nothing itself:
+    /// workers get their template from `worker_template`, which checks first.
+    fn overlay(&self, site: &WorkerSettings) -> WorkerSettings {
         let mut w = site.clone();
         if let Some(img) = &self.worker.image {
             w.image = img.clone();
@@ -725,6 +784,71 @@ GLIDEIN_ResourceName = "LAB"
         assert_eq!(o.cap_add, site.cap_add);
         assert_eq!(o.pids_limit, site.pids_limit);
         assert_eq!(o.token_file, site.token_file);
+    }
+
+    /// Settings of a site with `[worker]` as given, subscribed to a manifest or not.
+    fn site_settings(worker: &str, remote: bool) -> Settings {
+        let remote = if remote {
+            "[remote]\nurl = \"https://pool.example.org/m.toml\"\n"
+        } else {
+            ""
+        };
+        let site: crate::config::SiteConfig =
+            toml::from_str(&format!("{remote}[worker]\n{worker}")).unwrap();
+        Settings::resolve(&crate::config::Config {
+            site,
+            site_path: None,
+            policy: crate::config::Policy::defaults(crate::zone::Zone::utc()),
+            policy_path: "p".into(),
+        })
+    }
+
+    #[test]
+    fn the_template_lays_on_a_manifest_only_within_the_sites_limits() {
+        let worker = "image = \"hub.opensciencegrid.org/osg-htc/ospool-ep:24\"\n\
+                      allowed_images = [\"hub.opensciencegrid.org/osg-htc/*\"]\n\
+                      [worker.env]\nGLIDEIN_Site = \"MINE\"\n";
+        let s = site_settings(worker, true);
+        let pool = parse(
+            "u",
+            b"version = \"3\"\n[worker]\nimage = \"hub.opensciencegrid.org/osg-htc/ospool-ep:25\"\n\
+              [worker.env]\nGLIDEIN_ResourceName = \"LAB\"\n",
+        )
+        .unwrap();
+        let t = worker_template(&s, Some(&pool));
+        assert!(t.refused.is_none(), "{:?}", t.refused);
+        assert_eq!(t.worker, pool.overlay(&s.worker));
+        assert_eq!(
+            t.worker.image,
+            "hub.opensciencegrid.org/osg-htc/ospool-ep:25"
+        );
+
+        // No manifest, or a site no longer subscribed: pilotd.toml's own.
+        assert_eq!(worker_template(&s, None).worker, s.worker);
+        let unsubscribed = site_settings(worker, false);
+        let t = worker_template(&unsubscribed, Some(&pool));
+        assert_eq!((t.worker, t.refused.is_none()), (unsubscribed.worker, true));
+
+        // An image outside allowed_images, or an env name the site set itself, would widen
+        // what the site allows: the manifest is not laid on at all, not even its other parts.
+        for (key, value) in [
+            ("image", "\"docker.io/library/anything:1\""),
+            (
+                "env",
+                "{ GLIDEIN_Site = \"THEIRS\", GLIDEIN_ResourceName = \"LAB\" }",
+            ),
+        ] {
+            let widening = parse(
+                "u",
+                format!("version = \"4\"\n[worker]\nidle_timeout = \"7m\"\n{key} = {value}\n")
+                    .as_bytes(),
+            )
+            .unwrap();
+            let t = worker_template(&s, Some(&widening));
+            assert_eq!(t.worker, s.worker, "{key}");
+            let e = t.refused.expect(key).to_string();
+            assert!(e.contains("version 4 no longer passes"), "{e}");
+        }
     }
 
     #[test]

@@ -14,7 +14,8 @@
 //!   peer credentials) and `snooze` (the snooze kept in the state dir);
 //! - state and upkeep: `status` (the status file), `history` (learned availability),
 //!   `manifest` (the pool's remote manifest), `image` (freshness), `gc`;
-//! - top: `daemon` (the loop) and `inspect` (what one-shot commands ask the engine).
+//! - top: `daemon` (the loop), `inspect` (what one-shot commands ask the engine) and
+//!   `failsafe` (the owner protected when the daemon is gone).
 //!
 //! Imports: `config`, `service`, `backoff`, `pilot_contract`; never `kubernetes` or `cmd`.
 //! Pure parts (`policy`, `plan`, `outcome`, `settings`) read no clock and do no I/O.
@@ -25,6 +26,7 @@ pub mod control;
 pub mod daemon;
 pub mod disk;
 pub mod egress;
+pub mod failsafe;
 pub mod gc;
 pub mod history;
 pub mod host;

@@ -1,6 +1,7 @@
 //! A worker's writable space on the host and its token copy: made ready before a start, and
 //! removed by one function on every end (the executor's removal, a failed start, GC of
-//! leftovers, `failsafe --remove`, hence purge).
+//! leftovers, `failsafe --remove`, hence purge). `remove_worker` is the one removal of a
+//! worker whose container has ended: its container, then all of it outside (`remove`).
 //!
 //! The disk share is enforced by the kernel: each worker's scratch is an ext4 filesystem in
 //! an image file of exactly its share, fully allocated (`fallocate`, never sparse: the share is
@@ -81,6 +82,17 @@ pub enum ScratchError {
     Interrupted(String),
     #[error("the disk volume of {name}: {source}")]
     Volume { name: String, source: BackendError },
+}
+
+/// Why a worker could not be removed whole.
+#[derive(Debug, thiserror::Error)]
+pub enum RemovalError {
+    /// The container is still there, and so is everything of it outside.
+    #[error(transparent)]
+    Container(BackendError),
+    /// The container is gone; some of what it had outside is not (GC finds it by its name).
+    #[error(transparent)]
+    Leftovers(ScratchError),
 }
 
 /// The image of a worker named `name` under the scratch root.
@@ -279,6 +291,19 @@ fn prepare_token(spec: &WorkerSpec) -> Result<(), ScratchError> {
     };
     f.set_permissions(std::fs::Permissions::from_mode(mode))
         .map_err(fail)
+}
+
+/// Removes a worker whose container has ended (exited, created, or stopped just now): the
+/// container, then everything of it outside (`remove`). The one removal the executor, GC and
+/// `failsafe --remove` share, so a worker leaves nothing behind whichever of them removes it.
+pub async fn remove_worker<B: Backend>(
+    b: &B,
+    w: &WorkerSettings,
+    id: &str,
+    name: &str,
+) -> Result<(), RemovalError> {
+    b.remove(id).await.map_err(RemovalError::Container)?;
+    remove(b, w, name).await.map_err(RemovalError::Leftovers)
 }
 
 /// Removes everything of the worker named `name` outside its container: the engine's volume

@@ -11,7 +11,7 @@ use super::triggers::Interrupt;
 use crate::volunteer::backend::{AnyBackend, Backend, BackendError};
 use crate::volunteer::egress::{EgressError, Filter, Guard};
 use crate::volunteer::plan::Action;
-use crate::volunteer::scratch::{self, ScratchError};
+use crate::volunteer::scratch::{self, RemovalError, ScratchError};
 use crate::volunteer::settings::WorkerSettings;
 use crate::volunteer::worker::{WorkerSpec, labels};
 use std::time::Duration;
@@ -159,8 +159,12 @@ async fn execute_one(
             Ok(Done::Stopping)
         }
         Action::Remove { id, name, .. } => {
-            b.remove(id).await?;
-            remove_scratch(b, worker, name).await;
+            match scratch::remove_worker(b, worker, id, name).await {
+                Ok(()) => {}
+                Err(RemovalError::Container(e)) => return Err(e.into()),
+                // The worker is gone: its leftovers do not fail the removal.
+                Err(RemovalError::Leftovers(e)) => leftovers_to_gc(name, &e),
+            }
             tracing::info!(worker = %name, "removed");
             Ok(Done::Removed)
         }
@@ -239,6 +243,10 @@ async fn start(
 /// to GC, which finds it again by its name.
 pub(crate) async fn remove_scratch(b: &AnyBackend, worker: &WorkerSettings, name: &str) {
     if let Err(e) = scratch::remove(b, worker, name).await {
-        tracing::warn!(worker = %name, "{e}; GC retries later");
+        leftovers_to_gc(name, &e);
     }
+}
+
+fn leftovers_to_gc(name: &str, e: &ScratchError) {
+    tracing::warn!(worker = %name, "{e}; GC retries later");
 }

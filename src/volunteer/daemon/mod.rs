@@ -251,7 +251,8 @@ impl Daemon {
         let (tx, rx) = mpsc::channel::<Trigger>(8);
         let interval = cycle_timer(s.interval);
         Ok(Daemon {
-            worker: worker_for(&s, manifest.as_ref()),
+            // `load_checked` held the manifest to today's limits already.
+            worker: manifest::worker_template(&s, manifest.as_ref()).worker,
             engine: Engine {
                 connect,
                 backend: None,
@@ -537,7 +538,14 @@ impl Reconciler for Daemon {
                 "reload: control_socket changed; the daemon listens on the new path only after a restart"
             );
         }
-        self.worker = worker_for(&s, self.manifest.as_ref());
+        let template = manifest::worker_template(&s, self.manifest.as_ref());
+        if let Some(e) = template.refused {
+            // The reload narrowed what the site allows: the manifest goes whole, and the next
+            // fetch is held to the new limits.
+            tracing::warn!("reload: {e}; pilotd.toml's own worker settings apply");
+            self.manifest = None;
+        }
+        self.worker = template.worker;
         self.input.set_wake_gap(s.policy.session_idle);
         if s.interval != self.s.interval {
             // The timer was built from the old interval; the first tick of a new one is now.
@@ -615,11 +623,6 @@ fn control_context(s: &Settings, doors: &Doors) -> control::Context {
         page_port: s.page_port,
         doors: doors.clone(),
     }
-}
-
-/// Worker settings from pilotd.toml with the pool's manifest laid over it.
-fn worker_for(s: &Settings, m: Option<&Manifest>) -> WorkerSettings {
-    m.map_or_else(|| s.worker.clone(), |m| m.overlay(&s.worker))
 }
 
 /// Takes back what a previous pilotd recorded. Latches only when recent: an old "host free

@@ -2,7 +2,7 @@
 //! manifest fetch (up to its timeout) — and what the daemon does when one finishes. The loop
 //! wakes for each completion, so a finished stop or pull is acted on at once.
 
-use super::{Daemon, worker_for};
+use super::Daemon;
 use crate::volunteer::backend::{AnyBackend, Backend, BackendError};
 use crate::volunteer::disk;
 use crate::volunteer::image;
@@ -102,6 +102,18 @@ pub fn spawn_manifest_fetch(
 }
 
 impl Daemon {
+    /// A manifest that is not taken: what stays in force first, so the first line of the log
+    /// says it all.
+    fn keeping(&self, e: &manifest::ManifestError) {
+        tracing::error!(
+            "keeping {}: {e}",
+            self.manifest
+                .as_ref()
+                .map(|m| format!("the last good manifest (version {})", m.version))
+                .unwrap_or_else(|| "pilotd.toml's own settings".into())
+        );
+    }
+
     /// Takes in a finished operation: what is no longer in flight, a pulled image, a new
     /// manifest (stored, and laid over the worker settings) or why the old one stays.
     pub(super) fn task_done(&mut self, done: TaskDone, now: DateTime<Utc>) {
@@ -132,21 +144,22 @@ impl Daemon {
                 match result {
                     Ok(m) if self.manifest.as_ref() == Some(&m) => {}
                     Ok(m) => {
-                        if let Err(e) = manifest::store(&self.s.state_dir, &m) {
-                            tracing::error!("{e}");
+                        // Checked when the fetch began; a reload since may have narrowed the
+                        // limits, so the template is built (and checked) against today's.
+                        let template = manifest::worker_template(&self.s, Some(&m));
+                        match template.refused {
+                            None => {
+                                if let Err(e) = manifest::store(&self.s.state_dir, &m) {
+                                    tracing::error!("{e}");
+                                }
+                                tracing::info!(version = %m.version, "remote manifest applied");
+                                self.worker = template.worker;
+                                self.manifest = Some(m);
+                            }
+                            Some(e) => self.keeping(&e),
                         }
-                        tracing::info!(version = %m.version, "remote manifest applied");
-                        self.worker = worker_for(&self.s, Some(&m));
-                        self.manifest = Some(m);
                     }
-                    // What stays in force first, so the first line of the log says it all.
-                    Err(e) => tracing::error!(
-                        "keeping {}: {e}",
-                        self.manifest
-                            .as_ref()
-                            .map(|m| format!("the last good manifest (version {})", m.version))
-                            .unwrap_or_else(|| "pilotd.toml's own settings".into())
-                    ),
+                    Err(e) => self.keeping(&e),
                 }
             }
             TaskDone::Pulled {

@@ -649,3 +649,99 @@ async fn an_urgent_cycle_pauses_before_a_slow_engine_lists() {
     );
     assert!(listed < resumed, "{calls:?}");
 }
+
+/// `pilotd plan` shows the worker template the daemon starts workers with: both come from
+/// `manifest::worker_template`, the daemon with the manifest it holds, plan with the one the
+/// daemon stored (`stored_template`). Through a restart, a fetch and a reload that narrows
+/// what the site allows, they stay the same, and the manifest never widens the site's limits.
+#[tokio::test]
+async fn plan_and_the_daemon_start_workers_from_the_same_template() {
+    const POOL_IMAGE: &str = "127.0.0.1:5000/pilotd-test/worker:2";
+    const POOL_DIGEST: &str = "sha256:bb";
+    let m = Machine::new();
+    {
+        let mut w = m.engine.lock();
+        w.registry.insert(POOL_IMAGE.into(), POOL_DIGEST.into());
+        w.images.push(LocalImage {
+            id: "sha256:img-bb".into(),
+            repo_digests: vec![format!("127.0.0.1:5000/pilotd-test/worker@{POOL_DIGEST}")],
+            repo_tags: vec![],
+            labels: BTreeMap::new(),
+            created: None,
+            size: 0,
+        });
+    }
+    let config = |allowed: &str| {
+        let mut site = m.site();
+        // Nothing listens there: every fetch fails, and the stored manifest stays in force.
+        site.remote.url = Some(toml::Spanned::new(
+            0..0,
+            "http://127.0.0.1:9/manifest.toml".into(),
+        ));
+        site.worker.allowed_images = vec![toml::Spanned::new(0..0, allowed.into())];
+        Config {
+            site,
+            site_path: None,
+            policy: m.policy(),
+            policy_path: "policy.toml".into(),
+        }
+    };
+    let s = Settings::resolve(&config("127.0.0.1:5000/*"));
+    let pool = |version: &str, image: &str| {
+        manifest::parse(
+            "u",
+            format!(
+                "version = \"{version}\"\n[worker]\nimage = \"{image}\"\nidle_timeout = \"7m\"\n\
+                 [worker.env]\nGLIDEIN_ResourceName = \"LAB\"\n"
+            )
+            .as_bytes(),
+        )
+        .unwrap()
+    };
+    // A daemon that ran before stored the pool's manifest.
+    std::fs::create_dir_all(&s.state_dir).unwrap();
+    manifest::store(&s.state_dir, &pool("1", POOL_IMAGE)).unwrap();
+
+    let mut d = m.daemon_with(s.clone());
+    let planned = manifest::stored_template(&s);
+    assert!(planned.refused.is_none(), "{:?}", planned.refused);
+    assert_eq!(d.worker, planned.worker);
+    assert_eq!(d.worker.image, POOL_IMAGE);
+    assert_eq!(d.worker.idle_timeout, Duration::from_secs(420));
+    assert_eq!(d.worker.env["GLIDEIN_ResourceName"], "LAB");
+    // ... and the worker it starts is made of it.
+    first_cycles(&mut d, Utc::now()).await;
+    assert_eq!(m.calls("start").len(), 1, "{:?}", m.engine.calls());
+    assert_eq!(m.engine.lock().workers[0].image, POOL_IMAGE);
+
+    // A fetched manifest is laid on and stored: plan reads it back.
+    let fetched = pool("2", IMAGE);
+    d.task_done(TaskDone::Manifest(Ok(fetched.clone())), Utc::now());
+    assert_eq!(d.manifest, Some(fetched));
+    assert_eq!(d.worker, manifest::stored_template(&s).worker);
+    assert_eq!(d.worker.image, IMAGE);
+
+    // The pool's image again; then the site narrows allowed_images to its own image alone:
+    // the manifest in force no longer passes, and neither the daemon nor plan lays it on.
+    d.task_done(TaskDone::Manifest(Ok(pool("3", POOL_IMAGE))), Utc::now());
+    assert_eq!(d.worker.image, POOL_IMAGE);
+    let narrowed = config(IMAGE);
+    d.reload(narrowed.clone()).unwrap();
+    let planned = manifest::stored_template(&Settings::resolve(&narrowed));
+    assert!(
+        matches!(
+            planned.refused,
+            Some(manifest::ManifestError::NoLongerAllowed { .. })
+        ),
+        "{:?}",
+        planned.refused
+    );
+    assert_eq!(d.worker, planned.worker);
+    assert_eq!(d.worker.image, IMAGE, "the site's own");
+    assert!(!d.worker.env.contains_key("GLIDEIN_ResourceName"));
+    assert_eq!(d.manifest, None, "dropped whole");
+    // A fetch begun under the wider limits and finished after the reload is held to today's.
+    d.task_done(TaskDone::Manifest(Ok(pool("4", POOL_IMAGE))), Utc::now());
+    assert_eq!(d.worker.image, IMAGE);
+    assert_eq!(d.manifest, None);
+}
