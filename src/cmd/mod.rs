@@ -156,7 +156,7 @@ pub fn parse_now(s: Option<&str>) -> Result<Option<DateTime<Utc>>, CmdError> {
 
 /// Sends the owner's request to the daemon's control socket (pilotd.toml `control_socket`;
 /// only pilotd.toml is read, which owners may read, not the policy).
-pub fn ask_daemon(g: &Global, req: crate::volunteer::control::Request) -> Result<String, CmdError> {
+pub fn ask_daemon(g: &Global, req: crate::volunteer::owner::Request) -> Result<String, CmdError> {
     let (site, _) = config::load_site(&g.config, SiteFile::Optional)?;
     let reply = block_on(crate::volunteer::control::ask(&site.control_socket, &req))??;
     if reply.ok {

@@ -4,7 +4,7 @@
 use super::{CmdError, ask_daemon};
 use crate::cli::{Global, SnoozeArgs};
 use crate::config::units::parse_duration;
-use crate::volunteer::control::Request;
+use crate::volunteer::owner::Request;
 
 pub fn run(g: &Global, a: &SnoozeArgs) -> Result<String, CmdError> {
     let d = parse_duration(&a.duration).map_err(|e| {

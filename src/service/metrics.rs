@@ -1,9 +1,8 @@
 //! Prometheus metrics for pool operators: an optional listener (`[metrics] listen`, off by
 //! default, loopback unless configured) serving the text exposition format on `/metrics`.
 //!
-//! The registry is plain data that the run loops update; the listener is a deliberately small
-//! HTTP/1.1 responder (GET only, bounded request, one response per connection), because a
-//! scrape endpoint needs nothing more and every line here is code on someone else's machine.
+//! The registry is plain data that the run loops update; the endpoint answers GET /metrics
+//! through `service::http`, the small responder it shares with the status page.
 //!
 //! It is served within [`LIMITS`] by `service::listener`: at most 16 connections (more wait in
 //! the kernel's backlog, not in pilotd's descriptors), each for at most 5 s from accept to its
@@ -18,10 +17,10 @@ use prometheus_client::registry::Registry;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
-use super::listener::{self, Limits};
+use super::http::{self, Response};
+use super::listener::Limits;
 
 #[derive(Debug, thiserror::Error)]
 pub enum MetricsError {
@@ -195,64 +194,43 @@ pub async fn listen(
         .await
         .map_err(|source| MetricsError::Bind { addr, source })?;
     let bound = listener.local_addr().unwrap_or(addr);
-    let serve = listener::serve("metrics", listener, LIMITS, shutdown, move |sock, _| {
-        respond(sock, registry.clone())
+    let serve = http::serve("metrics", listener, LIMITS, shutdown, move |req| {
+        answer(req, &registry)
     });
     Ok((bound, serve))
 }
 
-async fn respond(mut sock: tokio::net::TcpStream, registry: Arc<std::sync::Mutex<Registry>>) {
-    let mut buf = vec![0u8; 8192];
-    let mut len = 0;
-    // Read the request head (bounded in size; in time by the listener's deadline); the body,
-    // if any, is ignored.
-    while len < buf.len() {
-        match sock.read(&mut buf[len..]).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => len += n,
-        }
-        if buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
-            break;
-        }
-    }
-    let head = String::from_utf8_lossy(&buf[..len]);
-    let mut parts = head.split_whitespace();
-    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let (status, ctype, body) = match (method, path.split('?').next().unwrap_or("")) {
+/// The scrape endpoint: GET /metrics and nothing else.
+fn answer(req: &http::Request, registry: &std::sync::Mutex<Registry>) -> Response {
+    match (req.method.as_str(), req.path.as_str()) {
         ("GET", "/metrics") => {
             let body = match registry.lock() {
                 Ok(r) => exposition(&r),
                 Err(poisoned) => exposition(&poisoned.into_inner()),
             };
-            (
+            Response::new(
                 "200 OK",
                 "application/openmetrics-text; version=1.0.0; charset=utf-8",
                 body,
             )
         }
-        ("GET", _) => (
+        ("GET", _) => Response::new(
             "404 Not Found",
             "text/plain",
             "only /metrics is served here\n".to_string(),
         ),
-        _ => (
+        _ => Response::new(
             "405 Method Not Allowed",
             "text/plain",
             "GET /metrics\n".to_string(),
         ),
-    };
-    let resp = format!(
-        "HTTP/1.1 {status}\r\ncontent-type: {ctype}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    // A client that does not read its answer is dropped at the listener's deadline.
-    let _ = sock.write_all(resp.as_bytes()).await;
-    let _ = sock.shutdown().await;
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     #[tokio::test]
     async fn a_real_scrape_returns_the_series() {

@@ -10,8 +10,10 @@
 //! - decide, pure: `policy` (may the machine compute, how much, until when) and `plan` (the
 //!   actions of one cycle);
 //! - act: `backend` (the Docker engine, and a recording fake for tests);
-//! - the owner's word: `control` (the socket `pilotd snooze`/`resume` talk to, authorised by
-//!   peer credentials) and `snooze` (the snooze kept in the state dir);
+//! - the owner's word: `owner` (the requests, who may ask them and what asking does, below
+//!   both doors), `control` (the socket `pilotd snooze`/`resume`/`open` talk to, authorised by
+//!   peer credentials), `page` (the status page on 127.0.0.1, entered with a key from the
+//!   socket) and `snooze` (the snooze kept in the state dir);
 //! - state and upkeep: `status` (the status file), `history` (learned availability),
 //!   `manifest` (the pool's remote manifest), `image` (freshness), `gc`;
 //! - top: `daemon` (the loop), `inspect` (what one-shot commands ask the engine) and
@@ -37,6 +39,7 @@ pub mod logind;
 pub mod loopdev;
 pub mod manifest;
 pub mod outcome;
+pub mod owner;
 pub mod page;
 pub mod plan;
 pub mod policy;

@@ -40,6 +40,7 @@ use crate::volunteer::host::{HostProbe, ProbeError};
 use crate::volunteer::input::LastInput;
 use crate::volunteer::logind::{Logind, Signal};
 use crate::volunteer::manifest::{self, Manifest};
+use crate::volunteer::owner;
 use crate::volunteer::page::{self, Doors};
 use crate::volunteer::plan::{InFlight, Reason};
 use crate::volunteer::settings::{EngineSettings, Settings, WorkerSettings};
@@ -210,9 +211,9 @@ pub struct Daemon {
     sleeping: bool,
     /// When the machine's keyboards, mice and touchpads last had input (`input::watch`).
     input: Arc<LastInput>,
-    /// What the control socket's server knows of the policy (kept current across reloads);
-    /// None when the socket is not served.
-    control: Option<watch::Sender<control::Context>>,
+    /// What the control socket's and the page's servers carry the owner's requests out with
+    /// (kept current across reloads); None before they are served.
+    control: Option<watch::Sender<owner::Context>>,
     /// The status page's one-time keys and sessions (shared with the control socket, which
     /// hands out the keys).
     doors: Doors,
@@ -337,6 +338,7 @@ impl Daemon {
                     self.owner_servers.spawn(page::serve(
                         listener,
                         port,
+                        self.doors.clone(),
                         rx,
                         wake_tx,
                         self.owner_stop.signal(),
@@ -615,13 +617,15 @@ impl Reconciler for Daemon {
     }
 }
 
-/// What the control socket's server needs to know of the settings.
-fn control_context(s: &Settings, doors: &Doors) -> control::Context {
-    control::Context {
+/// What carrying out the owner's requests (on the socket or the page) needs of the settings.
+fn control_context(s: &Settings, doors: &Doors) -> owner::Context {
+    owner::Context {
         state_dir: s.state_dir.clone(),
         policy: s.policy.clone(),
-        page_port: s.page_port,
-        doors: doors.clone(),
+        page: s.page_port.map(|port| owner::PageDoor {
+            port,
+            keys: Arc::new(doors.clone()),
+        }),
     }
 }
 

@@ -1,0 +1,292 @@
+//! The owner's requests, whichever door they come through: the control socket (`pilotd
+//! snooze`, `resume`, `open`) or the status page's buttons. What may be asked (`Request`),
+//! who may ask it (`authorise`: root, the users the policy's `[owner] users` names, members of
+//! the `pilotd` group) and what asking does (`carry_out`: a snooze recorded in the state dir,
+//! or its end, or a one-time key to the page).
+//!
+//! Below both doors, and importing neither: the control socket proves who asks by its peer
+//! credentials, the page by a session bought with a key from the socket; both then hand the
+//! request here. The page's keys are reached through [`PageKeys`], which the page implements.
+
+use crate::config::Evict;
+use crate::volunteer::snooze::{self, Snooze};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The group whose members may snooze and resume (created by the package's postinst).
+pub const GROUP: &str = "pilotd";
+
+/// What the owner may ask; on the control socket, one JSON line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "command", rename_all = "lowercase")]
+pub enum Request {
+    Snooze {
+        seconds: u64,
+    },
+    Resume,
+    /// A one-time key to the status page (`pilotd open`); the reply's message is its URL.
+    Open,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reply {
+    pub ok: bool,
+    pub message: String,
+}
+
+impl Reply {
+    /// A refusal, addressed to the caller.
+    pub fn refused(message: String) -> Reply {
+        Reply { ok: false, message }
+    }
+}
+
+/// Who is on the other end, as the kernel and the user database say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peer {
+    pub uid: u32,
+    /// None when the uid has no name on this host.
+    pub name: Option<String>,
+    /// The process's groups: its primary and supplementary gids.
+    pub gids: Vec<u32>,
+}
+
+impl Peer {
+    pub fn label(&self) -> String {
+        match &self.name {
+            Some(n) => n.clone(),
+            None => format!("uid {}", self.uid),
+        }
+    }
+}
+
+/// What decides who may: the policy's users, and the `pilotd` group (its gid and its listed
+/// members) when it exists on this host.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Access {
+    pub users: Vec<String>,
+    pub group: Option<(u32, Vec<String>)>,
+}
+
+/// Root, a user the policy names, or a member of the `pilotd` group (by the process's groups
+/// or by the group database) may; `Err` is the refusal, addressed to the caller.
+pub fn authorise(peer: &Peer, access: &Access) -> Result<(), Refused> {
+    if peer.uid == 0 {
+        return Ok(());
+    }
+    if let Some(n) = &peer.name
+        && access.users.iter().any(|u| u == n)
+    {
+        return Ok(());
+    }
+    if let Some((gid, members)) = &access.group
+        && (peer.gids.contains(gid) || peer.name.as_ref().is_some_and(|n| members.contains(n)))
+    {
+        return Ok(());
+    }
+    Err(Refused {
+        who: peer.label(),
+        name: peer.name.clone(),
+    })
+}
+
+/// A caller who may not snooze or resume; the message is addressed to them.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "refused: {who} may not snooze or resume this machine: only root, the users in the policy's [owner] users and members of the `{GROUP}` group may\n  hint: {}",
+    refused_hint(name.as_deref())
+)]
+pub struct Refused {
+    pub who: String,
+    pub name: Option<String>,
+}
+
+fn refused_hint(name: Option<&str>) -> String {
+    match name {
+        Some(n) => format!(
+            "ask this machine's administrator to run `adduser {n} {GROUP}` (then log in again), or to add \"{n}\" to `users` under [owner] in the policy"
+        ),
+        None => format!(
+            "this uid has no name on this host; only root, users named in the policy's [owner] users and members of the {GROUP} group may"
+        ),
+    }
+}
+
+/// The `pilotd` group as the group database has it now (it may be created after start).
+pub fn group_now() -> Option<(u32, Vec<String>)> {
+    nix::unistd::Group::from_name(GROUP)
+        .ok()
+        .flatten()
+        .map(|g| (g.gid.as_raw(), g.mem))
+}
+
+/// The status page's one-time keys, as seen from here: the page makes and keeps them (and
+/// trades them for sessions); an `Open` only asks for a new one.
+pub trait PageKeys: std::fmt::Debug + Send + Sync {
+    /// A new one-time key for `who`; `Err` when no key can be made safely.
+    fn issue(
+        &self,
+        who: &str,
+        now: Instant,
+    ) -> Result<String, Box<dyn std::error::Error + Send + Sync>>;
+}
+
+/// The status page as an `Open` needs it.
+#[derive(Debug, Clone)]
+pub struct PageDoor {
+    pub port: u16,
+    pub keys: Arc<dyn PageKeys>,
+}
+
+/// What carrying out a request needs from the daemon, kept current across reloads.
+#[derive(Debug, Clone)]
+pub struct Context {
+    pub state_dir: PathBuf,
+    pub policy: crate::config::Policy,
+    /// The status page, when pilotd.toml sets its port.
+    pub page: Option<PageDoor>,
+}
+
+/// Records the snooze (or its end) in the state dir, for the next cycle to act on; or hands
+/// out a key to the status page. The caller is authorised already.
+pub fn carry_out(req: &Request, by: &str, ctx: &Context, now: DateTime<Utc>) -> Reply {
+    let local = |t: DateTime<Utc>| {
+        t.with_timezone(&ctx.policy.timezone)
+            .format("%a %Y-%m-%d %H:%M %Z")
+            .to_string()
+    };
+    match req {
+        Request::Snooze { seconds } => {
+            let d = Duration::from_secs(*seconds);
+            if d.is_zero() || d > snooze::LONGEST {
+                return Reply::refused(format!(
+                    "a snooze lasts between 1s and {}; for longer, change the policy's schedule",
+                    crate::config::units::format_duration(snooze::LONGEST)
+                ));
+            }
+            let until = now + chrono::Duration::from_std(d).unwrap_or_default();
+            let s = Snooze {
+                until,
+                by: by.to_string(),
+                at: now,
+            };
+            match snooze::save(&ctx.state_dir, &s) {
+                Err(e) => Reply::refused(e.to_string()),
+                Ok(()) => Reply {
+                    ok: true,
+                    message: format!(
+                        "snoozed by {by} until {}: no worker starts before then; running workers: {}",
+                        local(until),
+                        match ctx.policy.on_return {
+                            Evict::None | Evict::Pause => "paused",
+                            Evict::Graceful => "stopped gracefully",
+                            Evict::Fast => "stopped at once",
+                        }
+                    ),
+                },
+            }
+        }
+        Request::Resume => match snooze::clear(&ctx.state_dir, now) {
+            Err(e) => Reply::refused(e.to_string()),
+            Ok(true) => Reply {
+                ok: true,
+                message: format!("resumed by {by}: workers may start again when the policy allows"),
+            },
+            Ok(false) => Reply {
+                ok: true,
+                message: "no snooze was in force; nothing changed".into(),
+            },
+        },
+        Request::Open => match &ctx.page {
+            None => Reply::refused(
+                "the status page is off on this machine\n  hint: set `port` under [page] in pilotd.toml (the package's file sets 8466) and restart pilotd".into(),
+            ),
+            Some(page) => match page.keys.issue(by, Instant::now()) {
+                Ok(key) => Reply {
+                    ok: true,
+                    message: format!("http://127.0.0.1:{}/?key={key}", page.port),
+                },
+                Err(e) => Reply::refused(e.to_string()),
+            },
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer(uid: u32, name: Option<&str>, gids: &[u32]) -> Peer {
+        Peer {
+            uid,
+            name: name.map(Into::into),
+            gids: gids.to_vec(),
+        }
+    }
+
+    #[test]
+    fn who_may_snooze() {
+        let access = Access {
+            users: vec!["alice".into()],
+            group: Some((990, vec!["carol".into()])),
+        };
+        // (caller, allowed)
+        let table = [
+            (peer(0, Some("root"), &[0]), true),
+            (peer(1000, Some("alice"), &[1000]), true),
+            // In the group by the process's groups, or by the group database.
+            (peer(1001, Some("bob"), &[1001, 990]), true),
+            (peer(1002, Some("carol"), &[1002]), true),
+            (peer(1003, Some("mallory"), &[1003]), false),
+            (peer(4242, None, &[4242]), false),
+        ];
+        for (p, want) in table {
+            assert_eq!(authorise(&p, &access).is_ok(), want, "{p:?}");
+        }
+        let why = authorise(&peer(1003, Some("mallory"), &[1003]), &access)
+            .unwrap_err()
+            .to_string();
+        assert!(why.contains("mallory may not") && why.contains("adduser mallory pilotd"));
+        // No group on this host: only root and the named users.
+        let no_group = Access {
+            users: vec![],
+            group: None,
+        };
+        assert!(authorise(&peer(1001, Some("bob"), &[990]), &no_group).is_err());
+    }
+
+    /// Page keys whose random generator fails.
+    #[derive(Debug)]
+    struct Broken;
+    impl PageKeys for Broken {
+        fn issue(
+            &self,
+            _: &str,
+            _: Instant,
+        ) -> Result<String, Box<dyn std::error::Error + Send + Sync>> {
+            Err("no random generator".into())
+        }
+    }
+
+    /// A page that is off, or keys that cannot be made, refuse an `Open` with the reason.
+    #[test]
+    fn an_open_without_a_page_or_its_keys_is_refused_with_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ctx = Context {
+            state_dir: dir.path().to_path_buf(),
+            policy: crate::config::Policy::defaults(crate::zone::Zone::utc()),
+            page: None,
+        };
+        let r = carry_out(&Request::Open, "alice", &ctx, Utc::now());
+        assert!(!r.ok && r.message.contains("status page is off"), "{r:?}");
+        ctx.page = Some(PageDoor {
+            port: 8466,
+            keys: Arc::new(Broken),
+        });
+        let r = carry_out(&Request::Open, "alice", &ctx, Utc::now());
+        assert_eq!(r, Reply::refused("no random generator".into()));
+    }
+}
