@@ -359,7 +359,7 @@ impl Daemon {
         };
         let Observation {
             backend,
-            workers,
+            mut workers,
             own_cpu,
             fresh_cpu,
             judged_cpu,
@@ -484,6 +484,9 @@ impl Daemon {
         // trigger arriving meanwhile stops it before the next start or resume.
         let executed =
             executor::execute(&b, &plan.actions, &self.worker, &mut self.work, int).await;
+        if let Some(list) = workers.as_mut() {
+            after_actions(list, &executed);
+        }
         let mut actions = early;
         actions.extend(self.record_executed(executed, now));
         let computing = supply.allowed && list.iter().any(|w| w.state == WorkerState::Running);
@@ -920,5 +923,21 @@ fn metric_state(s: WorkerState) -> &'static str {
         WorkerState::Exited => "exited",
         WorkerState::Created => "created",
         _ => "other",
+    }
+}
+
+/// The cycle's list as its pauses and resumes left it: what the status file shows, and what
+/// the next urgent cycle pauses from before the engine lists again (`evict_early`; a list
+/// from before a resume would show nothing to pause).
+fn after_actions(list: &mut [Worker], executed: &[Executed]) {
+    for e in executed {
+        let (id, state) = match (&e.action, &e.result) {
+            (Action::Pause { id, .. }, Ok(_)) => (id, WorkerState::Paused),
+            (Action::Unpause { id, .. }, Ok(_)) => (id, WorkerState::Running),
+            _ => continue,
+        };
+        if let Some(w) = list.iter_mut().find(|w| &w.id == id) {
+            w.state = state;
+        }
     }
 }

@@ -648,6 +648,21 @@ async fn an_urgent_cycle_pauses_before_a_slow_engine_lists() {
         calls.iter().rposition(|x| x == "listed"),
     );
     assert!(listed < resumed, "{calls:?}");
+
+    // The owner comes back at once: the last list was taken before the resume, yet the cycle
+    // recorded the resume, so the pause again does not wait for the list.
+    m.engine.lock().list_delay = Some(Duration::from_millis(300));
+    m.login();
+    d.cycle(Utc::now(), true).await;
+    let calls = m.engine.calls();
+    let (paused, listed) = (
+        calls.iter().rposition(|x| x == &format!("pause {id}")),
+        calls.iter().rposition(|x| x == "listed"),
+    );
+    assert!(
+        paused.is_some() && paused < listed,
+        "the pause after a resume waited for the list: {calls:?}"
+    );
 }
 
 /// `pilotd plan` shows the worker template the daemon starts workers with: both come from
