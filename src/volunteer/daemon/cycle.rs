@@ -381,10 +381,13 @@ impl Daemon {
             return Some("host probe failed".into());
         };
 
-        // An unjudged window re-based the host's counter too; the machine's figure is the last
-        // judged one, like the workers'.
-        if fresh_cpu
-            && !judged_cpu
+        // Unless this window was judged, the machine's figure is the last judged one, like the
+        // workers'. Not the probe's: it holds the last refresh, which after an unjudged window
+        // includes a worker the carried own share does not (a cycle right after one read a
+        // just-started worker as 52% of owner load in CI). Where the engine could not list
+        // the workers, the host's own reading stands: all of it may be the owner's.
+        if !judged_cpu
+            && workers.is_some()
             && let Some(last) = &self.last_snapshot
         {
             snapshot.cpu_busy = last.cpu_busy;
