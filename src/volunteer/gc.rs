@@ -294,20 +294,10 @@ mod tests {
 
     fn w(name: &str, state: WorkerState, digest: &str, die_at: Option<DateTime<Utc>>) -> Worker {
         Worker {
-            id: format!("id-{name}"),
             name: name.into(),
-            state,
-            created: None,
-            accept_until: None,
             die_at,
-            image: String::new(),
             image_digest: digest.into(),
-            spec_hash: String::new(),
-            exit_code: None,
-            finished_at: None,
-            oom_killed: false,
-            gpus: vec![],
-            disk_kib: None,
+            ..Worker::test(&format!("id-{name}"), state)
         }
     }
 

@@ -142,6 +142,8 @@ struct Observation {
     logind: logind::Seen,
     /// What an urgent cycle already evicted before the engine's list came (action lines).
     early: Vec<String>,
+    /// The host as the early evictions saw it: the cycle decides on the same observation.
+    early_host: Option<HostSnapshot>,
 }
 
 /// What one cycle leaves in the status file.
@@ -200,7 +202,7 @@ impl Daemon {
     ) -> Observation {
         let backend = self.connected(errors).await;
         // The engine's list and logind's sessions, asked together.
-        let (listed, logind, early) = {
+        let (listed, logind, (early, early_host)) = {
             let list = async {
                 match &backend {
                     Some(b) => Some(b.list_workers().await),
@@ -222,8 +224,8 @@ impl Daemon {
             // An urgent cycle whose sessions came before the engine's list evicts at once, from
             // the last list: on a busy machine the list is most of the owner's wait.
             let early = match (&backend, &listed) {
-                (Some(b), None) if urgent => self.evict_early(b, now, &logind).await,
-                _ => Vec::new(),
+                (Some(b), None) if urgent => self.evict_early(b, now, &logind, errors).await,
+                _ => (Vec::new(), None),
             };
             let listed = match listed {
                 Some(l) => l,
@@ -273,6 +275,7 @@ impl Daemon {
             judged_cpu,
             logind,
             early,
+            early_host,
         }
     }
 
@@ -280,24 +283,24 @@ impl Daemon {
     /// now with logind's fresh answer, the workers as the last cycle listed them. Only the
     /// plan's leading pauses and kills are sent; the cycle then goes on with the engine's list,
     /// which shows them paused (or ending), so nothing is done twice. A worker started or gone
-    /// since the last list is the full cycle's to handle, a moment later.
+    /// since the last list is the full cycle's to handle, a moment later. Returns the action
+    /// lines and the host observation, which the cycle then decides on too.
     async fn evict_early(
         &mut self,
         b: &AnyBackend,
         now: DateTime<Utc>,
         logind: &logind::Seen,
-    ) -> Vec<String> {
+        errors: &mut Vec<String>,
+    ) -> (Vec<String>, Option<HostSnapshot>) {
         let Some(last) = self.status.workers.clone() else {
-            return Vec::new();
+            return (Vec::new(), None);
         };
         if !last.iter().any(|w| w.state == WorkerState::Running) {
-            return Vec::new();
+            return (Vec::new(), None);
         }
-        let mut ignored = Vec::new();
         let own = self.status.own_cpu;
-        let Some(snapshot) = self.observe_host(now, own, false, logind.clone(), &mut ignored)
-        else {
-            return Vec::new();
+        let Some(snapshot) = self.observe_host(now, own, false, logind.clone(), errors) else {
+            return (Vec::new(), None);
         };
         let outlook = Outlook::at(&self.s, &self.learner.history, now);
         let supply = decide(&self.s.policy, &snapshot, outlook.limits, now);
@@ -324,7 +327,7 @@ impl Daemon {
             .take_while(|a| matches!(a, Action::Pause { .. } | Action::Kill { .. }))
             .count();
         if quick == 0 {
-            return Vec::new();
+            return (Vec::new(), Some(snapshot));
         }
         let executed = executor::execute(
             b,
@@ -334,7 +337,7 @@ impl Daemon {
             &mut Interrupt::none(),
         )
         .await;
-        self.record_executed(executed, now)
+        (self.record_executed(executed, now), Some(snapshot))
     }
 
     async fn reconcile_at(
@@ -365,9 +368,13 @@ impl Daemon {
             judged_cpu,
             logind,
             early,
+            early_host,
         } = seen;
-        let Some(mut snapshot) = self.observe_host(now, own_cpu, fresh_cpu, logind, &mut errors)
-        else {
+        let observed = match early_host {
+            Some(host) => Some(host),
+            None => self.observe_host(now, own_cpu, fresh_cpu, logind, &mut errors),
+        };
+        let Some(mut snapshot) = observed else {
             self.finish(
                 now,
                 Record {

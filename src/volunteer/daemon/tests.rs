@@ -270,20 +270,13 @@ async fn a_restarted_daemon_adopts_running_workers_and_its_back_off() {
     l.insert(labels::MANAGED.to_string(), "true".to_string());
     l.insert(labels::INSTANCE.to_string(), "test".to_string());
     m.engine.lock().workers.push(Worker {
-        id: "old1".into(),
         name: "pilotd-test-20261201-000000000-0".into(),
-        state: WorkerState::Running,
         created: Some(now - chrono::Duration::hours(1)),
         accept_until: Some(now + chrono::Duration::hours(5)),
         die_at: Some(now + chrono::Duration::hours(13)),
         image: IMAGE.into(),
         image_digest: DIGEST.into(),
-        spec_hash: String::new(),
-        exit_code: None,
-        finished_at: None,
-        oom_killed: false,
-        gpus: vec![],
-        disk_kib: None,
+        ..Worker::test("old1", WorkerState::Running)
     });
     let s = m.settings();
     status::save(

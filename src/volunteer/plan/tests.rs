@@ -75,20 +75,13 @@ fn settings() -> WorkerSettings {
 
 fn worker(id: &str, state: WorkerState, created: DateTime<Utc>) -> Worker {
     Worker {
-        id: id.into(),
         name: format!("pilotd-test-{id}"),
-        state,
         created: Some(created),
         accept_until: Some(t(23, 0)),
         die_at: Some(t(23, 59)),
         image: "127.0.0.1:5000/pilotd-test/worker:1".into(),
         image_digest: "sha256:aa".into(),
-        spec_hash: String::new(),
-        exit_code: None,
-        finished_at: None,
-        oom_killed: false,
-        gpus: vec![],
-        disk_kib: None,
+        ..Worker::test(id, state)
     }
 }
 
