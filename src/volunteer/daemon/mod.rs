@@ -56,7 +56,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tasks::TaskDone;
 use tokio::sync::{mpsc, watch};
-use tokio::task::JoinSet;
+use tokio::task::{AbortHandle, JoinSet};
 use triggers::{Interrupt, Trigger};
 
 #[derive(Debug, thiserror::Error)]
@@ -90,53 +90,72 @@ pub async fn run(
         state = %d.status_path.display(),
         "pilotd starting in volunteer mode"
     );
-    tokio::spawn(triggers::watch_utmp(
-        d.s.probe.utmp.clone(),
-        d.wakeups.tx.clone(),
-    ));
-    let tx = d.wakeups.tx.clone();
-    tokio::spawn(crate::volunteer::logind::watch(move |signal| {
-        let t = match signal {
-            Signal::Sessions => Trigger::Sessions,
-            Signal::Sleep(going) => Trigger::Sleep(going),
-        };
-        // A sleep announcement must not be lost in a full channel: it changes the decision.
-        match tx.try_send(t) {
-            Err(mpsc::error::TrySendError::Closed(_)) => false,
-            Err(mpsc::error::TrySendError::Full(t @ Trigger::Sleep(_))) => {
-                let tx = tx.clone();
-                tokio::spawn(async move { tx.send(t).await });
-                true
-            }
-            _ => true,
-        }
-    }));
-    // The machine's keyboards, mice and touchpads: the first input after a quiet spell as long
-    // as `session_idle` is the owner coming back.
-    let tx = d.wakeups.tx.clone();
-    tokio::spawn(crate::volunteer::input::watch(
-        d.s.probe.dev.join("input"),
-        input_sysfs(&d.s.probe.power_supply),
-        d.input.clone(),
-        move || {
-            !matches!(
-                tx.try_send(Trigger::Input),
-                Err(mpsc::error::TrySendError::Closed(_))
-            )
-        },
-    ));
-    // A firewall reload firewalld announces is checked at once, not at the next cycle. The
-    // guard is asked directly rather than through a trigger: the trigger channel is lent to
-    // a running cycle, and a cycle may take a while to observe.
-    let guard = d.work.egress.clone();
-    tokio::spawn(egress::firewalld::watch(move |announced| {
-        tracing::debug!(?announced, "firewalld");
-        guard.reloaded();
-        true
-    }));
-    d.listen_for_the_owner().await;
-    lifecycle::serve(&mut d, hooks, shutdown, reloads).await;
+    d.serve(hooks, shutdown, reloads).await;
     Ok(())
+}
+
+impl Daemon {
+    /// Serves until `shutdown` completes: the watchers beside the loop (utmp, logind, input
+    /// devices, firewalld), the owner's doors, then the service skeleton's loop. Every task
+    /// started here is the daemon's (`watchers`) and ends with the drain, so a loop driven
+    /// in-process leaves nothing running behind it.
+    pub async fn serve(
+        &mut self,
+        hooks: Hooks,
+        shutdown: impl Future<Output = ()>,
+        reloads: mpsc::Receiver<Reload>,
+    ) {
+        self.watchers.spawn(triggers::watch_utmp(
+            self.s.probe.utmp.clone(),
+            self.wakeups.tx.clone(),
+        ));
+        let tx = self.wakeups.tx.clone();
+        self.watchers
+            .spawn(crate::volunteer::logind::watch(move |signal| {
+                let t = match signal {
+                    Signal::Sessions => Trigger::Sessions,
+                    Signal::Sleep(going) => Trigger::Sleep(going),
+                };
+                // A sleep announcement must not be lost in a full channel: it changes the
+                // decision. The send waits for room, and ends when the daemon (the receiver)
+                // is gone.
+                match tx.try_send(t) {
+                    Err(mpsc::error::TrySendError::Closed(_)) => false,
+                    Err(mpsc::error::TrySendError::Full(t @ Trigger::Sleep(_))) => {
+                        let tx = tx.clone();
+                        tokio::spawn(async move { tx.send(t).await });
+                        true
+                    }
+                    _ => true,
+                }
+            }));
+        // The machine's keyboards, mice and touchpads: the first input after a quiet spell as
+        // long as `session_idle` is the owner coming back.
+        let tx = self.wakeups.tx.clone();
+        self.watchers.spawn(crate::volunteer::input::watch(
+            self.s.probe.dev.join("input"),
+            input_sysfs(&self.s.probe.power_supply),
+            self.input.clone(),
+            move || {
+                !matches!(
+                    tx.try_send(Trigger::Input),
+                    Err(mpsc::error::TrySendError::Closed(_))
+                )
+            },
+        ));
+        // A firewall reload firewalld announces is checked at once, not at the next cycle. The
+        // guard is asked directly rather than through a trigger: the trigger channel is lent
+        // to a running cycle, and a cycle may take a while to observe.
+        let guard = self.work.egress.clone();
+        self.watchers
+            .spawn(egress::firewalld::watch(move |announced| {
+                tracing::debug!(?announced, "firewalld");
+                guard.reloaded();
+                true
+            }));
+        self.listen_for_the_owner().await;
+        lifecycle::serve(self, hooks, shutdown, reloads).await;
+    }
 }
 
 /// The container engine: connected when first needed, and again after a reload that changed
@@ -144,6 +163,8 @@ pub async fn run(
 struct Engine {
     connect: Connector,
     backend: Option<AnyBackend>,
+    /// The engine's event watch of `backend` (ended when the engine changes).
+    events: Option<AbortHandle>,
 }
 
 /// What wakes the loop before the next tick.
@@ -220,6 +241,9 @@ pub struct Daemon {
     /// The control socket's and the status page's servers, and what ends them (`drain`).
     owner_servers: JoinSet<()>,
     owner_stop: Stop,
+    /// The watchers beside the loop (utmp, logind, input, firewalld, the engine's events, the
+    /// owner's wake-ups): the daemon's own, aborted by the drain and when it is dropped.
+    watchers: JoinSet<()>,
 }
 
 impl Daemon {
@@ -257,6 +281,7 @@ impl Daemon {
             engine: Engine {
                 connect,
                 backend: None,
+                events: None,
             },
             probe,
             last_snapshot: None,
@@ -294,6 +319,7 @@ impl Daemon {
             doors: Doors::default(),
             owner_servers: JoinSet::new(),
             owner_stop: Stop::new(),
+            watchers: JoinSet::new(),
             logind: Default::default(),
             sleeping: false,
             last_image: None,
@@ -314,7 +340,7 @@ impl Daemon {
         let (tx, rx) = watch::channel(control_context(&self.s, &self.doors));
         let (wake_tx, mut wake_rx) = mpsc::channel::<()>(4);
         let triggers = self.wakeups.tx.clone();
-        tokio::spawn(async move {
+        self.watchers.spawn(async move {
             while wake_rx.recv().await.is_some() {
                 let _ = triggers.try_send(Trigger::Owner);
             }
@@ -362,7 +388,13 @@ impl Daemon {
             return Ok(b.clone());
         }
         let b = (self.engine.connect)(&self.s.engine)?;
-        tokio::spawn(triggers::watch_workers(b.clone(), self.wakeups.tx.clone()));
+        if let Some(old) = self.engine.events.take() {
+            old.abort();
+        }
+        self.engine.events = Some(
+            self.watchers
+                .spawn(triggers::watch_workers(b.clone(), self.wakeups.tx.clone())),
+        );
         self.engine.backend = Some(b.clone());
         Ok(b)
     }
@@ -606,6 +638,7 @@ impl Reconciler for Daemon {
         if self.control.is_some() {
             let _ = std::fs::remove_file(&self.s.control_socket);
         }
+        self.watchers.shutdown().await;
         self.status.updated_at = Some(Utc::now());
         if let Err(e) = status::save(&self.status_path, &self.status) {
             tracing::error!("{e}");

@@ -336,6 +336,31 @@ async fn the_service_drives_the_daemon_in_process_and_a_bad_reload_changes_nothi
 }
 
 #[tokio::test]
+async fn serve_leaves_no_task_of_its_own_running_after_shutdown() {
+    // Everything `serve` starts beside the loop (the utmp, logind, input and firewalld
+    // watches, the engine's event watch, the owner's doors) is the daemon's and ends with
+    // the drain: a loop driven in-process leaves the runtime as it found it.
+    let m = Machine::new();
+    let mut d = m.daemon();
+    let (_reloads_tx, reloads) = mpsc::channel(1);
+    let engine = m.engine.clone();
+    let shutdown = async move {
+        while engine.lock().workers.is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    let runtime = tokio::runtime::Handle::current();
+    assert_eq!(runtime.metrics().num_alive_tasks(), 0, "a clean start");
+    d.serve(Hooks::default(), shutdown, reloads).await;
+    assert_eq!(m.calls("start").len(), 1, "the loop ran");
+    assert_eq!(
+        runtime.metrics().num_alive_tasks(),
+        0,
+        "a task started by serve outlived it"
+    );
+}
+
+#[tokio::test]
 async fn a_reload_applies_the_new_interval_to_the_cycle_timer() {
     let m = Machine::new();
     let mut d = m.daemon();
