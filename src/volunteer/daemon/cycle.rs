@@ -5,130 +5,27 @@
 //! the owner is assumed present.
 
 use super::Daemon;
+use super::cpu::MIN_CPU_WINDOW;
 use super::executor::{self, Executed};
+use super::record::Record;
 use super::triggers::Interrupt;
 use crate::volunteer::backend::{AnyBackend, Backend};
 use crate::volunteer::gc;
-use crate::volunteer::history;
 use crate::volunteer::history::Outlook;
 use crate::volunteer::host::Carry;
 use crate::volunteer::image;
 use crate::volunteer::logind;
-use crate::volunteer::outcome::Outcome;
-use crate::volunteer::plan::{self, Action, Observed, Reason};
+use crate::volunteer::plan::{self, Action, Observed};
 use crate::volunteer::policy::{Supply, decide};
 use crate::volunteer::snapshot::{HostSnapshot, Sessions};
 use crate::volunteer::snooze;
-use crate::volunteer::status::{self, Decision, OutcomeRecord};
-use crate::volunteer::worker::{CpuSample, ImageState, Worker, WorkerState, split_reference};
-use chrono::{DateTime, SecondsFormat, SubsecRound, Utc};
+use crate::volunteer::worker::{ImageState, Worker, WorkerState, split_reference};
+use chrono::{DateTime, Utc};
 use std::collections::HashMap;
-
-/// pilotd's own workers' share of the machine, from two CPU samples a cycle apart.
-///
-/// The owner's CPU is the host's busy time over the last cycle minus this, so both must
-/// cover the same window. A worker started since the last measurement has no sample from
-/// then, but all of its CPU lies in the window: its counter, from zero, over the window's
-/// length on every CPU. Without that, a busy new worker read as the owner's load for one
-/// cycle (a false "owner CPU above …", no new workers). Paused workers keep being sampled
-/// (a frozen worker's counter does not move), so a resumed one is counted from its first
-/// cycle too. A worker that was already there when pilotd started counts from the second
-/// cycle: its counter covers its whole life.
-///
-/// A window in which pilotd started or removed a worker is not judged: the engine's work of
-/// creating a container, pilotd's own making of the scratch image and the kernel's mount of
-/// it are pilotd's doing, not the owner's, yet they lie outside any worker's cgroup. Such a
-/// window re-bases both counters and the cycle decides on the last judged figures. Never two
-/// windows in a row, so a worker that crash-loops cannot blind the owner-CPU check.
-#[derive(Debug, Default)]
-pub(super) struct CpuMeter {
-    prev: HashMap<String, CpuSample>,
-    /// When the last measurement ran.
-    last: Option<DateTime<Utc>>,
-    /// pilotd started or removed a worker since the last measurement.
-    acted: bool,
-    /// The last measured window was not judged.
-    skipped: bool,
-}
-
-/// The shortest window CPU shares are measured over (see `CpuMeter`).
-const MIN_CPU_WINDOW: chrono::TimeDelta = chrono::TimeDelta::seconds(2);
-
-impl CpuMeter {
-    /// Time since the last measurement; unbounded before the first.
-    pub(super) fn window_since(&self, now: DateTime<Utc>) -> chrono::TimeDelta {
-        self.last
-            .map_or(chrono::TimeDelta::MAX, |at| now.signed_duration_since(at))
-    }
-
-    /// pilotd started or removed a worker: the window now open is its own doing.
-    pub(super) fn acted(&mut self) {
-        self.acted = true;
-    }
-
-    /// Whether the window just measured counts (see above); called once per measurement.
-    pub(super) fn judge(&mut self) -> bool {
-        let judged = !std::mem::take(&mut self.acted) || self.skipped;
-        self.skipped = !judged;
-        judged
-    }
-
-    /// The workers' CPU since the last measurement, as a fraction of a machine of `cpus`
-    /// CPUs (`None` before the host was first observed).
-    pub(super) async fn measure(
-        &mut self,
-        b: &AnyBackend,
-        workers: &[Worker],
-        now: DateTime<Utc>,
-        cpus: Option<u32>,
-    ) -> f64 {
-        let live: Vec<&Worker> = workers
-            .iter()
-            .filter(|w| matches!(w.state, WorkerState::Running | WorkerState::Paused))
-            .collect();
-        let samples =
-            futures_util::future::join_all(live.iter().map(|w| b.cpu_sample(&w.id))).await;
-        // The window on every CPU, in the counters' nanoseconds.
-        let window_ns = self
-            .last
-            .and_then(|at| now.signed_duration_since(at).num_nanoseconds())
-            .zip(cpus)
-            .map(|(ns, cpus)| ns as f64 * f64::from(cpus))
-            .filter(|ns| *ns > 0.0);
-        let mut total = 0.0;
-        let mut next = HashMap::new();
-        for (w, s) in live.iter().zip(samples) {
-            match s {
-                Ok(s) => {
-                    if let Some(p) = self.prev.get(&w.id) {
-                        total += s.fraction_since(*p).unwrap_or(0.0);
-                    } else if let (Some(window), Some(created), Some(at)) =
-                        (window_ns, w.created, self.last)
-                        // The label has whole seconds.
-                        && created >= at.trunc_subsecs(0)
-                    {
-                        total += (s.worker_ns as f64 / window).clamp(0.0, 1.0);
-                    }
-                    next.insert(w.id.clone(), s);
-                }
-                Err(e) => tracing::debug!(worker = %w.name, "{e}"),
-            }
-        }
-        self.prev = next;
-        self.last = Some(now);
-        f64::min(total, 1.0)
-    }
-}
 
 /// The running workers' scratch dirs are measured against their disk share every cycle
 /// interval, but never more often than this (a walk of a big tree costs I/O).
 const DISK_CHECK_MIN: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// How often the learned history is written while the daemon runs.
-const HISTORY_EVERY: std::time::Duration = std::time::Duration::from_secs(900);
-
-/// How many lines of a failed worker's output are kept (log and status file).
-const OUTPUT_LINES: usize = 20;
 
 /// What a cycle observed before it decides.
 struct Observation {
@@ -144,15 +41,6 @@ struct Observation {
     early: Vec<String>,
     /// The host as the early evictions saw it: the cycle decides on the same observation.
     early_host: Option<HostSnapshot>,
-}
-
-/// What one cycle leaves in the status file.
-struct Record<'a> {
-    supply: Option<&'a Supply>,
-    actions: Vec<String>,
-    notes: Vec<String>,
-    errors: Vec<String>,
-    workers: Option<Vec<Worker>>,
 }
 
 impl Daemon {
@@ -607,67 +495,6 @@ impl Daemon {
         }
     }
 
-    /// Counts evictions, records outcomes (a removed worker's, a start that failed) and
-    /// returns the status file's action lines.
-    fn record_executed(&mut self, executed: Vec<Executed>, now: DateTime<Utc>) -> Vec<String> {
-        let mut lines = Vec::with_capacity(executed.len());
-        for Executed { action, result } in executed {
-            if matches!(action, Action::Start { .. } | Action::Remove { .. }) {
-                self.cpu.acted();
-            }
-            if let (Some(m), Some(mode)) =
-                (&self.metrics, action.reason().and_then(Reason::eviction))
-            {
-                m.count_eviction(mode.as_str());
-            }
-            match (&action, &result) {
-                // Recorded even when the remove failed: `recorded` keeps it from counting twice.
-                (
-                    Action::Remove {
-                        id,
-                        name,
-                        outcome: Some(o),
-                    },
-                    _,
-                ) => self.record_outcome(id, name, o.clone(), Vec::new(), now),
-                // Ended for a full scratch: a failure the back-off counts, recorded now (its
-                // exit, by pilotd's signal, would read as neutral).
-                (
-                    Action::Stop {
-                        id,
-                        name,
-                        why: Reason::ScratchFull { share_kib },
-                        ..
-                    },
-                    Ok(_),
-                ) => self.record_outcome(
-                    id,
-                    name,
-                    Outcome::ScratchFull {
-                        share_kib: *share_kib,
-                    },
-                    Vec::new(),
-                    now,
-                ),
-                (Action::Start { spec }, Err(e)) => self.record_outcome(
-                    &spec.name,
-                    &spec.name,
-                    Outcome::StartFailed {
-                        message: e.to_string(),
-                    },
-                    Vec::new(),
-                    now,
-                ),
-                _ => {}
-            }
-            lines.push(match result {
-                Ok(_) => action.to_string(),
-                Err(e) => format!("FAILED {action}: {e}"),
-            });
-        }
-        lines
-    }
-
     /// Measures the running workers' scratch dirs beside the loop, every `interval` but at
     /// most every 10 s; the plan stops a worker found over its disk share.
     fn measure_scratch_if_due(&mut self, list: &[Worker], now: DateTime<Utc>) {
@@ -687,137 +514,6 @@ impl Daemon {
         self.work.measuring = true;
         self.work.measured_at = Some(now);
         super::tasks::spawn_measure(&mut self.work.tasks, &self.worker.scratch_root, running);
-    }
-
-    /// Records the outcome of every finished worker not recorded yet, with the last lines of
-    /// output of one that failed (read before the plan removes the container).
-    async fn record_finished(&mut self, b: &AnyBackend, list: &[Worker], now: DateTime<Utc>) {
-        for w in list {
-            if !matches!(w.state, WorkerState::Exited | WorkerState::Dead)
-                || self.status.recorded.iter().any(|r| r == &w.id)
-            {
-                continue;
-            }
-            let outcome = Outcome::from_exit(w.exit_code, w.oom_killed);
-            let output = if outcome.is_failure() {
-                match b.output_tail(&w.id, OUTPUT_LINES).await {
-                    // The image wrote these: no control character reaches the log or a terminal.
-                    Ok(lines) => lines.iter().map(|l| printable(l)).collect(),
-                    Err(e) => vec![format!("(its output could not be read: {e})")],
-                }
-            } else {
-                Vec::new()
-            };
-            self.record_outcome(&w.id, &w.name, outcome, output, now);
-        }
-    }
-
-    /// A finished worker's outcome: feeds the back-off, once per container.
-    fn record_outcome(
-        &mut self,
-        id: &str,
-        name: &str,
-        outcome: Outcome,
-        output: Vec<String>,
-        now: DateTime<Utc>,
-    ) {
-        if self.status.recorded.iter().any(|r| r == id) {
-            return;
-        }
-        if !output.is_empty() {
-            tracing::error!(
-                worker = name,
-                "worker failed: {outcome}; its last {} line(s) of output:\n{}",
-                output.len(),
-                output
-                    .iter()
-                    .map(|l| format!("  | {l}"))
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            );
-        }
-        let before = self.status.backoff.failures;
-        self.status.backoff = self
-            .status
-            .backoff
-            .after(&outcome, now, self.worker.backoff);
-        let b = &self.status.backoff;
-        if b.failures > before {
-            tracing::warn!(
-                worker = name,
-                failures = b.failures,
-                next_start = %b
-                    .not_before
-                    .map(|t| t.to_rfc3339_opts(SecondsFormat::Secs, true))
-                    .unwrap_or_default(),
-                "worker ended without running a job: {outcome}; backing off"
-            );
-        } else {
-            tracing::info!(worker = name, "worker ended: {outcome}");
-        }
-        self.status.recorded.push(id.to_string());
-        self.status.outcomes.push(OutcomeRecord {
-            name: name.to_string(),
-            at: now,
-            outcome,
-            output,
-        });
-        let excess = self
-            .status
-            .outcomes
-            .len()
-            .saturating_sub(status::OUTCOMES_KEPT);
-        self.status.outcomes.drain(..excess);
-    }
-
-    /// Writes what this cycle saw, decided and did to the status file.
-    fn finish(&mut self, now: DateTime<Utc>, r: Record<'_>) {
-        self.status.updated_at = Some(now);
-        self.status.pid = std::process::id();
-        if let Some(s) = r.supply {
-            self.status.decision = Some(Decision::of(s, now));
-        }
-        if !r.actions.is_empty() {
-            self.status.last_actions = r.actions;
-        }
-        self.status.notes = r.notes;
-        self.status.last_error = (!r.errors.is_empty()).then(|| r.errors.join("; "));
-        self.status.workers = r.workers;
-        // The last measurement of each listed worker's scratch, for `status` and the page.
-        self.status.scratch_use = self.work.scratch_use.clone();
-        if let Some(list) = &self.status.workers {
-            self.status
-                .scratch_use
-                .retain(|id, _| list.iter().any(|w| &w.id == id));
-        }
-        let heartbeat = crate::horizon::delta(status::HEARTBEAT);
-        let unchanged = self.saved.status.as_ref().is_some_and(|(last, at)| {
-            now.signed_duration_since(*at) < heartbeat && last.same_for_readers(&self.status)
-        });
-        if unchanged {
-            return;
-        }
-        match status::save(&self.status_path, &self.status) {
-            Ok(()) => self.saved.status = Some((self.status.clone(), now)),
-            Err(e) => tracing::error!("{e}"),
-        }
-    }
-
-    /// The learned history, every `HISTORY_EVERY` (the drain saves the rest): it counts time,
-    /// so it changes every cycle, and a crash loses at most that much of it.
-    pub(super) fn save_history(&mut self, now: DateTime<Utc>) {
-        let every = crate::horizon::delta(HISTORY_EVERY);
-        if self
-            .saved
-            .history
-            .is_some_and(|at| now.signed_duration_since(at) < every)
-        {
-            return;
-        }
-        match history::save(&self.s.state_dir, &self.learner.history) {
-            Ok(()) => self.saved.history = Some(now),
-            Err(e) => tracing::error!("{e}"),
-        }
     }
 
     /// Collects finished scratch dirs and old images every `gc_interval`.
@@ -910,19 +606,6 @@ impl Daemon {
             self.last_decision = Some(now);
         }
     }
-}
-
-/// A line as it may be shown: control characters (escape sequences, carriage returns) escaped.
-fn printable(line: &str) -> String {
-    line.chars()
-        .flat_map(|c| {
-            if c.is_control() && c != '\t' {
-                c.escape_default().collect::<Vec<_>>()
-            } else {
-                vec![c]
-            }
-        })
-        .collect()
 }
 
 /// The `state` label of the workers metric.

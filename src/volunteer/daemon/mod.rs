@@ -2,7 +2,9 @@
 //! (`service::lifecycle::serve`). Every `interval`, and at once when the utmp file changes, a
 //! worker exits, a long operation finishes or the decision's `next_change` arrives, it runs
 //! one cycle (`cycle.rs`): observe (host probe, workers from the engine, their CPU) → decide
-//! (`policy::decide`, pure) → plan (`plan::plan`, pure) → execute (`executor.rs`).
+//! (`policy::decide`, pure) → plan (`plan::plan`, pure) → execute (`executor.rs`) → record
+//! (`record.rs`: outcomes and back-off, the status file, the history). `cpu.rs` measures the
+//! workers' own share of the CPU that the owner's load is computed without.
 //!
 //! Crash safety: nothing about workers is kept in memory across cycles that the engine does
 //! not also hold; each cycle starts from `list_workers`, so a restarted daemon adopts every
@@ -11,7 +13,9 @@
 //!
 //! Long operations (a graceful stop may take the whole `grace`, a pull minutes, a manifest
 //! fetch its timeout) run as tasks beside the loop (`tasks.rs`), so an owner logging in is
-//! never stuck behind them.
+//! never stuck behind them. The watchers beside the loop (utmp, logind, input devices,
+//! firewalld, the engine's events) are the daemon's own (`watchers`, a `JoinSet`): the drain
+//! ends them, so `serve` returns with nothing of its left running.
 //!
 //! The engine is injected (`Connector`): Docker in production, the recording fake in the
 //! tests below. Signals are the edge's business (`cmd/run`): the loop only sees a shutdown
@@ -20,8 +24,10 @@
 //! Imports: `volunteer`'s parts, `config` (reloads), `service` (metrics, lifecycle). Nothing
 //! imports the daemon but `cmd/run`.
 
+mod cpu;
 mod cycle;
 mod executor;
+mod record;
 mod tasks;
 #[cfg(test)]
 mod tests;
@@ -48,7 +54,7 @@ use crate::volunteer::snapshot::HostSnapshot;
 use crate::volunteer::status::{self, Status};
 use crate::volunteer::worker::WorkerState;
 use chrono::{DateTime, Utc};
-use cycle::CpuMeter;
+use cpu::CpuMeter;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};

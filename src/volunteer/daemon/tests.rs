@@ -425,7 +425,8 @@ async fn a_failed_worker_leaves_its_last_lines_in_the_log_and_the_status() {
     {
         let mut w = m.engine.lock();
         w.workers.push(exited("bad1", 21));
-        let mut lines: Vec<String> = (0..30).map(|i| format!("line {i}")).collect();
+        let mut lines: Vec<String> = (0..29).map(|i| format!("line {i}")).collect();
+        lines.push("fetch https://pool:s3cret@config.example.org/pilot.conf failed".into());
         lines.push("ERROR self-test: LOG /pilot/condor/log is not usable\u{1b}[31m".into());
         w.output.insert("bad1".into(), lines);
         // One that ran a job: nothing to keep.
@@ -439,6 +440,10 @@ async fn a_failed_worker_leaves_its_last_lines_in_the_log_and_the_status() {
     assert_eq!(bad.outcome, Outcome::Exited(PilotExit::SelfTest));
     assert_eq!(bad.output.len(), 20, "the last 20 lines");
     assert_eq!(bad.output[0], "line 11");
+    assert_eq!(
+        bad.output[18], "fetch https://***@config.example.org/pilot.conf failed",
+        "a URL's credentials are redacted as in the log"
+    );
     assert_eq!(
         bad.output[19], "ERROR self-test: LOG /pilot/condor/log is not usable\\u{1b}[31m",
         "control characters are escaped"
@@ -519,7 +524,7 @@ async fn a_login_is_acted_on_while_the_registry_hangs() {
 /// one that was there before pilotd counts from its second measurement.
 #[tokio::test]
 async fn own_cpu_counts_a_new_worker_in_its_first_window() {
-    use crate::volunteer::daemon::cycle::CpuMeter;
+    use crate::volunteer::daemon::cpu::CpuMeter;
     use crate::volunteer::worker::CpuSample;
     use chrono::SubsecRound;
     let t0: chrono::DateTime<Utc> = "2026-12-01T12:00:00.400Z".parse().unwrap();
@@ -593,7 +598,7 @@ async fn own_cpu_counts_a_new_worker_in_its_first_window() {
 /// a worker that crash-loops every cycle cannot blind the owner-CPU check.
 #[test]
 fn a_window_with_a_start_is_not_judged_but_never_two_in_a_row() {
-    use crate::volunteer::daemon::cycle::CpuMeter;
+    use crate::volunteer::daemon::cpu::CpuMeter;
     let mut meter = CpuMeter::default();
     // (pilotd acted in the window, judged)
     let table = [
