@@ -25,6 +25,7 @@ pub const PLACEHOLDERS: &[&str] = &[
     "token_path",
     "scratch_path",
     "free_hours",
+    "ad_file",
 ];
 
 /// Why a template is invalid; `offset` is the byte offset of the problem in the value.

@@ -47,6 +47,7 @@ pub mod registry;
 pub mod scratch;
 pub mod sessions;
 pub mod settings;
+pub mod slot_ad;
 pub mod snapshot;
 pub mod snooze;
 pub mod status;

@@ -627,6 +627,7 @@ pub fn worker_spec(
             _ => String::new(),
         },
     );
+    values.insert("ad_file", crate::volunteer::slot_ad::file_in_worker());
     values.insert("worker_name", name.clone());
     values.insert("instance", s.instance.clone());
     values.insert("token_path", s.token_mount.display().to_string());
@@ -682,6 +683,7 @@ pub fn worker_spec(
         scratch_device: None,
         scratch_mount: s.scratch_mount.clone(),
         cvmfs: s.cvmfs.clone(),
+        ad_dir: Some(s.ad_dir.clone()),
         cap_add: s.cap_add.clone(),
         user: s.user.engine_user(),
         network: s.network.clone(),

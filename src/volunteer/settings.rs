@@ -80,6 +80,8 @@ pub struct WorkerSettings {
     pub scratch_root: PathBuf,
     /// Per-worker copies of the token, readable by the worker's uid (`<state_dir>/tokens`).
     pub tokens_root: PathBuf,
+    /// The machine's slot-ad directory (`<state_dir>/ad`), mounted read-only in workers.
+    pub ad_dir: PathBuf,
     pub scratch_mount: PathBuf,
     /// How each worker's disk share holds: the owner's policy alone says (no manifest lays a
     /// choice over it); enforced unless it says "measured".
@@ -172,6 +174,7 @@ impl WorkerSettings {
             token_mount: w.token_mount.clone(),
             scratch_root: site.scratch(),
             tokens_root: site.state_dir.join("tokens"),
+            ad_dir: crate::volunteer::slot_ad::dir(&site.state_dir),
             scratch_mount: w.scratch_mount.clone(),
             disk_limit: DiskLimit::Enforced,
             cvmfs: w.cvmfs.clone(),

@@ -175,6 +175,9 @@ pub struct WorkerSpec {
     pub scratch_device: Option<PathBuf>,
     pub scratch_mount: PathBuf,
     pub cvmfs: Option<PathBuf>,
+    /// Host directory of the machine's slot-ad file (`slot_ad`), bind-mounted read-only at
+    /// `slot_ad::MOUNT`.
+    pub ad_dir: Option<PathBuf>,
     pub cap_add: Vec<String>,
     pub user: Option<String>,
     pub network: Option<String>,

@@ -906,6 +906,17 @@ pub fn container_body(spec: &WorkerSpec) -> ContainerCreateBody {
             ..Default::default()
         });
     }
+    if let Some(dir) = &spec.ad_dir {
+        // The machine's slot-ad lines, rewritten by pilotd with a rename: a directory mount,
+        // so the worker sees each new file (a file mount would pin the first one).
+        mounts.push(Mount {
+            target: Some(crate::volunteer::slot_ad::MOUNT.into()),
+            source: Some(dir.display().to_string()),
+            typ: Some(MountType::BIND),
+            read_only: Some(true),
+            ..Default::default()
+        });
+    }
     if let Some(cvmfs) = &spec.cvmfs {
         mounts.push(Mount {
             target: Some("/cvmfs".into()),
@@ -1034,6 +1045,7 @@ mod tests {
             scratch_device: None,
             scratch_mount: "/pilot".into(),
             cvmfs: None,
+            ad_dir: None,
             cap_add: vec![],
             user: Some("65532:65532".into()),
             network: None,

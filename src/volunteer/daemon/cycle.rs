@@ -301,6 +301,7 @@ impl Daemon {
         let supply = decide(&self.s.policy, &snapshot, outlook.limits, now);
         self.learn(now, &supply);
         self.log_decision_change(&supply);
+        self.advertise(&snapshot, &supply, now);
         self.last_snapshot = Some(snapshot);
         self.status.owner_busy_since = supply.owner_busy_since;
         self.status.host_free_since = supply.host_free_since;

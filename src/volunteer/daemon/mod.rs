@@ -230,6 +230,8 @@ pub struct Daemon {
     metrics: Option<Metrics>,
     /// The last decision, to log each change once.
     last_decision: Option<String>,
+    /// The slot-ad lines last written (`<state_dir>/ad/slot.ad`).
+    advertised: Option<String>,
     /// systemd-logind: sessions, their locks, the sleep and idle inhibitor locks.
     logind: Logind,
     /// The worker image as the last cycle saw it (an urgent cycle plans with it).
@@ -321,6 +323,7 @@ impl Daemon {
             refresh: manifest::Refresh::default(),
             metrics,
             last_decision: None,
+            advertised: None,
             control: None,
             doors: Doors::default(),
             owner_servers: JoinSet::new(),

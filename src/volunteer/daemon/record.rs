@@ -8,6 +8,8 @@ use crate::volunteer::history;
 use crate::volunteer::outcome::Outcome;
 use crate::volunteer::plan::{Action, Reason};
 use crate::volunteer::policy::Supply;
+use crate::volunteer::slot_ad;
+use crate::volunteer::snapshot::HostSnapshot;
 use crate::volunteer::status::{self, Decision, OutcomeRecord};
 use crate::volunteer::worker::{Worker, WorkerState};
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -230,6 +232,19 @@ impl Daemon {
         match history::save(&self.s.state_dir, &self.learner.history) {
             Ok(()) => self.saved.history = Some(now),
             Err(e) => tracing::error!("{e}"),
+        }
+    }
+
+    /// The machine's slot-ad lines (`slot_ad`), written when they changed: before this
+    /// cycle's starts, so a new worker's mount finds the file.
+    pub(super) fn advertise(&mut self, host: &HostSnapshot, supply: &Supply, now: DateTime<Utc>) {
+        let text = slot_ad::render(&self.worker.instance, &self.s.policy, host, supply, now);
+        if self.advertised.as_deref() == Some(text.as_str()) {
+            return;
+        }
+        match slot_ad::save(&slot_ad::dir(&self.s.state_dir), &text) {
+            Ok(()) => self.advertised = Some(text),
+            Err(e) => tracing::warn!("{e}"),
         }
     }
 }

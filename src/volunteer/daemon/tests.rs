@@ -361,6 +361,43 @@ async fn serve_leaves_no_task_of_its_own_running_after_shutdown() {
 }
 
 #[tokio::test]
+async fn the_slot_ad_is_written_before_a_start_and_again_only_when_it_changes() {
+    use std::os::unix::fs::MetadataExt;
+    let m = Machine::new();
+    let mut d = m.daemon();
+    let now = Utc::now();
+    first_cycles(&mut d, now).await;
+    let dir = m.dir.path().join("state/ad");
+    let file = dir.join("slot.ad");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("PILOTD_INSTANCE = \"test\"\n"), "{text}");
+    assert!(text.contains("PILOTD_SNOOZED = False\n"), "{text}");
+    // The worker sees the directory (a rename replaces the file in it).
+    let spec = m.engine.lock().specs[0].clone();
+    assert_eq!(spec.ad_dir.as_deref(), Some(dir.as_path()));
+    let inode = std::fs::metadata(&file).unwrap().ino();
+    d.cycle(now, false).await;
+    assert_eq!(
+        std::fs::metadata(&file).unwrap().ino(),
+        inode,
+        "an unchanged ad is not rewritten"
+    );
+    crate::volunteer::snooze::save(
+        &d.s.state_dir,
+        &crate::volunteer::snooze::Snooze {
+            until: now + chrono::Duration::hours(1),
+            by: "alice".into(),
+            at: now,
+        },
+    )
+    .unwrap();
+    d.cycle(now, false).await;
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("PILOTD_SNOOZED = True\n"), "{text}");
+    assert_ne!(std::fs::metadata(&file).unwrap().ino(), inode);
+}
+
+#[tokio::test]
 async fn a_reload_applies_the_new_interval_to_the_cycle_timer() {
     let m = Machine::new();
     let mut d = m.daemon();

@@ -59,6 +59,7 @@ fn settings() -> WorkerSettings {
         token_mount: "/etc/pilotd/token".into(),
         scratch_root: "/var/lib/pilotd/scratch".into(),
         tokens_root: "/var/lib/pilotd/tokens".into(),
+        ad_dir: "/var/lib/pilotd/ad".into(),
         disk_limit: crate::config::policy::DiskLimit::Enforced,
         scratch_mount: "/pilot".into(),
         cvmfs: None,

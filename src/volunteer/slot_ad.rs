@@ -1,0 +1,251 @@
+//! What this machine tells the pool about itself: ClassAd attribute lines that the workers'
+//! pilots put in their slot ads (startd cron), so a site sees its fleet with
+//! `condor_status -af PILOTD_VERSION PILOTD_INSTANCE ...`: which pilotd and instance, and what
+//! limits the machine now (the window's end, a snooze, the eviction mode).
+//!
+//! pilotd writes the lines to `<state_dir>/ad/slot.ad` whenever they change (atomically: a
+//! rename in the same directory) and bind-mounts that directory read-only at `/pilotd` in
+//! every worker; the site passes `PILOT_AD_FILE = "{ad_file}"` to turn it on in its pilots
+//! (docs/site.md, "The fleet in the pool"). Only "when" reaches the pool, never what the
+//! owner does: the window's end, whether a snooze holds, and the decision's cause names.
+//!
+//! `render` is pure (takes `now`); `save` is the one write.
+
+use crate::config::Evict;
+use crate::config::Policy;
+use crate::volunteer::policy::Supply;
+use crate::volunteer::policy::calendar::{self, Period};
+use crate::volunteer::snapshot::HostSnapshot;
+use chrono::{DateTime, Utc};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Where the directory appears in each worker, and the file in it.
+pub const MOUNT: &str = "/pilotd";
+pub const FILE: &str = "slot.ad";
+
+#[derive(Debug, thiserror::Error)]
+pub enum SlotAdError {
+    #[error(
+        "cannot write the slot-ad file {path}: {source}; workers keep advertising the last one"
+    )]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// The directory below `state_dir` that workers see at [`MOUNT`].
+pub fn dir(state_dir: &Path) -> PathBuf {
+    state_dir.join("ad")
+}
+
+/// The file as workers see it (the `{ad_file}` template value).
+pub fn file_in_worker() -> String {
+    format!("{MOUNT}/{FILE}")
+}
+
+/// The attribute lines for the machine as decided at `now`.
+pub fn render(
+    instance: &str,
+    policy: &Policy,
+    host: &HostSnapshot,
+    supply: &Supply,
+    now: DateTime<Utc>,
+) -> String {
+    let window_end = match calendar::period_at(&policy.windows, &policy.timezone, now) {
+        Period::Open { ends: Some(t) } => t.timestamp().to_string(),
+        // Always open within the horizon, or closed now: no end to advertise.
+        Period::Open { ends: None } | Period::Closed { .. } => "undefined".into(),
+    };
+    let snoozed = host.snoozed_until.is_some_and(|t| t > now) || host.snooze_unreadable.is_some();
+    let causes: Vec<&str> = supply.causes.iter().map(|c| c.as_str()).collect();
+    let lines = [
+        ("PILOTD_VERSION", quoted(env!("CARGO_PKG_VERSION"))),
+        ("PILOTD_INSTANCE", quoted(instance)),
+        ("PILOTD_COMPUTING", boolean(supply.allowed)),
+        ("PILOTD_WINDOW_END", window_end),
+        ("PILOTD_SNOOZED", boolean(snoozed)),
+        ("PILOTD_ON_RETURN", quoted(evict_name(policy.on_return))),
+        ("PILOTD_EVICTION", quoted(evict_name(supply.evict))),
+        ("PILOTD_CAUSES", quoted(&causes.join(","))),
+    ];
+    lines.iter().map(|(k, v)| format!("{k} = {v}\n")).collect()
+}
+
+fn evict_name(e: Evict) -> &'static str {
+    e.as_str()
+}
+
+fn boolean(b: bool) -> String {
+    if b { "True" } else { "False" }.into()
+}
+
+/// A ClassAd string literal. The values are pilotd's own (a version, the instance name the
+/// site configured, cause names), but the instance is the site's text: escape it anyway.
+fn quoted(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => {}
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Writes `text` as `<dir>/slot.ad`, readable by every worker's uid, replacing the old file
+/// in one rename (a pilot reading it sees the old lines or the new ones, never half).
+pub fn save(dir: &Path, text: &str) -> Result<(), SlotAdError> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let path = dir.join(FILE);
+    let err = |source| SlotAdError::Write {
+        path: path.clone(),
+        source,
+    };
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(dir)
+        .map_err(err)?;
+    let tmp = dir.join(format!(".{FILE}.new"));
+    let mut f = std::fs::File::create(&tmp).map_err(err)?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o644))
+        .map_err(err)?;
+    f.write_all(text.as_bytes()).map_err(err)?;
+    f.sync_all().map_err(err)?;
+    std::fs::rename(&tmp, &path).map_err(err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::policy::Window;
+    use crate::config::units::{parse_days, parse_time_of_day};
+    use crate::volunteer::policy::{Cause, Limits, decide};
+    use chrono::TimeZone;
+
+    const LIMITS: Limits = Limits {
+        max_lifetime: std::time::Duration::from_secs(24 * 3600),
+        likely_free_until: None,
+    };
+
+    fn at(h: u32, m: u32) -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 12, 2, h, m, 0).unwrap()
+    }
+
+    /// Days, 08:00-23:00, every day, in UTC; the owner's return pauses.
+    fn evening() -> Policy {
+        let mut p = Policy::defaults(crate::zone::Zone::utc());
+        p.windows = vec![Window {
+            days: parse_days("daily").unwrap(),
+            from: parse_time_of_day("08:00").unwrap(),
+            to: parse_time_of_day("23:00").unwrap(),
+        }];
+        p.on_return = Evict::Pause;
+        p
+    }
+
+    /// A host free for an hour at `now`.
+    fn idle(now: DateTime<Utc>) -> HostSnapshot {
+        HostSnapshot::test(now).with_free_since(Some(now - chrono::Duration::hours(1)))
+    }
+
+    fn ad(p: &Policy, h: &HostSnapshot, now: DateTime<Utc>) -> String {
+        let s = decide(p, h, LIMITS, now);
+        render("lab-3", p, h, &s, now)
+    }
+
+    #[test]
+    fn an_open_window_advertises_its_end_and_the_owners_eviction_mode() {
+        let p = evening();
+        let text = ad(&p, &idle(at(12, 0)), at(12, 0));
+        let end = at(23, 0).timestamp();
+        assert!(
+            text.contains(&format!("PILOTD_WINDOW_END = {end}\n")),
+            "{text}"
+        );
+        assert!(text.contains("PILOTD_INSTANCE = \"lab-3\"\n"), "{text}");
+        assert!(text.contains("PILOTD_COMPUTING = True\n"), "{text}");
+        assert!(text.contains("PILOTD_SNOOZED = False\n"), "{text}");
+        assert!(text.contains("PILOTD_ON_RETURN = \"pause\"\n"), "{text}");
+        assert!(text.contains(&format!(
+            "PILOTD_VERSION = \"{}\"\n",
+            env!("CARGO_PKG_VERSION")
+        )));
+    }
+
+    #[test]
+    fn a_closed_window_or_a_snooze_says_so() {
+        let p = evening();
+        let closed = ad(&p, &idle(at(6, 0)), at(6, 0));
+        assert!(
+            closed.contains("PILOTD_WINDOW_END = undefined\n"),
+            "{closed}"
+        );
+        assert!(closed.contains("PILOTD_COMPUTING = False\n"), "{closed}");
+        assert!(closed.contains(Cause::OutsideSchedule.as_str()), "{closed}");
+        let snoozed = idle(at(12, 0)).with_snooze(Some(at(13, 0)));
+        let text = ad(&p, &snoozed, at(12, 0));
+        assert!(text.contains("PILOTD_SNOOZED = True\n"), "{text}");
+        assert!(text.contains("PILOTD_COMPUTING = False\n"), "{text}");
+        // An expired snooze holds nothing.
+        let text = ad(&p, &snoozed, at(13, 1));
+        assert!(text.contains("PILOTD_SNOOZED = False\n"), "{text}");
+    }
+
+    #[test]
+    fn every_line_is_a_name_and_a_classad_literal() {
+        let p = evening();
+        let text = render(
+            "a\"b\\c\nd",
+            &p,
+            &idle(at(12, 0)),
+            &decide(&p, &idle(at(12, 0)), LIMITS, at(12, 0)),
+            at(12, 0),
+        );
+        assert!(
+            text.contains("PILOTD_INSTANCE = \"a\\\"b\\\\cd\"\n"),
+            "{text}"
+        );
+        for line in text.lines() {
+            let (k, v) = line.split_once(" = ").expect(line);
+            assert!(
+                k.starts_with("PILOTD_")
+                    && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            );
+            assert!(!v.is_empty(), "{line}");
+        }
+    }
+
+    #[test]
+    fn save_replaces_the_file_whole_and_leaves_it_world_readable() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let d = dir(tmp.path());
+        save(&d, "PILOTD_A = 1\n").unwrap();
+        save(&d, "PILOTD_A = 2\n").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(d.join(FILE)).unwrap(),
+            "PILOTD_A = 2\n"
+        );
+        let mode = std::fs::metadata(d.join(FILE))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o644);
+        let names: Vec<_> = std::fs::read_dir(&d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(
+            names,
+            vec![std::ffi::OsString::from(FILE)],
+            "no temporary left"
+        );
+    }
+}
