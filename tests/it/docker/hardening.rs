@@ -103,6 +103,14 @@ fn the_engine_applies_the_workers_hardening() {
         assert!(super_opts.contains("size=262144k"), "256 MiB: {m}");
     }
 
+    // The machine's slot-ad lines (pilotd's state dir): the worker reads them and cannot
+    // change them.
+    let ad = mount("/pilotd");
+    let ad_opts = ad.split_whitespace().nth(5).unwrap();
+    assert!(ad_opts.split(',').any(|o| o == "ro"), "{ad}");
+    let text = std::fs::read_to_string(format!("/proc/{pid}/root/pilotd/slot.ad")).unwrap();
+    assert!(text.contains("harden\"\n"), "{text}");
+
     // The owner's processes come first for CPU: 2 shares against the default 1024.
     assert_eq!(cgroup_file(&pid, "cpu", "cpu.shares").as_deref(), Some("2"));
     // The memory and process limits the spec gives (the policy's 512 MiB for its one worker, no
