@@ -191,32 +191,69 @@ pub fn site_gpu_types(job_types: &[String], rules: &[AffinityRule]) -> Vec<Strin
 /// The Job for one worker pod of shape `key`: `parallelism = completions = 1`,
 /// `backoffLimit = 0` (a failing worker never takes siblings down, and is not replaced
 /// behind the back-off's back), env/labels/volumes exactly as the worker image reads them.
+/// Refusals come in this order: RequestLabels, RequestDiskVolumes, RequestGPUTypes.
 pub fn job_body(key: &ShapeKey, pods: &PodTemplate, name: &str) -> Result<Job, JobError> {
-    let key_text = key.to_string();
-    let bad = |field: &'static str, entry: &str, problem: &str| JobError::BadShapeField {
-        key: key_text.clone(),
+    let (key_labels, key_annotations) = key.pod_metadata();
+    let labels = pod_labels(key, pods, key_labels)?;
+    let mut annotations = pods.annotations.clone();
+    annotations.extend(key_annotations.clone());
+    let pod_spec = pod_spec(key, pods)?;
+    Ok(Job {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: Some(pods.namespace.clone()),
+            labels: Some(labels.clone()),
+            annotations: (!key_annotations.is_empty()).then_some(key_annotations),
+            ..ObjectMeta::default()
+        },
+        spec: Some(JobSpec {
+            parallelism: Some(1),
+            completions: Some(1),
+            backoff_limit: Some(0),
+            ttl_seconds_after_finished: Some(
+                i32::try_from(pods.job_ttl.as_secs()).unwrap_or(i32::MAX),
+            ),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    annotations: (!annotations.is_empty()).then_some(annotations),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(pod_spec),
+            },
+            ..JobSpec::default()
+        }),
+        status: None,
+    })
+}
+
+/// A shape field's entry the Job cannot carry.
+fn bad_field(key: &ShapeKey, field: &'static str, entry: &str, problem: &str) -> JobError {
+    JobError::BadShapeField {
+        key: key.to_string(),
         field,
         entry: entry.to_string(),
         problem: problem.to_string(),
-    };
+    }
+}
 
-    // Labels: site labels, the job's RequestLabels, then the ones pilotd relies on (last, so
-    // nothing can override the selector or the key).
-    let (key_labels, key_annotations) = key.pod_metadata();
+/// Site labels, the job's RequestLabels, then the ones pilotd relies on (last, so nothing can
+/// override the selector or the key).
+fn pod_labels(
+    key: &ShapeKey,
+    pods: &PodTemplate,
+    key_labels: BTreeMap<String, String>,
+) -> Result<BTreeMap<String, String>, JobError> {
+    let bad = |entry: &str, problem: &str| bad_field(key, "RequestLabels", entry, problem);
     let mut labels: BTreeMap<String, String> = pods.labels.clone();
-    let job_labels =
-        parse_dict(&key.labels).map_err(|e| bad("RequestLabels", &key.labels, &e.to_string()))?;
+    let job_labels = parse_dict(&key.labels).map_err(|e| bad(&key.labels, &e.to_string()))?;
     for (k, v) in job_labels {
         if !is_label_key(&k) || !is_label_value(&v) {
-            return Err(bad(
-                "RequestLabels",
-                &format!("{k}:{v}"),
-                "is not a valid Kubernetes label",
-            ));
+            return Err(bad(&format!("{k}:{v}"), "is not a valid Kubernetes label"));
         }
         // Any OSPool user sets RequestLabels: only what the site allows reaches the pod.
         pods.allows_job_label(&k)
-            .map_err(|why| bad("RequestLabels", &format!("{k}:{v}"), &why.to_string()))?;
+            .map_err(|why| bad(&format!("{k}:{v}"), &why.to_string()))?;
         labels.insert(k, v);
     }
     for (k, v) in identity::selector_labels(&pods.app_name) {
@@ -224,11 +261,37 @@ pub fn job_body(key: &ShapeKey, pods: &PodTemplate, name: &str) -> Result<Job, J
     }
     labels.insert("app.kubernetes.io/managed-by".into(), "pilotd".into());
     labels.extend(key_labels);
+    Ok(labels)
+}
 
-    let mut annotations = pods.annotations.clone();
-    annotations.extend(key_annotations.clone());
+/// The worker pod: its one container, volumes and scheduling.
+fn pod_spec(key: &ShapeKey, pods: &PodTemplate) -> Result<PodSpec, JobError> {
+    let (volumes, mounts) = worker_volumes(key, pods)?;
+    let affinity = node_affinity(key, pods)?;
+    Ok(PodSpec {
+        restart_policy: Some("Never".into()),
+        containers: vec![Container {
+            name: "htcondor".into(),
+            image: Some(pods.image.clone()),
+            image_pull_policy: Some(pods.image_pull_policy.as_str().into()),
+            env: Some(worker_env(key, pods)),
+            resources: Some(worker_resources(key, pods)),
+            volume_mounts: Some(mounts),
+            ..Container::default()
+        }],
+        volumes: Some(volumes),
+        tolerations: tolerations(pods),
+        node_selector: (!pods.node_selectors.is_empty()).then(|| pods.node_selectors.clone()),
+        affinity,
+        priority_class_name: priority_class(key, pods),
+        service_account_name: pods.service_account_name.clone(),
+        ..PodSpec::default()
+    })
+}
 
-    // Resources.
+/// Requests and limits: CPU and memory by the shape (`use_large_limit` requests less than it
+/// limits), and ephemeral storage, GPUs, FUSE and the site's extras alike in both.
+fn worker_resources(key: &ShapeKey, pods: &PodTemplate) -> ResourceRequirements {
     let (cpus, mem, gpus) = (key.cpus, key.memory_mib, key.gpus);
     let mut requests = BTreeMap::new();
     let mut limits = BTreeMap::new();
@@ -260,8 +323,15 @@ pub fn job_body(key: &ShapeKey, pods: &PodTemplate, name: &str) -> Result<Job, J
     }
     requests.extend(both.clone());
     limits.extend(both);
+    ResourceRequirements {
+        requests: Some(requests),
+        limits: Some(limits),
+        ..ResourceRequirements::default()
+    }
+}
 
-    // Env, in the provisioner's order.
+/// The worker's env, in the provisioner's order.
+fn worker_env(key: &ShapeKey, pods: &PodTemplate) -> Vec<EnvVar> {
     let mut envs = vec![
         env("K8S_PROVISIONER_TYPE", PROVISIONER_TYPE),
         env("K8S_PROVISIONER_NAME", pods.app_name.clone()),
@@ -269,9 +339,9 @@ pub fn job_body(key: &ShapeKey, pods: &PodTemplate, name: &str) -> Result<Job, J
         env("STARTD_NOCLAIM_SHUTDOWN", STARTD_NOCLAIM_SHUTDOWN),
         env("K8S_NAMESPACE", pods.namespace.clone()),
         env("K8S_DOMAIN", pods.k8s_domain.clone()),
-        env("NUM_CPUS", cpus.to_string()),
-        env("NUM_GPUS", gpus.to_string()),
-        env("MEMORY", mem.to_string()),
+        env("NUM_CPUS", key.cpus.to_string()),
+        env("NUM_GPUS", key.gpus.to_string()),
+        env("MEMORY", key.memory_mib.to_string()),
         // The job's own KiB, never the storage floor: the worker's START requires
         // Disk >= RequestDisk && RequestDisk + 4500000 > Disk.
         env("DISK", key.disk_kib.to_string()),
@@ -304,8 +374,15 @@ pub fn job_body(key: &ShapeKey, pods: &PodTemplate, name: &str) -> Result<Job, J
             ..EnvVarSource::default()
         }),
     });
+    envs
+}
 
-    // Volumes: site PVCs and ConfigMap files, the job's disk volumes, the token secret.
+/// Volumes and their mounts: site PVCs, the job's disk volumes, site ConfigMap files, the
+/// token secret, in that order.
+fn worker_volumes(
+    key: &ShapeKey,
+    pods: &PodTemplate,
+) -> Result<(Vec<Volume>, Vec<VolumeMount>), JobError> {
     let mut volumes = Vec::new();
     let mut mounts = Vec::new();
     for (i, v) in pods.pvc_volumes.iter().enumerate() {
@@ -319,15 +396,34 @@ pub fn job_body(key: &ShapeKey, pods: &PodTemplate, name: &str) -> Result<Job, J
             v.host_to_container,
         );
     }
+    job_disk_volumes(key, pods, &mut volumes, &mut mounts)?;
+    for (i, v) in pods.config_volumes.iter().enumerate() {
+        let (volume, mount) = config_map_file(format!("cm-{i}"), v);
+        volumes.push(volume);
+        mounts.push(mount);
+    }
+    let (volume, mount) = token_secret(pods);
+    volumes.push(volume);
+    mounts.push(mount);
+    Ok((volumes, mounts))
+}
+
+/// The job's `RequestDiskVolumes`, each a PVC the site allows, mounted where the job says.
+fn job_disk_volumes(
+    key: &ShapeKey,
+    pods: &PodTemplate,
+    volumes: &mut Vec<Volume>,
+    mounts: &mut Vec<VolumeMount>,
+) -> Result<(), JobError> {
+    let bad = |entry: &str, problem: &str| bad_field(key, "RequestDiskVolumes", entry, problem);
     for (i, (claim, path)) in parse_dict(&key.disk_volumes)
-        .map_err(|e| bad("RequestDiskVolumes", &key.disk_volumes, &e.to_string()))?
+        .map_err(|e| bad(&key.disk_volumes, &e.to_string()))?
         .into_iter()
         .enumerate()
     {
         let (path, ro, h2c) = mount_flags(&path);
         if claim.is_empty() || !path.starts_with('/') {
             return Err(bad(
-                "RequestDiskVolumes",
                 &format!("{claim}:{path}"),
                 "must be PVC_NAME:/absolute/mount/path",
             ));
@@ -335,14 +431,13 @@ pub fn job_body(key: &ShapeKey, pods: &PodTemplate, name: &str) -> Result<Job, J
         // Any OSPool user sets RequestDiskVolumes: only PVCs the site allows are mounted.
         if !pods.job_volume_allow.contains(&claim) {
             return Err(bad(
-                "RequestDiskVolumes",
                 &format!("{claim}:{path}"),
                 "is not in [kubernetes] job_volume_allow",
             ));
         }
         pvc_mount(
-            &mut volumes,
-            &mut mounts,
+            volumes,
+            mounts,
             format!("job-pvc-{i}"),
             &claim,
             path,
@@ -350,30 +445,37 @@ pub fn job_body(key: &ShapeKey, pods: &PodTemplate, name: &str) -> Result<Job, J
             h2c,
         );
     }
-    for (i, v) in pods.config_volumes.iter().enumerate() {
-        let file = v.path.rsplit('/').next().unwrap_or(&v.path).to_string();
-        let vname = format!("cm-{i}");
-        volumes.push(Volume {
-            name: vname.clone(),
-            config_map: Some(ConfigMapVolumeSource {
-                name: v.config_map.clone(),
-                items: Some(vec![KeyToPath {
-                    key: file.clone(),
-                    path: file.clone(),
-                    ..KeyToPath::default()
-                }]),
-                ..ConfigMapVolumeSource::default()
-            }),
-            ..Volume::default()
-        });
-        mounts.push(VolumeMount {
-            name: vname,
-            mount_path: v.path.clone(),
-            sub_path: Some(file),
-            ..VolumeMount::default()
-        });
-    }
-    volumes.push(Volume {
+    Ok(())
+}
+
+/// One file of a site ConfigMap, mounted at its path (the key is the path's file name).
+fn config_map_file(name: String, v: &ConfigVolume) -> (Volume, VolumeMount) {
+    let file = v.path.rsplit('/').next().unwrap_or(&v.path).to_string();
+    let volume = Volume {
+        name: name.clone(),
+        config_map: Some(ConfigMapVolumeSource {
+            name: v.config_map.clone(),
+            items: Some(vec![KeyToPath {
+                key: file.clone(),
+                path: file.clone(),
+                ..KeyToPath::default()
+            }]),
+            ..ConfigMapVolumeSource::default()
+        }),
+        ..Volume::default()
+    };
+    let mount = VolumeMount {
+        name,
+        mount_path: v.path.clone(),
+        sub_path: Some(file),
+        ..VolumeMount::default()
+    };
+    (volume, mount)
+}
+
+/// The pool token: the site's secret, read-only at the path the worker image reads.
+fn token_secret(pods: &PodTemplate) -> (Volume, VolumeMount) {
+    let volume = Volume {
         name: "token".into(),
         secret: Some(SecretVolumeSource {
             secret_name: Some(pods.token_secret.clone()),
@@ -387,36 +489,21 @@ pub fn job_body(key: &ShapeKey, pods: &PodTemplate, name: &str) -> Result<Job, J
             ..SecretVolumeSource::default()
         }),
         ..Volume::default()
-    });
-    mounts.push(VolumeMount {
+    };
+    let mount = VolumeMount {
         name: "token".into(),
         mount_path: TOKEN_PATH.into(),
         sub_path: Some(pods.token_key.clone()),
         read_only: Some(true),
         ..VolumeMount::default()
-    });
-
-    // Scheduling: an affinity block only when something is required (an empty
-    // NodeSelectorTerm matches no node at all).
-    // A job's GPU types are intersected with the site's own rules on the GPU product label
-    // and replace them: AND-ing `In(job types)` with the site's `In(...)` on the same key
-    // made pods no node could take (Pending for ever) whenever the two sets were disjoint.
-    let gpu_types = key.gpu_type_list();
-    let gpu_types = if gpu_types.is_empty() {
-        None
-    } else {
-        let allowed = site_gpu_types(&gpu_types, &pods.node_affinity);
-        if allowed.is_empty() {
-            return Err(bad(
-                "RequestGPUTypes",
-                &key.gpu_types,
-                &format!(
-                    "has no GPU type the site's {GPU_PRODUCT_LABEL} rule allows (node_affinity): no node could take the pod"
-                ),
-            ));
-        }
-        Some(allowed)
     };
+    (volume, mount)
+}
+
+/// Scheduling: an affinity block only when something is required (an empty
+/// NodeSelectorTerm matches no node at all).
+fn node_affinity(key: &ShapeKey, pods: &PodTemplate) -> Result<Option<Affinity>, JobError> {
+    let gpu_types = job_gpu_types(key, pods)?;
     let mut expressions: Vec<NodeSelectorRequirement> = pods
         .node_affinity
         .iter()
@@ -434,7 +521,7 @@ pub fn job_body(key: &ShapeKey, pods: &PodTemplate, name: &str) -> Result<Job, J
             values: Some(types),
         });
     }
-    let affinity = (!expressions.is_empty()).then(|| Affinity {
+    Ok((!expressions.is_empty()).then(|| Affinity {
         node_affinity: Some(NodeAffinity {
             required_during_scheduling_ignored_during_execution: Some(NodeSelector {
                 node_selector_terms: vec![NodeSelectorTerm {
@@ -445,8 +532,34 @@ pub fn job_body(key: &ShapeKey, pods: &PodTemplate, name: &str) -> Result<Job, J
             ..NodeAffinity::default()
         }),
         ..Affinity::default()
-    });
-    let tolerations = (!pods.tolerations.is_empty()).then(|| {
+    }))
+}
+
+/// A job's GPU types, intersected with the site's own rules on the GPU product label; they
+/// replace those rules: AND-ing `In(job types)` with the site's `In(...)` on the same key
+/// made pods no node could take (Pending for ever) whenever the two sets were disjoint.
+/// `None` when the job names no GPU type.
+fn job_gpu_types(key: &ShapeKey, pods: &PodTemplate) -> Result<Option<Vec<String>>, JobError> {
+    let gpu_types = key.gpu_type_list();
+    if gpu_types.is_empty() {
+        return Ok(None);
+    }
+    let allowed = site_gpu_types(&gpu_types, &pods.node_affinity);
+    if allowed.is_empty() {
+        return Err(bad_field(
+            key,
+            "RequestGPUTypes",
+            &key.gpu_types,
+            &format!(
+                "has no GPU type the site's {GPU_PRODUCT_LABEL} rule allows (node_affinity): no node could take the pod"
+            ),
+        ));
+    }
+    Ok(Some(allowed))
+}
+
+fn tolerations(pods: &PodTemplate) -> Option<Vec<Toleration>> {
+    (!pods.tolerations.is_empty()).then(|| {
         pods.tolerations
             .iter()
             .map(|t| Toleration {
@@ -456,65 +569,17 @@ pub fn job_body(key: &ShapeKey, pods: &PodTemplate, name: &str) -> Result<Job, J
                 ..Toleration::default()
             })
             .collect()
-    });
-    let priority = if gpus > 0 {
+    })
+}
+
+/// The GPU or CPU priority class by the shape, else the general one.
+fn priority_class(key: &ShapeKey, pods: &PodTemplate) -> Option<String> {
+    if key.gpus > 0 {
         pods.priority_class_gpu.clone()
     } else {
         pods.priority_class_cpu.clone()
     }
-    .or_else(|| pods.priority_class.clone());
-
-    let pod_spec = PodSpec {
-        restart_policy: Some("Never".into()),
-        containers: vec![Container {
-            name: "htcondor".into(),
-            image: Some(pods.image.clone()),
-            image_pull_policy: Some(pods.image_pull_policy.as_str().into()),
-            env: Some(envs),
-            resources: Some(ResourceRequirements {
-                requests: Some(requests),
-                limits: Some(limits),
-                ..ResourceRequirements::default()
-            }),
-            volume_mounts: Some(mounts),
-            ..Container::default()
-        }],
-        volumes: Some(volumes),
-        tolerations,
-        node_selector: (!pods.node_selectors.is_empty()).then(|| pods.node_selectors.clone()),
-        affinity,
-        priority_class_name: priority,
-        service_account_name: pods.service_account_name.clone(),
-        ..PodSpec::default()
-    };
-
-    Ok(Job {
-        metadata: ObjectMeta {
-            name: Some(name.to_string()),
-            namespace: Some(pods.namespace.clone()),
-            labels: Some(labels.clone()),
-            annotations: (!key_annotations.is_empty()).then_some(key_annotations),
-            ..ObjectMeta::default()
-        },
-        spec: Some(JobSpec {
-            parallelism: Some(1),
-            completions: Some(1),
-            backoff_limit: Some(0),
-            ttl_seconds_after_finished: Some(
-                i32::try_from(pods.job_ttl.as_secs()).unwrap_or(i32::MAX),
-            ),
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(labels),
-                    annotations: (!annotations.is_empty()).then_some(annotations),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(pod_spec),
-            },
-            ..JobSpec::default()
-        }),
-        status: None,
-    })
+    .or_else(|| pods.priority_class.clone())
 }
 
 #[cfg(test)]
