@@ -380,6 +380,22 @@ pub fn parse_time_of_day(s: &str) -> Result<Minute, UnitError> {
     Ok(h * 60 + m)
 }
 
+/// What a worker may not reach unless allowed: the private ranges (RFC 1918), shared address
+/// space (RFC 6598), link-local (RFC 3927, cloud metadata), "this network", IETF protocol
+/// assignments, benchmarking, multicast and reserved space.
+pub const REFUSED: [&str; 10] = [
+    "10.0.0.0/8",
+    "172.16.0.0/12",
+    "192.168.0.0/16",
+    "169.254.0.0/16",
+    "100.64.0.0/10",
+    "0.0.0.0/8",
+    "192.0.0.0/24",
+    "198.18.0.0/15",
+    "224.0.0.0/4",
+    "240.0.0.0/4",
+];
+
 /// An IPv4 network, `a.b.c.d/n`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ipv4Net {
@@ -388,6 +404,22 @@ pub struct Ipv4Net {
 }
 
 impl Ipv4Net {
+    /// Whether `addr` is in this network.
+    pub fn contains(self, addr: Ipv4Addr) -> bool {
+        let mask = u32::MAX
+            .checked_shl(u32::from(32 - self.prefix))
+            .unwrap_or(0);
+        u32::from(addr) & mask == u32::from(self.addr)
+    }
+
+    /// Whether pilotd's egress filter refuses `addr` (it is in one of [`REFUSED`]).
+    pub fn refused(addr: Ipv4Addr) -> bool {
+        REFUSED
+            .iter()
+            .filter_map(|r| Ipv4Net::parse(r).ok())
+            .any(|n| n.contains(addr))
+    }
+
     pub fn parse(raw: &str) -> Result<Ipv4Net, UnitError> {
         let (addr, prefix) = match raw.trim().split_once('/') {
             Some((a, p)) => (

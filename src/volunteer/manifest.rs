@@ -554,6 +554,21 @@ OSG_PROJECT_NAME = "1"
         );
     }
 
+    /// The site's proxy is pilotd.toml's alone: a manifest's `[worker] http_proxy` (or
+    /// any of its env spellings, above and below) is refused, naming the key.
+    #[test]
+    fn a_manifest_cannot_set_the_workers_proxy() {
+        for key in ["http_proxy", "https_proxy", "no_proxy"] {
+            let body = format!("version = \"1\"\n[worker]\n{key} = \"http://proxy.evil:3128\"\n");
+            let e = parse("u", body.as_bytes()).unwrap_err();
+            assert!(matches!(e, ManifestError::Invalid { .. }), "{e}");
+            assert!(
+                e.to_string().contains(&format!("unknown field `{key}`")),
+                "{e}"
+            );
+        }
+    }
+
     #[test]
     fn reserved_prefixes_and_names_are_refused_whatever_their_case() {
         let m = parse(

@@ -165,10 +165,16 @@ impl WorkerSettings {
             image: w.image.get_ref().clone(),
             max_starts_per_cycle: w.max_starts_per_cycle,
             idle_timeout: w.idle_timeout.0,
+            // The site's proxy keys join its env (braces doubled: the env is a template).
             env: w
                 .env
                 .iter()
                 .map(|(k, v)| (k.clone(), v.get_ref().clone()))
+                .chain(
+                    w.proxy_env()
+                        .into_iter()
+                        .map(|(k, v)| (k, v.replace('{', "{{").replace('}', "}}"))),
+                )
                 .collect(),
             token_file: w.token_file.clone(),
             token_mount: w.token_mount.clone(),

@@ -14,7 +14,7 @@ pub use values::{
     SiteValueError, beyond_loopback, check_image_pattern, image_allowed, is_env_name,
     is_fully_qualified, secure_url, transport_allowed, valid_instance,
 };
-pub use worker::{WorkerConfig, WorkerUser};
+pub use worker::{PROXY_ENV, WorkerConfig, WorkerUser};
 
 #[cfg(feature = "kubernetes")]
 use super::kubernetes::KubernetesConfig;

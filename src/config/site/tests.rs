@@ -188,3 +188,69 @@ fn defaults_are_the_documented_ones() {
     assert_eq!(c.max_lifetime(), Duration::from_secs(86400));
     assert_eq!(c.host.utmp, PathBuf::from("/var/run/utmp"));
 }
+
+/// `check`'s lines for a pilotd.toml of `src`.
+fn site_diags(src: &str) -> Vec<String> {
+    let cfg: SiteConfig = toml::from_str(src).expect("parses");
+    let mut d = Diagnostics::new(std::path::Path::new("pilotd.toml"), src);
+    cfg.validate(&mut d);
+    d.into_vec().into_iter().map(|x| x.to_string()).collect()
+}
+
+#[test]
+fn the_sites_proxy_reaches_workers_in_both_spellings() {
+    let cfg: SiteConfig = toml::from_str(
+        "[worker]\nhttp_proxy = \"http://squid.example.org:3128\"\n\
+         https_proxy = \"http://squid.example.org:3128\"\nno_proxy = \"localhost,.example.org\"\n",
+    )
+    .unwrap();
+    let env: std::collections::BTreeMap<String, String> =
+        cfg.worker.proxy_env().into_iter().collect();
+    assert_eq!(env.len(), 6, "{env:?}");
+    for name in ["http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY"] {
+        assert_eq!(env[name], "http://squid.example.org:3128", "{name}");
+    }
+    assert_eq!(env["NO_PROXY"], "localhost,.example.org");
+    let w = crate::volunteer::settings::WorkerSettings::of_site(&cfg);
+    assert_eq!(w.env["HTTPS_PROXY"], "http://squid.example.org:3128");
+    assert!(site_diags("[worker]\nhttp_proxy = \"http://squid.example.org:3128\"\n").is_empty());
+    // None set: no proxy variable at all.
+    assert!(SiteConfig::defaults().worker.proxy_env().is_empty());
+}
+
+#[test]
+fn a_proxy_workers_cannot_use_is_refused_at_its_line() {
+    let out = site_diags("[worker]\nhttp_proxy = \"http://pool:s3cret@squid.example.org:3128\"\n");
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert!(
+        out[0].starts_with("pilotd.toml:2:14: [worker] http_proxy"),
+        "{out:?}"
+    );
+    assert!(out[0].contains("every job"), "{out:?}");
+    assert!(
+        !out[0].contains("s3cret"),
+        "the password is not shown: {out:?}"
+    );
+    let out = site_diags("[worker]\nhttps_proxy = \"socks5://squid.example.org:1080\"\n");
+    assert!(
+        out[0].contains("not an http:// or https:// proxy URL"),
+        "{out:?}"
+    );
+    // A campus proxy on a private address: pilotd's own network refuses it unless allowed.
+    let private = "[worker]\nhttp_proxy = \"http://10.20.0.5:3128\"\n";
+    let out = site_diags(private);
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert!(
+        out[0].contains("egress_allow = [\"10.20.0.5/32\"]"),
+        "{out:?}"
+    );
+    assert!(site_diags(&format!("{private}egress_allow = [\"10.20.0.0/16\"]\n")).is_empty());
+    assert!(site_diags(&format!("{private}network = \"bridge\"\n")).is_empty());
+    // Set twice.
+    let out =
+        site_diags("[worker]\nno_proxy = \"localhost\"\n[worker.env]\nNO_PROXY = \"localhost\"\n");
+    assert!(
+        out[0].contains("also set as [worker.env] NO_PROXY"),
+        "{out:?}"
+    );
+}

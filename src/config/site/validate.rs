@@ -2,11 +2,12 @@
 //! (FILE:LINE:COL) with what to write instead. `validate` runs them in a fixed order: the
 //! order in which `check` lists the errors.
 
+use super::values::proxy_url;
 use super::values::{
     beyond_loopback, check_image_pattern, image_allowed, is_env_name, is_fully_qualified,
     secure_url, valid_instance,
 };
-use super::{Mode, SiteConfig, WorkerUser};
+use super::{Mode, PROXY_ENV, SiteConfig, WorkerUser};
 use crate::config::diag::Diagnostics;
 use crate::config::template;
 use std::time::Duration;
@@ -145,7 +146,51 @@ impl SiteConfig {
     pub(super) fn validate_worker(&self, d: &mut Diagnostics) {
         self.validate_worker_identity(d);
         self.validate_worker_env(d);
+        self.validate_worker_proxy(d);
         self.validate_worker_limits(d);
+    }
+
+    /// `[worker] http_proxy`, `https_proxy`, `no_proxy`: a proxy is an http(s) URL of a host
+    /// workers can reach, carrying no password (every job reads its environment), and set in
+    /// one place only.
+    fn validate_worker_proxy(&self, d: &mut Diagnostics) {
+        let w = &self.worker;
+        for (key, v) in w.proxies() {
+            let raw = v.get_ref().trim();
+            let names = PROXY_ENV.iter().find(|(k, _)| *k == key).map(|(_, n)| *n);
+            if let Some(twin) = names.into_iter().flatten().find(|n| w.env.contains_key(*n)) {
+                d.error(
+                    v.span(),
+                    format!("[worker] {key} is also set as [worker.env] {twin}"),
+                    format!("set it once: keep [worker] {key} and remove {twin} from [worker.env]"),
+                );
+            }
+            if key == "no_proxy" {
+                if raw.chars().any(|c| c.is_whitespace() && c != ' ') || raw.contains('=') {
+                    d.error(
+                        v.span(),
+                        "[worker] no_proxy is a comma-separated list of hosts, domains and networks",
+                        "e.g. no_proxy = \"localhost,.campus.example.org,10.0.0.0/8\"",
+                    );
+                }
+                continue;
+            }
+            if let Err(why) = proxy_url(raw, &self.worker_egress_allows()) {
+                d.error(v.span(), format!("[worker] {key}: {why}"), why.hint());
+            }
+        }
+    }
+
+    /// The private networks workers may reach: `egress_allow` on pilotd's own network;
+    /// everything on a network the site names (its own filter applies).
+    fn worker_egress_allows(&self) -> Option<Vec<crate::config::units::Ipv4Net>> {
+        self.worker.network.is_none().then(|| {
+            self.worker
+                .egress_allow
+                .iter()
+                .filter_map(|a| crate::config::units::Ipv4Net::parse(a.get_ref()).ok())
+                .collect()
+        })
     }
 
     /// Where the worker runs and as whom: egress networks, user, instance, network.

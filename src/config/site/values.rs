@@ -1,6 +1,8 @@
 //! Checks of single values: instance ids, image references and `allowed_images` patterns,
 //! the URLs pilotd fetches, environment names, and listeners beyond loopback.
 
+use crate::config::units::Ipv4Net;
+
 /// Instance ids end up in container and scratch dir names.
 pub fn valid_instance(s: &str) -> bool {
     !s.is_empty()
@@ -139,4 +141,68 @@ pub fn image_allowed(image: &str, patterns: &[String]) -> bool {
 /// address (0.0.0.0 and :: are every address, the public ones included).
 pub fn beyond_loopback(ip: std::net::IpAddr) -> bool {
     !ip.to_canonical().is_loopback()
+}
+
+/// Why a proxy URL is refused (`[worker] http_proxy`, `https_proxy`); `shown` has its
+/// credentials redacted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProxyError {
+    #[error("`{shown}` is not a URL ({why})")]
+    NotAUrl { shown: String, why: String },
+    #[error("`{shown}` is not an http:// or https:// proxy URL")]
+    Scheme { shown: String },
+    #[error("`{shown}` carries a user name or password, which every job in the worker could read")]
+    Credentials { shown: String },
+    #[error("`{shown}` is on a private network that pilotd's egress filter keeps workers from")]
+    Unreachable {
+        shown: String,
+        host: std::net::Ipv4Addr,
+    },
+}
+
+impl ProxyError {
+    pub fn hint(&self) -> String {
+        match self {
+            ProxyError::NotAUrl { .. } | ProxyError::Scheme { .. } => {
+                "write the proxy as a URL, e.g. http_proxy = \"http://squid.example.org:3128\""
+                    .into()
+            }
+            ProxyError::Credentials { .. } => {
+                "let the proxy admit the workers by address instead (squid: an `acl src` rule)"
+                    .into()
+            }
+            ProxyError::Unreachable { host, .. } => {
+                format!(
+                    "add its address to [worker] egress_allow, e.g. egress_allow = [\"{host}/32\"]"
+                )
+            }
+        }
+    }
+}
+
+/// A proxy URL workers can use: http or https, a host, no credentials, and (with `allowed`:
+/// pilotd's own filtered network and its `egress_allow`) an address the filter lets through.
+/// A proxy named by host name is resolved by the worker, so only an address is checked here.
+pub fn proxy_url(raw: &str, allowed: &Option<Vec<Ipv4Net>>) -> Result<reqwest::Url, ProxyError> {
+    let shown = redact::credentials(raw).into_owned();
+    let url = reqwest::Url::parse(raw).map_err(|e| ProxyError::NotAUrl {
+        shown: shown.clone(),
+        why: e.to_string(),
+    })?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        return Err(ProxyError::Scheme { shown });
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(ProxyError::Credentials { shown });
+    }
+    let address = url
+        .host_str()
+        .and_then(|h| h.parse::<std::net::Ipv4Addr>().ok());
+    if let (Some(allowed), Some(host)) = (allowed, address)
+        && Ipv4Net::refused(host)
+        && !allowed.iter().any(|n| n.contains(host))
+    {
+        return Err(ProxyError::Unreachable { shown, host });
+    }
+    Ok(url)
 }

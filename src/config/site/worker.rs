@@ -75,11 +75,51 @@ pub struct WorkerConfig {
     /// reach, e.g. the pool's collector on the campus network.
     #[serde(default)]
     pub egress_allow: Vec<Spanned<String>>,
+    /// The site's web proxy (e.g. its squid) for workers' http and https traffic, and the
+    /// hosts reached without it: given to every worker as `http_proxy`, `https_proxy` and
+    /// `no_proxy` (and their capitalised twins, which some programs read instead). pilotd.toml
+    /// only: a remote manifest can set none of them (it would route the workers' traffic
+    /// through a host of its choosing).
+    pub http_proxy: Option<Spanned<String>>,
+    pub https_proxy: Option<Spanned<String>>,
+    pub no_proxy: Option<Spanned<String>>,
     #[serde(default)]
     pub on_shutdown: OnShutdown,
     /// How often scratch dirs and old images are garbage-collected.
     #[serde(default = "default_gc_interval")]
     pub gc_interval: HumanDuration,
+}
+
+/// The environment names a proxy key sets in workers, each in both spellings.
+pub const PROXY_ENV: [(&str, [&str; 2]); 3] = [
+    ("http_proxy", ["http_proxy", "HTTP_PROXY"]),
+    ("https_proxy", ["https_proxy", "HTTPS_PROXY"]),
+    ("no_proxy", ["no_proxy", "NO_PROXY"]),
+];
+
+impl WorkerConfig {
+    /// The proxy keys that are set: (key, value as written).
+    pub fn proxies(&self) -> Vec<(&'static str, &Spanned<String>)> {
+        [&self.http_proxy, &self.https_proxy, &self.no_proxy]
+            .into_iter()
+            .zip(PROXY_ENV)
+            .filter_map(|(v, (key, _))| v.as_ref().map(|v| (key, v)))
+            .collect()
+    }
+
+    /// The workers' environment the proxy keys make: both spellings of each set key.
+    pub fn proxy_env(&self) -> Vec<(String, String)> {
+        self.proxies()
+            .into_iter()
+            .flat_map(|(key, v)| {
+                let names = PROXY_ENV.iter().find(|(k, _)| *k == key).map(|(_, n)| *n);
+                names
+                    .into_iter()
+                    .flatten()
+                    .map(move |n| (n.to_string(), v.get_ref().trim().to_string()))
+            })
+            .collect()
+    }
 }
 
 impl Default for WorkerConfig {
@@ -106,6 +146,9 @@ impl Default for WorkerConfig {
             read_only_rootfs: true,
             network: None,
             egress_allow: vec![],
+            http_proxy: None,
+            https_proxy: None,
+            no_proxy: None,
             on_shutdown: OnShutdown::Keep,
             gc_interval: default_gc_interval(),
         }

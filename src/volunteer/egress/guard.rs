@@ -151,6 +151,10 @@ impl Guard {
             .printed
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
+        // The host's resolvers as of now: a changed one is a changed filter, rebuilt.
+        let f = &f
+            .clone()
+            .with_resolvers(&super::resolvers::host(std::path::Path::new("/")));
         let result = super::ensure(f, &mut printed);
         // The bridge follows the filter: down before the workers are paused, up only once the
         // filter is whole again.

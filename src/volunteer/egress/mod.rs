@@ -33,27 +33,14 @@ pub mod firewalld;
 mod guard;
 mod iptables;
 mod link;
+pub mod resolvers;
 
 pub use crate::config::units::Ipv4Net;
 pub use guard::Guard;
 pub use iptables::{Ensured, ensure, list, remove};
 pub use link::{Link, set_up as set_bridge_up};
 
-/// What a worker may not reach unless allowed: the private ranges (RFC 1918), shared address
-/// space (RFC 6598), link-local (RFC 3927, cloud metadata), "this network", IETF protocol
-/// assignments, benchmarking, multicast and reserved space.
-pub const REFUSED: [&str; 10] = [
-    "10.0.0.0/8",
-    "172.16.0.0/12",
-    "192.168.0.0/16",
-    "169.254.0.0/16",
-    "100.64.0.0/10",
-    "0.0.0.0/8",
-    "192.0.0.0/24",
-    "198.18.0.0/15",
-    "224.0.0.0/4",
-    "240.0.0.0/4",
-];
+pub use crate::config::units::REFUSED;
 
 /// pilotd's own network for one instance, and its filter.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,6 +52,14 @@ pub struct Filter {
     /// Base name of pilotd's chains (`<chain>-F<n>`, `<chain>-I<n>`; at most 28 characters).
     pub chain: String,
     pub allow: Vec<Ipv4Net>,
+    /// The host's name servers on refused addresses (a home router, a campus resolver):
+    /// their DNS port passes. Docker's embedded DNS (127.0.0.11 in every container of a
+    /// user-defined network) sends a worker's queries on to them from the worker's own
+    /// network namespace, so through this filter; without this a worker on pilotd's bridge
+    /// resolved nothing wherever the resolver is private. Filled in by the guard from the
+    /// host's resolv.conf at every check (`resolvers.rs`), so a laptop that moves networks
+    /// gets its new resolver's port.
+    pub resolvers: Vec<std::net::Ipv4Addr>,
 }
 
 /// The network, interface and chain names of an instance (pure).
@@ -136,7 +131,22 @@ impl Filter {
             interface,
             chain,
             allow,
+            resolvers: Vec::new(),
         }
+    }
+
+    /// This filter with `servers`' DNS port open: those the filter would refuse and the
+    /// allowlist does not already let through, each once.
+    pub fn with_resolvers(mut self, servers: &[std::net::Ipv4Addr]) -> Filter {
+        let mut open: Vec<std::net::Ipv4Addr> = servers
+            .iter()
+            .copied()
+            .filter(|a| Ipv4Net::refused(*a) && !self.allow.iter().any(|n| n.contains(*a)))
+            .collect();
+        open.sort();
+        open.dedup();
+        self.resolvers = open;
+        self
     }
 
     /// Whether `chain` is one of this filter's, of any generation (and the `-FWD`/`-IN`
@@ -170,6 +180,13 @@ impl Filter {
         // and an allowed destination passes.
         let mut out = vec!["-m conntrack --ctstate RELATED,ESTABLISHED -j RETURN".to_string()];
         out.extend(self.allow.iter().map(|a| format!("-d {a} -j RETURN")));
+        for r in &self.resolvers {
+            for proto in ["udp", "tcp"] {
+                out.push(format!(
+                    "-d {r}/32 -p {proto} -m {proto} --dport 53 -j RETURN"
+                ));
+            }
+        }
         match hook {
             Hook::Forward => {
                 out.extend(

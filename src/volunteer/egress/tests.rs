@@ -1,4 +1,5 @@
 use super::*;
+use std::net::Ipv4Addr;
 
 fn filter() -> Filter {
     Filter::for_instance("t", vec![Ipv4Net::parse("10.20.0.0/16").unwrap()])
@@ -71,6 +72,37 @@ fn allowed_destinations_come_before_refusals_and_everything_else_passes() {
     let input = f.chain_rules(Hook::Input, Refusal::Drop);
     assert_eq!(input.last().unwrap(), "-j DROP", "nothing new to the host");
     assert_eq!(f.jump("X"), format!("-i {} -j X", f.interface));
+}
+
+#[test]
+fn the_hosts_private_resolvers_get_their_dns_port_and_nothing_else() {
+    let servers = [
+        Ipv4Addr::new(192, 168, 1, 1),
+        Ipv4Addr::new(8, 8, 8, 8),    // public: passes anyway
+        Ipv4Addr::new(10, 20, 0, 53), // inside egress_allow already
+        Ipv4Addr::new(192, 168, 1, 1),
+    ];
+    let f = filter().with_resolvers(&servers);
+    assert_eq!(f.resolvers, vec![Ipv4Addr::new(192, 168, 1, 1)]);
+    for hook in Hook::ALL {
+        let rules = f.chain_rules(hook, Refusal::Reject);
+        let dns: Vec<&String> = rules.iter().filter(|r| r.contains("--dport 53")).collect();
+        assert_eq!(
+            dns,
+            [
+                "-d 192.168.1.1/32 -p udp -m udp --dport 53 -j RETURN",
+                "-d 192.168.1.1/32 -p tcp -m tcp --dport 53 -j RETURN"
+            ],
+            "{hook:?}"
+        );
+        let first_refusal = rules.iter().position(|r| r.contains("-j REJECT")).unwrap();
+        assert!(rules.iter().position(|r| r.contains("--dport 53")).unwrap() < first_refusal);
+    }
+    // A filter whose resolver changed is not the installed one: the check rebuilds it.
+    let moved = filter().with_resolvers(&[Ipv4Addr::new(10, 1, 1, 1)]);
+    let l = Listing::parse(&whole(&f, 1));
+    assert_eq!(diagnose(&f, &l, None), Verdict::Intact { generation: 1 });
+    assert!(matches!(diagnose(&moved, &l, None), Verdict::Damaged(_)));
 }
 
 #[test]

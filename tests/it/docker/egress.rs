@@ -233,6 +233,29 @@ fn workers_reach_neither_private_addresses_nor_the_host_but_what_the_site_allows
         !reaches(w, gateway.trim(), local.port),
         "the host itself is refused"
     );
+    // Names resolve through the host's own resolver even where it is on a private address
+    // (this machine's is; so is a home router): the engine's embedded DNS sends the query on
+    // from the worker's namespace, through the filter, which opens the DNS port of those
+    // resolvers and nothing else of them.
+    let resolvers = std::fs::read_to_string("/etc/resolv.conf").unwrap();
+    let name = "deb.debian.org";
+    assert!(
+        sh(&format!("getent hosts {name}")).0,
+        "the host itself must resolve {name} (its resolvers: {resolvers})"
+    );
+    let private = pilotd::volunteer::egress::resolvers::host(std::path::Path::new("/"))
+        .into_iter()
+        .any(pilotd::config::units::Ipv4Net::refused);
+    eprintln!("host resolvers (private: {private}):\n{resolvers}");
+    let (resolved, answer) = sh(&format!("docker exec {w} sh -c 'nslookup {name}' 2>&1"));
+    assert!(
+        resolved && answer.contains("Address"),
+        "a worker on pilotd's bridge cannot resolve {name}: {answer}"
+    );
+    assert!(
+        !reaches(w, &host.refused, 53),
+        "only the host's resolvers get their DNS port"
+    );
     let _ = pilotd.kill();
     let _ = pilotd.wait();
     drop(cleanup);
