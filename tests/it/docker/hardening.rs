@@ -38,7 +38,10 @@ fn the_engine_applies_the_workers_hardening() {
         "harden",
         &policy("pause", 1),
         "",
-        &format!("{}\n[worker.env]\n", image("v1")),
+        &format!(
+            "{}\nhttps_proxy = \"http://squid.example.org:3128\"\n[worker.env]\n",
+            image("v1")
+        ),
     );
     h.start();
     let w = h.wait_for("1 worker", Duration::from_secs(30), || h.running().pop());
@@ -110,6 +113,17 @@ fn the_engine_applies_the_workers_hardening() {
     assert!(ad_opts.split(',').any(|o| o == "ro"), "{ad}");
     let text = std::fs::read_to_string(format!("/proc/{pid}/root/pilotd/slot.ad")).unwrap();
     assert!(text.contains("harden\"\n"), "{text}");
+
+    // The site's proxy, in both spellings, in the worker's own environment.
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    let environ: Vec<&[u8]> = environ.split(|b| *b == 0).collect();
+    for var in ["https_proxy", "HTTPS_PROXY"] {
+        let want = format!("{var}=http://squid.example.org:3128");
+        assert!(
+            environ.contains(&want.as_bytes()),
+            "{var} not in the worker's env"
+        );
+    }
 
     // The owner's processes come first for CPU: 2 shares against the default 1024.
     assert_eq!(cgroup_file(&pid, "cpu", "cpu.shares").as_deref(), Some("2"));
