@@ -331,30 +331,42 @@ mod tests {
     }
 
     /// The series a scrape of `Metrics::new()` carries, by sample name, with each one's label
-    /// names: every family is touched first (an untouched family is only its `# TYPE` line).
-    /// Also returns the family names from the `# TYPE` lines.
+    /// names, and the family names of the `# TYPE` lines. Every metric is touched first: the
+    /// encoder leaves out a family with no sample, `# TYPE` line included. The pattern names
+    /// every field, so a metric added to `Metrics` does not compile here until it is touched.
     fn served_series() -> (
         std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
         Vec<String>,
     ) {
         let (m, r) = Metrics::new();
+        let Metrics {
+            workers: _,
+            decisions: _,
+            evictions: _,
+            image_pulls,
+            image_pull_bytes,
+            backoff_level,
+            cycle_seconds,
+            idle_jobs,
+            pods,
+            allowed,
+        } = &m;
         m.set_workers([("running", 1)]);
         m.count_decision("free");
         m.count_eviction("graceful");
-        m.image_pulls.inc();
-        m.image_pull_bytes.inc_by(1);
-        m.backoff_level.set(1);
-        m.cycle_seconds.observe(0.01);
-        m.idle_jobs
+        image_pulls.inc();
+        image_pull_bytes.inc_by(1);
+        backoff_level.set(1);
+        cycle_seconds.observe(0.01);
+        idle_jobs
             .get_or_create(&ShapeLabel { shape: "c1".into() })
             .set(1);
-        m.pods
-            .get_or_create(&ShapeStateLabel {
-                shape: "c1".into(),
-                state: "claimed".into(),
-            })
-            .set(1);
-        m.allowed.set(1);
+        pods.get_or_create(&ShapeStateLabel {
+            shape: "c1".into(),
+            state: "claimed".into(),
+        })
+        .set(1);
+        allowed.set(1);
         let text = exposition(&r);
         let mut series = std::collections::BTreeMap::new();
         let mut families = Vec::new();
@@ -504,6 +516,11 @@ mod tests {
             for (t, target) in targets.unwrap_or_default().iter().enumerate() {
                 let expr = target["expr"].as_str().unwrap_or_default();
                 assert!(!expr.is_empty(), "panel {title:?}, targets[{t}]: no expr");
+                let uid = &target["datasource"]["uid"];
+                assert!(
+                    uid.is_null() || uid == "${datasource}",
+                    "panel {title:?}, targets[{t}]: not on the datasource variable"
+                );
                 out.push((format!("panel {title:?}: {expr}"), read_promql(expr)));
             }
         }
@@ -547,12 +564,6 @@ mod tests {
         let dashboard: serde_json::Value =
             serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"));
         let (series, families) = served_series();
-        for f in &families {
-            assert!(
-                series.keys().any(|s| s.starts_with(f.as_str())),
-                "family {f} has no sample: touch it in served_series"
-            );
-        }
         let queries = dashboard_queries(&dashboard);
         let mut shown = std::collections::BTreeSet::new();
         for (place, q) in &queries {
