@@ -330,6 +330,281 @@ mod tests {
         server.await.unwrap();
     }
 
+    /// The series a scrape of `Metrics::new()` carries, by sample name, with each one's label
+    /// names, and the family names of the `# TYPE` lines. Every metric is touched first: the
+    /// encoder leaves out a family with no sample, `# TYPE` line included. The pattern names
+    /// every field, so a metric added to `Metrics` does not compile here until it is touched.
+    fn served_series() -> (
+        std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+        Vec<String>,
+    ) {
+        let (m, r) = Metrics::new();
+        let Metrics {
+            workers: _,
+            decisions: _,
+            evictions: _,
+            image_pulls,
+            image_pull_bytes,
+            backoff_level,
+            cycle_seconds,
+            idle_jobs,
+            pods,
+            allowed,
+        } = &m;
+        m.set_workers([("running", 1)]);
+        m.count_decision("free");
+        m.count_eviction("graceful");
+        image_pulls.inc();
+        image_pull_bytes.inc_by(1);
+        backoff_level.set(1);
+        cycle_seconds.observe(0.01);
+        idle_jobs
+            .get_or_create(&ShapeLabel { shape: "c1".into() })
+            .set(1);
+        pods.get_or_create(&ShapeStateLabel {
+            shape: "c1".into(),
+            state: "claimed".into(),
+        })
+        .set(1);
+        allowed.set(1);
+        let text = exposition(&r);
+        let mut series = std::collections::BTreeMap::new();
+        let mut families = Vec::new();
+        for line in text.lines() {
+            if let Some(t) = line.strip_prefix("# TYPE ") {
+                families.push(t.split(' ').next().unwrap_or_default().to_string());
+            }
+            if line.starts_with('#') {
+                continue;
+            }
+            let end = line.find(['{', ' ']).unwrap_or(line.len());
+            let labels: &mut std::collections::BTreeSet<String> =
+                series.entry(line[..end].to_string()).or_default();
+            if let Some(set) = line[end..].strip_prefix('{') {
+                // The touched values hold no quote, comma or equals sign.
+                for pair in set.split('}').next().unwrap_or_default().split(',') {
+                    labels.insert(pair.split('=').next().unwrap_or_default().to_string());
+                }
+            }
+        }
+        (series, families)
+    }
+
+    /// What one PromQL expression asks for: the metric names it selects and the label names it
+    /// matches on or groups by.
+    #[derive(Debug, Default)]
+    struct Query {
+        metrics: Vec<String>,
+        labels: Vec<String>,
+    }
+
+    /// A small PromQL reader: enough to tell metric names from functions, keywords, label names
+    /// and Grafana's `$variables` in the dashboard's expressions, skipping string literals.
+    fn read_promql(expr: &str) -> Query {
+        const KEYWORDS: [&str; 11] = [
+            "offset",
+            "by",
+            "without",
+            "on",
+            "ignoring",
+            "group_left",
+            "group_right",
+            "and",
+            "or",
+            "unless",
+            "bool",
+        ];
+        // Written `sum by (l) (...)` as well as `sum(...)`: not always followed by a parenthesis.
+        const AGGREGATIONS: [&str; 12] = [
+            "sum",
+            "min",
+            "max",
+            "avg",
+            "group",
+            "stddev",
+            "stdvar",
+            "count",
+            "count_values",
+            "bottomk",
+            "topk",
+            "quantile",
+        ];
+        let mut q = Query::default();
+        let b = expr.as_bytes();
+        let ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_' || c == b':';
+        let (mut i, mut braces, mut grouping) = (0, 0, false);
+        while i < b.len() {
+            let c = b[i];
+            if c == b'"' || c == b'\'' || c == b'`' {
+                i += 1;
+                while i < b.len() && b[i] != c {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+                i += 1;
+            } else if c == b'$' {
+                // A Grafana variable: $name or ${name}.
+                i += 1;
+                if b.get(i) == Some(&b'{') {
+                    while i < b.len() && b[i] != b'}' {
+                        i += 1;
+                    }
+                    i += 1;
+                } else {
+                    while i < b.len() && ident(b[i]) {
+                        i += 1;
+                    }
+                }
+            } else if c.is_ascii_digit() {
+                // A number or a duration (5m, 0.95).
+                while i < b.len() && (ident(b[i]) || b[i] == b'.') {
+                    i += 1;
+                }
+            } else if ident(c) {
+                let start = i;
+                while i < b.len() && ident(b[i]) {
+                    i += 1;
+                }
+                let word = &expr[start..i];
+                let next = expr[i..].trim_start().chars().next();
+                if braces > 0 || grouping {
+                    q.labels.push(word.to_string());
+                } else if KEYWORDS.contains(&word) {
+                    grouping = next == Some('(') && !matches!(word, "and" | "or" | "unless");
+                } else if next != Some('(') && !AGGREGATIONS.contains(&word) {
+                    q.metrics.push(word.to_string());
+                }
+            } else {
+                match c {
+                    b'{' => braces += 1,
+                    b'}' => braces -= 1,
+                    b')' => grouping = false,
+                    _ => {}
+                }
+                i += 1;
+            }
+        }
+        q
+    }
+
+    /// Every expression of the dashboard with where it is: the panels' targets and the
+    /// templating variables' queries (`label_values(SELECTOR, LABEL)`).
+    fn dashboard_queries(dashboard: &serde_json::Value) -> Vec<(String, Query)> {
+        let mut out = Vec::new();
+        let panels = dashboard["panels"]
+            .as_array()
+            .expect("the dashboard has panels");
+        assert!(!panels.is_empty(), "the dashboard has no panels");
+        for (n, panel) in panels.iter().enumerate() {
+            if panel["type"] == "row" {
+                continue;
+            }
+            let title = panel["title"].as_str().unwrap_or_default();
+            assert!(!title.is_empty(), "panels[{n}] has no title");
+            assert_eq!(
+                panel["datasource"]["uid"], "${datasource}",
+                "panel {title:?}: not on the datasource variable"
+            );
+            assert!(
+                panel["gridPos"]["w"].is_u64(),
+                "panel {title:?}: no gridPos"
+            );
+            let targets = panel["targets"].as_array().map(Vec::as_slice);
+            assert!(
+                targets.is_some_and(|t| !t.is_empty()),
+                "panel {title:?} has no targets"
+            );
+            for (t, target) in targets.unwrap_or_default().iter().enumerate() {
+                let expr = target["expr"].as_str().unwrap_or_default();
+                assert!(!expr.is_empty(), "panel {title:?}, targets[{t}]: no expr");
+                let uid = &target["datasource"]["uid"];
+                assert!(
+                    uid.is_null() || uid == "${datasource}",
+                    "panel {title:?}, targets[{t}]: not on the datasource variable"
+                );
+                out.push((format!("panel {title:?}: {expr}"), read_promql(expr)));
+            }
+        }
+        let vars = dashboard["templating"]["list"]
+            .as_array()
+            .expect("the dashboard has templating variables");
+        assert!(
+            vars.iter().any(|v| v["name"] == "datasource"
+                && v["type"] == "datasource"
+                && v["query"] == "prometheus"),
+            "no Prometheus datasource variable named datasource"
+        );
+        for v in vars.iter().filter(|v| v["type"] == "query") {
+            let name = v["name"].as_str().unwrap_or_default();
+            let text = v["query"]["query"].as_str().or(v["query"].as_str());
+            let text = text.unwrap_or_else(|| panic!("variable {name}: no query"));
+            let args = text
+                .strip_prefix("label_values(")
+                .and_then(|a| a.strip_suffix(')'))
+                .and_then(|a| a.rsplit_once(','))
+                .unwrap_or_else(|| {
+                    panic!("variable {name}: not label_values(SELECTOR, LABEL): {text}")
+                });
+            let mut q = read_promql(args.0);
+            q.labels.push(args.1.trim().to_string());
+            out.push((format!("variable {name}: {text}"), q));
+        }
+        out
+    }
+
+    /// deploy/grafana/pilotd-fleet.json asks only for series a pilotd scrape carries (exact
+    /// sample names: `_total` on counters, `_bucket` on the histogram) and only for their
+    /// labels or the target's `job` and `instance`; and it shows every family pilotd serves.
+    #[test]
+    fn the_fleet_dashboard_queries_only_served_series() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/deploy/grafana/pilotd-fleet.json"
+        );
+        let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let dashboard: serde_json::Value =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let (series, families) = served_series();
+        let queries = dashboard_queries(&dashboard);
+        let mut shown = std::collections::BTreeSet::new();
+        for (place, q) in &queries {
+            assert!(!q.metrics.is_empty(), "{place}: selects no metric");
+            let mut known: std::collections::BTreeSet<&str> = ["job", "instance"].into();
+            for m in &q.metrics {
+                let labels = series.get(m).unwrap_or_else(|| {
+                    panic!(
+                        "{place}: {m} is not served; pilotd serves {:?}",
+                        series.keys()
+                    )
+                });
+                known.extend(labels.iter().map(String::as_str));
+                shown.insert(m.as_str());
+            }
+            for l in &q.labels {
+                assert!(
+                    known.contains(l.as_str()),
+                    "{place}: no series it selects has label {l}"
+                );
+            }
+        }
+        // A family's samples are its name, or its name and the suffix of its type.
+        let of = |m: &str, f: &str| {
+            m.strip_prefix(f)
+                .is_some_and(|s| ["", "_total", "_bucket", "_count", "_sum"].contains(&s))
+        };
+        for f in &families {
+            assert!(shown.iter().any(|m| of(m, f)), "no panel shows {f}");
+        }
+    }
+
+    #[test]
+    fn the_promql_reader_tells_metrics_from_labels_and_functions() {
+        let q = read_promql(
+            "histogram_quantile(0.95, sum by (job, le) (rate(a_bucket{x=~\"$v\",y!=\"b{c}\"}[$__rate_interval]))) and on (instance) (b == 0) or vector(0)",
+        );
+        assert_eq!(q.metrics, ["a_bucket", "b"]);
+        assert_eq!(q.labels, ["job", "le", "x", "y", "instance"]);
+    }
+
     #[tokio::test]
     async fn a_taken_port_is_a_clear_error() {
         let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
