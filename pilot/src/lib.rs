@@ -1,6 +1,6 @@
 //! pilotd's worker entrypoint as a library: the `pilot` binary is a thin shell around these
-//! modules, and the pure ones (`settings`, `condor_config`, `lifecycle`) are unit-tested with
-//! no environment, clock or processes.
+//! modules, and the pure ones (`settings`, `condor_config`, `lifecycle`, `adfile`'s parser) are
+//! unit-tested with no environment, clock or processes.
 
 pub mod adfile;
 pub mod condor_config;

@@ -263,10 +263,7 @@ impl<'a> Reader<'a> {
     /// spaces, quotes or `$`).
     fn plain_path(&mut self, var: &'static str, default: Option<&str>) -> Option<PathBuf> {
         let raw = self.get(var).or(default)?;
-        let plain = raw
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"/._-+@:,=".contains(&b));
-        if !raw.starts_with('/') || !plain {
+        if !is_plain_path(raw) {
             self.invalid(
                 var,
                 raw,
@@ -306,6 +303,15 @@ impl<'a> Reader<'a> {
             }
         }
     }
+}
+
+/// An absolute path that can go into condor's configuration unquoted and unexpanded:
+/// letters, digits and `/ . _ - + @ : , =` only (no spaces, quotes or `$`).
+pub fn is_plain_path(raw: &str) -> bool {
+    raw.starts_with('/')
+        && raw
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._-+@:,=".contains(&b))
 }
 
 /// A duration as whole seconds ("300") or humantime ("5m", "1h 30m").

@@ -149,18 +149,11 @@ async fn slot_ads(settings: &Settings) -> Result<SlotAds, SelfTestError> {
     // The cron job is the pilot binary itself; its path goes into condor's configuration
     // unquoted, so it must be as plain as the settings' paths.
     let cron = match std::env::current_exe() {
-        Ok(exe)
-            if exe.to_str().is_some_and(|p| {
-                p.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"/._-+@:,=".contains(&b))
-            }) =>
-        {
-            Some(CronJob {
-                executable: exe,
-                args: crate::startd_cron::args_for(settings),
-                period: settings.ad_period,
-            })
-        }
+        Ok(exe) if exe.to_str().is_some_and(crate::settings::is_plain_path) => Some(CronJob {
+            executable: exe,
+            args: crate::startd_cron::args_for(settings),
+            period: settings.ad_period,
+        }),
         other => {
             tracing::warn!(exe = ?other, "cannot name the pilot binary plainly for condor: the slot ad keeps the values from start");
             None
