@@ -12,13 +12,17 @@
 //!   negotiator can match only work that fits (`TARGET.PILOT_DIE_AT - time() > …`);
 //! - `MASTER.DAEMON_SHUTDOWN` ends the master once the startd is gone (the canonical pilot
 //!   expression from HTCondor's 50ec2.config) or die_at has passed;
+//! - pilotd's ad-file attributes and the CVMFS attributes ([`render_slot_ads`]): their values
+//!   at start as `STARTD_ATTRS`, then a startd cron job (the pilot binary itself, `pilot
+//!   startd-cron ad`) that re-reads and re-probes every `PILOT_AD_PERIOD`; the cron job's
+//!   values replace the start values in the slot ad;
 //! - no `DEFAULT_MASTER_SHUTDOWN_SCRIPT`: its equivalent is the pilot itself. condor_master
 //!   runs as the pilot's child, and when it exits the pilot exits, so the container ends.
 //!   A shutdown script would replace the master's exit status with the script's and hide a
 //!   condor failure, which the pilot must report (exit 30).
 
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -183,12 +187,70 @@ pub fn render(settings: &Settings, token: &TokenPlacement<'_>, now: DateTime<Utc
     out
 }
 
+/// The slot-ad attributes that do not come from `PILOT_*` settings: pilotd's ad file and the
+/// CVMFS probe.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SlotAds {
+    /// Validated `NAME = value` pairs as they were at start (see `adfile`, `cvmfs`).
+    pub initial: Vec<(String, String)>,
+    /// The cron job that keeps them current, when the pilot could name its own binary.
+    pub cron: Option<CronJob>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CronJob {
+    pub executable: PathBuf,
+    /// Arguments needing no quoting (settings allow no space, quote or `$` in them).
+    pub args: Vec<String>,
+    pub period: Duration,
+}
+
+/// The configuration lines for [`SlotAds`], appended to 99-pilot.conf.
+pub fn render_slot_ads(ads: &SlotAds) -> String {
+    let mut out = String::new();
+    if !ads.initial.is_empty() {
+        out.push_str(
+            "\n# pilotd's ad file and the CVMFS probe, as they were at start (the cron job below\n\
+             # keeps them current).\n",
+        );
+        for (name, value) in &ads.initial {
+            let _ = writeln!(out, "{name} = {value}");
+        }
+        let names: Vec<&str> = ads.initial.iter().map(|(n, _)| n.as_str()).collect();
+        let _ = writeln!(out, "STARTD_ATTRS = $(STARTD_ATTRS) {}", names.join(" "));
+    }
+    if let Some(cron) = &ads.cron {
+        let job = crate::startd_cron::JOB_NAME;
+        out.push_str(
+            "\n# The pilot itself as a startd cron job: re-reads pilotd's ad file and re-probes CVMFS.\n",
+        );
+        let _ = writeln!(out, "STARTD_CRON_JOBLIST = $(STARTD_CRON_JOBLIST) {job}");
+        let _ = writeln!(
+            out,
+            "STARTD_CRON_{job}_EXECUTABLE = {}",
+            cron.executable.display()
+        );
+        let _ = writeln!(out, "STARTD_CRON_{job}_ARGS = {}", cron.args.join(" "));
+        let _ = writeln!(
+            out,
+            "STARTD_CRON_{job}_PERIOD = {}",
+            cron.period.as_secs().max(1)
+        );
+        let _ = writeln!(out, "STARTD_CRON_{job}_MODE = Periodic");
+        // A run hung past its period is replaced, not stacked.
+        let _ = writeln!(out, "STARTD_CRON_{job}_KILL = True");
+        // Without this a changed value waits for the next UPDATE_INTERVAL (5 min by default);
+        // a pool that chose a policy keeps it.
+        out.push_str("STARTD_CRON_AUTOPUBLISH = $(STARTD_CRON_AUTOPUBLISH:If_Changed)\n");
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::settings::SlotResources;
     use std::collections::BTreeMap;
-    use std::path::PathBuf;
 
     fn settings(extra: &[(&str, &str)]) -> Settings {
         let mut env: BTreeMap<String, String> = [
@@ -358,6 +420,49 @@ mod tests {
             text.contains("STARTD_NAME = uid4242@$(FULL_HOSTNAME)\n"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn slot_ads_start_as_startd_attrs_and_a_cron_job_keeps_them_current() {
+        let ads = SlotAds {
+            initial: vec![
+                ("PILOTD_INSTANCE".into(), "\"lab-3\"".into()),
+                ("HAS_CVMFS_cms_cern_ch".into(), "True".into()),
+            ],
+            cron: Some(CronJob {
+                executable: "/usr/local/bin/pilot".into(),
+                args: vec![
+                    "startd-cron".into(),
+                    "ad".into(),
+                    "--cvmfs-dir".into(),
+                    "/cvmfs".into(),
+                ],
+                period: Duration::from_secs(7),
+            }),
+        };
+        let text = render_slot_ads(&ads);
+        for line in [
+            "PILOTD_INSTANCE = \"lab-3\"",
+            "HAS_CVMFS_cms_cern_ch = True",
+            "STARTD_ATTRS = $(STARTD_ATTRS) PILOTD_INSTANCE HAS_CVMFS_cms_cern_ch",
+            "STARTD_CRON_JOBLIST = $(STARTD_CRON_JOBLIST) PILOTADS",
+            "STARTD_CRON_PILOTADS_EXECUTABLE = /usr/local/bin/pilot",
+            "STARTD_CRON_PILOTADS_ARGS = startd-cron ad --cvmfs-dir /cvmfs",
+            "STARTD_CRON_PILOTADS_PERIOD = 7",
+            "STARTD_CRON_PILOTADS_MODE = Periodic",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        assert_eq!(render_slot_ads(&SlotAds::default()), "");
+        let no_initial = render_slot_ads(&SlotAds {
+            initial: vec![],
+            ..ads
+        });
+        assert!(!no_initial.contains("STARTD_ATTRS"), "{no_initial}");
+        assert!(no_initial.contains("STARTD_CRON_JOBLIST"));
     }
 
     #[test]

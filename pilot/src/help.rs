@@ -7,6 +7,7 @@ run condor_master -f, and exit with a code that says what happened.
 
 USAGE: pilot            (configured only by environment)
        pilot --help | --version
+       pilot startd-cron ad ...   (run by condor's startd: prints the slot-ad lines below)
 
 ENVIRONMENT (durations: seconds \"300\" or humantime \"5m\"; instants: RFC 3339 or unix seconds;
 an empty value counts as unset)
@@ -40,6 +41,17 @@ an empty value counts as unset)
   PILOT_DIE_GRACE          stop condor fast at die_at + this (default 5m)
   PILOT_CONDOR_MASTER      condor_master program (default: condor_master on PATH)
   PILOT_CONDOR_CONFIG_VAL  condor_config_val program (default: condor_config_val on PATH)
+  PILOT_AD_FILE            pilotd's slot-ad attributes, one `PILOTD_NAME = value` per line
+                           (values: number, True/False, \"string\"); anything else is dropped.
+                           In the slot ad at start and kept current by a startd cron job
+                           (default: none)
+  PILOT_AD_PERIOD          how often the cron job re-reads it and re-probes CVMFS (default 60)
+  PILOT_CVMFS_DIR          where CVMFS repositories are mounted (default /cvmfs)
+  PILOT_CVMFS_REPOS        comma list of repositories to advertise (default: every one under
+                           PILOT_CVMFS_DIR); each readable one as HAS_CVMFS_<repo> = True and
+                           CVMFS_<repo>_REVISION (<repo> with . and - as _)
+  PILOT_CVMFS_REQUIRED     comma list of repositories that must be readable, else exit 21
+  PILOT_CVMFS_TIMEOUT      limit for reading one repository's revision (default 10)
   PILOT_LOG                log filter for the pilot's own stderr log (default info)
 
 SIGNALS
@@ -50,7 +62,7 @@ EXIT CODES
   0      ran at least one job, then shut down normally
   10     no job arrived within the idle timeout
   20     remote configuration (or the environment's settings) could not be fetched or used
-  21     self-test failed
+  21     self-test failed (also: a PILOT_CVMFS_REQUIRED repository not readable)
   30     condor failed (did not start, crashed, exited abnormally, or had to be killed)
   128+n  ended by signal n (143 = SIGTERM, 131 = SIGQUIT)
 

@@ -9,6 +9,7 @@ use chrono::Utc;
 use pilot::help::HELP;
 use pilot::lifecycle::{Limits, PilotExit};
 use pilot::settings::Settings;
+use pilot::startd_cron;
 use pilot::startlog::StartLogWatch;
 use pilot::startup;
 use pilot::supervise::{PilotSignals, supervise};
@@ -104,7 +105,13 @@ async fn run() -> PilotExit {
 }
 
 fn main() -> ExitCode {
-    let mut args = std::env::args().skip(1);
+    let all: Vec<String> = std::env::args().skip(1).collect();
+    // condor's startd runs the pilot as its cron job (see startd_cron); nothing else of the
+    // pilot (logging, runtime, settings) is needed there.
+    if all.first().map(String::as_str) == Some(startd_cron::SUBCOMMAND) {
+        return ExitCode::from(startd_cron::main(&all[1..]));
+    }
+    let mut args = all.into_iter();
     match args.next().as_deref() {
         None => {}
         Some("-h" | "--help") => {

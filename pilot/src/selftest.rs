@@ -12,7 +12,10 @@
 //!   them from the configuration the pilot just wrote) exists or can be created, and is
 //!   writable by that user: a file is written, synced, read back and removed (as root, the
 //!   directory's owner and mode are checked against the condor user instead);
-//! - the optional site command exits 0 within its timeout.
+//! - the optional site command exits 0 within its timeout;
+//! - every CVMFS repository of `PILOT_CVMFS_REQUIRED` is readable (its revision found) within
+//!   `PILOT_CVMFS_TIMEOUT` ([`probe_cvmfs`], run by startup before the configuration is
+//!   written, since its findings go into the slot ad).
 //!
 //! Then `condor_config_val STARTD_LOG` (falling back to `$(LOG)/StartLog`) gives the log the
 //! pilot watches for jobs. If condor_config_val runs but rejects the configuration, that is
@@ -50,6 +53,11 @@ pub enum SelfTestError {
     BinaryBroken { command: String, reason: String },
     #[error("site self-test command {command:?} failed: {reason}")]
     SiteCommand { command: String, reason: String },
+    #[error(
+        "required CVMFS repository {repo} is not readable: {reason}; mount CVMFS on the host \
+         (docs/site.md, \"CVMFS\") or drop it from PILOT_CVMFS_REQUIRED"
+    )]
+    CvmfsRequired { repo: String, reason: String },
     #[error("condor rejected the configuration ({command}): {reason}")]
     ConfigRejected { command: String, reason: String },
 }
@@ -338,6 +346,24 @@ impl SelfTest<'_> {
         }
         Ok(())
     }
+}
+
+/// Probes CVMFS (off the runtime's thread: a read may block until the probe's deadline) and
+/// fails on the first required repository that is not readable.
+pub async fn probe_cvmfs(
+    probe: crate::cvmfs::Probe,
+) -> Result<crate::cvmfs::Findings, SelfTestError> {
+    let required = probe.required.clone();
+    let findings = tokio::task::spawn_blocking(move || crate::cvmfs::probe(&probe))
+        .await
+        .unwrap_or_default();
+    if let Some((repo, reason)) = findings.missing(&required).first() {
+        return Err(SelfTestError::CvmfsRequired {
+            repo: (*repo).to_owned(),
+            reason: (*reason).to_owned(),
+        });
+    }
+    Ok(findings)
 }
 
 /// Creates `dir` if needed, then writes, syncs, reads back and removes a file there.

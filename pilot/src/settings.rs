@@ -61,6 +61,22 @@ pub struct Settings {
     pub die_grace: Duration,
     pub condor_master: PathBuf,
     pub condor_config_val: PathBuf,
+    /// `PILOT_AD_FILE`: pilotd's slot-ad attributes (see `adfile`); `None`: none.
+    pub ad_file: Option<PathBuf>,
+    /// `PILOT_AD_PERIOD`: how often the startd cron job re-reads the ad file and re-probes
+    /// CVMFS.
+    pub ad_period: Duration,
+    pub cvmfs: CvmfsSettings,
+}
+
+/// `PILOT_CVMFS_*`: which CVMFS repositories to probe and advertise (see `cvmfs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CvmfsSettings {
+    pub dir: PathBuf,
+    /// Empty: every repository under `dir`.
+    pub repos: Vec<String>,
+    pub required: Vec<String>,
+    pub timeout: Duration,
 }
 
 /// Condor run unprivileged from one directory the worker owns, as glidein pilots run it: the
@@ -152,6 +168,9 @@ pub mod defaults {
     pub const DIE_GRACE: &str = "5m";
     pub const CONDOR_MASTER: &str = "condor_master";
     pub const CONDOR_CONFIG_VAL: &str = "condor_config_val";
+    pub const AD_PERIOD: &str = "60";
+    pub const CVMFS_DIR: &str = "/cvmfs";
+    pub const CVMFS_TIMEOUT: &str = "10";
 }
 
 /// Collects errors while reading variables so every problem is reported at once.
@@ -239,6 +258,41 @@ impl<'a> Reader<'a> {
         path
     }
 
+    /// A path that goes into condor's configuration as a cron job argument: absolute, and
+    /// only characters that need no quoting there and that condor does not expand (no
+    /// spaces, quotes or `$`).
+    fn plain_path(&mut self, var: &'static str, default: Option<&str>) -> Option<PathBuf> {
+        let raw = self.get(var).or(default)?;
+        if !is_plain_path(raw) {
+            self.invalid(
+                var,
+                raw,
+                "expected an absolute path of letters, digits and / . _ - + @ : , = only",
+            );
+        }
+        Some(PathBuf::from(raw))
+    }
+
+    /// A comma list of CVMFS repository names.
+    fn repos(&mut self, var: &'static str) -> Vec<String> {
+        let Some(raw) = self.get(var) else {
+            return Vec::new();
+        };
+        let mut out: Vec<String> = Vec::new();
+        for name in raw.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            if !crate::cvmfs::valid_repo_name(name) {
+                self.invalid(
+                    var,
+                    raw,
+                    format!("{name:?} is not a repository name (like oasis.opensciencegrid.org)"),
+                );
+            } else if !out.iter().any(|n| n == name) {
+                out.push(name.to_owned());
+            }
+        }
+        out
+    }
+
     fn flag(&mut self, var: &'static str) -> bool {
         match self.get(var) {
             None | Some("0") | Some("false") | Some("no") => false,
@@ -249,6 +303,15 @@ impl<'a> Reader<'a> {
             }
         }
     }
+}
+
+/// An absolute path that can go into condor's configuration unquoted and unexpanded:
+/// letters, digits and `/ . _ - + @ : , =` only (no spaces, quotes or `$`).
+pub fn is_plain_path(raw: &str) -> bool {
+    raw.starts_with('/')
+        && raw
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._-+@:,=".contains(&b))
 }
 
 /// A duration as whole seconds ("300") or humantime ("5m", "1h 30m").
@@ -469,6 +532,17 @@ impl Settings {
                 .unwrap_or(defaults::CONDOR_CONFIG_VAL),
         );
 
+        let ad_file = r.plain_path("PILOT_AD_FILE", None);
+        let ad_period = r.duration("PILOT_AD_PERIOD", defaults::AD_PERIOD);
+        let cvmfs = CvmfsSettings {
+            dir: r
+                .plain_path("PILOT_CVMFS_DIR", Some(defaults::CVMFS_DIR))
+                .unwrap_or_default(),
+            repos: r.repos("PILOT_CVMFS_REPOS"),
+            required: r.repos("PILOT_CVMFS_REQUIRED"),
+            timeout: r.duration("PILOT_CVMFS_TIMEOUT", defaults::CVMFS_TIMEOUT),
+        };
+
         if !r.errors.is_empty() {
             return Err(SettingErrors(r.errors));
         }
@@ -496,6 +570,9 @@ impl Settings {
             die_grace,
             condor_master,
             condor_config_val,
+            ad_file,
+            ad_period,
+            cvmfs,
         })
     }
 }
@@ -637,6 +714,60 @@ mod tests {
         vars.push(("PILOT_START_EXTRA", "TARGET.Owner == \"x\"\nSTART = True"));
         let e = Settings::from_env(&env(&vars)).unwrap_err();
         assert!(e.to_string().contains("PILOT_START_EXTRA"));
+    }
+
+    #[test]
+    fn ad_file_and_cvmfs_settings_are_read_and_checked() {
+        let s = Settings::from_env(&env(&minimal())).unwrap();
+        assert_eq!(s.ad_file, None);
+        assert_eq!(s.ad_period, Duration::from_secs(60));
+        assert_eq!(s.cvmfs.dir, PathBuf::from("/cvmfs"));
+        assert!(s.cvmfs.repos.is_empty() && s.cvmfs.required.is_empty());
+        assert_eq!(s.cvmfs.timeout, Duration::from_secs(10));
+
+        let mut vars = minimal();
+        vars.extend([
+            ("PILOT_AD_FILE", "/pilotd/ads/pilotd.ad"),
+            ("PILOT_AD_PERIOD", "5"),
+            ("PILOT_CVMFS_DIR", "/mnt/cvmfs"),
+            (
+                "PILOT_CVMFS_REPOS",
+                "oasis.opensciencegrid.org, cms.cern.ch,,cms.cern.ch",
+            ),
+            ("PILOT_CVMFS_REQUIRED", "oasis.opensciencegrid.org"),
+            ("PILOT_CVMFS_TIMEOUT", "3s"),
+        ]);
+        let s = Settings::from_env(&env(&vars)).unwrap();
+        assert_eq!(s.ad_file, Some(PathBuf::from("/pilotd/ads/pilotd.ad")));
+        assert_eq!(s.ad_period, Duration::from_secs(5));
+        assert_eq!(
+            s.cvmfs.repos,
+            vec!["oasis.opensciencegrid.org", "cms.cern.ch"]
+        );
+        assert_eq!(s.cvmfs.required, vec!["oasis.opensciencegrid.org"]);
+        assert_eq!(s.cvmfs.timeout, Duration::from_secs(3));
+
+        let mut bad = minimal();
+        bad.extend([
+            ("PILOT_AD_FILE", "/x/$(LOG)/a"),
+            ("PILOT_AD_PERIOD", "0"),
+            ("PILOT_CVMFS_DIR", "relative"),
+            ("PILOT_CVMFS_REPOS", "ok.org,bad name"),
+            ("PILOT_CVMFS_REQUIRED", "../etc"),
+            ("PILOT_CVMFS_TIMEOUT", "forever"),
+        ]);
+        let e = Settings::from_env(&env(&bad)).unwrap_err();
+        assert_eq!(e.0.len(), 6, "{e}");
+        for var in [
+            "PILOT_AD_FILE",
+            "PILOT_AD_PERIOD",
+            "PILOT_CVMFS_DIR",
+            "PILOT_CVMFS_REPOS",
+            "PILOT_CVMFS_REQUIRED",
+            "PILOT_CVMFS_TIMEOUT",
+        ] {
+            assert!(e.to_string().contains(var), "{var}: {e}");
+        }
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, Utc};
 
-use crate::condor_config::{self, PILOT_CONFIG_FILE, TokenPlacement};
+use crate::condor_config::{self, CronJob, PILOT_CONFIG_FILE, SlotAds, TokenPlacement};
 use crate::fetch::{self, FetchError, FetchPolicy};
 use crate::lifecycle::PilotExit;
 use crate::selftest::{self, CondorEnv, CondorPrograms, RunAs, SelfTest, SelfTestError};
@@ -115,6 +115,53 @@ fn daemon_name(run_as: RunAs) -> Option<String> {
     }
 }
 
+/// The slot-ad attributes as they are now (pilotd's ad file, then CVMFS) and the cron job
+/// that keeps them current. A required CVMFS repository that cannot be read fails here (21);
+/// an unreadable ad file is only logged (the cron job retries every period).
+async fn slot_ads(settings: &Settings) -> Result<SlotAds, SelfTestError> {
+    let mut initial = Vec::new();
+    if let Some(path) = &settings.ad_file {
+        match crate::adfile::read(path) {
+            Ok(Some(ad)) => {
+                for note in &ad.notes {
+                    tracing::warn!("{note}");
+                }
+                initial.extend(ad.attrs);
+            }
+            Ok(None) => {
+                tracing::info!(path = %path.display(), "no ad file yet; the startd cron job reads it when it appears")
+            }
+            Err(e) => tracing::warn!("{e}"),
+        }
+    }
+    let findings = selftest::probe_cvmfs(crate::startd_cron::cvmfs_probe(&settings.cvmfs)).await?;
+    for note in crate::startd_cron::cvmfs_notes(&findings, &settings.cvmfs) {
+        tracing::warn!("{note}");
+    }
+    let cvmfs = findings.ad_lines();
+    let readable: Vec<&str> = cvmfs
+        .iter()
+        .filter(|(k, v)| k.starts_with("HAS_CVMFS_") && v == "True")
+        .map(|(k, _)| k.as_str())
+        .collect();
+    tracing::info!(dir = %settings.cvmfs.dir.display(), repositories = ?readable, "CVMFS probed");
+    initial.extend(cvmfs);
+    // The cron job is the pilot binary itself; its path goes into condor's configuration
+    // unquoted, so it must be as plain as the settings' paths.
+    let cron = match std::env::current_exe() {
+        Ok(exe) if exe.to_str().is_some_and(crate::settings::is_plain_path) => Some(CronJob {
+            executable: exe,
+            args: crate::startd_cron::args_for(settings),
+            period: settings.ad_period,
+        }),
+        other => {
+            tracing::warn!(exe = ?other, "cannot name the pilot binary plainly for condor: the slot ad keeps the values from start");
+            None
+        }
+    };
+    Ok(SlotAds { initial, cron })
+}
+
 /// Runs every start-up step in order.
 pub async fn prepare(
     settings: &Settings,
@@ -149,7 +196,8 @@ pub async fn prepare(
             "condor runs unprivileged from PILOT_LOCAL_DIR");
         env.vars.push(("CONDOR_CONFIG".into(), path));
     }
-    let text = condor_config::render(
+    let ads = slot_ads(settings).await?;
+    let mut text = condor_config::render(
         settings,
         &TokenPlacement {
             dir: &settings.token_dir,
@@ -157,6 +205,7 @@ pub async fn prepare(
         },
         now,
     );
+    text.push_str(&condor_config::render_slot_ads(&ads));
     let path = fetch::write_atomically(&settings.condor_config_dir, PILOT_CONFIG_FILE, &text)?;
     tracing::info!(path = %path.display(), "pilot configuration written");
     if settings.accept_until.is_some_and(|t| t <= now) {

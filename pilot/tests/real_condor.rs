@@ -358,4 +358,122 @@ mod real_pool {
             worker.diagnose()
         );
     }
+
+    /// Writes `text` to `path` as pilotd does: a temporary file beside it, renamed over it,
+    /// readable by the worker's uid.
+    fn replace_file(path: &std::path::Path, text: &str) {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = path.parent().unwrap();
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let tmp = dir.join(".tmp-write");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::rename(&tmp, path).unwrap();
+    }
+
+    /// Polls the worker's slot ad until `attrs` read `want`; fails with the last reading and
+    /// the worker's logs at the deadline.
+    fn wait_slot_attrs(
+        pool: &Pool,
+        worker: &pool::Worker,
+        attrs: &[&str],
+        want: &[String],
+        deadline: Duration,
+    ) {
+        let start = std::time::Instant::now();
+        loop {
+            let got = pool.slot_attrs(&worker.name, attrs);
+            if got == want {
+                return;
+            }
+            assert!(
+                start.elapsed() < deadline,
+                "after {deadline:?} the slot ad reads {got:?}, not {want:?}\n{}",
+                worker.diagnose()
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    #[test]
+    #[ignore = "needs the real HTCondor pool: run by tests/run.sh"]
+    fn pilotds_ad_file_and_cvmfs_reach_the_slot_ad_and_a_rewrite_shows_within_the_period() {
+        // The worker's scratch mount stands in for pilotd's read-only ad directory and for
+        // a host's /cvmfs: both appear after the pilot started, as a file pilotd writes later
+        // and a repository autofs mounts later do, so the startd cron job must find them.
+        let pool = Pool::from_env();
+        let tag = Tag::new("slotads");
+        let worker = WorkerRun::new(&pool, &tag)
+            .env("PILOT_AD_FILE", "/pilot/pilotd-ads/pilotd.ad")
+            .env("PILOT_AD_PERIOD", "2")
+            .env("PILOT_CVMFS_DIR", "/pilot/cvmfs")
+            .start();
+        let root = worker.scratch.path().to_path_buf();
+        let ad = root.join("pilotd-ads/pilotd.ad");
+        let manifest = root.join("cvmfs/repo.example.org/.cvmfspublished");
+        replace_file(
+            &ad,
+            "PILOTD_INSTANCE = \"lab-3\"\nPILOTD_SNOOZED = False\nSTART = False\n\
+             PILOTD_MACRO = \"$(SEC_TOKEN_DIRECTORY)\"\n",
+        );
+        replace_file(&manifest, "C0a1b\nS17\nNrepo.example.org\n--\nsignature\n");
+        worker.wait_advertised(&pool, SHORT);
+        let attrs = [
+            "PILOTD_INSTANCE",
+            "PILOTD_SNOOZED",
+            "HAS_CVMFS_repo_example_org",
+            "CVMFS_repo_example_org_REVISION",
+            "PILOTD_MACRO",
+        ];
+        let want = |instance: &str, revision: u32| {
+            vec![format!("{instance} false true {revision} undefined")]
+        };
+        wait_slot_attrs(&pool, &worker, &attrs, &want("lab-3", 17), SHORT);
+        // The file's `START = False` line was dropped: the slot's START is the pilot's own.
+        let start = pool.on_ap(
+            "carol",
+            &format!(
+                "condor_status -constraint 'Machine == \"{}\"' -af:r START",
+                worker.name
+            ),
+        );
+        assert!(
+            start.contains(&tag.start_extra()) && start.trim() != "False",
+            "START = {start}"
+        );
+
+        let rewritten = std::time::Instant::now();
+        replace_file(&ad, "PILOTD_INSTANCE = \"lab-4\"\nPILOTD_SNOOZED = False\n");
+        replace_file(&manifest, "C0a1c\nS18\nNrepo.example.org\n--\nsignature\n");
+        wait_slot_attrs(&pool, &worker, &attrs, &want("lab-4", 18), SHORT);
+        let took = rewritten.elapsed();
+        eprintln!("slot ad current {took:?} after the rewrite (period 2 s)");
+        // One period, the startd's publication and the collector round trip, with room for
+        // a loaded machine; far less than the 60 s a missed update would cost.
+        assert!(
+            took < Duration::from_secs(30),
+            "took {took:?}\n{}",
+            worker.diagnose()
+        );
+    }
+
+    #[test]
+    #[ignore = "needs the real HTCondor pool: run by tests/run.sh"]
+    fn a_required_cvmfs_repository_the_host_lacks_fails_the_self_test_with_21() {
+        let pool = Pool::from_env();
+        let tag = Tag::new("cvmfs21");
+        let worker = WorkerRun::new(&pool, &tag)
+            .env("PILOT_CVMFS_REQUIRED", "oasis.opensciencegrid.org")
+            .env("PILOT_CVMFS_TIMEOUT", "5")
+            .start();
+        assert_eq!(worker.wait_exit(SHORT), 21, "{}", worker.diagnose());
+        assert!(
+            worker
+                .logs()
+                .contains("required CVMFS repository oasis.opensciencegrid.org is not readable"),
+            "{}",
+            worker.diagnose()
+        );
+    }
 }

@@ -18,7 +18,10 @@ pub enum PilotExit {
     /// 20: configuration (environment, remote fetch, token, or condor rejecting the config)
     /// unusable.
     Config,
-    /// 21: self-test failed.
+    /// 21: self-test failed: condor's programs or directories unusable, the site's
+    /// `PILOT_SELFTEST_CMD` failing, or a CVMFS repository of `PILOT_CVMFS_REQUIRED` that
+    /// cannot be read (the host lacks CVMFS, or its mount hangs). pilotd backs off as for any
+    /// self-test failure: the host has to be fixed, retrying soon does not help.
     SelfTest,
     /// 30: condor failed (did not start, crashed, exited abnormally, had to be killed).
     CondorFailed,
