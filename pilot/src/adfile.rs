@@ -10,7 +10,7 @@
 //!
 //! - names match `^PILOTD_[A-Za-z0-9_]+$` (at most [`MAX_NAME`] characters);
 //! - a value is one ClassAd literal: an integer, a real, `True`/`False` (any case, written
-//!   back as `True`/`False`), or a double-quoted string whose only escapes are `\"` and `\\`
+//!   back as `True`/`False`), `undefined`, or a double-quoted string whose only escapes are `\"` and `\\`
 //!   and which holds no control character and no `$` (condor expands `$(...)` in
 //!   configuration values);
 //! - blank lines and lines starting with `#` are skipped; anything else is dropped with a note
@@ -63,6 +63,10 @@ pub fn literal(value: &str) -> Result<String, &'static str> {
     if value.eq_ignore_ascii_case("false") {
         return Ok("False".into());
     }
+    // pilotd's "no such instant" (a window that does not end): the attribute is undefined.
+    if value.eq_ignore_ascii_case("undefined") {
+        return Ok("undefined".into());
+    }
     if let Some(inner) = value.strip_prefix('"') {
         let Some(inner) = inner.strip_suffix('"') else {
             return Err("a string must end with a double quote");
@@ -85,7 +89,7 @@ pub fn literal(value: &str) -> Result<String, &'static str> {
     if is_integer(value) || is_real(value) {
         return Ok(value.to_owned());
     }
-    Err("expected a number, True, False or a double-quoted string")
+    Err("expected a number, True, False, undefined or a double-quoted string")
 }
 
 fn is_integer(s: &str) -> bool {
@@ -198,6 +202,7 @@ mod tests {
              PILOTD_INSTANCE = \"lab-3\"\n\n\
              PILOTD_WINDOW_END = 1764792000\n\
              PILOTD_SNOOZED = false\n\
+             PILOTD_WINDOW_END2 = Undefined\n\
              PILOTD_EVICTION=\"graceful\"\n\
              PILOTD_LOAD = -0.25\n\
              PILOTD_BIG = 1.5e10\n\
@@ -216,6 +221,7 @@ mod tests {
                 ("PILOTD_INSTANCE", "\"lab-3\""),
                 ("PILOTD_WINDOW_END", "1764792000"),
                 ("PILOTD_SNOOZED", "False"),
+                ("PILOTD_WINDOW_END2", "undefined"),
                 ("PILOTD_EVICTION", "\"graceful\""),
                 ("PILOTD_LOAD", "-0.25"),
                 ("PILOTD_BIG", "1.5e10"),
