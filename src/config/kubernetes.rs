@@ -150,7 +150,7 @@ pub struct KubernetesConfig {
     /// `ttlSecondsAfterFinished` of every Job (`k8s_job_ttl`).
     #[serde(default = "default_job_ttl")]
     pub job_ttl: HumanDuration,
-    #[serde(default = "default_true")]
+    #[serde(default = "default_force_namespace_matching")]
     pub force_namespace_matching: bool,
     /// Extra requirements of the idle-job query (the INI's [htcondor] value).
     #[serde(default)]
@@ -158,14 +158,14 @@ pub struct KubernetesConfig {
     /// The workers' `ADDITIONAL_REQUIREMENTS` (their START; the INI's [k8s] value), when it
     /// differs from `additional_requirements`; absent, the workers get that one.
     pub worker_additional_requirements: Option<String>,
-    #[serde(default = "default_true")]
+    #[serde(default = "default_request_fuse")]
     pub request_fuse: bool,
     /// Minimum ephemeral storage of a worker in MiB (`storage_mbs`); 0 disables it. It raises
     /// the pod's storage only, never the `DISK` the worker advertises.
     #[serde(default = "default_storage_mib")]
     pub min_ephemeral_storage_mib: u64,
     /// Over-commit: request 75 % CPU / 80 % memory, limit CPUs+0.25 / memory+1000 Mi.
-    #[serde(default = "default_true")]
+    #[serde(default = "default_use_large_limit")]
     pub use_large_limit: bool,
     /// Schedd `Name` must match this regex entirely.
     #[serde(default = "default_match_all")]
@@ -236,6 +236,33 @@ pub struct KubernetesConfig {
     pub state_file: Option<PathBuf>,
 }
 
+/// The `[kubernetes]` defaults that are the NRP provisioner's own: serde fills them in for a
+/// key pilotd.toml leaves out, and `import-ini` writes them for a key the INI leaves out, so
+/// the two cannot drift apart (`kubernetes::ini`'s tests convert an INI without them and
+/// compare).
+pub mod defaults {
+    pub const CONDOR_HOST: &str = "prp-cm-htcondor.htcondor-portal.svc.cluster.local";
+    pub const K8S_DOMAIN: &str = "optiputer.net";
+    pub const IMAGE: &str = "sfiligoi/prp-portal-wn";
+    /// `ttlSecondsAfterFinished` (`k8s_job_ttl`).
+    pub const JOB_TTL_SECS: u64 = 86400;
+    pub const FORCE_NAMESPACE_MATCHING: bool = true;
+    pub const REQUEST_FUSE: bool = true;
+    /// `storage_mbs`.
+    pub const MIN_EPHEMERAL_STORAGE_MIB: u64 = 20000;
+    pub const USE_LARGE_LIMIT: bool = true;
+    /// `schedd_whitelist` and `schedd_identity_whitelist`: every schedd.
+    pub const MATCH_ALL: &str = ".*";
+    pub const MAX_PODS_PER_CLUSTER: u64 = 20;
+    pub const MAX_SUBMIT_PODS_PER_CLUSTER: u64 = 1000;
+    /// `sleep_time`.
+    pub const CYCLE_SECS: u64 = 120;
+    pub const TOKEN_SECRET: &str = "prp-htcondor-wn-secret";
+    pub const TOKEN_KEY: &str = "prp-wn.token";
+    pub const CONDOR_STATUS: &str = "condor_status";
+    pub const CONDOR_Q: &str = "condor_q";
+}
+
 fn spanned_default<T: Default>() -> Spanned<T> {
     Spanned::new(0..0, T::default())
 }
@@ -246,49 +273,58 @@ fn default_labels() -> Spanned<BTreeMap<String, String>> {
     Spanned::new(0..0, BTreeMap::new())
 }
 fn default_condor_host() -> String {
-    "prp-cm-htcondor.htcondor-portal.svc.cluster.local".into()
+    defaults::CONDOR_HOST.into()
 }
 fn default_app_name() -> Spanned<String> {
     Spanned::new(0..0, "prp-wn".into())
 }
 fn default_k8s_domain() -> String {
-    "optiputer.net".into()
+    defaults::K8S_DOMAIN.into()
 }
 fn default_image() -> Spanned<String> {
-    Spanned::new(0..0, "sfiligoi/prp-portal-wn".into())
+    Spanned::new(0..0, defaults::IMAGE.into())
 }
 fn default_job_ttl() -> HumanDuration {
-    HumanDuration(Duration::from_secs(86400))
+    HumanDuration(Duration::from_secs(defaults::JOB_TTL_SECS))
 }
-fn default_true() -> bool {
-    true
+fn default_force_namespace_matching() -> bool {
+    defaults::FORCE_NAMESPACE_MATCHING
+}
+fn default_request_fuse() -> bool {
+    defaults::REQUEST_FUSE
+}
+fn default_use_large_limit() -> bool {
+    defaults::USE_LARGE_LIMIT
 }
 fn default_storage_mib() -> u64 {
-    20000
+    defaults::MIN_EPHEMERAL_STORAGE_MIB
 }
 fn default_match_all() -> Spanned<String> {
-    Spanned::new(0..0, ".*".into())
+    Spanned::new(0..0, defaults::MATCH_ALL.into())
 }
 fn default_max_pods() -> Spanned<u64> {
-    Spanned::new(0..0, 20)
+    Spanned::new(0..0, defaults::MAX_PODS_PER_CLUSTER)
 }
 fn default_max_submit() -> Spanned<u64> {
-    Spanned::new(0..0, 1000)
+    Spanned::new(0..0, defaults::MAX_SUBMIT_PODS_PER_CLUSTER)
 }
 fn default_cycle() -> Spanned<HumanDuration> {
-    Spanned::new(0..0, HumanDuration(Duration::from_secs(120)))
+    Spanned::new(
+        0..0,
+        HumanDuration(Duration::from_secs(defaults::CYCLE_SECS)),
+    )
 }
 fn default_token_secret() -> String {
-    "prp-htcondor-wn-secret".into()
+    defaults::TOKEN_SECRET.into()
 }
 fn default_token_key() -> String {
-    "prp-wn.token".into()
+    defaults::TOKEN_KEY.into()
 }
 fn default_condor_status() -> PathBuf {
-    "condor_status".into()
+    defaults::CONDOR_STATUS.into()
 }
 fn default_condor_q() -> PathBuf {
-    "condor_q".into()
+    defaults::CONDOR_Q.into()
 }
 fn default_condor_timeout() -> HumanDuration {
     HumanDuration(Duration::from_secs(60))

@@ -246,12 +246,22 @@ impl Policy {
 /// 336); 200,000 windows once made `schedule` take 102 s.
 pub const MAX_WINDOWS: usize = 336;
 
-/// Second pass: every value checked, every problem recorded.
-pub fn validate(raw: RawPolicy, local_tz: Zone, d: &mut Diagnostics) -> (Policy, PolicySpans) {
+/// Second pass: every value checked, every problem recorded (in the order of the steps).
+pub fn validate(mut raw: RawPolicy, local_tz: Zone, d: &mut Diagnostics) -> (Policy, PolicySpans) {
     let mut p = Policy::defaults(local_tz);
     let mut spans = PolicySpans::default();
+    validate_timezone(&raw.timezone, &mut p, d);
+    validate_schedule(raw.schedule, &mut p, d);
+    validate_presence(&mut raw.owner, &mut p, d);
+    validate_return(raw.owner, &mut p, d);
+    validate_share(&raw.share, &mut p, &mut spans, d);
+    validate_share_not_nothing(&raw.share, &p, d);
+    validate_jobs(&raw.jobs, &mut p, &mut spans, d);
+    (p, spans)
+}
 
-    if let Some(tz) = &raw.timezone {
+fn validate_timezone(timezone: &Option<Spanned<String>>, p: &mut Policy, d: &mut Diagnostics) {
+    if let Some(tz) = timezone {
         match tz.get_ref().parse::<Zone>() {
             Ok(z) => p.timezone = z,
             Err(_) => d.error(
@@ -261,8 +271,11 @@ pub fn validate(raw: RawPolicy, local_tz: Zone, d: &mut Diagnostics) -> (Policy,
             ),
         }
     }
+}
 
-    if let Some(ws) = raw.schedule.windows {
+/// `[schedule]`: the windows (not too many, not none) and the eviction lead.
+fn validate_schedule(schedule: RawSchedule, p: &mut Policy, d: &mut Diagnostics) {
+    if let Some(ws) = schedule.windows {
         let span = ws.span();
         let ws = ws.into_inner();
         if ws.len() > MAX_WINDOWS {
@@ -285,9 +298,12 @@ pub fn validate(raw: RawPolicy, local_tz: Zone, d: &mut Diagnostics) -> (Policy,
             p.windows = ws.iter().filter_map(|w| window(w, d)).collect();
         }
     }
-    dur(&raw.schedule.evict_before_end, &mut p.evict_before_end, d);
+    dur(&schedule.evict_before_end, &mut p.evict_before_end, d);
+}
 
-    let o = raw.owner;
+/// `[owner]`, what tells the owner is here: sessions, their idleness and locks, the owner's
+/// CPU use and processes.
+fn validate_presence(o: &mut RawOwner, p: &mut Policy, d: &mut Diagnostics) {
     if let Some(s) = &o.sessions {
         match s.get_ref().as_str() {
             "any" => p.sessions = SessionRule::Any,
@@ -305,7 +321,7 @@ pub fn validate(raw: RawPolicy, local_tz: Zone, d: &mut Diagnostics) -> (Policy,
     if let Some(k) = o.keep_awake {
         p.keep_awake = k;
     }
-    if let Some(u) = o.ignore_users {
+    if let Some(u) = o.ignore_users.take() {
         p.ignore_users = u;
     }
     if let Some(u) = o.system_uid_below {
@@ -324,9 +340,14 @@ pub fn validate(raw: RawPolicy, local_tz: Zone, d: &mut Diagnostics) -> (Policy,
     }
     dur(&o.busy_for, &mut p.busy_for, d);
     dur(&o.free_for, &mut p.free_for, d);
-    if let Some(x) = o.exclusive_processes {
+    if let Some(x) = o.exclusive_processes.take() {
         p.exclusive_processes = x;
     }
+}
+
+/// `[owner]`, what pilotd does then: on battery, on the owner's return, the grace, and who may
+/// snooze.
+fn validate_return(o: RawOwner, p: &mut Policy, d: &mut Diagnostics) {
     if let Some(b) = &o.on_battery {
         match b.get_ref().as_str() {
             "stop" => p.on_battery = BatteryRule::Stop,
@@ -354,8 +375,10 @@ pub fn validate(raw: RawPolicy, local_tz: Zone, d: &mut Diagnostics) -> (Policy,
     if let Some(u) = o.users {
         p.users = u;
     }
+}
 
-    let s = raw.share;
+/// `[share]`: CPUs, memory and disk (with their positions), the disk limit, GPUs, workers.
+fn validate_share(s: &RawShare, p: &mut Policy, spans: &mut PolicySpans, d: &mut Diagnostics) {
     share(
         &s.cpus,
         ShareUnit::Count,
@@ -410,6 +433,10 @@ pub fn validate(raw: RawPolicy, local_tz: Zone, d: &mut Diagnostics) -> (Policy,
             ),
         }
     }
+}
+
+/// A share of 0 CPUs, memory or disk would never start a worker.
+fn validate_share_not_nothing(s: &RawShare, p: &Policy, d: &mut Diagnostics) {
     if let Some(c) = &s.cpus
         && p.share.cpus == Share::Amount(0)
     {
@@ -436,10 +463,14 @@ pub fn validate(raw: RawPolicy, local_tz: Zone, d: &mut Diagnostics) -> (Policy,
             );
         }
     }
-    if let Some(l) = &raw.jobs.longest_job {
+}
+
+/// `[jobs] longest_job`: a duration, not 0.
+fn validate_jobs(jobs: &RawJobs, p: &mut Policy, spans: &mut PolicySpans, d: &mut Diagnostics) {
+    if let Some(l) = &jobs.longest_job {
         spans.longest_job = l.span();
         let mut v = p.longest_job;
-        dur(&raw.jobs.longest_job, &mut v, d);
+        dur(&jobs.longest_job, &mut v, d);
         if v.is_zero() {
             d.error(
                 l.span(),
@@ -449,7 +480,6 @@ pub fn validate(raw: RawPolicy, local_tz: Zone, d: &mut Diagnostics) -> (Policy,
         }
         p.longest_job = v;
     }
-    (p, spans)
 }
 
 fn dur(v: &Option<Spanned<StrOrInt>>, out: &mut Duration, d: &mut Diagnostics) {

@@ -129,7 +129,7 @@ fn env(name: &str, value: impl Into<String>) -> EnvVar {
 }
 
 /// Splits a mount path's `!` (read-only) and `#` (HostToContainer) prefixes, in any order.
-fn mount_flags(path: &str) -> (&str, bool, bool) {
+pub(crate) fn mount_flags(path: &str) -> (&str, bool, bool) {
     let (mut p, mut ro, mut h2c) = (path, false, false);
     loop {
         if let Some(r) = p.strip_prefix('!') {
