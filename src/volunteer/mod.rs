@@ -49,5 +49,6 @@ pub mod sessions;
 pub mod settings;
 pub mod snapshot;
 pub mod snooze;
+pub mod splay;
 pub mod status;
 pub mod worker;
