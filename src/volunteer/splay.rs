@@ -141,4 +141,6 @@ fn spread(key: u64, width: Duration) -> Duration {
 }
 
 #[cfg(test)]
+mod bench;
+#[cfg(test)]
 mod tests;
