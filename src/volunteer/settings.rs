@@ -119,6 +119,9 @@ pub struct ImageSettings {
     pub refresh: Duration,
     /// An image the registry has not confirmed for this long starts no worker.
     pub max_age: Duration,
+    /// How a failed registry request is retried (`image::retry_backoff`, jittered for this
+    /// host in the fleet's spread).
+    pub retry: Backoff,
 }
 
 /// How the learned availability history is read.
@@ -240,6 +243,7 @@ impl Settings {
                 allowed: site.allowed_images(),
                 refresh: w.refresh.0,
                 max_age: w.max_image_age.0,
+                retry: fleet.backoff(crate::volunteer::image::retry_backoff(w.refresh.0)),
             },
             max_lifetime: site.max_lifetime(),
             history: HistorySettings {

@@ -261,7 +261,11 @@ fn fleet_week_figures() {
             if std::env::var("FLEET_DEBUG").is_ok() {
                 let mut v: Vec<(&i64, &u32)> = m.iter().collect();
                 v.sort_by_key(|(_, n)| std::cmp::Reverse(**n));
-                let top: Vec<String> = v.iter().take(3).map(|(t, n)| format!("{} {n}", DateTime::from_timestamp(**t, 0).unwrap())).collect();
+                let top: Vec<String> = v
+                    .iter()
+                    .take(3)
+                    .map(|(t, n)| format!("{} {n}", DateTime::from_timestamp(**t, 0).unwrap()))
+                    .collect();
                 println!("  top {what}: {top:?}");
             }
             println!(

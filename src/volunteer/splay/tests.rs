@@ -310,10 +310,12 @@ fn the_host_settings_carry_the_splay_and_jitter_the_start_backoff() {
         Splay::of_host(s.fleet.width, "machine-a", "default")
     );
     assert!(s.worker.backoff.jitter.is_some());
+    assert!(s.image.retry.jitter.is_some(), "registry retries too");
     let s =
         crate::volunteer::settings::Settings::resolve_for(&cfg("splay = \"0s\"\n"), "machine-a");
     assert!(s.fleet.is_off());
     assert_eq!(s.worker.backoff.jitter, None, "no splay, no jitter");
+    assert_eq!(s.image.retry.jitter, None);
     let s = crate::volunteer::settings::Settings::resolve_for(&cfg("splay = \"10m\"\n"), "m");
     assert_eq!(s.fleet.width, Duration::from_secs(600));
 }
