@@ -74,10 +74,11 @@ log "tests"
 # Tests that need the engine, the registry or the pool are #[ignore]d with a reason, so a plain
 # `cargo test` elsewhere lists them instead of passing them; here every one of them runs. The
 # pool's tests run in the next step, with more threads (they mostly wait on condor). Benchmarks
-# (`bench::`, ignored with that reason) print figures for tests/bench and judge nothing.
+# (`bench::`, ignored with that reason) print figures for tests/bench (tests/bench/fleet.sh
+# also judges its targets) and are skipped here.
 log_file="${TMPDIR:-/tmp}/pilotd-test.log"
 cargo test --workspace --quiet -- --include-ignored --skip condor_pool --skip real_pool:: \
-    --skip kubernetes::bench:: --skip docker::own_load 2>&1 \
+    --skip kubernetes::bench:: --skip splay::bench:: --skip docker::own_load 2>&1 \
     | tee "$log_file"
 
 log "own-load accounting, alone on the machine"

@@ -170,6 +170,8 @@ impl Outlook {
                 max_lifetime: s.max_lifetime,
                 likely_free_until: predicted
                     .then(|| crate::horizon::after(now, likely_free.to_std().unwrap_or_default())),
+                splay: s.fleet,
+                started: None,
             },
         }
     }

@@ -38,16 +38,18 @@ pub fn retry_backoff(refresh: Duration) -> Backoff {
     Backoff::new(RETRY_FIRST.min(refresh), refresh)
 }
 
-/// Records a failed registry request (check or pull) and says so in the log.
+/// Records a failed registry request (check or pull) and says so in the log; the next try
+/// waits `retry`'s delay (`ImageSettings::retry`: jittered per host, so a fleet that lost the
+/// registry together does not come back to it in lockstep).
 pub fn record_failure(
     r: &mut ImageRecord,
     what: &str,
     e: &BackendError,
     now: DateTime<Utc>,
-    refresh: Duration,
+    retry: Backoff,
 ) {
     r.failures = r.failures.saturating_add(1);
-    let retry = retry_backoff(refresh).retry_at(now, r.failures);
+    let retry = retry.retry_at(now, r.failures);
     r.retry_at = Some(retry);
     r.last_error = Some(format!("{what}: {e}"));
     tracing::warn!(
@@ -121,7 +123,7 @@ pub fn record_check(
             &format!("resolving {reference} at its registry"),
             &e,
             now,
-            s.refresh,
+            s.retry,
         ),
     }
 }
@@ -210,6 +212,7 @@ mod tests {
             allowed: vec![],
             refresh,
             max_age: Duration::from_secs(72 * 3600),
+            retry: retry_backoff(refresh),
         };
         let mut r = ImageRecord::default();
         assert!(check_due(&r, now, &s), "never checked");

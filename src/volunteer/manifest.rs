@@ -24,6 +24,7 @@ use crate::config::template;
 use crate::config::units::HumanDuration;
 use crate::service::state_file::write_atomically;
 use crate::volunteer::settings::{Settings, WorkerSettings};
+use crate::volunteer::splay::Splay;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -430,15 +431,31 @@ pub struct Refresh {
 }
 
 impl Refresh {
+    /// A daemon started at `now`: its first fetch waits for the host's offset in the fleet's
+    /// spread, so a fleet that boots together does not ask the manifest server at once (a
+    /// held start waits at least as long, so no worker waits for it).
+    pub fn starting(now: DateTime<Utc>, splay: &Splay) -> Refresh {
+        Refresh {
+            due: (!splay.is_off()).then(|| crate::horizon::after(now, splay.offset)),
+            fetching: false,
+        }
+    }
+
     /// Whether a fetch should start now; if so it counts as under way and the next one is
-    /// scheduled `every` later.
-    pub fn start_if_due(&mut self, now: DateTime<Utc>, every: Duration) -> bool {
+    /// scheduled about `every` later, on the host's own grid in the fleet's spread
+    /// (`Splay::next_fetch`).
+    pub fn start_if_due(&mut self, now: DateTime<Utc>, every: Duration, splay: &Splay) -> bool {
         if self.fetching || self.due.is_some_and(|t| now < t) {
             return false;
         }
-        self.due = Some(crate::horizon::after(now, every));
+        self.due = Some(splay.next_fetch(now, every));
         self.fetching = true;
         true
+    }
+
+    /// When the next fetch is due (None: at the next cycle).
+    pub fn due(&self) -> Option<DateTime<Utc>> {
+        self.due
     }
 
     /// The fetch under way ended (well or not).

@@ -7,8 +7,8 @@
 //!   back-off);
 //! - observe: `host`, `sessions` (utmp) and `logind` (probes: CPU, memory, battery, who is
 //!   logged in and how long idle);
-//! - decide, pure: `policy` (may the machine compute, how much, until when) and `plan` (the
-//!   actions of one cycle);
+//! - decide, pure: `policy` (may the machine compute, how much, until when), `plan` (the
+//!   actions of one cycle) and `splay` (this host's place in the fleet's spread);
 //! - act: `backend` (the Docker engine, and a recording fake for tests);
 //! - the owner's word: `owner` (the requests, who may ask them and what asking does, below
 //!   both doors), `control` (the socket `pilotd snooze`/`resume`/`open` talk to, authorised by
@@ -20,7 +20,8 @@
 //!   `failsafe` (the owner protected when the daemon is gone).
 //!
 //! Imports: `config`, `service`, `backoff`, `pilot_contract`; never `kubernetes` or `cmd`.
-//! Pure parts (`policy`, `plan`, `outcome`, `settings`) read no clock and do no I/O.
+//! Pure parts (`policy`, `plan`, `splay`, `outcome`, `settings` but for the machine id
+//! `Settings::resolve` reads) read no clock and do no I/O.
 
 pub mod backend;
 pub mod claim;
@@ -50,5 +51,6 @@ pub mod settings;
 pub mod slot_ad;
 pub mod snapshot;
 pub mod snooze;
+pub mod splay;
 pub mod status;
 pub mod worker;

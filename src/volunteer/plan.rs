@@ -19,25 +19,23 @@
 //!   are paused (one already being stopped is killed: its grace would run unfiltered), paused
 //!   ones stay paused, finished ones are removed, and nothing else happens: no resume, no
 //!   start, no pull.
-//! - A new image digest is pulled only while workers may run, or up to `PREFETCH_LEAD` before a
-//!   window opens when only the schedule holds workers back (so they start on time), or when
-//!   the site allows pulls while the owner is present — within the schedule's season in every
-//!   case: never while the machine is closed for days.
+//! - A new image digest is pulled only while workers may run, or up to `PREFETCH_LEAD` (less
+//!   the host's pull delay in the fleet's spread) before a window opens when only the schedule
+//!   holds workers back (so they start on time), or when the site allows pulls while the owner
+//!   is present — within the schedule's season in every case: never while the machine is
+//!   closed for days, nor while the host's start waits for its turn in the fleet's spread.
+//!
+//! The spec of a new worker (resources, env template, labels) is `spec.rs`.
 
 use crate::config::Evict;
-use crate::config::policy::DiskLimit;
-use crate::config::site::WorkerUser;
-use crate::config::template;
 use crate::volunteer::disk::ScratchUse;
 use crate::volunteer::outcome::{Outcome, StartBackoff};
-use crate::volunteer::policy::Supply;
-use crate::volunteer::scratch;
+use crate::volunteer::policy::{Cause, Supply};
 use crate::volunteer::settings::WorkerSettings;
 use crate::volunteer::worker::ImageState;
-use crate::volunteer::worker::{DiskImage, Worker, WorkerSpec, WorkerState, gpus_label, labels};
+use crate::volunteer::worker::{Worker, WorkerSpec, WorkerState, gpus_label, labels};
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
@@ -236,10 +234,6 @@ pub struct Plan {
 
 fn rfc3339(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Secs, true)
-}
-
-fn whole_hours(from: DateTime<Utc>, to: DateTime<Utc>) -> i64 {
-    ((to - from).num_seconds() / 3600).max(0)
 }
 
 /// Plans one cycle.
@@ -470,17 +464,21 @@ fn pull_new_image(supply: &Supply, obs: &Observed<'_>, s: &WorkerSettings, p: &m
     if obs.in_flight.pulling.is_some() {
         return;
     }
-    let only_the_schedule = supply
-        .causes
-        .iter()
-        .all(|c| *c == crate::volunteer::policy::Cause::OutsideSchedule);
-    if supply.allowed || (supply.downloads && (only_the_schedule || s.pull_while_owner_present)) {
+    let only_the_schedule = supply.causes.iter().all(|c| *c == Cause::OutsideSchedule);
+    // A start held for the fleet's spread holds its pull too: pulled at the host's turn, the
+    // fleet's pulls spread like its starts.
+    let held = supply.causes.contains(&Cause::FleetSplay);
+    if supply.allowed
+        || (supply.downloads && !held && (only_the_schedule || s.pull_while_owner_present))
+    {
         p.actions.push(Action::Pull {
             repository: repository.clone(),
             digest: digest.clone(),
         });
     } else {
-        let why = if supply.downloads {
+        let why = if held {
+            "this host's turn in the fleet's spread has not come"
+        } else if supply.downloads {
             "no downloads while the owner needs the machine"
         } else {
             "no downloads until shortly before the next window opens"
@@ -566,131 +564,6 @@ fn start_missing(
     }
 }
 
-/// The spec of a new worker: resources from the decision, env templated, labels that let a
-/// restarted pilotd rebuild everything.
-pub fn worker_spec(
-    supply: &Supply,
-    s: &WorkerSettings,
-    digest: &str,
-    pinned: &str,
-    now: DateTime<Utc>,
-    index: usize,
-    free_hours: Option<u64>,
-) -> WorkerSpec {
-    let r = supply.per_worker;
-    let name = format!(
-        "{}{}-{index}",
-        s.name_prefix(),
-        now.format("%Y%m%d-%H%M%S%3f")
-    );
-    let spec_hash = spec_hash(supply, s, digest);
-    let mut values: BTreeMap<&'static str, String> = BTreeMap::new();
-    values.insert("cpus", r.cpus.to_string());
-    values.insert("memory_mib", r.memory_mib.to_string());
-    values.insert("disk_kib", r.disk_kib.to_string());
-    values.insert("gpus", r.gpus.to_string());
-    values.insert(
-        "idle_minutes",
-        s.idle_timeout.as_secs().div_ceil(60).to_string(),
-    );
-    values.insert("idle_seconds", s.idle_timeout.as_secs().to_string());
-    let opt =
-        |t: Option<DateTime<Utc>>, f: fn(DateTime<Utc>) -> String| t.map(f).unwrap_or_default();
-    values.insert("accept_until", opt(supply.accept_until, rfc3339));
-    values.insert(
-        "accept_until_unix",
-        opt(supply.accept_until, |t| t.timestamp().to_string()),
-    );
-    values.insert("die_at", opt(supply.die_at, rfc3339));
-    values.insert(
-        "die_at_unix",
-        opt(supply.die_at, |t| t.timestamp().to_string()),
-    );
-    values.insert(
-        "hours_left",
-        supply
-            .die_at
-            .map(|d| whole_hours(now, d).to_string())
-            .unwrap_or_default(),
-    );
-    values.insert(
-        "accept_hours",
-        supply
-            .accept_until
-            .map(|a| whole_hours(now, a).to_string())
-            .unwrap_or_default(),
-    );
-    values.insert(
-        "retire_hours",
-        match (supply.accept_until, supply.die_at) {
-            (Some(a), Some(d)) => whole_hours(a, d).to_string(),
-            _ => String::new(),
-        },
-    );
-    values.insert("ad_file", crate::volunteer::slot_ad::file_in_worker());
-    values.insert("worker_name", name.clone());
-    values.insert("instance", s.instance.clone());
-    values.insert("token_path", s.token_mount.display().to_string());
-    values.insert("scratch_path", s.scratch_mount.display().to_string());
-    values.insert(
-        "free_hours",
-        free_hours.map(|h| h.to_string()).unwrap_or_default(),
-    );
-    let env = s
-        .env
-        .iter()
-        .map(|(k, v)| (k.clone(), template::render(v, &values)))
-        .collect();
-
-    let mut l = BTreeMap::new();
-    l.insert(labels::MANAGED.to_string(), "true".to_string());
-    l.insert(labels::INSTANCE.to_string(), s.instance.clone());
-    l.insert(labels::CREATED.to_string(), rfc3339(now));
-    if let Some(a) = supply.accept_until {
-        l.insert(labels::ACCEPT_UNTIL.to_string(), rfc3339(a));
-    }
-    if let Some(d) = supply.die_at {
-        l.insert(labels::DIE_AT.to_string(), rfc3339(d));
-    }
-    l.insert(labels::IMAGE_DIGEST.to_string(), digest.to_string());
-    l.insert(labels::SPEC_HASH.to_string(), spec_hash);
-    l.insert(labels::IMAGE.to_string(), s.image.clone());
-    l.insert(labels::DISK_KIB.to_string(), r.disk_kib.to_string());
-
-    WorkerSpec {
-        image: s.image.clone(),
-        image_pinned: pinned.to_string(),
-        image_digest: digest.to_string(),
-        labels: l,
-        env,
-        nano_cpus: i64::from(r.cpus.max(1)) * 1_000_000_000,
-        gpu_ids: Vec::new(),
-        read_only_rootfs: s.read_only_rootfs,
-        memory_bytes: i64::try_from(r.memory_mib.saturating_mul(1 << 20)).unwrap_or(i64::MAX),
-        pids_limit: s.pids_limit,
-        token_file: s.token_file.as_ref().map(|_| s.tokens_root.join(&name)),
-        token_source: s.token_file.clone(),
-        owner: match s.user {
-            WorkerUser::Ids { uid, gid } => Some((uid, gid)),
-            WorkerUser::Image => None,
-        },
-        token_mount: s.token_mount.clone(),
-        scratch_dir: s.scratch_root.join(&name),
-        disk_image: (s.disk_limit == DiskLimit::Enforced).then(|| DiskImage {
-            path: scratch::image_path(&s.scratch_root, &name),
-            bytes: scratch::image_bytes(r.disk_kib),
-        }),
-        scratch_device: None,
-        scratch_mount: s.scratch_mount.clone(),
-        cvmfs: s.cvmfs.clone(),
-        ad_dir: Some(s.ad_dir.clone()),
-        cap_add: s.cap_add.clone(),
-        user: s.user.engine_user(),
-        network: s.network.clone(),
-        name,
-    }
-}
-
 /// Why a worker's disk use ends it: a full scratch (its image filesystem), or a measured
 /// scratch dir over its share. A worker of an older pilotd has no recorded share.
 fn disk_reason(w: &Worker, used: Option<&ScratchUse>) -> Option<Reason> {
@@ -707,34 +580,8 @@ fn disk_reason(w: &Worker, used: Option<&ScratchUse>) -> Option<Reason> {
     }
 }
 
-/// A short hash of everything that shapes a worker except time and name: a changed hash tells
-/// `status` which workers still run an older configuration.
-pub fn spec_hash(supply: &Supply, s: &WorkerSettings, digest: &str) -> String {
-    let r = supply.per_worker;
-    let mut h = Sha256::new();
-    let canonical = format!(
-        "{digest}\n{} {} {} {}\n{:?}\n{:?} {:?} {:?} {:?} {:?} {:?} {} {}",
-        r.cpus,
-        r.memory_mib,
-        r.disk_kib,
-        r.gpus,
-        s.env,
-        s.token_file,
-        s.token_mount,
-        s.scratch_mount,
-        s.cvmfs,
-        s.cap_add,
-        s.user,
-        s.pids_limit,
-        s.network.as_deref().unwrap_or("")
-    );
-    h.update(canonical.as_bytes());
-    h.finalize()
-        .iter()
-        .take(8)
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
+mod spec;
+pub use spec::{spec_hash, worker_spec};
 
 #[cfg(test)]
 mod tests;

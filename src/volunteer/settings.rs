@@ -9,6 +9,7 @@ use crate::config::policy::DiskLimit;
 use crate::config::site::{OnShutdown, WorkerUser};
 use crate::config::{Config, Policy, SiteConfig};
 use crate::volunteer::egress::{Filter, Ipv4Net};
+use crate::volunteer::splay::Splay;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -39,6 +40,8 @@ pub struct Settings {
     /// How often scratch dirs and old images are collected.
     pub gc_interval: Duration,
     pub on_shutdown: OnShutdown,
+    /// This host's place in the fleet's spread (`splay`, the machine id and the instance).
+    pub fleet: Splay,
 }
 
 /// The container engine and which of its containers are this daemon's.
@@ -118,6 +121,9 @@ pub struct ImageSettings {
     pub refresh: Duration,
     /// An image the registry has not confirmed for this long starts no worker.
     pub max_age: Duration,
+    /// How a failed registry request is retried (`image::retry_backoff`, jittered for this
+    /// host in the fleet's spread).
+    pub retry: Backoff,
 }
 
 /// How the learned availability history is read.
@@ -202,9 +208,21 @@ impl WorkerSettings {
 }
 
 impl Settings {
-    /// The settings of a loaded configuration (pilotd.toml, or its defaults, and the policy).
+    /// The settings of a loaded configuration (pilotd.toml, or its defaults, and the policy)
+    /// on this host: the one thing read here is the machine id (`host::machine_id`), which
+    /// places the host in the fleet's spread.
     pub fn resolve(cfg: &Config) -> Settings {
+        Settings::resolve_for(cfg, &crate::volunteer::host::machine_id())
+    }
+
+    /// The settings on the host with `machine_id` (pure).
+    pub fn resolve_for(cfg: &Config, machine_id: &str) -> Settings {
         let site = &cfg.site;
+        let fleet = Splay::of_host(
+            site.splay.get_ref().0,
+            machine_id,
+            site.docker.instance.get_ref(),
+        );
         let w = &site.worker;
         let scratch = site.scratch();
         Settings {
@@ -222,14 +240,19 @@ impl Settings {
                 proc: "/proc".into(),
                 exclusive_processes: cfg.policy.exclusive_processes.clone(),
             },
-            worker: WorkerSettings {
-                disk_limit: cfg.policy.share.disk_limit,
-                ..WorkerSettings::of_site(site)
+            worker: {
+                let w = WorkerSettings::of_site(site);
+                WorkerSettings {
+                    disk_limit: cfg.policy.share.disk_limit,
+                    backoff: fleet.backoff(w.backoff),
+                    ..w
+                }
             },
             image: ImageSettings {
                 allowed: site.allowed_images(),
                 refresh: w.refresh.0,
                 max_age: w.max_image_age.0,
+                retry: fleet.backoff(crate::volunteer::image::retry_backoff(w.refresh.0)),
             },
             max_lifetime: site.max_lifetime(),
             history: HistorySettings {
@@ -244,6 +267,7 @@ impl Settings {
             }),
             gc_interval: w.gc_interval.0,
             on_shutdown: w.on_shutdown,
+            fleet,
         }
     }
 }

@@ -132,6 +132,8 @@ mod tests {
     const LIMITS: Limits = Limits {
         max_lifetime: std::time::Duration::from_secs(24 * 3600),
         likely_free_until: None,
+        splay: crate::volunteer::splay::Splay::OFF,
+        started: None,
     };
 
     fn at(h: u32, m: u32) -> DateTime<Utc> {

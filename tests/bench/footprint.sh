@@ -45,6 +45,7 @@ disk = "1GiB"
 workers = 1
 P
 cat >"$d/pilotd.toml" <<C
+splay = "0s"
 policy = "$d/policy.toml"
 state_dir = "$d/state"
 [host]

@@ -117,6 +117,7 @@ P
 }
 write_site() { # FILE POLICY STATE INSTANCE UTMP [EXTRA WORKER LINES]
   cat >"$1" <<C
+splay = "0s"
 policy = "$2"
 state_dir = "$3"
 control_socket = "$3.control.sock"

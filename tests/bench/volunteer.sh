@@ -31,6 +31,7 @@ workers = $1
 longest_job = "1h"
 P
 cat >"$d/pilotd.toml" <<C
+splay = "0s"
 policy = "$d/policy.toml"
 state_dir = "$d/state"
 interval = "${3:-30s}"

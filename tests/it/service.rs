@@ -31,7 +31,7 @@ impl Setup {
         std::fs::write(
             d.join("pilotd.toml"),
             format!(
-                "policy = \"{p}/policy.toml\"\nstate_dir = \"{p}/state\"\ncontrol_socket = \"{p}/control.sock\"\ninterval = \"1s\"\n\
+                "splay = \"0s\"\npolicy = \"{p}/policy.toml\"\nstate_dir = \"{p}/state\"\ncontrol_socket = \"{p}/control.sock\"\ninterval = \"1s\"\n\
                  [host]\nutmp = \"{p}/utmp\"\n[docker]\nsocket = \"unix://{p}/no-docker.sock\"\n\
                  [worker]\nimage = \"127.0.0.1:5000/pilotd-test/worker:current\"\n\
                  allowed_images = [\"127.0.0.1:5000/*\"]\n{extra}",

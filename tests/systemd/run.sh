@@ -380,13 +380,13 @@ scenario_install() {
   [ "$(prop ActiveState)" = inactive ] || fail "the unit was started by the install: $(prop ActiveState)"
 
   # The site's edits: the local test image, this run's instance, metrics on loopback, worker
-  # env the busybox test worker reads, and a 5s cycle (process and load changes are seen on
-  # cycles; logins at once).
+  # env the busybox test worker reads, no fleet spread (the scenarios time the first start),
+  # and a 5s cycle (process and load changes are seen on cycles; logins at once).
   # Workers on Docker's default bridge: pilotd's own filtered network installs iptables rules
   # in pilotd's network namespace, which here is this container's, not the engine's host
   # (tests/it/docker/egress.rs proves the filter on the host).
   # WORKER_TERM_DELAY goes right under the [worker.env] header, wherever that table is.
-  c sed -i -e 's|^interval = .*|interval = "5s"|' \
+  c sed -i -e 's|^interval = .*|interval = "5s"\nsplay = "0s"|' \
     -e 's|^image = .*|image = "127.0.0.1:5000/pilotd-test/worker:current"\nnetwork = "bridge"|' \
     -e 's|^allowed_images = .*|allowed_images = ["127.0.0.1:5000/pilotd-test/*"]|' \
     -e 's|^\[worker.env\]$|[worker.env]\nWORKER_TERM_DELAY = "1"|' \

@@ -52,6 +52,11 @@ pub struct SiteConfig {
     pub state_dir: PathBuf,
     #[serde(default = "default_interval")]
     pub interval: HumanDuration,
+    /// The fleet's spread: each host moves its first start after a window opens (or pilotd
+    /// starts), its pre-window pull, its manifest refreshes and its back-off retries by a
+    /// stable offset in `[0, splay)` (`volunteer::splay`); "0s" turns it off.
+    #[serde(default = "default_splay")]
+    pub splay: Spanned<HumanDuration>,
     /// The unix socket on which the daemon takes the owner's `snooze` and `resume`; its
     /// directory must be reachable by the owner (the unit's RuntimeDirectory, 0755).
     #[serde(default = "default_control_socket")]
@@ -168,6 +173,11 @@ fn default_control_socket() -> PathBuf {
 fn default_state_dir() -> PathBuf {
     "/var/lib/pilotd".into()
 }
+fn default_splay() -> Spanned<HumanDuration> {
+    Spanned::new(0..0, HumanDuration(Duration::from_secs(300)))
+}
+/// Wider would hold a first start for more than an hour (`volunteer::splay`).
+pub const MAX_SPLAY: Duration = Duration::from_secs(3600);
 fn default_interval() -> HumanDuration {
     HumanDuration(Duration::from_secs(30))
 }

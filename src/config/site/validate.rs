@@ -66,6 +66,13 @@ impl SiteConfig {
                 "e.g. interval = \"30s\"",
             );
         }
+        if self.splay.get_ref().0 > super::MAX_SPLAY {
+            d.error(
+                self.splay.span(),
+                "splay must be at most 1h: a host's first start waits up to the splay",
+                "e.g. splay = \"5m\" (\"0s\" turns the fleet's spread off)",
+            );
+        }
     }
 
     /// `[worker] image` and the `allowed_images` patterns it must match.

@@ -297,7 +297,9 @@ impl Daemon {
         }
 
         // Decide.
-        let outlook = Outlook::at(&self.s, &self.learner.history, now);
+        let mut outlook = Outlook::at(&self.s, &self.learner.history, now);
+        // The fleet's spread holds the first start after this daemon started, too.
+        outlook.limits.started = Some(self.started);
         let supply = decide(&self.s.policy, &snapshot, outlook.limits, now);
         self.learn(now, &supply);
         self.log_decision_change(&supply);
@@ -565,7 +567,7 @@ impl Daemon {
         let Some(r) = self.s.remote.clone() else {
             return;
         };
-        if self.refresh.start_if_due(now, r.refresh) {
+        if self.refresh.start_if_due(now, r.refresh, &self.s.fleet) {
             super::tasks::spawn_manifest_fetch(
                 &mut self.work.tasks,
                 r,

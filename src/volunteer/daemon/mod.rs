@@ -227,6 +227,8 @@ pub struct Daemon {
     /// The pool's last good manifest, and when to fetch it next.
     manifest: Option<Manifest>,
     refresh: manifest::Refresh,
+    /// When this daemon started: its first start waits for the fleet's spread after it.
+    started: DateTime<Utc>,
     metrics: Option<Metrics>,
     /// The last decision, to log each change once.
     last_decision: Option<String>,
@@ -320,7 +322,8 @@ impl Daemon {
             last_gc: None,
             learner: Learner::new(loaded.history),
             manifest,
-            refresh: manifest::Refresh::default(),
+            refresh: manifest::Refresh::starting(now, &s.fleet),
+            started: now,
             metrics,
             last_decision: None,
             advertised: None,

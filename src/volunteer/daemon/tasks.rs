@@ -189,7 +189,7 @@ impl Daemon {
                         &format!("pulling {pinned}"),
                         &e,
                         now,
-                        self.s.image.refresh,
+                        self.s.image.retry,
                     ),
                 }
             }

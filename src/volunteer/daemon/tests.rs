@@ -59,8 +59,10 @@ impl Machine {
 
     fn site(&self) -> SiteConfig {
         let d = self.dir.path().display();
+        // No fleet spread: these cycles run at once after the daemon starts, and expect the
+        // starts there (the spread's own tests hold its instants).
         toml::from_str(&format!(
-            "state_dir = \"{d}/state\"\n\
+            "splay = \"0s\"\nstate_dir = \"{d}/state\"\n\
              [host]\nutmp = \"{d}/utmp\"\ndev = \"{d}/dev\"\npower_supply = \"{d}/power\"\n\
              scratch = \"{d}/scratch\"\n\
              [docker]\ninstance = \"test\"\n\
@@ -819,4 +821,48 @@ async fn plan_and_the_daemon_start_workers_from_the_same_template() {
     d.task_done(TaskDone::Manifest(Ok(pool("4", POOL_IMAGE))), Utc::now());
     assert_eq!(d.worker.image, IMAGE);
     assert_eq!(d.manifest, None);
+}
+
+/// A fleet that boots together does not start together: the daemon's first start waits for
+/// this host's offset after the daemon started, says so in its status, and then starts.
+#[tokio::test]
+async fn the_first_start_after_the_daemon_starts_waits_for_the_hosts_turn() {
+    let m = Machine::new();
+    let mut site = m.site();
+    site.splay = toml::Spanned::new(
+        0..0,
+        crate::config::units::HumanDuration(Duration::from_secs(300)),
+    );
+    let s = Settings::resolve_for(
+        &Config {
+            site,
+            site_path: None,
+            policy: m.policy(),
+            policy_path: "policy.toml".into(),
+        },
+        "fleet-test-host",
+    );
+    let offset = s.fleet.offset;
+    assert!(
+        offset > Duration::from_secs(2),
+        "{offset:?}: pick another id"
+    );
+    let started = Utc::now();
+    let mut d = m.daemon_with(s);
+    first_cycles(&mut d, started).await;
+    assert!(m.calls("start").is_empty(), "{:?}", m.engine.calls());
+    let decision = d.status().decision.clone().unwrap();
+    assert!(
+        decision.reasons[0].starts_with("start held until")
+            && decision.reasons[0].contains("after pilotd started"),
+        "{:?}",
+        decision.reasons
+    );
+    assert!(
+        decision
+            .next_change
+            .is_some_and(|t| t <= started + offset + chrono::Duration::seconds(1))
+    );
+    first_cycles(&mut d, started + offset + chrono::Duration::seconds(1)).await;
+    assert_eq!(m.calls("start").len(), 1, "{:?}", m.engine.calls());
 }

@@ -862,3 +862,151 @@ fn the_plan_that_stops_a_full_worker_starts_no_replacement() {
         p.actions
     );
 }
+
+/// The fleet's spread holds starts and pulls, never what the owner waits for: decided by the
+/// policy with a 4-minute offset, then planned.
+#[test]
+fn the_fleet_splay_holds_starts_and_pulls_never_an_eviction() {
+    use crate::volunteer::policy::{Limits, decide};
+    use crate::volunteer::snapshot::HostSnapshot;
+    use crate::volunteer::splay::Splay;
+    use WorkerState::*;
+    let mut p = crate::config::Policy::defaults(crate::zone::Zone::utc());
+    p.windows = vec![crate::config::policy::Window {
+        days: crate::config::units::parse_days("daily").unwrap(),
+        from: crate::config::units::parse_time_of_day("18:00").unwrap(),
+        to: crate::config::units::parse_time_of_day("08:00").unwrap(),
+    }];
+    p.free_for = Duration::ZERO;
+    let limits = |splay| Limits {
+        max_lifetime: Duration::from_secs(86_400),
+        likely_free_until: None,
+        splay,
+        started: None,
+    };
+    let four = Splay::with_offset(Duration::from_secs(300), Duration::from_secs(240));
+    let open = t(18, 0);
+    let second = |s: i64| open + chrono::Duration::seconds(s);
+    let free = |now| HostSnapshot::test(now).with_free_since(Some(open));
+    let owner = |now: DateTime<Utc>| free(now).with_session("alice", 1000, Some(0));
+    let running = || vec![worker("a", Running, open - chrono::Duration::hours(20))];
+    let needs = ImageState::NeedsPull {
+        repository: "127.0.0.1:5000/pilotd-test/worker".into(),
+        digest: "sha256:bb".into(),
+    };
+    // (case, host, splay, workers, image, actions)
+    type Row = (
+        &'static str,
+        HostSnapshot,
+        Splay,
+        Vec<Worker>,
+        ImageState,
+        &'static [&'static str],
+    );
+    let cases: Vec<Row> = vec![
+        (
+            "owner back 1 s after the open: eviction now",
+            owner(second(1)),
+            four,
+            running(),
+            ready(),
+            &["stop a"],
+        ),
+        (
+            "the same without splay",
+            owner(second(1)),
+            Splay::OFF,
+            running(),
+            ready(),
+            &["stop a"],
+        ),
+        (
+            "owner back while the start is held",
+            owner(second(100)),
+            four,
+            running(),
+            ready(),
+            &["stop a"],
+        ),
+        (
+            "held: no start",
+            free(second(1)),
+            four,
+            vec![],
+            ready(),
+            &[],
+        ),
+        (
+            "held: a running worker stays",
+            free(second(1)),
+            four,
+            running(),
+            ready(),
+            &[],
+        ),
+        (
+            "held: no pull",
+            free(second(1)),
+            four,
+            vec![],
+            needs.clone(),
+            &[],
+        ),
+        (
+            "the host's turn: start",
+            free(second(240)),
+            four,
+            vec![],
+            ready(),
+            &["start"],
+        ),
+        (
+            "the host's turn: pull",
+            free(second(240)),
+            four,
+            vec![],
+            needs,
+            &["pull sha256:bb"],
+        ),
+        (
+            "no splay: start at the open",
+            free(second(1)),
+            Splay::OFF,
+            vec![],
+            ready(),
+            &["start"],
+        ),
+    ];
+    for (name, host, splay, workers, image, want) in cases {
+        let now = host.taken_at;
+        let supply = decide(&p, &host, limits(splay), now);
+        let planned = plan(
+            &supply,
+            Observed {
+                workers: &workers,
+                in_flight: &InFlight::default(),
+                backoff: &StartBackoff::default(),
+                image: &image,
+                free_hours: None,
+                filter_down: None,
+                scratch_use: &BTreeMap::new(),
+            },
+            &settings(),
+            now,
+        );
+        assert_eq!(
+            short(&planned),
+            want,
+            "{name}: {:?} {:?}",
+            supply.reasons,
+            planned.notes
+        );
+        if name.starts_with("held: no pull") {
+            assert!(
+                planned.notes.iter().any(|n| n.contains("fleet's spread")),
+                "{:?}",
+                planned.notes
+            );
+        }
+    }
+}

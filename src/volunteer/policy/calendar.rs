@@ -60,6 +60,21 @@ pub fn period_at(windows: &[Window], tz: &Zone, now: DateTime<Utc>) -> Period {
     }
 }
 
+/// When the open period `now` is in began: the last instant at or before `now` where the
+/// machine went from closed to open. None when `now` is closed, or open for the whole horizon
+/// behind it (an always-open policy has no opening to spread starts after).
+pub fn opened_at(windows: &[Window], tz: &Zone, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    if !is_open(windows, tz, now) {
+        return None;
+    }
+    let from = now.checked_sub_signed(Duration::days(HORIZON_DAYS))?;
+    boundaries(windows, tz, from)
+        .into_iter()
+        .rev()
+        .filter(|b| *b <= now)
+        .find(|b| is_open(windows, tz, *b) && !is_open(windows, tz, *b - Duration::seconds(1)))
+}
+
 /// All instants after `now` (within the horizon) where some window starts or ends, sorted.
 fn boundaries(windows: &[Window], tz: &Zone, now: DateTime<Utc>) -> Vec<DateTime<Utc>> {
     let today = now.with_timezone(tz).date_naive();

@@ -14,6 +14,7 @@ use crate::config::units::format_duration;
 use crate::config::{Evict, Policy};
 use crate::horizon::{after, before};
 use crate::volunteer::snapshot::{HostSnapshot, Session, Sessions};
+use crate::volunteer::splay::Splay;
 use calendar::Period;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -26,6 +27,11 @@ pub struct Limits {
     pub max_lifetime: Duration,
     /// When the host usually stops being free (learned history), if the site asked to use it.
     pub likely_free_until: Option<DateTime<Utc>>,
+    /// This host's place in the fleet's spread (`splay`): the first start after a window
+    /// opens or pilotd starts, and a pre-window pull, wait for its offset.
+    pub splay: Splay,
+    /// When this pilotd started (the daemon knows; a one-shot `plan` does not).
+    pub started: Option<DateTime<Utc>>,
 }
 
 /// Resources of one worker.
@@ -55,6 +61,8 @@ pub enum Cause {
     WaitingFreeFor,
     TooLittleTime,
     NoRoom,
+    /// Free, but this host's turn in the fleet's spread has not come (`splay`).
+    FleetSplay,
     Free,
 }
 
@@ -90,6 +98,7 @@ impl Cause {
             Cause::WaitingFreeFor => "waiting_free_for",
             Cause::TooLittleTime => "too_little_time",
             Cause::NoRoom => "no_room",
+            Cause::FleetSplay => "fleet_splay",
             Cause::Free => "free",
         }
     }
@@ -123,8 +132,9 @@ pub struct Supply {
     /// The next instant at which this decision may change on its own (clock only).
     pub next_change: Option<DateTime<Utc>>,
     /// The schedule lets a new worker image be downloaded: an open period (before its guard
-    /// band), or the next one opens within `PREFETCH_LEAD`. Never while the machine is closed
-    /// for longer: a pull then would use the owner's bandwidth for nothing.
+    /// band), or the next one opens within `PREFETCH_LEAD` (less this host's pull delay, so
+    /// the fleet's pulls spread over it). Never while the machine is closed for longer: a
+    /// pull then would use the owner's bandwidth for nothing.
     pub downloads: bool,
     /// Latch state to carry into the next snapshot.
     pub owner_busy_since: Option<DateTime<Utc>>,
@@ -144,6 +154,16 @@ fn hm(t: DateTime<Utc>, p: &Policy) -> String {
         .to_string()
 }
 
+/// `hm` with seconds: a held start's instant is this host's own, to the second.
+fn hms(t: DateTime<Utc>, p: &Policy) -> String {
+    if !crate::horizon::in_range(t) {
+        return t.format("%Y-%m-%d %H:%M:%S UTC").to_string();
+    }
+    t.with_timezone(&p.timezone)
+        .format("%a %H:%M:%S %Z")
+        .to_string()
+}
+
 /// Decides what the machine may do at `now`.
 pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) -> Supply {
     let mut reasons = Vec::new();
@@ -156,10 +176,16 @@ pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) 
     let period = calendar::period_at(&p.windows, &p.timezone, now);
     let mut die_at = None;
     let mut downloads = false;
+    // When the open period began, for the fleet's spread of first starts (searched only when
+    // there is a spread).
+    let mut opened = None;
     match period {
         Period::Closed { opens } => {
             if let Some(o) = opens {
-                let from = crate::horizon::before(o, PREFETCH_LEAD);
+                let from = after(
+                    before(o, PREFETCH_LEAD),
+                    limits.splay.pull_delay(PREFETCH_LEAD),
+                );
                 downloads = now >= from;
                 next.push(from);
             }
@@ -173,6 +199,9 @@ pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) 
             next.extend(opens);
         }
         Period::Open { ends } => {
+            if !limits.splay.is_off() {
+                opened = calendar::opened_at(&p.windows, &p.timezone, now);
+            }
             let lifetime_cap = limits
                 .likely_free_until
                 .filter(|t| *t > now)
@@ -353,6 +382,26 @@ pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) 
             causes.push(Cause::NoRoom);
             reasons
                 .push("the share leaves no room for a worker (too little memory or disk)".into());
+        } else if let Some(until) = limits
+            .splay
+            .start_hold(opened, limits.started, p.free_for)
+            .filter(|u| now < *u)
+        {
+            // Only a start waits: evictions were decided above, whatever the splay.
+            next.push(until);
+            causes.push(Cause::FleetSplay);
+            reasons.push(format!(
+                "start held until {} (fleet splay: this host waits its offset of {}, of up to {}, after {} and {} free)",
+                hms(until, p),
+                format_duration(limits.splay.offset),
+                format_duration(limits.splay.width),
+                if opened >= limits.started {
+                    "the window opened"
+                } else {
+                    "pilotd started"
+                },
+                format_duration(p.free_for)
+            ));
         } else {
             allowed = true;
             next.extend(accept_until);

@@ -34,6 +34,8 @@ fn nights_and_weekends() -> Policy {
 const LIMITS: Limits = Limits {
     max_lifetime: Duration::from_secs(24 * 3600),
     likely_free_until: None,
+    splay: crate::volunteer::splay::Splay::OFF,
+    started: None,
 };
 
 /// A host that has been free for an hour at `now`.
@@ -611,7 +613,7 @@ proptest! {
         let mut h = HostSnapshot::test(now).with_free_since(since);
         h.owner_busy_since = busy;
         h.cpu_busy = cpu;
-        let limits = Limits { max_lifetime, likely_free_until: likely };
+        let limits = Limits { max_lifetime, likely_free_until: likely, ..LIMITS };
         let s = decide(&p, &h, limits, now);
         if let Some(n) = s.next_change { prop_assert!(n > now); }
         if s.allowed {

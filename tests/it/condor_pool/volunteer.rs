@@ -52,7 +52,8 @@ impl Machine {
         std::fs::write(
             d.join("pilotd.toml"),
             format!(
-                r#"policy = "{d}/policy.toml"
+                r#"splay = "0s"
+policy = "{d}/policy.toml"
 state_dir = "{d}/state"
 control_socket = "{d}/control.sock"
 interval = "60s"

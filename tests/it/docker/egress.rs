@@ -152,7 +152,7 @@ fn workers_reach_neither_private_addresses_nor_the_host_but_what_the_site_allows
     std::fs::write(
         d.join("pilotd.toml"),
         format!(
-            "policy = \"{d}/policy.toml\"\nstate_dir = \"{d}/state\"\ncontrol_socket = \"{d}/control.sock\"\ninterval = \"2s\"\n\
+            "splay = \"0s\"\npolicy = \"{d}/policy.toml\"\nstate_dir = \"{d}/state\"\ncontrol_socket = \"{d}/control.sock\"\ninterval = \"2s\"\n\
              [host]\nutmp = \"{d}/utmp\"\nscratch = \"{d}/scratch\"\n[docker]\ninstance = \"{instance}\"\n\
              [worker]\nimage = \"127.0.0.1:5000/pilotd-test/worker:v1\"\nallowed_images = [\"127.0.0.1:5000/*\"]\n\
              egress_allow = [\"{allow}\"]\n",

@@ -76,7 +76,8 @@ impl Run {
         std::fs::write(
             d.join("pilotd.toml"),
             format!(
-                r#"policy = "{d}/policy.toml"
+                r#"splay = "0s"
+policy = "{d}/policy.toml"
 state_dir = "{d}/state"
 control_socket = "{d}/control.sock"
 interval = "2s"

@@ -67,7 +67,7 @@ impl Harness {
             .map(|s| format!("socket = \"{s}\"\n"))
             .unwrap_or_default();
         let site = format!(
-            "mode = \"volunteer\"\npolicy = \"{d}/policy.toml\"\nstate_dir = \"{d}/state\"\ncontrol_socket = \"{d}/control.sock\"\ninterval = \"2s\"\n{site}\n[host]\nutmp = \"{d}/utmp\"\nscratch = \"{d}/scratch\"\n[docker]\n{engine}instance = \"{instance}\"\n[worker]\nallowed_images = [\"127.0.0.1:\"]\nrefresh = \"2s\"\ntoken_file = \"{d}/token\"\nbackoff_base = \"1s\"\nbackoff_max = \"2s\"\n{worker}\n",
+            "mode = \"volunteer\"\nsplay = \"0s\"\npolicy = \"{d}/policy.toml\"\nstate_dir = \"{d}/state\"\ncontrol_socket = \"{d}/control.sock\"\ninterval = \"2s\"\n{site}\n[host]\nutmp = \"{d}/utmp\"\nscratch = \"{d}/scratch\"\n[docker]\n{engine}instance = \"{instance}\"\n[worker]\nallowed_images = [\"127.0.0.1:\"]\nrefresh = \"2s\"\ntoken_file = \"{d}/token\"\nbackoff_base = \"1s\"\nbackoff_max = \"2s\"\n{worker}\n",
             d = p.display(),
         );
         // Patterns match whole components (no `127.0.0.1:*`): allow the registry of the

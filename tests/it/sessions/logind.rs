@@ -45,7 +45,7 @@ fn setup(dir: &Path, lock_grace: &str) {
     std::fs::write(
         dir.join("pilotd.toml"),
         format!(
-            "policy = \"{d}/policy.toml\"\nstate_dir = \"{d}/state\"\n[host]\nutmp = \"{d}/utmp\"\nscratch = \"{d}\"\n[docker]\nsocket = \"unix://{d}/no-engine.sock\"\n",
+            "splay = \"0s\"\npolicy = \"{d}/policy.toml\"\nstate_dir = \"{d}/state\"\n[host]\nutmp = \"{d}/utmp\"\nscratch = \"{d}\"\n[docker]\nsocket = \"unix://{d}/no-engine.sock\"\n",
             d = dir.display()
         ),
     )
