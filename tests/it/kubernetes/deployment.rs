@@ -145,6 +145,18 @@ fn the_image_and_every_manifest_start_pilotd_run_with_a_config_the_configmap_hol
     let cli = Cli::try_parse_from(pilotd_argv(&alone))
         .unwrap_or_else(|e| panic!("image argv {alone:?}: {e}"));
     assert!(matches!(cli.command, Command::Run(_)), "{alone:?}");
+    // And the image really starts it: pilotd runs on the base's libc, as the image's user, and
+    // without a mounted config it stops at the file the CMD names.
+    let out = std::process::Command::new("docker")
+        .args(["run", "--rm", &name])
+        .output()
+        .expect("docker runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "docker run {name}: {stderr}");
+    assert!(
+        stderr.contains("cannot read /etc/pilotd/pilotd.toml"),
+        "docker run {name}: {stderr}"
+    );
 
     let docs = manifests();
     let configmaps: Vec<&Value> = docs
