@@ -24,7 +24,8 @@ build() { # TAG ARGS...: docker build, quiet unless it fails
     local tag=$1 out; shift
     local start=$SECONDS
     out=$(mktemp)
-    if ! DOCKER_BUILDKIT=0 docker build "$@" -t "$tag" >"$out" 2>&1; then
+    # --force-rm: a failed step leaves no stopped container behind.
+    if ! DOCKER_BUILDKIT=0 docker build --force-rm "$@" -t "$tag" >"$out" 2>&1; then
         tail -n 40 "$out" >&2; rm -f "$out"; log "building $tag failed"; exit 1
     fi
     rm -f "$out"
