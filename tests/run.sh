@@ -42,7 +42,7 @@ set -a; eval "$docker_env"; set +a
 PILOTD_TEST_PILOT_IMAGE=$(bash tests/images/build-pilot-image.sh)
 export PILOTD_TEST_PILOT_IMAGE
 
-log "a real HTCondor pool (Debian's condor, built into images here; cached by tag)"
+log "a real HTCondor pool and the shipped worker and provisioner images (Debian's condor, built into images here; cached by tag)"
 pool_env=$(bash tests/pool/up.sh)
 set -a; eval "$pool_env"; set +a
 

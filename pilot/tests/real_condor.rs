@@ -1,8 +1,9 @@
-//! The pilot with the real HTCondor (Debian's condor 23.9) in the worker image of
-//! tests/images/condor-worker, against the real pool of tests/pool/up.sh: real jobs of
-//! ordinary users, real IDTOKENS, real config fetched over https from a server with a test
-//! CA. Each worker runs as pilotd runs it by default: uid 65532, every capability dropped,
-//! no-new-privileges. Every exit code of the contract is produced by real condor here.
+//! The pilot with the real HTCondor (Debian's condor 23.9) in the shipped worker image (the
+//! /Dockerfile's `worker` target on Debian's condor, tests/images/build-shipped-images.sh),
+//! against the real pool of tests/pool/up.sh: real jobs of ordinary users, real IDTOKENS, real
+//! config fetched over https from a server with a test CA. Each worker runs as pilotd runs it
+//! by default: uid 65532, every capability dropped, no-new-privileges. Every exit code of the
+//! contract is produced by real condor here.
 //!
 //! Ignored by a plain `cargo test` (they need the pool); tests/run.sh runs them.
 

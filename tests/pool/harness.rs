@@ -259,8 +259,8 @@ impl Pool {
 }
 
 /// How one worker container is run: as pilotd runs it (unprivileged uid, every capability
-/// dropped, no-new-privileges, its own scratch dir owned by that uid, the token read-only),
-/// on the pool's network.
+/// dropped, no-new-privileges, a read-only root, its own scratch dir owned by that uid, the
+/// token read-only), on the pool's network.
 pub struct WorkerRun<'a> {
     pool: &'a Pool,
     name: String,
@@ -369,6 +369,13 @@ impl<'a> WorkerRun<'a> {
             "ALL",
             "--security-opt",
             "no-new-privileges",
+            // A read-only root with tmpfs /tmp and /var/tmp, as pilotd's default
+            // (`[worker] read_only_rootfs`) starts workers.
+            "--read-only",
+            "--tmpfs",
+            "/tmp",
+            "--tmpfs",
+            "/var/tmp",
             "--label",
             "pilotd.test-pool-worker=true",
         ]

@@ -8,9 +8,9 @@
 # lives on the central manager and the access point; the pool's daemons hold a token for
 # condor@pilotd-test; workers get one for pilot@pilotd-test that may only advertise.
 #
-# Also builds (cached by tag) the Debian HTCondor image and the condor worker image (Debian's
-# condor + tini + the pilot, tests/images/condor-worker), and pushes the worker image to the
-# local registry (tests/setup-docker.sh must have run) for pilotd to pull.
+# Also builds (cached by tag) the Debian HTCondor image and, from the shipped /Dockerfile on it,
+# the worker and provisioner images (tests/images/build-shipped-images.sh), and pushes the
+# worker image to the local registry (tests/setup-docker.sh must have run) for pilotd to pull.
 #
 # Idempotent: containers whose configuration has not changed are kept. Prints the
 # environment the tests need as eval-able lines. Needs root, docker, debootstrap.
@@ -31,7 +31,7 @@ if [ "${1:-}" = --down ]; then
 fi
 
 base=$(bash "$repo/tests/images/build-debian-image.sh" pilotd-test/condor condor ca-certificates tini)
-mkdir -p "$dir"/{keys,tokens,tls,www,worker-ctx}
+mkdir -p "$dir"/{keys,tokens,tls,www}
 chmod 755 "$dir" "$dir/www"
 
 # Secrets, made once and kept: the pool signing key, the test CA and the web server's cert.
@@ -73,20 +73,13 @@ fi
 chmod 644 "$dir/tls/web.pem" "$dir/tls/ca.pem"; chmod 600 "$dir/tls/web.key" "$dir/tls/ca.key"
 install -m 644 "$here/worker-pool.conf" "$dir/www/pool.conf"
 
-# The worker image: Debian's condor, tini, the pilot, the test CA in the trust store.
-( cd "$repo" && cargo build -q -p pilot )
-pilot_bin=${CARGO_TARGET_DIR:-$repo/target}/debug/pilot
-install -m 755 "$pilot_bin" "$dir/worker-ctx/pilot"
-install -m 644 "$dir/tls/ca.pem" "$dir/worker-ctx/extra-ca.crt"
-cp "$repo/tests/images/condor-worker/Dockerfile" "$dir/worker-ctx/Dockerfile"
-wkey=$(cat "$dir/worker-ctx/pilot" "$dir/worker-ctx/extra-ca.crt" "$dir/worker-ctx/Dockerfile" \
-       <(echo "$base") | sha256sum | cut -c1-12)
-worker_local=pilotd-test/condor-worker:$wkey
-if ! docker image inspect "$worker_local" >/dev/null 2>&1; then
-    log "building $worker_local"
-    DOCKER_BUILDKIT=0 docker build -q --build-arg BASE="$base" -t "$worker_local" "$dir/worker-ctx" >/dev/null
-fi
-worker_image=$registry/pilotd-test/condor-worker:$wkey
+# The shipped images, built from the shipped /Dockerfile on Debian's condor as a site builds
+# them (tests/images/build-shipped-images.sh; cached by a hash of their inputs). The worker
+# image is pushed to the local registry for pilotd to pull.
+images=$(bash "$repo/tests/images/build-shipped-images.sh" "$base" "$dir/tls/ca.pem")
+worker_local=$(sed -n 1p <<<"$images")
+provisioner_image=$(sed -n 2p <<<"$images")
+worker_image=$registry/$worker_local
 docker tag "$worker_local" "$worker_image"
 docker push -q "$worker_image" >/dev/null
 
@@ -143,3 +136,4 @@ echo "PILOTD_POOL_DIR=$dir"
 echo "PILOTD_POOL_NETWORK=$net"
 echo "PILOTD_POOL_WORKER_IMAGE=$worker_image"
 echo "PILOTD_POOL_CONDOR_IMAGE=$base"
+echo "PILOTD_TEST_PROVISIONER_IMAGE=$provisioner_image"

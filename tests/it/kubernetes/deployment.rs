@@ -1,9 +1,10 @@
-//! The deployment starts: the container's argv is built from the Dockerfile's `provisioner`
-//! target and from each manifest in deploy/kubernetes exactly as the container runtime and the
-//! kubelet build it, and parsed with pilotd's own CLI. (An entrypoint ending in `run` plus the
-//! Deployment's `args: [-c, FILE, run]` once made `pilotd run -c FILE run`, which exits 2.)
-//! Nothing here can run the image (no outside registry); what a container would be given is
-//! read from the same files the image and the cluster read.
+//! The deployment starts: the container's argv is built from the provisioner image that
+//! tests/pool/up.sh built from the Dockerfile's `provisioner` target (its Entrypoint and Cmd, as
+//! `docker image inspect` reports them) and from each manifest in deploy/kubernetes exactly as
+//! the container runtime and the kubelet build it, and parsed with pilotd's own CLI. (An
+//! entrypoint ending in `run` plus the Deployment's `args: [-c, FILE, run]` once made
+//! `pilotd run -c FILE run`, which exits 2.) The image's user and its condor client
+//! configuration are read from the image itself, by running its own programs.
 
 use crate::harness;
 use clap::Parser;
@@ -11,39 +12,65 @@ use pilotd::cli::{Cli, Command};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
-/// ENTRYPOINT and CMD (exec form) of one Dockerfile stage. As Docker does, an ENTRYPOINT set
-/// in the stage clears a CMD inherited from its base, so only the stage's own CMD counts.
-fn stage_argv(dockerfile: &str, stage: &str) -> (Vec<String>, Vec<String>) {
-    let mut in_stage = false;
-    let (mut entrypoint, mut cmd) = (None, Vec::new());
-    for (i, line) in dockerfile.lines().enumerate() {
-        let line = line.trim();
-        if line.starts_with("FROM ") {
-            in_stage = line.ends_with(&format!(" AS {stage}"));
-            continue;
-        }
-        if !in_stage {
-            continue;
-        }
-        let exec_form = |rest: &str| -> Vec<String> {
-            serde_json::from_str(rest.trim())
-                .unwrap_or_else(|e| panic!("Dockerfile:{}: not the exec (JSON) form: {e}", i + 1))
-        };
-        if let Some(rest) = line.strip_prefix("ENTRYPOINT ") {
-            entrypoint = Some(exec_form(rest));
-        } else if let Some(rest) = line.strip_prefix("CMD ") {
-            cmd = exec_form(rest);
-        }
+/// The provisioner image tests/pool/up.sh built (`PILOTD_TEST_PROVISIONER_IMAGE`).
+fn provisioner_image() -> String {
+    std::env::var("PILOTD_TEST_PROVISIONER_IMAGE").unwrap_or_else(|_| {
+        panic!(
+            "PILOTD_TEST_PROVISIONER_IMAGE is not set: this test needs the provisioner image \
+             built from the Dockerfile; run tests/run.sh, or `eval \"$(tests/pool/up.sh)\"` \
+             and export the result"
+        )
+    })
+}
+
+/// What the image's config says a container starts with: ENTRYPOINT and CMD (as Docker
+/// records them: an ENTRYPOINT set in a stage clears a CMD inherited from its base) and USER.
+struct ImageStart {
+    entrypoint: Vec<String>,
+    cmd: Vec<String>,
+    user: String,
+}
+
+fn inspect(image: &str) -> ImageStart {
+    let out = harness::sh_ok(&format!("docker image inspect {image}"));
+    let all: Value = serde_json::from_str(&out).expect("docker image inspect prints JSON");
+    let config = &all[0]["Config"];
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|s| s.as_str().expect("argv entries are strings").to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    ImageStart {
+        entrypoint: strings(&config["Entrypoint"]),
+        cmd: strings(&config["Cmd"]),
+        user: config["User"].as_str().unwrap_or_default().to_string(),
     }
-    (
-        entrypoint.unwrap_or_else(|| panic!("stage {stage} has no ENTRYPOINT")),
-        cmd,
-    )
+}
+
+/// Runs `program args` in a container of `image` (as the image's user, or `user`); its stdout.
+fn in_image(image: &str, user: Option<&str>, program: &str, args: &[&str]) -> String {
+    let mut cmd = std::process::Command::new("docker");
+    cmd.args(["run", "--rm", "--entrypoint", program]);
+    if let Some(u) = user {
+        cmd.args(["--user", u]);
+    }
+    let out = cmd.arg(image).args(args).output().expect("docker runs");
+    assert!(
+        out.status.success(),
+        "{program} {args:?} in {image}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 /// The kubelet's rule: `command` replaces the ENTRYPOINT (and then the image's CMD is not
 /// used), `args` replaces the CMD.
-fn container_argv(image: &(Vec<String>, Vec<String>), container: &Value) -> Vec<String> {
+fn container_argv(image: (&[String], &[String]), container: &Value) -> Vec<String> {
     let strings = |v: &Value| -> Option<Vec<String>> {
         v.as_array().map(|a| {
             a.iter()
@@ -54,8 +81,8 @@ fn container_argv(image: &(Vec<String>, Vec<String>), container: &Value) -> Vec<
     let command = strings(&container["command"]);
     let args = strings(&container["args"]);
     match (command, args) {
-        (None, None) => [image.0.clone(), image.1.clone()].concat(),
-        (None, Some(a)) => [image.0.clone(), a].concat(),
+        (None, None) => [image.0, image.1].concat(),
+        (None, Some(a)) => [image.0.to_vec(), a].concat(),
         (Some(c), None) => c,
         (Some(c), Some(a)) => [c, a].concat(),
     }
@@ -107,15 +134,29 @@ fn containers(doc: &Value) -> Vec<&Value> {
 }
 
 #[test]
+#[ignore = "needs the Docker engine and the provisioner image tests/pool/up.sh builds: tests/run.sh runs it"]
 fn the_image_and_every_manifest_start_pilotd_run_with_a_config_the_configmap_holds() {
-    let dockerfile = std::fs::read_to_string(harness::repo("Dockerfile")).unwrap();
-    let image = stage_argv(&dockerfile, "provisioner");
+    let name = provisioner_image();
+    let built = inspect(&name);
+    let image = (built.entrypoint.as_slice(), built.cmd.as_slice());
 
     // The image on its own (`docker run IMAGE`) runs the provisioner.
-    let alone = [image.0.clone(), image.1.clone()].concat();
+    let alone = [image.0, image.1].concat();
     let cli = Cli::try_parse_from(pilotd_argv(&alone))
         .unwrap_or_else(|e| panic!("image argv {alone:?}: {e}"));
     assert!(matches!(cli.command, Command::Run(_)), "{alone:?}");
+    // And the image really starts it: pilotd runs on the base's libc, as the image's user, and
+    // without a mounted config it stops at the file the CMD names.
+    let out = std::process::Command::new("docker")
+        .args(["run", "--rm", &name])
+        .output()
+        .expect("docker runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "docker run {name}: {stderr}");
+    assert!(
+        stderr.contains("cannot read /etc/pilotd/pilotd.toml"),
+        "docker run {name}: {stderr}"
+    );
 
     let docs = manifests();
     let configmaps: Vec<&Value> = docs
@@ -126,7 +167,7 @@ fn the_image_and_every_manifest_start_pilotd_run_with_a_config_the_configmap_hol
     let mut started = 0;
     for (file, doc) in &docs {
         for c in containers(doc) {
-            let argv = container_argv(&image, c);
+            let argv = container_argv(image, c);
             let cli = Cli::try_parse_from(pilotd_argv(&argv)).unwrap_or_else(|e| {
                 panic!("{}: container {}: {argv:?}: {e}", file.display(), c["name"])
             });
@@ -171,12 +212,24 @@ fn the_image_and_every_manifest_start_pilotd_run_with_a_config_the_configmap_hol
                 "{cm_name}/{key} is kubernetes mode"
             );
 
-            // The pod's user is the image's own non-root user (the condor tools look it up).
-            let uid = spec["securityContext"]["runAsUser"].as_u64().unwrap();
+            // The pod's user is the image's own non-root user, with a passwd entry (the condor
+            // tools look the caller up).
+            let ctx = &spec["securityContext"];
+            let (uid, gid) = (
+                ctx["runAsUser"].as_u64().unwrap(),
+                ctx["runAsGroup"].as_u64(),
+            );
             assert!(uid != 0);
+            let want = match gid {
+                Some(g) => format!("{uid}:{g}"),
+                None => uid.to_string(),
+            };
+            assert_eq!(built.user, want, "the image's USER is the pod's runAsUser");
+            let uid = uid.to_string();
+            let user_name = in_image(&name, Some(&uid), "id", &["-un"]);
             assert!(
-                dockerfile.contains(&format!("useradd -u {uid} ")),
-                "the provisioner image has no passwd entry for runAsUser {uid}"
+                !user_name.is_empty() && !user_name.bytes().all(|b| b.is_ascii_digit()),
+                "no passwd entry for runAsUser {uid} in the image: id -un says {user_name:?}"
             );
             started += 1;
         }
@@ -184,31 +237,71 @@ fn the_image_and_every_manifest_start_pilotd_run_with_a_config_the_configmap_hol
     assert_eq!(started, 1, "one provisioner container in deploy/kubernetes");
 }
 
+/// The image's condor client reads 50-pilotd-client.conf: every setting of
+/// deploy/kubernetes/condor-client.conf is what `condor_config_val` reports in the image, and the
+/// CA bundle and directory it names are there (on a Debian base the bundle is not at EL's path
+/// unless the Dockerfile links it).
+#[test]
+#[ignore = "needs the Docker engine and the provisioner image tests/pool/up.sh builds: tests/run.sh runs it"]
+fn the_images_condor_client_has_the_client_settings_of_deploy_kubernetes() {
+    let image = provisioner_image();
+    let sources = in_image(&image, None, "condor_config_val", &["-config"]);
+    assert!(
+        sources
+            .lines()
+            .any(|l| l.trim() == "/etc/condor/config.d/50-pilotd-client.conf"),
+        "condor in the image does not read 50-pilotd-client.conf:\n{sources}"
+    );
+    let file = harness::repo("deploy/kubernetes/condor-client.conf");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let settings: Vec<(&str, &str)> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let (k, v) = l
+                .split_once('=')
+                .unwrap_or_else(|| panic!("{}: not KEY = VALUE: {l}", file.display()));
+            (k.trim(), v.trim())
+        })
+        .collect();
+    assert!(settings.len() >= 5, "{settings:?}");
+    let keys: Vec<&str> = settings.iter().map(|(k, _)| *k).collect();
+    let values = in_image(&image, None, "condor_config_val", &keys);
+    let got: Vec<(&str, &str)> = keys.iter().copied().zip(values.lines()).collect();
+    assert_eq!(got, settings, "the image's condor client settings");
+    let value = |key: &str| settings.iter().find(|(k, _)| *k == key).unwrap().1;
+    in_image(
+        &image,
+        None,
+        "test",
+        &["-s", value("AUTH_SSL_CLIENT_CAFILE")],
+    );
+    in_image(
+        &image,
+        None,
+        "test",
+        &["-d", value("AUTH_SSL_CLIENT_CADIR")],
+    );
+}
+
 #[test]
 fn argv_rules_are_the_runtimes() {
-    let image = (
-        vec![
-            "/usr/bin/tini".into(),
-            "--".into(),
-            "/usr/local/bin/pilotd".into(),
-        ],
-        vec!["run".into()],
-    );
+    let tini_pilotd: Vec<String> = vec![
+        "/usr/bin/tini".into(),
+        "--".into(),
+        "/usr/local/bin/pilotd".into(),
+    ];
+    let run = vec!["run".to_string()];
+    let image = (tini_pilotd.as_slice(), run.as_slice());
     let c: Value = serde_json::json!({"args": ["-c", "/x", "run"]});
-    assert_eq!(container_argv(&image, &c)[3..], ["-c", "/x", "run"]);
+    assert_eq!(container_argv(image, &c)[3..], ["-c", "/x", "run"]);
     let c: Value = serde_json::json!({"command": ["/bin/sh"]});
-    assert_eq!(container_argv(&image, &c), ["/bin/sh"]);
+    assert_eq!(container_argv(image, &c), ["/bin/sh"]);
     // The defect this file exists for: an entrypoint that already ends in `run`.
-    let old = (
-        vec![
-            "/usr/bin/tini".into(),
-            "--".into(),
-            "/usr/local/bin/pilotd".into(),
-            "run".into(),
-        ],
-        vec![],
-    );
-    let argv = container_argv(&old, &serde_json::json!({"args": ["-c", "/x", "run"]}));
+    let old_entrypoint = [tini_pilotd.clone(), run.clone()].concat();
+    let old = (old_entrypoint.as_slice(), &[][..]);
+    let argv = container_argv(old, &serde_json::json!({"args": ["-c", "/x", "run"]}));
     let e = Cli::try_parse_from(pilotd_argv(&argv)).unwrap_err();
     assert!(e.to_string().contains("unexpected argument 'run'"), "{e}");
 }
