@@ -26,6 +26,18 @@ struct Machine {
 impl Machine {
     /// `on_return`: how a login treats running workers; `idle`: the pilot's idle timeout.
     fn new(pool: &Pool, name: &str, on_return: &str, idle: &str) -> Machine {
+        Machine::with(pool, name, on_return, idle, "", "")
+    }
+
+    /// As `new`, with lines added to `[worker]` and to `[worker.env]`.
+    fn with(
+        pool: &Pool,
+        name: &str,
+        on_return: &str,
+        idle: &str,
+        worker: &str,
+        env: &str,
+    ) -> Machine {
         let tag = Tag::new(name);
         let dir = tempfile::tempdir_in("/var/tmp").unwrap();
         let d = dir.path();
@@ -70,6 +82,7 @@ token_file = "{d}/pool.token"
 network = "{network}"
 backoff_base = "2s"
 backoff_max = "4s"
+{worker}
 [worker.env]
 PILOT_CONFIG_URLS = "{url}"
 PILOT_TOKEN_FILE = "{{token_path}}"
@@ -82,6 +95,7 @@ PILOT_DIE_AT = "{{die_at}}"
 PILOT_FREE_HOURS = "{{free_hours}}"
 PILOT_START_EXTRA = '{start}'
 PILOTD_TEST_TAG = "{tag}"
+{env}
 "#,
                 d = d.display(),
                 image = pool.worker_image,
@@ -345,4 +359,109 @@ fn a_paused_worker_keeps_its_job_which_completes_after_the_owner_leaves() {
     let out = pool.on_ap("alice", "cat vpause.out");
     assert!(out.starts_with("ran as 65532"), "{out}");
     assert!(Path::new(&m.path("state")).exists());
+}
+
+/// A host directory made a shared mount point, as a host's `/cvmfs` under autofs is, so that
+/// a mount made below it later propagates into workers (`rslave`); unmounted on drop.
+struct CvmfsDir {
+    dir: tempfile::TempDir,
+    repos: Vec<PathBuf>,
+}
+
+impl CvmfsDir {
+    fn new() -> CvmfsDir {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let d = dir.path().display();
+        crate::harness::sh_ok(&format!("mount --bind {d} {d} && mount --make-rshared {d}"));
+        CvmfsDir {
+            dir,
+            repos: Vec::new(),
+        }
+    }
+
+    /// Mounts a tmpfs holding a repository's `.cvmfspublished` (revision `rev`) at
+    /// `<dir>/<repo>`, as autofs mounts a repository on first access.
+    fn mount(&mut self, repo: &str, rev: u64) {
+        let at = self.dir.path().join(repo);
+        std::fs::create_dir(&at).unwrap();
+        crate::harness::sh_ok(&format!(
+            "mount -t tmpfs -o size=1m {repo} {}",
+            at.display()
+        ));
+        std::fs::write(
+            at.join(".cvmfspublished"),
+            format!("C0123abcd\nN{repo}\nS{rev}\nT1764700000\n--\n0123abcd\n"),
+        )
+        .unwrap();
+        self.repos.push(at);
+    }
+}
+
+impl Drop for CvmfsDir {
+    fn drop(&mut self) {
+        for r in self.repos.iter().rev() {
+            let _ = crate::harness::sh(&format!("umount -l {}", r.display()));
+        }
+        let _ = crate::harness::sh(&format!("umount -l {}", self.dir.path().display()));
+    }
+}
+
+#[test]
+#[ignore = "needs the real HTCondor pool: run by tests/run.sh"]
+fn the_pool_sees_pilotds_attributes_and_a_cvmfs_repository_mounted_after_the_start() {
+    let pool = Pool::from_env();
+    let mut cvmfs = CvmfsDir::new();
+    let m = Machine::with(
+        &pool,
+        "vfleet",
+        "pause",
+        "10m",
+        &format!("cvmfs = \"{}\"", cvmfs.dir.path().display()),
+        "PILOT_AD_FILE = \"{ad_file}\"\nPILOT_AD_PERIOD = \"2\"",
+    );
+    let worker = m.running_worker();
+    let host = Machine::hostname(&worker);
+    let version = env!("CARGO_PKG_VERSION");
+    let attrs = [
+        "PILOTD_VERSION",
+        "PILOTD_INSTANCE",
+        "PILOTD_COMPUTING",
+        "PILOTD_SNOOZED",
+        "PILOTD_ON_RETURN",
+        "PILOTD_EVICTION",
+        "PILOTD_WINDOW_END",
+    ];
+    // condor_status -af prints strings bare and undefined as "undefined" (always open).
+    let want = format!("{version} {} true false pause none undefined", m.instance);
+    let seen = wait_for(
+        &format!("pilotd's attributes in {host}'s slot ad\n{}", m.diagnose()),
+        LONG,
+        || {
+            pool.slot_attrs(&host, &attrs)
+                .into_iter()
+                .find(|l| l == &want)
+        },
+    );
+    assert_eq!(seen, want);
+
+    // A repository appears below the host's directory after the worker started: the worker
+    // sees it through its rslave mount, and the pilot's next probe advertises it.
+    cvmfs.mount("test-repo.example.org", 4242);
+    let (ok, published) = crate::harness::sh(&format!(
+        "docker exec {worker} cat /cvmfs/test-repo.example.org/.cvmfspublished"
+    ));
+    assert!(ok && published.contains("S4242"), "{published}");
+    let cvmfs_attrs = [
+        "HAS_CVMFS_test_repo_example_org",
+        "CVMFS_test_repo_example_org_REVISION",
+    ];
+    wait_for(
+        &format!("the repository in {host}'s slot ad\n{}", m.diagnose()),
+        LONG,
+        || {
+            pool.slot_attrs(&host, &cvmfs_attrs)
+                .into_iter()
+                .find(|l| l == "true 4242")
+        },
+    );
 }
