@@ -166,257 +166,28 @@ fn hms(t: DateTime<Utc>, p: &Policy) -> String {
 
 /// Decides what the machine may do at `now`.
 pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) -> Supply {
-    let mut reasons = Vec::new();
-    let mut causes = Vec::new();
-    let mut evict = Evict::None;
-    let mut blocked = false;
-    let mut next = Vec::new();
+    let mut f = Findings::default();
+    let (die_at, downloads, opened) = schedule(p, limits, now, &mut f);
+    snooze_and_sleep(p, h, now, &mut f);
+    let away_notes = sessions(p, h, now, &mut f);
+    battery_and_exclusive(p, h, &mut f);
+    let owner_busy_since = owner_cpu(p, h, now, &mut f);
 
-    // The schedule.
-    let period = calendar::period_at(&p.windows, &p.timezone, now);
-    let mut die_at = None;
-    let mut downloads = false;
-    // When the open period began, for the fleet's spread of first starts (searched only when
-    // there is a spread).
-    let mut opened = None;
-    match period {
-        Period::Closed { opens } => {
-            if let Some(o) = opens {
-                let from = after(
-                    before(o, PREFETCH_LEAD),
-                    limits.splay.pull_delay(PREFETCH_LEAD),
-                );
-                downloads = now >= from;
-                next.push(from);
-            }
-            blocked = true;
-            evict = evict.max(Evict::Graceful);
-            causes.push(Cause::OutsideSchedule);
-            reasons.push(match opens {
-                Some(o) => format!("outside the schedule; next open period starts {}", hm(o, p)),
-                None => "outside the schedule, and no window opens in the coming week".into(),
-            });
-            next.extend(opens);
-        }
-        Period::Open { ends } => {
-            if !limits.splay.is_off() {
-                opened = calendar::opened_at(&p.windows, &p.timezone, now);
-            }
-            let lifetime_cap = limits
-                .likely_free_until
-                .filter(|t| *t > now)
-                .map_or(after(now, limits.max_lifetime), |t| {
-                    t.min(after(now, limits.max_lifetime))
-                });
-            match ends {
-                Some(end) => {
-                    let guard = before(end, p.evict_before_end);
-                    if now >= guard {
-                        blocked = true;
-                        evict = evict.max(Evict::Graceful);
-                        causes.push(Cause::GuardBand);
-                        reasons.push(format!(
-                            "within {} of the open period's end at {}: workers must be gone",
-                            format_duration(p.evict_before_end),
-                            hm(end, p)
-                        ));
-                        next.push(end);
-                    } else {
-                        die_at = Some(guard.min(lifetime_cap));
-                        downloads = true;
-                        next.push(guard);
-                    }
-                }
-                None => {
-                    die_at = Some(lifetime_cap);
-                    downloads = true;
-                }
-            }
-        }
-    }
-
-    // The owner said "not now" (`pilotd snooze`): as if they were here, until the instant.
-    // A snooze that cannot be read may be one: as if they were here until it can be (the
-    // daemon reads it again every cycle).
-    if let Some(why) = &h.snooze_unreadable {
-        blocked = true;
-        evict = evict.max(p.on_return);
-        causes.push(Cause::Snoozed);
-        reasons.push(format!(
-            "{why}; counted as snoozed until it can be read (`pilotd resume` removes it)"
-        ));
-    } else if let Some(until) = h.snoozed_until.filter(|u| *u > now) {
-        blocked = true;
-        evict = evict.max(p.on_return);
-        causes.push(Cause::Snoozed);
-        reasons.push(format!("snoozed by the owner until {}", hm(until, p)));
-        next.push(until);
-    }
-
-    // The machine is about to sleep: as if the owner were back, so workers make room within
-    // logind's delay; after the wake-up nothing starts before a fresh observation (the latch
-    // "free since" restarts here).
-    if h.sleeping {
-        blocked = true;
-        evict = evict.max(p.on_return);
-        causes.push(Cause::Sleeping);
-        reasons.push("the machine is going to sleep".into());
-    }
-
-    // The owner.
-    let mut away_notes = Vec::new();
-    match &h.sessions {
-        // Logins do not matter to this owner, so not knowing them does not either.
-        Sessions::Unknown(why) if p.sessions != SessionRule::Ignore => {
-            blocked = true;
-            evict = evict.max(p.on_return);
-            causes.push(Cause::SessionsUnknown);
-            reasons.push(format!(
-                "cannot tell who is logged in ({why}); assuming the owner is here"
-            ));
-        }
-        Sessions::Known(list) if p.sessions != SessionRule::Ignore => {
-            let mut present: Vec<&str> = Vec::new();
-            for s in list
-                .iter()
-                .filter(|s| !p.ignore_users.contains(&s.user))
-                .filter(|s| s.uid.is_none_or(|uid| uid >= p.system_uid_below))
-            {
-                let away = match p.sessions {
-                    SessionRule::Active => away(s, h.input_idle_s, p, now, &mut next),
-                    _ => None,
-                };
-                match away {
-                    Some(why) => away_notes.push(format!("{} is away ({why})", s.user)),
-                    None => present.push(s.user.as_str()),
-                }
-            }
-            if !present.is_empty() {
-                present.sort_unstable();
-                present.dedup();
-                blocked = true;
-                evict = evict.max(p.on_return);
-                causes.push(Cause::OwnerPresent);
-                reasons.push(format!(
-                    "{} logged in{}",
-                    present.join(", "),
-                    if p.sessions == SessionRule::Active {
-                        " and in use (not locked, not idle)"
-                    } else {
-                        ""
-                    }
-                ));
-            }
-        }
-        Sessions::Known(_) | Sessions::Unknown(_) => {}
-    }
-
-    if h.on_battery && p.on_battery == BatteryRule::Stop {
-        blocked = true;
-        evict = evict.max(p.on_return);
-        causes.push(Cause::OnBattery);
-        reasons.push("running on battery".into());
-    }
-    if !h.exclusive_running.is_empty() {
-        blocked = true;
-        evict = evict.max(p.on_return);
-        causes.push(Cause::ExclusiveProcess);
-        reasons.push(format!("{} running", h.exclusive_running.join(", ")));
-    }
-
-    // Owner CPU, latched: a short spike neither evicts nor restarts anything.
-    let owner_cpu = h.owner_cpu();
-    let high = owner_cpu > p.max_owner_cpu;
-    let owner_busy_since = high.then(|| h.owner_busy_since.unwrap_or(now));
-    if let Some(since) = owner_busy_since {
-        blocked = true;
-        let evict_at = after(since, p.busy_for);
-        if now >= evict_at {
-            evict = evict.max(p.on_return);
-            causes.push(Cause::OwnerCpuEvict);
-            reasons.push(format!(
-                "owner CPU {:.0}% above {:.0}% for {}",
-                owner_cpu * 100.0,
-                p.max_owner_cpu * 100.0,
-                format_duration(Duration::from_secs(
-                    now.signed_duration_since(since).num_seconds().max(0) as u64
-                ))
-            ));
-        } else {
-            next.push(evict_at);
-            causes.push(Cause::OwnerCpuHigh);
-            reasons.push(format!(
-                "owner CPU {:.0}% above {:.0}%: no new workers; running ones are evicted if it lasts until {}",
-                owner_cpu * 100.0,
-                p.max_owner_cpu * 100.0,
-                hm(evict_at, p)
-            ));
-        }
-    }
-
-    let host_free_since = (!blocked).then(|| h.host_free_since.unwrap_or(now));
+    let host_free_since = (!f.blocked).then(|| h.host_free_since.unwrap_or(now));
     let accept_until = die_at.map(|d| before(d, p.longest_job));
     let share = split_share(p, h);
-
-    let mut allowed = false;
-    if let Some(since) = host_free_since {
-        let ready_at = after(since, p.free_for);
-        if now < ready_at {
-            next.push(ready_at);
-            causes.push(Cause::WaitingFreeFor);
-            reasons.push(format!(
-                "host free since {}; workers start after {} free, at {}",
-                hm(since, p),
-                format_duration(p.free_for),
-                hm(ready_at, p)
-            ));
-        } else if let Some(a) = accept_until.filter(|a| *a <= now) {
-            causes.push(Cause::TooLittleTime);
-            reasons.push(format!(
-                "too little time left: a {} job started now would not end before {} (accepting jobs ended {})",
-                format_duration(p.longest_job),
-                die_at.map(|d| hm(d, p)).unwrap_or_default(),
-                hm(a, p)
-            ));
-        } else if share.0 == 0 {
-            causes.push(Cause::NoRoom);
-            reasons
-                .push("the share leaves no room for a worker (too little memory or disk)".into());
-        } else if let Some(until) = limits
-            .splay
-            .start_hold(opened, limits.started, p.free_for)
-            .filter(|u| now < *u)
-        {
-            // Only a start waits: evictions were decided above, whatever the splay.
-            next.push(until);
-            causes.push(Cause::FleetSplay);
-            reasons.push(format!(
-                "start held until {} (fleet splay: this host waits its offset of {}, of up to {}, after {} and {} free)",
-                hms(until, p),
-                format_duration(limits.splay.offset),
-                format_duration(limits.splay.width),
-                if opened >= limits.started {
-                    "the window opened"
-                } else {
-                    "pilotd started"
-                },
-                format_duration(p.free_for)
-            ));
-        } else {
-            allowed = true;
-            next.extend(accept_until);
-            let (workers, r) = share;
-            causes.push(Cause::Free);
-            reasons.push(format!(
-                "host free: {workers} worker(s) of {} CPU, {} MiB, until {}",
-                r.cpus,
-                r.memory_mib,
-                die_at
-                    .map(|d| hm(d, p))
-                    .unwrap_or_else(|| "further notice".into())
-            ));
-        }
-    }
+    let allowed = host_free_since.is_some_and(|since| {
+        admit(
+            p,
+            limits,
+            opened,
+            now,
+            since,
+            (accept_until, die_at),
+            share,
+            &mut f,
+        )
+    });
 
     // They change no decision, but the owner should know what pilotd can see.
     let mut notes = away_notes;
@@ -424,6 +195,13 @@ pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) 
         notes.push(sources(h));
     }
 
+    let Findings {
+        reasons,
+        causes,
+        evict,
+        mut next,
+        ..
+    } = f;
     next.retain(|t| *t > now);
     Supply {
         allowed,
@@ -440,6 +218,332 @@ pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) 
         downloads,
         owner_busy_since,
         host_free_since,
+    }
+}
+
+/// What the steps of `decide` find, in the order they find it.
+struct Findings {
+    reasons: Vec<String>,
+    causes: Vec<Cause>,
+    /// The strongest eviction any step asks for.
+    evict: Evict,
+    /// No new worker may start.
+    blocked: bool,
+    /// Instants at which the decision may change.
+    next: Vec<DateTime<Utc>>,
+}
+
+impl Default for Findings {
+    fn default() -> Self {
+        Findings {
+            reasons: Vec::new(),
+            causes: Vec::new(),
+            evict: Evict::None,
+            blocked: false,
+            next: Vec::new(),
+        }
+    }
+}
+
+impl Findings {
+    /// Something that keeps new workers from starting and treats running ones as `evict`
+    /// says (`Evict::None`: leaves them be).
+    fn block(&mut self, evict: Evict, cause: Cause, reason: String) {
+        self.blocked = true;
+        self.evict = self.evict.max(evict);
+        self.say(cause, reason);
+    }
+
+    fn say(&mut self, cause: Cause, reason: String) {
+        self.causes.push(cause);
+        self.reasons.push(reason);
+    }
+}
+
+/// The schedule: closed (with the prefetch before it opens), in the guard band before an open
+/// period's end, or open until the earliest of that band, the lifetime cap and the learned
+/// end of free time. Returns (die_at, downloads, when the open period began): the last only
+/// when the fleet's spread needs it.
+fn schedule(
+    p: &Policy,
+    limits: Limits,
+    now: DateTime<Utc>,
+    f: &mut Findings,
+) -> (Option<DateTime<Utc>>, bool, Option<DateTime<Utc>>) {
+    match calendar::period_at(&p.windows, &p.timezone, now) {
+        Period::Closed { opens } => {
+            let mut downloads = false;
+            if let Some(o) = opens {
+                // This host's pull comes at its offset into the download period.
+                let from = after(
+                    before(o, PREFETCH_LEAD),
+                    limits.splay.pull_delay(PREFETCH_LEAD),
+                );
+                downloads = now >= from;
+                f.next.push(from);
+            }
+            f.block(
+                Evict::Graceful,
+                Cause::OutsideSchedule,
+                match opens {
+                    Some(o) => {
+                        format!("outside the schedule; next open period starts {}", hm(o, p))
+                    }
+                    None => "outside the schedule, and no window opens in the coming week".into(),
+                },
+            );
+            f.next.extend(opens);
+            (None, downloads, None)
+        }
+        Period::Open { ends } => {
+            let opened = (!limits.splay.is_off())
+                .then(|| calendar::opened_at(&p.windows, &p.timezone, now))
+                .flatten();
+            let lifetime_cap = limits
+                .likely_free_until
+                .filter(|t| *t > now)
+                .map_or(after(now, limits.max_lifetime), |t| {
+                    t.min(after(now, limits.max_lifetime))
+                });
+            let Some(end) = ends else {
+                return (Some(lifetime_cap), true, opened);
+            };
+            let guard = before(end, p.evict_before_end);
+            if now >= guard {
+                f.block(
+                    Evict::Graceful,
+                    Cause::GuardBand,
+                    format!(
+                        "within {} of the open period's end at {}: workers must be gone",
+                        format_duration(p.evict_before_end),
+                        hm(end, p)
+                    ),
+                );
+                f.next.push(end);
+                (None, false, opened)
+            } else {
+                f.next.push(guard);
+                (Some(guard.min(lifetime_cap)), true, opened)
+            }
+        }
+    }
+}
+
+/// The owner said "not now" (`pilotd snooze`): as if they were here, until the instant. A
+/// snooze that cannot be read may be one: as if they were here until it can be (the daemon
+/// reads it again every cycle). The machine about to sleep counts as the owner's return too,
+/// so workers make room within logind's delay; after the wake-up nothing starts before a
+/// fresh observation (the latch "free since" restarts here).
+fn snooze_and_sleep(p: &Policy, h: &HostSnapshot, now: DateTime<Utc>, f: &mut Findings) {
+    if let Some(why) = &h.snooze_unreadable {
+        f.block(
+            p.on_return,
+            Cause::Snoozed,
+            format!("{why}; counted as snoozed until it can be read (`pilotd resume` removes it)"),
+        );
+    } else if let Some(until) = h.snoozed_until.filter(|u| *u > now) {
+        f.block(
+            p.on_return,
+            Cause::Snoozed,
+            format!("snoozed by the owner until {}", hm(until, p)),
+        );
+        f.next.push(until);
+    }
+    if h.sleeping {
+        f.block(
+            p.on_return,
+            Cause::Sleeping,
+            "the machine is going to sleep".into(),
+        );
+    }
+}
+
+/// The owner's sessions, by the policy's rule; returns the notes on sessions counted away.
+fn sessions(p: &Policy, h: &HostSnapshot, now: DateTime<Utc>, f: &mut Findings) -> Vec<String> {
+    let mut away_notes = Vec::new();
+    match &h.sessions {
+        // Logins do not matter to this owner, so not knowing them does not either.
+        Sessions::Unknown(why) if p.sessions != SessionRule::Ignore => f.block(
+            p.on_return,
+            Cause::SessionsUnknown,
+            format!("cannot tell who is logged in ({why}); assuming the owner is here"),
+        ),
+        Sessions::Known(list) if p.sessions != SessionRule::Ignore => {
+            let mut present: Vec<&str> = Vec::new();
+            for s in list
+                .iter()
+                .filter(|s| !p.ignore_users.contains(&s.user))
+                .filter(|s| s.uid.is_none_or(|uid| uid >= p.system_uid_below))
+            {
+                let away = match p.sessions {
+                    SessionRule::Active => away(s, h.input_idle_s, p, now, &mut f.next),
+                    _ => None,
+                };
+                match away {
+                    Some(why) => away_notes.push(format!("{} is away ({why})", s.user)),
+                    None => present.push(s.user.as_str()),
+                }
+            }
+            if !present.is_empty() {
+                present.sort_unstable();
+                present.dedup();
+                f.block(
+                    p.on_return,
+                    Cause::OwnerPresent,
+                    format!(
+                        "{} logged in{}",
+                        present.join(", "),
+                        if p.sessions == SessionRule::Active {
+                            " and in use (not locked, not idle)"
+                        } else {
+                            ""
+                        }
+                    ),
+                );
+            }
+        }
+        Sessions::Known(_) | Sessions::Unknown(_) => {}
+    }
+    away_notes
+}
+
+fn battery_and_exclusive(p: &Policy, h: &HostSnapshot, f: &mut Findings) {
+    if h.on_battery && p.on_battery == BatteryRule::Stop {
+        f.block(p.on_return, Cause::OnBattery, "running on battery".into());
+    }
+    if !h.exclusive_running.is_empty() {
+        f.block(
+            p.on_return,
+            Cause::ExclusiveProcess,
+            format!("{} running", h.exclusive_running.join(", ")),
+        );
+    }
+}
+
+/// Owner CPU, latched: a short spike neither evicts nor restarts anything. Returns the latch
+/// (busy since) to carry to the next cycle.
+fn owner_cpu(
+    p: &Policy,
+    h: &HostSnapshot,
+    now: DateTime<Utc>,
+    f: &mut Findings,
+) -> Option<DateTime<Utc>> {
+    let owner_cpu = h.owner_cpu();
+    let high = owner_cpu > p.max_owner_cpu;
+    let owner_busy_since = high.then(|| h.owner_busy_since.unwrap_or(now));
+    if let Some(since) = owner_busy_since {
+        let evict_at = after(since, p.busy_for);
+        if now >= evict_at {
+            f.block(
+                p.on_return,
+                Cause::OwnerCpuEvict,
+                format!(
+                    "owner CPU {:.0}% above {:.0}% for {}",
+                    owner_cpu * 100.0,
+                    p.max_owner_cpu * 100.0,
+                    format_duration(Duration::from_secs(
+                        now.signed_duration_since(since).num_seconds().max(0) as u64
+                    ))
+                ),
+            );
+        } else {
+            f.next.push(evict_at);
+            f.block(
+                Evict::None,
+                Cause::OwnerCpuHigh,
+                format!(
+                    "owner CPU {:.0}% above {:.0}%: no new workers; running ones are evicted if it lasts until {}",
+                    owner_cpu * 100.0,
+                    p.max_owner_cpu * 100.0,
+                    hm(evict_at, p)
+                ),
+            );
+        }
+    }
+    owner_busy_since
+}
+
+/// A free host (since `since`) takes workers once it has been free for `free_for`, while a
+/// longest job still fits before `die_at`, when the share has room for one, and once this
+/// host's turn in the fleet's spread has come (`opened`: when the open period began).
+#[allow(clippy::too_many_arguments)]
+fn admit(
+    p: &Policy,
+    limits: Limits,
+    opened: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+    since: DateTime<Utc>,
+    (accept_until, die_at): (Option<DateTime<Utc>>, Option<DateTime<Utc>>),
+    (workers, r): (u32, Resources),
+    f: &mut Findings,
+) -> bool {
+    let ready_at = after(since, p.free_for);
+    if now < ready_at {
+        f.next.push(ready_at);
+        f.say(
+            Cause::WaitingFreeFor,
+            format!(
+                "host free since {}; workers start after {} free, at {}",
+                hm(since, p),
+                format_duration(p.free_for),
+                hm(ready_at, p)
+            ),
+        );
+        false
+    } else if let Some(a) = accept_until.filter(|a| *a <= now) {
+        f.say(
+            Cause::TooLittleTime,
+            format!(
+                "too little time left: a {} job started now would not end before {} (accepting jobs ended {})",
+                format_duration(p.longest_job),
+                die_at.map(|d| hm(d, p)).unwrap_or_default(),
+                hm(a, p)
+            ),
+        );
+        false
+    } else if workers == 0 {
+        f.say(
+            Cause::NoRoom,
+            "the share leaves no room for a worker (too little memory or disk)".into(),
+        );
+        false
+    } else if let Some(until) = limits
+        .splay
+        .start_hold(opened, limits.started, p.free_for)
+        .filter(|u| now < *u)
+    {
+        // Only a start waits: evictions were decided by the steps before, whatever the splay.
+        f.next.push(until);
+        f.say(
+            Cause::FleetSplay,
+            format!(
+                "start held until {} (fleet splay: this host waits its offset of {}, of up to {}, after {} and {} free)",
+                hms(until, p),
+                format_duration(limits.splay.offset),
+                format_duration(limits.splay.width),
+                if opened >= limits.started {
+                    "the window opened"
+                } else {
+                    "pilotd started"
+                },
+                format_duration(p.free_for)
+            ),
+        );
+        false
+    } else {
+        f.next.extend(accept_until);
+        f.say(
+            Cause::Free,
+            format!(
+                "host free: {workers} worker(s) of {} CPU, {} MiB, until {}",
+                r.cpus,
+                r.memory_mib,
+                die_at
+                    .map(|d| hm(d, p))
+                    .unwrap_or_else(|| "further notice".into())
+            ),
+        );
+        true
     }
 }
 
