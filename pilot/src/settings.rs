@@ -316,11 +316,7 @@ pub fn is_plain_path(raw: &str) -> bool {
 
 /// A duration as whole seconds ("300") or humantime ("5m", "1h 30m").
 pub fn parse_duration(raw: &str) -> Result<Duration, String> {
-    let raw = raw.trim();
-    if let Ok(secs) = raw.parse::<u64>() {
-        return Ok(Duration::from_secs(secs));
-    }
-    humantime::parse_duration(raw)
+    durations::parse(raw)
         .map_err(|e| format!("expected seconds (\"300\") or a duration like \"5m\" ({e})"))
 }
 

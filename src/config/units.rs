@@ -57,14 +57,10 @@ pub enum UnitError {
 /// [`MAX_DURATION`] (longer ones would overflow the date arithmetic of `decide` and the
 /// loop; see `horizon`).
 pub fn parse_duration(s: &str) -> Result<Duration, UnitError> {
-    let t = s.trim();
-    let d = match t.parse::<u64>() {
-        Ok(secs) => Duration::from_secs(secs),
-        Err(_) => humantime::parse_duration(t).map_err(|e| UnitError::Duration {
-            text: s.to_string(),
-            why: e.to_string(),
-        })?,
-    };
+    let d = durations::parse(s).map_err(|why| UnitError::Duration {
+        text: s.to_string(),
+        why,
+    })?;
     bounded(d, || s.to_string())
 }
 
