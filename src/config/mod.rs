@@ -7,7 +7,8 @@
 //! This is where file structure ends: spans, defaults and tables stay here. Each mode resolves
 //! what it needs into plain settings once (`volunteer::settings`, `kubernetes::settings`).
 //!
-//! Imports: `horizon` and `zone` only, the layer below it (`backoff` shares its layer).
+//! Imports: `horizon` and `zone` only, the layer below it (`backoff` shares its layer), and the
+//! `durations` and `redact` crates.
 
 pub mod diag;
 #[cfg(feature = "kubernetes")]
