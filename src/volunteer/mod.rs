@@ -15,7 +15,8 @@
 //!   peer credentials), `page` (the status page on 127.0.0.1, entered with a key from the
 //!   socket) and `snooze` (the snooze kept in the state dir);
 //! - state and upkeep: `status` (the status file), `history` (learned availability),
-//!   `manifest` (the pool's remote manifest), `image` (freshness), `gc`;
+//!   `manifest` (the pool's remote manifest), `image` (freshness), `gc`, `slot_ad` (the
+//!   machine's attributes for its workers' slot ads);
 //! - top: `daemon` (the loop), `inspect` (what one-shot commands ask the engine) and
 //!   `failsafe` (the owner protected when the daemon is gone).
 //!
