@@ -56,7 +56,7 @@ fn counts_each_cycle_into_its_week_and_all_time() {
         ("2026-01-11T23:00:00Z", computing(45.0)),
         ("2026-01-11T23:00:30Z", owner),
         // After a suspend of an hour: at most two intervals count.
-        ("2026-01-12T00:00:30Z", Observed::default()),
+        ("2026-01-12T00:00:30Z", computing(0.0)),
     ];
     for (t, o) in table {
         c.record(&rome(), utc(t), INTERVAL, o);
@@ -71,12 +71,12 @@ fn counts_each_cycle_into_its_week_and_all_time() {
     assert_eq!((w2.computing_s, w2.open_s, w2.paused_s), (30, 30, 0));
     let w3 = l.weeks[1].tally;
     assert_eq!(w3.cpu_seconds, 45.0);
-    assert_eq!(w3.computing_s, 30);
+    assert_eq!(w3.computing_s, 30 + 60);
     assert_eq!((w3.paused_s, w3.owner_present_s), (30, 30));
-    assert_eq!(w3.open_s, 30);
+    assert_eq!(w3.open_s, 30 + 60);
     assert_eq!(l.all_time.cpu_seconds, 107.0);
-    // 30 + 30 + 30 + 60 (the capped gap): the suspended hour is not counted as watched.
-    assert_eq!(l.all_time.computing_s, 60);
+    // 30 + 30 + 60 (the capped gap): the suspended hour is not counted as given.
+    assert_eq!(l.all_time.computing_s, 120);
     assert_eq!(l.all_time.owner_present_s, 30);
     assert_eq!(l.since, Some(utc("2026-01-11T22:59:00Z")));
     assert_eq!(
