@@ -291,6 +291,41 @@ pub fn save(state_dir: &Path, l: &Ledger) -> Result<(), ContributionError> {
     write_atomically(&p, &body).map_err(err)
 }
 
+/// What `status` and the page show: this week's figures and all time's.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Summary {
+    /// When counting started.
+    pub since: Option<DateTime<Utc>>,
+    /// This ISO week in the policy's zone (`2026-W49`).
+    pub week: String,
+    pub this_week: Tally,
+    pub all_time: Tally,
+}
+
+impl Summary {
+    pub fn of(l: &Ledger, tz: &Zone, now: DateTime<Utc>) -> Summary {
+        Summary {
+            since: l.since,
+            week: Ledger::week_of(tz, now),
+            this_week: l.this_week(tz, now),
+            all_time: l.all_time,
+        }
+    }
+
+    /// The two stretches with their headings: ("This week (2026-W49)", lines), ("All time
+    /// (since …)", lines).
+    pub fn sections(&self, tz: &Zone) -> [(String, Vec<String>); 2] {
+        let since = self
+            .since
+            .map(|t| format!(" (since {})", t.with_timezone(tz).format("%Y-%m-%d")))
+            .unwrap_or_default();
+        [
+            (format!("This week ({})", self.week), lines(&self.this_week)),
+            (format!("All time{since}"), lines(&self.all_time)),
+        ]
+    }
+}
+
 /// Hours, as `status` and the page print them (one decimal).
 pub fn hours(secs: f64) -> String {
     format!("{:.1}", secs / 3600.0)
