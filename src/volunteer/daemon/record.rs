@@ -173,6 +173,8 @@ impl Daemon {
         }
         self.contribution
             .ended(&self.s.policy.timezone, now, &outcome);
+        // Saved at the cycle's end: a worker's end is news to `status` and the page.
+        self.saved.history = None;
         if let Some(m) = &self.metrics {
             m.count_worker_ended(Ended::kind(&outcome));
         }

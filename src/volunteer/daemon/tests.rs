@@ -779,12 +779,18 @@ async fn the_daemon_counts_what_the_machine_gave() {
         assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
     }
 
-    // Saved again once the history's interval has passed: a crash loses at most that.
+    // Saved when a worker ended (news for `status` and the page), then again once the
+    // history's interval has passed: a crash loses at most that.
+    assert_eq!(
+        contribution::peek(&m.settings().state_dir).ledger,
+        d.contribution.ledger
+    );
+    d.cycle(t(150), false).await;
     assert_ne!(
         contribution::peek(&m.settings().state_dir).ledger,
         d.contribution.ledger
     );
-    d.save_history(t(1000));
+    d.save_history(t(120 + 900));
     assert_eq!(
         contribution::peek(&m.settings().state_dir).ledger,
         d.contribution.ledger

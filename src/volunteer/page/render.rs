@@ -271,7 +271,7 @@ fn learned(b: &mut String, ctx: &Context) {
                 "<p id=\"learned\">Nothing learned yet: pilotd has not watched this machine long enough.</p>"
             );
         }
-        Some(all) if all == 0.0 => {
+        Some(0.0) => {
             let _ = write!(
                 b,
                 "<p id=\"learned\">Not free yet in the {} watched so far: nothing to show by hour yet.</p>",
@@ -299,7 +299,7 @@ fn learned(b: &mut String, ctx: &Context) {
                             .unwrap_or_else(|| "not watched".into()),
                         match f {
                             None => "#fff".into(),
-                            Some(f) if f == 0.0 => "#ccc".into(),
+                            Some(0.0) => "#ccc".into(),
                             Some(f) => format!("rgba(34,170,119,{:.2})", f.max(0.15)),
                         }
                     );
