@@ -274,7 +274,7 @@ fn learned(b: &mut String, ctx: &Context) {
         Some(0.0) => {
             let _ = write!(
                 b,
-                "<p id=\"learned\">Not free yet in the {} watched so far: nothing to show by hour yet.</p>",
+                "<p id=\"learned\">Not free at any time yet (watched {} so far): nothing to show by hour yet.</p>",
                 if watched_h == 0 {
                     "less than an hour".to_string()
                 } else {
@@ -427,7 +427,7 @@ mod tests {
         history::save(dir.path(), &h).unwrap();
         let html = page_at(&ctx, now);
         assert!(
-            html.contains("Not free yet in the 2 hour(s) watched so far"),
+            html.contains("Not free at any time yet (watched 2 hour(s) so far)"),
             "{html}"
         );
         assert!(!html.contains("class=\"grid learned\""), "{html}");
