@@ -326,9 +326,14 @@ impl Summary {
     }
 }
 
-/// Hours, as `status` and the page print them (one decimal).
+/// Hours, as `status` and the page print them (one decimal): a little is "<0.1", never a
+/// "0.0" that reads as nothing.
 pub fn hours(secs: f64) -> String {
-    format!("{:.1}", secs / 3600.0)
+    let h = secs / 3600.0;
+    if h > 0.0 && h < 0.05 {
+        return "<0.1".into();
+    }
+    format!("{h:.1}")
 }
 
 /// The lines `status` and the page show for one stretch: CPU-hours given, hours computing,

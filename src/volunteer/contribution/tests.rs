@@ -118,6 +118,16 @@ fn outcomes_are_counted_by_kind() {
         "{shown}"
     );
     assert_eq!(lines(&Tally::default()), ["nothing recorded yet"]);
+    // (seconds, as shown): a little is not shown as nothing.
+    for (secs, shown) in [
+        (0.0, "0.0"),
+        (1.0, "<0.1"),
+        (179.0, "<0.1"),
+        (360.0, "0.1"),
+        (5400.0, "1.5"),
+    ] {
+        assert_eq!(hours(secs), shown, "{secs}");
+    }
 }
 
 #[test]
