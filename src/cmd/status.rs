@@ -9,7 +9,7 @@ use crate::volunteer::settings::Settings;
 use crate::volunteer::status as state;
 use crate::volunteer::worker::{Worker, WorkerState};
 use crate::volunteer::{backend, inspect};
-use crate::volunteer::{history, manifest};
+use crate::volunteer::{contribution, history, manifest};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use std::fmt::Write;
@@ -29,6 +29,11 @@ struct StatusView<'a> {
     /// The pool's manifest in force, if one is configured.
     manifest: Option<ManifestView>,
     history: Option<HistoryView>,
+    /// What the machine gave: this week and all time (`volunteer::contribution`).
+    contribution: contribution::Summary,
+    /// Why the contribution ledger cannot be read, when it cannot (counting starts over).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    contribution_unreadable: Option<String>,
     /// The owner's snooze in force (`pilotd snooze`), if any.
     snooze: Option<crate::volunteer::snooze::Snooze>,
     /// Why the owner's snooze cannot be read, when it cannot: counted as snoozed.
@@ -124,8 +129,12 @@ pub fn run(g: &Global, a: &StatusArgs) -> Result<String, CmdError> {
             .likely_free_for(&s.policy.timezone, now, s.history.free_threshold)
             .num_hours(),
     });
+    let ledger = contribution::peek(&s.state_dir);
+    let given = contribution::Summary::of(&ledger.ledger, &s.policy.timezone, now);
     let snooze = crate::volunteer::snooze::active(&s.state_dir, now);
     let view = StatusView {
+        contribution: given,
+        contribution_unreadable: ledger.warning,
         config: super::describe_sources(&cfg),
         manifest,
         history,
@@ -145,7 +154,7 @@ pub fn run(g: &Global, a: &StatusArgs) -> Result<String, CmdError> {
         Format::Json => serde_json::to_string_pretty(&view)
             .map(|s| s + "\n")
             .map_err(|e| CmdError::Runtime(e.to_string())),
-        Format::Text => Ok(render(&view, now, &path)),
+        Format::Text => Ok(render(&view, now, &path, &s.policy.timezone)),
     }
 }
 
@@ -195,7 +204,12 @@ fn short_digest(d: &str) -> &str {
     d.get(..12).unwrap_or(d)
 }
 
-fn render(v: &StatusView<'_>, now: DateTime<Utc>, path: &std::path::Path) -> String {
+fn render(
+    v: &StatusView<'_>,
+    now: DateTime<Utc>,
+    path: &std::path::Path,
+    tz: &crate::zone::Zone,
+) -> String {
     let s = v.status;
     let mut out = String::new();
     let _ = match (v.daemon_running, s.updated_at) {
@@ -371,6 +385,17 @@ fn render(v: &StatusView<'_>, now: DateTime<Utc>, path: &std::path::Path) -> Str
             h.likely_free_hours
         );
     }
+    let _ = writeln!(out, "what this machine gave:");
+    if let Some(why) = &v.contribution_unreadable {
+        let _ = writeln!(out, "  ({why})");
+    }
+    for (heading, lines) in v.contribution.sections(tz) {
+        match lines.as_slice() {
+            [one] => writeln!(out, "  {heading}: {one}"),
+            _ => writeln!(out, "  {heading}:\n    {}", lines.join("\n    ")),
+        }
+        .unwrap_or_default();
+    }
     if !s.outcomes.is_empty() {
         let _ = writeln!(out, "recent outcomes:");
         for o in s.outcomes.iter().rev().take(5) {
@@ -408,6 +433,12 @@ mod tests {
             config: String::new(),
             manifest: None,
             history: None,
+            contribution: contribution::Summary::of(
+                &contribution::Ledger::default(),
+                &crate::zone::Zone::utc(),
+                Utc::now(),
+            ),
+            contribution_unreadable: None,
             snooze: None,
             snooze_unreadable: None,
             rest: rest_of(&status).unwrap(),
@@ -422,6 +453,91 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         // The live list (None here), not the status file's empty one.
         assert!(v["workers"].is_null(), "{text}");
+    }
+
+    /// What the machine gave: this week and all time, in text and JSON, and plainly
+    /// "nothing recorded yet" before the first cycle counted anything.
+    #[test]
+    fn what_the_machine_gave_shows_this_week_and_all_time() {
+        use crate::volunteer::contribution::{Contribution, Ledger, Observed};
+        let rome = crate::zone::Zone::named("Europe/Rome").unwrap();
+        let at = |s: &str| s.parse::<DateTime<Utc>>().unwrap();
+        let mut c = Contribution::new(Ledger::default());
+        let busy = Observed {
+            cpu_seconds: 3600.0,
+            running: true,
+            open: true,
+            ..Observed::default()
+        };
+        // Sunday 22:00 UTC is still last week in Rome (an hour); Monday 09:00 is this week's
+        // (the night's gap counts as two intervals).
+        let interval = std::time::Duration::from_secs(3600);
+        c.record(&rome, at("2026-11-29T21:00:00Z"), interval, busy);
+        c.record(&rome, at("2026-11-29T22:00:00Z"), interval, busy);
+        c.record(&rome, at("2026-11-30T09:00:00Z"), interval, busy);
+        c.ended(
+            &rome,
+            at("2026-11-30T09:00:00Z"),
+            &crate::volunteer::outcome::Outcome::Exited(pilot_contract::PilotExit::RanJobs),
+        );
+        let now = at("2026-12-02T12:00:00Z");
+        let status = state::Status::default();
+        let mut view = StatusView {
+            daemon_running: true,
+            pid: 7,
+            updated_at: Some(now),
+            instance: "default",
+            workers_from: "engine",
+            workers: Some(vec![]),
+            workers_error: None,
+            config: String::new(),
+            manifest: None,
+            history: None,
+            contribution: contribution::Summary::of(&c.ledger, &rome, now),
+            contribution_unreadable: None,
+            snooze: None,
+            snooze_unreadable: None,
+            rest: serde_json::Map::new(),
+            status: &status,
+        };
+        let path = std::path::Path::new("/nonexistent");
+        let text = render(&view, now, path, &rome);
+        let from = text.find("what this machine gave:").expect(&text);
+        let shown: Vec<&str> = text[from..].lines().take(13).map(str::trim).collect();
+        assert_eq!(
+            shown[..13],
+            [
+                "what this machine gave:",
+                "This week (2026-W49):",
+                "1.0 CPU-hours given",
+                "2.0 h computing, 0.0 h paused",
+                "2.0 h open to the pool",
+                "0.0 h the owner was there",
+                "workers: 1 ran jobs, 0 ended without a job, 0 evicted, 0 failed",
+                "All time (since 2026-11-29):",
+                "3.0 CPU-hours given",
+                "3.0 h computing, 0.0 h paused",
+                "3.0 h open to the pool",
+                "0.0 h the owner was there",
+                "workers: 1 ran jobs, 0 ended without a job, 0 evicted, 0 failed",
+            ],
+            "{text}"
+        );
+        let json: serde_json::Value = serde_json::to_value(&view).unwrap();
+        let c = &json["contribution"];
+        assert_eq!(c["week"], "2026-W49");
+        assert_eq!(c["this_week"]["cpu_seconds"], 3600.0);
+        assert_eq!(c["all_time"]["computing_s"], 3 * 3600);
+        assert_eq!(c["all_time"]["ended"]["ran_jobs"], 1);
+
+        view.contribution = contribution::Summary::of(&Ledger::default(), &rome, now);
+        let text = render(&view, now, path, &rome);
+        assert!(
+            text.contains(
+                "  This week (2026-W49): nothing recorded yet\n  All time: nothing recorded yet\n"
+            ),
+            "{text}"
+        );
     }
 
     /// A worker's line carries its scratch as measured against its share ("-" before the
@@ -455,12 +571,23 @@ mod tests {
             config: String::new(),
             manifest: None,
             history: None,
+            contribution: contribution::Summary::of(
+                &contribution::Ledger::default(),
+                &crate::zone::Zone::utc(),
+                Utc::now(),
+            ),
+            contribution_unreadable: None,
             snooze: None,
             snooze_unreadable: None,
             rest: serde_json::Map::new(),
             status: &status,
         };
-        let text = render(&view, now, std::path::Path::new("/nonexistent"));
+        let text = render(
+            &view,
+            now,
+            std::path::Path::new("/nonexistent"),
+            &crate::zone::Zone::utc(),
+        );
         let line = |name: &str| {
             text.lines()
                 .find(|l| l.contains(name))

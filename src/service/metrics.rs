@@ -17,6 +17,7 @@ use prometheus_client::registry::Registry;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use tokio::net::TcpListener;
 
 use super::http::{self, Response};
@@ -49,6 +50,11 @@ pub struct ModeLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabel {
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ShapeLabel {
     pub shape: String,
 }
@@ -72,6 +78,14 @@ pub struct Metrics {
     pub idle_jobs: Family<ShapeLabel, Gauge>,
     pub pods: Family<ShapeStateLabel, Gauge>,
     pub allowed: Gauge,
+    /// What the machine gave (volunteer mode, `volunteer::contribution`), counted since this
+    /// pilotd started: a fleet sums their increase.
+    pub cpu_seconds_given: Counter<f64, AtomicU64>,
+    pub computing_seconds: Counter,
+    pub paused_seconds: Counter,
+    pub open_seconds: Counter,
+    pub owner_present_seconds: Counter,
+    pub workers_ended: Family<OutcomeLabel, Counter>,
 }
 
 impl Metrics {
@@ -87,6 +101,12 @@ impl Metrics {
             idle_jobs: Family::default(),
             pods: Family::default(),
             allowed: Gauge::default(),
+            cpu_seconds_given: Counter::default(),
+            computing_seconds: Counter::default(),
+            paused_seconds: Counter::default(),
+            open_seconds: Counter::default(),
+            owner_present_seconds: Counter::default(),
+            workers_ended: Family::default(),
         };
         let mut r = Registry::with_prefix("pilotd");
         r.register(
@@ -131,6 +151,36 @@ impl Metrics {
             "1 when the owner's policy allows computing now",
             m.allowed.clone(),
         );
+        r.register(
+            "cpu_seconds_given",
+            "CPU-seconds pilotd's workers used (their cgroup counters)",
+            m.cpu_seconds_given.clone(),
+        );
+        r.register(
+            "computing_seconds",
+            "Seconds at least one worker was running",
+            m.computing_seconds.clone(),
+        );
+        r.register(
+            "paused_seconds",
+            "Seconds workers were there, all paused",
+            m.paused_seconds.clone(),
+        );
+        r.register(
+            "open_seconds",
+            "Seconds the owner's policy allowed computing",
+            m.open_seconds.clone(),
+        );
+        r.register(
+            "owner_present_seconds",
+            "Seconds the owner was there (active, busy on the CPU, a snooze)",
+            m.owner_present_seconds.clone(),
+        );
+        r.register(
+            "workers_ended",
+            "Workers that ended, by outcome (ran_jobs, no_job, evicted, failed)",
+            m.workers_ended.clone(),
+        );
         (m, r)
     }
 
@@ -156,6 +206,14 @@ impl Metrics {
         self.decisions
             .get_or_create(&CauseLabel {
                 cause: cause.into(),
+            })
+            .inc();
+    }
+
+    pub fn count_worker_ended(&self, outcome: &str) {
+        self.workers_ended
+            .get_or_create(&OutcomeLabel {
+                outcome: outcome.into(),
             })
             .inc();
     }
@@ -350,6 +408,12 @@ mod tests {
             idle_jobs,
             pods,
             allowed,
+            cpu_seconds_given,
+            computing_seconds,
+            paused_seconds,
+            open_seconds,
+            owner_present_seconds,
+            workers_ended: _,
         } = &m;
         m.set_workers([("running", 1)]);
         m.count_decision("free");
@@ -367,6 +431,12 @@ mod tests {
         })
         .set(1);
         allowed.set(1);
+        cpu_seconds_given.inc_by(1.5);
+        computing_seconds.inc_by(30);
+        paused_seconds.inc_by(30);
+        open_seconds.inc_by(30);
+        owner_present_seconds.inc_by(30);
+        m.count_worker_ended("ran_jobs");
         let text = exposition(&r);
         let mut series = std::collections::BTreeMap::new();
         let mut families = Vec::new();

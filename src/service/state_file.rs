@@ -68,6 +68,48 @@ pub fn write_atomically_with_mode(path: &Path, bytes: &[u8], mode: u32) -> std::
     Ok(())
 }
 
+/// What reading a JSON state file found.
+#[derive(Debug)]
+pub enum Found<T> {
+    Missing,
+    Good(T),
+    /// Could not be read (permissions, I/O): left where it is.
+    Unreadable(std::io::Error),
+    /// Not what pilotd writes (cut short, another version or shape). `kept` is where it was
+    /// set aside (`<name>.corrupt`), so nothing is lost and the next write starts over.
+    Corrupted {
+        why: String,
+        kept: Option<PathBuf>,
+    },
+}
+
+/// Reads the JSON state file at `path`; `check` rejects a well-formed file of the wrong
+/// version or shape. A corrupted file is renamed to `<name>.corrupt` when `set_aside` (the
+/// daemon, which will write a fresh one); readers such as `status` leave it alone.
+pub fn read_json<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    check: impl FnOnce(&T) -> Result<(), String>,
+    set_aside: bool,
+) -> Found<T> {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Found::Missing,
+        Err(e) => return Found::Unreadable(e),
+    };
+    let why = match serde_json::from_slice::<T>(&bytes) {
+        Ok(v) => match check(&v) {
+            Ok(()) => return Found::Good(v),
+            Err(why) => why,
+        },
+        Err(e) => e.to_string(),
+    };
+    let mut backup = path.as_os_str().to_owned();
+    backup.push(".corrupt");
+    let backup = PathBuf::from(backup);
+    let kept = (set_aside && std::fs::rename(path, &backup).is_ok()).then_some(backup);
+    Found::Corrupted { why, kept }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

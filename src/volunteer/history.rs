@@ -5,7 +5,7 @@
 //!
 //! The counters are pure data; only `load` and `save` touch the filesystem.
 
-use crate::service::state_file::write_atomically;
+use crate::service::state_file::{Found, read_json, write_atomically};
 use crate::volunteer::policy::Limits;
 use crate::volunteer::settings::Settings;
 use crate::zone::Zone;
@@ -107,20 +107,43 @@ impl History {
     }
 }
 
-/// Counts each cycle's time into the history: whole seconds since the last cycle (the
-/// remainder is carried, since cycles can come less than a second apart), and a gap (suspend,
-/// stopped daemon) as at most two intervals.
+/// Whole seconds since the last cycle, for the counters that add time up cycle by cycle (the
+/// history, the contribution): the remainder is carried, since cycles can come less than a
+/// second apart, and a gap (suspend, stopped daemon) counts as at most two intervals. The
+/// first cycle counts nothing: nothing says what the machine did before.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CycleClock {
+    counted_until: Option<DateTime<Utc>>,
+}
+
+impl CycleClock {
+    pub fn elapsed(&mut self, now: DateTime<Utc>, interval: std::time::Duration) -> Duration {
+        let cap = Duration::from_std(interval.saturating_mul(2)).unwrap_or_default();
+        let (elapsed, counted_until) = match self.counted_until {
+            None => (Duration::zero(), now),
+            Some(t) if now - t > cap => (cap, now),
+            Some(t) => {
+                let whole = Duration::seconds((now - t).num_seconds().max(0));
+                (whole, t + whole)
+            }
+        };
+        self.counted_until = Some(counted_until);
+        elapsed
+    }
+}
+
+/// Counts each cycle's time into the history (`CycleClock`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Learner {
     pub history: History,
-    counted_until: Option<DateTime<Utc>>,
+    clock: CycleClock,
 }
 
 impl Learner {
     pub fn new(history: History) -> Learner {
         Learner {
             history,
-            counted_until: None,
+            clock: CycleClock::default(),
         }
     }
 
@@ -134,16 +157,7 @@ impl Learner {
         interval: std::time::Duration,
         free: bool,
     ) {
-        let cap = Duration::from_std(interval.saturating_mul(2)).unwrap_or_default();
-        let (elapsed, counted_until) = match self.counted_until {
-            None => (Duration::zero(), now),
-            Some(t) if now - t > cap => (cap, now),
-            Some(t) => {
-                let whole = Duration::seconds((now - t).num_seconds().max(0));
-                (whole, t + whole)
-            }
-        };
-        self.counted_until = Some(counted_until);
+        let elapsed = self.clock.elapsed(now, interval);
         self.history.record(tz, now, elapsed, free);
     }
 }
@@ -207,50 +221,37 @@ pub fn peek(state_dir: &Path, tz: &Zone) -> Loaded {
 
 fn read(state_dir: &Path, tz: &Zone, set_aside: bool) -> Loaded {
     let p = path(state_dir);
-    let bytes = match std::fs::read(&p) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Loaded {
-                history: History::new(tz),
-                warning: None,
-            };
-        }
-        Err(e) => {
-            return Loaded {
-                history: History::new(tz),
-                warning: Some(format!(
-                    "cannot read {}: {e}; counting availability from scratch",
-                    p.display()
-                )),
-            };
-        }
+    let check = |h: &History| {
+        (h.version == 1 && h.buckets.len() == HOURS_PER_WEEK)
+            .then_some(())
+            .ok_or_else(|| "unexpected version or size".to_string())
     };
-    match serde_json::from_slice::<History>(&bytes) {
-        Ok(h) if h.version == 1 && h.buckets.len() == HOURS_PER_WEEK => Loaded {
-            history: h,
-            warning: None,
-        },
-        other => {
-            let why = match other {
-                Err(e) => e.to_string(),
-                Ok(_) => "unexpected version or size".into(),
-            };
-            let backup = p.with_extension("json.corrupt");
-            let kept = set_aside && std::fs::rename(&p, &backup).is_ok();
-            Loaded {
-                history: History::new(tz),
-                warning: Some(format!(
-                    "availability history {} is corrupted ({why}); starting over{}",
-                    p.display(),
-                    if kept {
-                        format!(", the old file is kept as {}", backup.display())
-                    } else {
-                        String::new()
-                    }
-                )),
-            }
-        }
-    }
+    let (history, warning) = match read_json(&p, check, set_aside) {
+        Found::Missing => (History::new(tz), None),
+        Found::Good(h) => (h, None),
+        Found::Unreadable(e) => (
+            History::new(tz),
+            Some(format!(
+                "cannot read {}: {e}; counting availability from scratch",
+                p.display()
+            )),
+        ),
+        Found::Corrupted { why, kept } => (
+            History::new(tz),
+            Some(format!(
+                "availability history {} is corrupted ({why}); starting over{}",
+                p.display(),
+                kept_as(kept.as_deref())
+            )),
+        ),
+    };
+    Loaded { history, warning }
+}
+
+/// How a warning says where a corrupted state file was set aside.
+pub fn kept_as(kept: Option<&Path>) -> String {
+    kept.map(|k| format!(", the old file is kept as {}", k.display()))
+        .unwrap_or_default()
 }
 
 /// Writes the history atomically (temp file, fsync, rename): a crash leaves the old or the new

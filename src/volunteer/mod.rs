@@ -15,8 +15,9 @@
 //!   peer credentials), `page` (the status page on 127.0.0.1, entered with a key from the
 //!   socket) and `snooze` (the snooze kept in the state dir);
 //! - state and upkeep: `status` (the status file), `history` (learned availability),
-//!   `manifest` (the pool's remote manifest), `image` (freshness), `gc`, `slot_ad` (the
-//!   machine's attributes for its workers' slot ads);
+//!   `contribution` (what the machine gave, week by week), `manifest` (the pool's remote
+//!   manifest), `image` (freshness), `gc`, `slot_ad` (the machine's attributes for its
+//!   workers' slot ads);
 //! - top: `daemon` (the loop), `inspect` (what one-shot commands ask the engine) and
 //!   `failsafe` (the owner protected when the daemon is gone).
 //!
@@ -26,6 +27,7 @@
 
 pub mod backend;
 pub mod claim;
+pub mod contribution;
 pub mod control;
 pub mod daemon;
 pub mod disk;

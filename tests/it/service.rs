@@ -373,10 +373,22 @@ fn manifest_failures_keep_the_last_good_one_and_history_survives_corruption() {
         b"{\"version\":1,\"buckets\":[",
     )
     .unwrap();
+    // And a contribution ledger cut short: the same (logged right after the history).
+    std::fs::write(
+        s.path("state/contribution.json"),
+        b"{\"version\":1,\"weeks\":[",
+    )
+    .unwrap();
     let mut child = s.run();
     let log = lines(&mut child);
     let mut seen = Vec::new();
     wait_line(&log, "history.json.corrupt", &mut seen);
+    let line = wait_line(&log, "contribution.json.corrupt", &mut seen);
+    assert!(line.contains("starting over"), "{line}");
+    assert_eq!(
+        std::fs::read(s.path("state/contribution.json.corrupt")).unwrap(),
+        b"{\"version\":1,\"weeks\":["
+    );
     wait_line(&log, "remote manifest applied", &mut seen);
     assert!(s.path("state/manifest.toml").exists());
 
@@ -415,6 +427,19 @@ fn manifest_failures_keep_the_last_good_one_and_history_survives_corruption() {
         }
     };
     assert_eq!(h["buckets"].as_array().unwrap().len(), 168);
+    // The ledger too (written right after the history), counting from scratch.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let ledger: serde_json::Value = loop {
+        let parsed = std::fs::read(s.path("state/contribution.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+        match parsed {
+            Some(l) => break l,
+            None if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
+            None => panic!("contribution.json was not rewritten as valid JSON"),
+        }
+    };
+    assert_eq!(ledger["version"], 1, "{ledger}");
     signal(&child, nix::sys::signal::Signal::SIGTERM);
     wait_exit(&mut child, Duration::from_secs(20));
 

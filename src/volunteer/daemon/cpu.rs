@@ -30,6 +30,10 @@ pub(super) struct CpuMeter {
     acted: bool,
     /// The last measured window was not judged.
     skipped: bool,
+    /// CPU nanoseconds the workers used since `take_given` (every window, judged or not):
+    /// each sampled worker's counter delta once; a new worker's counter whole, an adopted
+    /// one's from its first sample (its counter covers time a previous pilotd counted).
+    given_ns: u64,
 }
 
 /// The shortest window CPU shares are measured over (see `CpuMeter`).
@@ -52,6 +56,11 @@ impl CpuMeter {
         let judged = !std::mem::take(&mut self.acted) || self.skipped;
         self.skipped = !judged;
         judged
+    }
+
+    /// The workers' CPU time measured since the last call, in CPU-seconds (the contribution).
+    pub(super) fn take_given(&mut self) -> f64 {
+        std::mem::take(&mut self.given_ns) as f64 / 1e9
     }
 
     /// The workers' CPU since the last measurement, as a fraction of a machine of `cpus`
@@ -83,12 +92,17 @@ impl CpuMeter {
                 Ok(s) => {
                     if let Some(p) = self.prev.get(&w.id) {
                         total += s.fraction_since(*p).unwrap_or(0.0);
-                    } else if let (Some(window), Some(created), Some(at)) =
-                        (window_ns, w.created, self.last)
+                        // Backwards (the engine restarted): nothing known to count.
+                        let delta = s.worker_ns.saturating_sub(p.worker_ns);
+                        self.given_ns = self.given_ns.saturating_add(delta);
+                    } else if let (Some(created), Some(at)) = (w.created, self.last)
                         // The label has whole seconds.
                         && created >= at.trunc_subsecs(0)
                     {
-                        total += (s.worker_ns as f64 / window).clamp(0.0, 1.0);
+                        if let Some(window) = window_ns {
+                            total += (s.worker_ns as f64 / window).clamp(0.0, 1.0);
+                        }
+                        self.given_ns = self.given_ns.saturating_add(s.worker_ns);
                     }
                     next.insert(w.id.clone(), s);
                 }

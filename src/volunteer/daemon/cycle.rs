@@ -302,6 +302,7 @@ impl Daemon {
         outlook.limits.started = Some(self.started);
         let supply = decide(&self.s.policy, &snapshot, outlook.limits, now);
         self.learn(now, &supply);
+        self.count_contribution(now, &supply, workers.as_deref());
         self.log_decision_change(&supply);
         self.advertise(&snapshot, &supply, now);
         self.last_snapshot = Some(snapshot);

@@ -3,8 +3,9 @@
 //! worker exits, a long operation finishes or the decision's `next_change` arrives, it runs
 //! one cycle (`cycle.rs`): observe (host probe, workers from the engine, their CPU) → decide
 //! (`policy::decide`, pure) → plan (`plan::plan`, pure) → execute (`executor.rs`) → record
-//! (`record.rs`: outcomes and back-off, the status file, the history). `cpu.rs` measures the
-//! workers' own share of the CPU that the owner's load is computed without.
+//! (`record.rs`: outcomes and back-off, the status file, the history, the contribution).
+//! `cpu.rs` measures the workers' own share of the CPU that the owner's load is computed
+//! without, and the CPU time they gave.
 //!
 //! Crash safety: nothing about workers is kept in memory across cycles that the engine does
 //! not also hold; each cycle starts from `list_workers`, so a restarted daemon adopts every
@@ -39,6 +40,7 @@ use crate::service::lifecycle::{self, Hooks, Reconciler, Reload, Wake};
 use crate::service::listener::Stop;
 use crate::service::metrics::Metrics;
 use crate::volunteer::backend::{AnyBackend, Backend, BackendError};
+use crate::volunteer::contribution::{self, Contribution};
 use crate::volunteer::control;
 use crate::volunteer::egress;
 use crate::volunteer::history::{self, Learner};
@@ -224,6 +226,8 @@ pub struct Daemon {
     last_gc: Option<DateTime<Utc>>,
     /// Learned availability, saved every cycle.
     learner: Learner,
+    /// What the machine gave, saved with the history.
+    contribution: Contribution,
     /// The pool's last good manifest, and when to fetch it next.
     manifest: Option<Manifest>,
     refresh: manifest::Refresh,
@@ -269,7 +273,8 @@ impl Daemon {
         probe.prime();
         let status_path = status::path(&s.state_dir);
         let loaded = history::load(&s.state_dir, &s.policy.timezone);
-        if let Some(w) = &loaded.warning {
+        let ledger = contribution::load(&s.state_dir);
+        for w in [&loaded.warning, &ledger.warning].into_iter().flatten() {
             tracing::warn!("{w}");
         }
         let manifest = if s.remote.is_some() {
@@ -321,6 +326,7 @@ impl Daemon {
             },
             last_gc: None,
             learner: Learner::new(loaded.history),
+            contribution: Contribution::new(ledger.ledger),
             manifest,
             refresh: manifest::Refresh::starting(now, &s.fleet),
             started: now,
@@ -656,6 +662,9 @@ impl Reconciler for Daemon {
             tracing::error!("{e}");
         }
         if let Err(e) = history::save(&self.s.state_dir, &self.learner.history) {
+            tracing::error!("{e}");
+        }
+        if let Err(e) = contribution::save(&self.s.state_dir, &self.contribution.ledger) {
             tracing::error!("{e}");
         }
         tracing::info!("pilotd stopped; running workers are adopted by the next pilotd");

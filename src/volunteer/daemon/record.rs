@@ -1,9 +1,10 @@
 //! What a cycle leaves behind: the outcome of each finished worker (which feeds the
-//! back-off), the status file's lines, and the learned history on disk.
+//! back-off), the status file's lines, the learned history and the contribution on disk.
 
 use super::Daemon;
 use super::executor::Executed;
 use crate::volunteer::backend::{AnyBackend, Backend};
+use crate::volunteer::contribution::{self, Ended};
 use crate::volunteer::history;
 use crate::volunteer::outcome::Outcome;
 use crate::volunteer::plan::{Action, Reason};
@@ -170,6 +171,13 @@ impl Daemon {
         } else {
             tracing::info!(worker = name, "worker ended: {outcome}");
         }
+        self.contribution
+            .ended(&self.s.policy.timezone, now, &outcome);
+        // Saved at the cycle's end: a worker's end is news to `status` and the page.
+        self.saved.history = None;
+        if let Some(m) = &self.metrics {
+            m.count_worker_ended(Ended::kind(&outcome));
+        }
         self.status.recorded.push(id.to_string());
         self.status.outcomes.push(OutcomeRecord {
             name: name.to_string(),
@@ -218,8 +226,42 @@ impl Daemon {
         }
     }
 
-    /// The learned history, every `HISTORY_EVERY` (the drain saves the rest): it counts time,
-    /// so it changes every cycle, and a crash loses at most that much of it.
+    /// What the interval ending at `now` gave (`contribution`): the workers' CPU the meter
+    /// read, and what the cycle saw of them (as listed, before this cycle's actions) and of
+    /// the decision. Workers unknown (no engine list): none counted as computing.
+    pub(super) fn count_contribution(
+        &mut self,
+        now: DateTime<Utc>,
+        supply: &Supply,
+        workers: Option<&[Worker]>,
+    ) {
+        let has = |state| workers.is_some_and(|l| l.iter().any(|w| w.state == state));
+        let seen = contribution::Observed {
+            cpu_seconds: self.cpu.take_given(),
+            running: has(WorkerState::Running),
+            paused: has(WorkerState::Paused),
+            open: supply.allowed,
+            owner_present: supply.causes.iter().any(|c| c.owner_there()),
+        };
+        let before = self.contribution.ledger.all_time;
+        self.contribution
+            .record(&self.s.policy.timezone, now, self.s.interval, seen);
+        if let Some(m) = &self.metrics {
+            let after = &self.contribution.ledger.all_time;
+            m.cpu_seconds_given
+                .inc_by(after.cpu_seconds - before.cpu_seconds);
+            m.computing_seconds
+                .inc_by(after.computing_s - before.computing_s);
+            m.paused_seconds.inc_by(after.paused_s - before.paused_s);
+            m.open_seconds.inc_by(after.open_s - before.open_s);
+            m.owner_present_seconds
+                .inc_by(after.owner_present_s - before.owner_present_s);
+        }
+    }
+
+    /// The learned history and the contribution, every `HISTORY_EVERY` (the drain saves the
+    /// rest): they count time, so they change every cycle, and a crash loses at most that
+    /// much of them.
     pub(super) fn save_history(&mut self, now: DateTime<Utc>) {
         let every = crate::horizon::delta(HISTORY_EVERY);
         if self
@@ -232,6 +274,9 @@ impl Daemon {
         match history::save(&self.s.state_dir, &self.learner.history) {
             Ok(()) => self.saved.history = Some(now),
             Err(e) => tracing::error!("{e}"),
+        }
+        if let Err(e) = contribution::save(&self.s.state_dir, &self.contribution.ledger) {
+            tracing::error!("{e}");
         }
     }
 

@@ -629,7 +629,172 @@ async fn own_cpu_counts_a_new_worker_in_its_first_window() {
     fresh.measure(&b, &[], t(0), Some(2)).await;
     set("adopted", 5000, 100_080);
     let adopted = at("adopted", WorkerState::Running, t(-86_400));
-    assert_eq!(fresh.measure(&b, &[adopted], t(10), Some(2)).await, 0.0);
+    assert_eq!(
+        fresh
+            .measure(&b, std::slice::from_ref(&adopted), t(10), Some(2))
+            .await,
+        0.0
+    );
+    assert_eq!(
+        fresh.take_given(),
+        0.0,
+        "an adopted worker's past is not given again"
+    );
+    set("adopted", 5003, 100_100);
+    fresh
+        .measure(&b, std::slice::from_ref(&adopted), t(20), Some(2))
+        .await;
+    assert_eq!(fresh.take_given(), 3.0, "but counts from its first sample");
+    // The engine restarted: its counter went backwards, nothing is known to count.
+    set("adopted", 1, 100_120);
+    fresh.measure(&b, &[adopted], t(30), Some(2)).await;
+    assert_eq!(fresh.take_given(), 0.0);
+}
+
+/// The CPU the meter hands the contribution: each worker's counter delta once, whatever the
+/// window (judged or not), a new worker's whole counter.
+#[tokio::test]
+async fn the_cpu_given_is_each_counter_delta_once() {
+    use crate::volunteer::daemon::cpu::CpuMeter;
+    use crate::volunteer::worker::CpuSample;
+    let t0: chrono::DateTime<Utc> = "2026-12-01T12:00:00Z".parse().unwrap();
+    let t = |s: i64| t0 + chrono::Duration::seconds(s);
+    let engine = FakeBackend::new();
+    let b = AnyBackend::Fake(engine.clone());
+    let set = |id: &str, worker_s: u64| {
+        engine.lock().cpu.insert(
+            id.into(),
+            CpuSample {
+                worker_ns: worker_s * 1_000_000_000,
+                system_ns: 1_000_000_000_000,
+            },
+        );
+    };
+    let running = |id: &str, created| Worker {
+        state: WorkerState::Running,
+        created: Some(created),
+        finished_at: None,
+        exit_code: None,
+        ..exited(id, 0)
+    };
+    let mut meter = CpuMeter::default();
+    meter.measure(&b, &[], t(0), Some(2)).await;
+    // (instant, worker's counter in s, CPU-seconds given since the last measurement)
+    let table = [(10, 7, 7.0), (20, 19, 12.0), (30, 19, 0.0), (40, 20, 1.0)];
+    let w = running("w", t(5));
+    for (at, counter, given) in table {
+        set("w", counter);
+        meter
+            .measure(&b, std::slice::from_ref(&w), t(at), Some(2))
+            .await;
+        // Taken once: a second take finds nothing.
+        assert_eq!(meter.take_given(), given, "at +{at}s");
+        assert_eq!(meter.take_given(), 0.0);
+    }
+    // Two measurements between takes add up (an urgent cycle's record in between).
+    set("w", 25);
+    meter
+        .measure(&b, std::slice::from_ref(&w), t(50), Some(2))
+        .await;
+    set("w", 30);
+    meter
+        .measure(&b, std::slice::from_ref(&w), t(60), Some(2))
+        .await;
+    assert_eq!(meter.take_given(), 10.0);
+}
+
+/// A donated machine's afternoon, cycle by cycle: a worker computes for a minute, the owner
+/// logs in and it is evicted. The ledger (and the metrics) count the CPU its counters show,
+/// the time computing, open and with the owner there, and one evicted worker; the ledger is
+/// on disk from the first cycle and again on the history's cadence.
+#[tokio::test]
+async fn the_daemon_counts_what_the_machine_gave() {
+    use crate::volunteer::contribution;
+    use crate::volunteer::worker::CpuSample;
+    let m = Machine::new();
+    let (metrics, registry) = Metrics::new();
+    let engine = m.engine.clone();
+    let mut d = Daemon::new(
+        m.settings(),
+        Box::new(move |_| Ok(AnyBackend::Fake(engine.clone()))),
+        Some(metrics),
+        Utc::now(),
+    )
+    .unwrap();
+    let t0 = Utc::now();
+    let t = |s: i64| t0 + chrono::Duration::seconds(s);
+    first_cycles(&mut d, t(0)).await;
+    let id = m.engine.lock().workers[0].id.clone();
+    let cpu = |worker_s: u64| {
+        m.engine.lock().cpu.insert(
+            id.clone(),
+            CpuSample {
+                worker_ns: worker_s * 1_000_000_000,
+                system_ns: 1_000_000_000_000,
+            },
+        );
+    };
+    let state = contribution::path(&m.settings().state_dir);
+    assert!(
+        state.exists(),
+        "written with the history from the first cycle"
+    );
+    cpu(12);
+    d.cycle(t(30), false).await;
+    cpu(20);
+    d.cycle(t(60), false).await;
+    m.login();
+    d.cycle(t(90), true).await;
+    settle(&mut d).await;
+    d.cycle(t(120), false).await;
+    assert_eq!(m.calls("remove"), vec![format!("remove {id}")]);
+
+    let all = d.contribution.ledger.all_time;
+    assert_eq!(all.cpu_seconds, 20.0, "the worker's counter, from zero");
+    // Listed running at +30, +60 and +90 (the login's cycle saw it before evicting it).
+    assert_eq!(all.computing_s, 90);
+    assert_eq!(all.open_s, 60);
+    assert_eq!(all.owner_present_s, 60, "alice, at +90 and +120");
+    assert_eq!(
+        all.ended,
+        contribution::Ended {
+            evicted: 1,
+            ..Default::default()
+        }
+    );
+    assert_eq!(
+        d.contribution
+            .ledger
+            .this_week(&crate::zone::Zone::utc(), t(120)),
+        all
+    );
+    let text = crate::service::metrics::exposition(&registry);
+    for line in [
+        "pilotd_cpu_seconds_given_total 20.0",
+        "pilotd_computing_seconds_total 90",
+        "pilotd_open_seconds_total 60",
+        "pilotd_owner_present_seconds_total 60",
+        "pilotd_workers_ended_total{outcome=\"evicted\"} 1",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+    }
+
+    // Saved when a worker ended (news for `status` and the page), then again once the
+    // history's interval has passed: a crash loses at most that.
+    assert_eq!(
+        contribution::peek(&m.settings().state_dir).ledger,
+        d.contribution.ledger
+    );
+    d.cycle(t(150), false).await;
+    assert_ne!(
+        contribution::peek(&m.settings().state_dir).ledger,
+        d.contribution.ledger
+    );
+    d.save_history(t(120 + 900));
+    assert_eq!(
+        contribution::peek(&m.settings().state_dir).ledger,
+        d.contribution.ledger
+    );
 }
 
 /// A window in which pilotd started or removed a worker is not judged (the engine's and

@@ -1,8 +1,10 @@
 //! The page's HTML: the signed-in owner's page, drawn from the daemon's status file, the
-//! snooze, the learned history and the policy; and the short pages that say why there is
-//! nothing to see. Everything shown is escaped here.
+//! snooze, the learned history, the contribution ledger and the policy; and the short pages
+//! that say why there is nothing to see. Every section says plainly when it has nothing to
+//! show yet. Everything shown is escaped here.
 
 use super::keys::Session;
+use crate::volunteer::contribution;
 use crate::volunteer::history;
 use crate::volunteer::owner::Context;
 use crate::volunteer::policy::calendar::{Cell, cell_at};
@@ -34,7 +36,7 @@ pub(super) fn page_shell(title: &str, body: &str) -> String {
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title>\
 <style>body{{font-family:sans-serif;max-width:62em;margin:1em auto;padding:0 1em;color:#222}}\
 table{{border-collapse:collapse}}td,th{{padding:2px 6px;font-size:90%}}\
-.grid td{{width:0.9em;height:1.1em;padding:0}}.c{{background:#2a7}}.g{{background:#ec5}}.o{{background:#eee}}\
+.grid td{{width:0.9em;height:1.1em;padding:0}}.learned td{{border:1px solid #ddd}}.c{{background:#2a7}}.g{{background:#ec5}}.o{{background:#eee}}\
 .verdict{{font-size:130%;font-weight:bold}}.snoozed{{background:#fde;padding:0.4em}}\
 button{{font-size:110%;margin-right:0.5em}}</style></head><body>{}</body></html>",
         esc(title),
@@ -58,6 +60,7 @@ pub(super) fn render(ctx: &Context, s: &Session, now: DateTime<Utc>) -> String {
     buttons(&mut b, s);
     workers(&mut b, &st, &local);
     week(&mut b, ctx, now);
+    gave(&mut b, ctx, now);
     learned(&mut b, ctx);
     outcomes(&mut b, &st, &local);
     // JavaScript only refreshes; everything above works without it.
@@ -140,6 +143,12 @@ fn buttons(b: &mut String, s: &Session) {
 fn workers(b: &mut String, st: &status::Status, local: Local) {
     let _ = write!(b, "<h2>Workers</h2>");
     match &st.workers {
+        None if st.updated_at.is_none() => {
+            let _ = write!(
+                b,
+                "<p id=\"workers\">None seen yet: pilotd has not run a cycle.</p>"
+            );
+        }
         None => {
             let _ = write!(
                 b,
@@ -216,18 +225,67 @@ fn week(b: &mut String, ctx: &Context, now: DateTime<Utc>) {
     );
 }
 
-/// What the daemon learned: the share of each hour of the week the host was free.
+/// What the machine gave (`contribution`): this week and all time, as `pilotd status` says.
+fn gave(b: &mut String, ctx: &Context, now: DateTime<Utc>) {
+    let tz = &ctx.policy.timezone;
+    let loaded = contribution::peek(&ctx.state_dir);
+    let summary = contribution::Summary::of(&loaded.ledger, tz, now);
+    let _ = write!(
+        b,
+        "<h2>What this machine gave</h2><div id=\"contribution\">"
+    );
+    if let Some(w) = &loaded.warning {
+        let _ = write!(b, "<p>{}</p>", esc(w));
+    }
+    for (heading, lines) in summary.sections(tz) {
+        match lines.as_slice() {
+            [one] => write!(b, "<p><b>{}</b>: {}.</p>", esc(&heading), esc(one)),
+            _ => write!(
+                b,
+                "<p><b>{}</b></p><ul>{}</ul>",
+                esc(&heading),
+                lines
+                    .iter()
+                    .map(|l| format!("<li>{}</li>", esc(l)))
+                    .collect::<String>()
+            ),
+        }
+        .unwrap_or_default();
+    }
+    let _ = write!(
+        b,
+        "</div><p><small>Measured on this machine: CPU time from the workers' own counters, hours from pilotd's cycles. Nothing leaves it unless the site collects pilotd's metrics.</small></p>"
+    );
+}
+
+/// What the daemon learned: the share of each hour of the week the host was free. Watched,
+/// never free: said in words (a grid of empty cells read as a broken page).
 fn learned(b: &mut String, ctx: &Context) {
     let learned = history::peek(&ctx.state_dir, &ctx.policy.timezone).history;
     let _ = write!(b, "<h2>Learned availability</h2>");
+    let watched_h = learned.buckets.iter().map(|k| k.observed_s).sum::<u64>() / 3600;
     match learned.overall() {
         None => {
-            let _ = write!(b, "<p id=\"learned\">Nothing learned yet.</p>");
+            let _ = write!(
+                b,
+                "<p id=\"learned\">Nothing learned yet: pilotd has not watched this machine long enough.</p>"
+            );
+        }
+        Some(0.0) => {
+            let _ = write!(
+                b,
+                "<p id=\"learned\">Not free at any time yet (watched {} so far): nothing to show by hour yet.</p>",
+                if watched_h == 0 {
+                    "less than an hour".to_string()
+                } else {
+                    format!("{watched_h} hour(s)")
+                }
+            );
         }
         Some(all) => {
             let _ = write!(
                 b,
-                "<p id=\"learned\">Free {:.0}% of the watched time. By hour (Monday first):</p><table class=\"grid\">",
+                "<p id=\"learned\">Free {:.0}% of the watched time. By hour (Monday first; greener is free more often, grey watched but never free, blank not watched yet):</p><table class=\"grid learned\">",
                 all * 100.0
             );
             for day in 0..7 {
@@ -239,8 +297,11 @@ fn learned(b: &mut String, ctx: &Context) {
                         "<td title=\"{}\" style=\"background:{}\"></td>",
                         f.map(|f| format!("{:.0}% free", f * 100.0))
                             .unwrap_or_else(|| "not watched".into()),
-                        f.map(|f| format!("rgba(34,170,119,{f:.2})"))
-                            .unwrap_or_else(|| "#fff".into())
+                        match f {
+                            None => "#fff".into(),
+                            Some(0.0) => "#ccc".into(),
+                            Some(f) => format!("rgba(34,170,119,{:.2})", f.max(0.15)),
+                        }
                     );
                 }
                 let _ = write!(b, "</tr>");
@@ -320,6 +381,89 @@ mod tests {
             html.contains(
                 "<td>pilotd-t-b</td><td>Running</td><td></td><td></td><td>not measured yet</td>"
             ),
+            "{html}"
+        );
+    }
+
+    fn page_at(ctx: &Context, now: DateTime<Utc>) -> String {
+        let session = Session {
+            who: "alice".into(),
+            csrf: "0".repeat(64),
+            until: Instant::now(),
+        };
+        render(ctx, &session, now)
+    }
+
+    /// Before anything was counted, every section says so in words: no empty grid, no
+    /// empty list. Then the figures, as `status` gives them.
+    #[test]
+    fn each_section_says_plainly_when_it_has_nothing_yet() {
+        use crate::volunteer::contribution::{Contribution, Ledger, Observed};
+        use crate::volunteer::history::History;
+        let dir = tempfile::tempdir().unwrap();
+        let tz = crate::zone::Zone::utc();
+        let ctx = Context {
+            state_dir: dir.path().to_path_buf(),
+            policy: crate::config::Policy::defaults(tz.clone()),
+            page: None,
+        };
+        let now: DateTime<Utc> = "2026-12-02T12:00:00Z".parse().unwrap();
+        let html = page_at(&ctx, now);
+        for says in [
+            "<p id=\"decision\">No decision yet.</p>",
+            "<p id=\"workers\">None seen yet: pilotd has not run a cycle.</p>",
+            "<p><b>This week (2026-W49)</b>: nothing recorded yet.</p>",
+            "<p><b>All time</b>: nothing recorded yet.</p>",
+            "<p id=\"learned\">Nothing learned yet",
+            "<p id=\"outcomes\">None yet.</p>",
+        ] {
+            assert!(html.contains(says), "{says} in {html}");
+        }
+
+        // Watched two hours, never free (the page test's machine, busy with its own build):
+        // words, not a grid of empty cells.
+        let mut h = History::new(&tz);
+        h.record(&tz, now, ChronoDuration::hours(2), false);
+        history::save(dir.path(), &h).unwrap();
+        let html = page_at(&ctx, now);
+        assert!(
+            html.contains("Not free at any time yet (watched 2 hour(s) so far)"),
+            "{html}"
+        );
+        assert!(!html.contains("class=\"grid learned\""), "{html}");
+        // Free some of the time: the grid, with a legend, busy hours grey.
+        h.record(&tz, now, ChronoDuration::hours(2), true);
+        history::save(dir.path(), &h).unwrap();
+        let html = page_at(&ctx, now);
+        assert!(html.contains("Free 50% of the watched time"), "{html}");
+        assert!(html.contains("class=\"grid learned\""), "{html}");
+        assert!(html.contains("blank not watched yet"), "{html}");
+
+        let mut c = Contribution::new(Ledger::default());
+        let busy = Observed {
+            cpu_seconds: 5400.0,
+            running: true,
+            open: true,
+            owner_present: false,
+            ..Observed::default()
+        };
+        c.record(
+            &tz,
+            now - ChronoDuration::hours(1),
+            std::time::Duration::from_secs(3600),
+            busy,
+        );
+        c.record(&tz, now, std::time::Duration::from_secs(3600), busy);
+        contribution::save(dir.path(), &c.ledger).unwrap();
+        let html = page_at(&ctx, now);
+        assert!(
+            html.contains(
+                "<p><b>This week (2026-W49)</b></p><ul><li>3.0 CPU-hours given</li><li>1.0 h computing, 0.0 h paused</li>"
+            ),
+            "{html}"
+        );
+        assert!(
+            html.contains("<p><b>All time (since 2026-12-02)</b></p>"),
             "{html}"
         );
     }

@@ -83,6 +83,20 @@ impl Cause {
         )
     }
 
+    /// The owner was there: logged in and active, busy on the CPU, running a program that
+    /// wants the machine alone, or asking for it (a snooze). What the contribution counts as
+    /// "the owner was there"; not a sleeping machine, a battery or sessions pilotd cannot see.
+    pub fn owner_there(self) -> bool {
+        matches!(
+            self,
+            Cause::OwnerPresent
+                | Cause::Snoozed
+                | Cause::OwnerCpuHigh
+                | Cause::OwnerCpuEvict
+                | Cause::ExclusiveProcess
+        )
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Cause::OutsideSchedule => "outside_schedule",

@@ -697,3 +697,30 @@ fn downloads_follow_the_schedule_with_a_lead() {
     );
     assert_eq!(s.next_change, Some(utc("2026-01-13T17:30:00Z")));
 }
+
+/// What the contribution counts as "the owner was there": the owner's own doing (a session,
+/// their load, their exclusive program, their snooze), never the machine's state or what
+/// pilotd cannot see.
+#[test]
+fn the_owner_is_there_for_their_own_causes_only() {
+    let table = [
+        (Cause::OwnerPresent, true),
+        (Cause::Snoozed, true),
+        (Cause::OwnerCpuHigh, true),
+        (Cause::OwnerCpuEvict, true),
+        (Cause::ExclusiveProcess, true),
+        (Cause::SessionsUnknown, false),
+        (Cause::Sleeping, false),
+        (Cause::OnBattery, false),
+        (Cause::OutsideSchedule, false),
+        (Cause::GuardBand, false),
+        (Cause::WaitingFreeFor, false),
+        (Cause::TooLittleTime, false),
+        (Cause::NoRoom, false),
+        (Cause::FleetSplay, false),
+        (Cause::Free, false),
+    ];
+    for (cause, there) in table {
+        assert_eq!(cause.owner_there(), there, "{}", cause.as_str());
+    }
+}

@@ -233,6 +233,23 @@ fn the_status_page_in_chromium_snoozes_and_the_worker_stops() {
     assert!(text.contains("snoozed by the owner until"), "{text}");
     h.wait_cycles(2);
     assert!(h.running().is_empty(), "no start while snoozed");
+    // What the machine gave: the worker the snooze stopped is counted as evicted (its end
+    // saves the ledger), in this week's figures and all time's; the page reloads itself.
+    let text = b.wait_text("1 evicted", Duration::from_secs(25));
+    assert!(text.contains("What this machine gave"), "{text}");
+    assert!(text.contains("This week ("), "{text}");
+    assert!(text.contains("CPU-hours given"), "{text}");
+    assert!(
+        text.matches("workers: 0 ran jobs, 0 ended without a job, 1 evicted")
+            .count()
+            == 2,
+        "this week and all time: {text}"
+    );
+    // No section draws an empty box: learned availability says it in words or shows data.
+    assert!(
+        !text.contains("Free 0% of the watched time"),
+        "an empty grid: {text}"
+    );
 
     let shot = b.call("Page.captureScreenshot", json!({"format": "png"}));
     let png = base64_decode(shot["data"].as_str().unwrap());

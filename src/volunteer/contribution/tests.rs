@@ -1,0 +1,229 @@
+use super::*;
+use chrono::Duration;
+
+fn rome() -> Zone {
+    Zone::named("Europe/Rome").expect("tzdata has Europe/Rome")
+}
+
+fn utc(s: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+}
+
+const INTERVAL: std::time::Duration = std::time::Duration::from_secs(30);
+
+fn computing(cpu_seconds: f64) -> Observed {
+    Observed {
+        cpu_seconds,
+        running: true,
+        open: true,
+        ..Observed::default()
+    }
+}
+
+#[test]
+fn weeks_are_iso_weeks_in_the_policy_zone() {
+    // Sunday 22:59 UTC is Sunday 23:59 in Rome (week 2); 23:00 UTC is Monday 00:00 (week 3).
+    let table = [
+        ("2026-01-11T22:59:59Z", "2026-W02"),
+        ("2026-01-11T23:00:00Z", "2026-W03"),
+        // New Year's Day 2027 is a Friday: it belongs to the last week of 2026.
+        ("2027-01-01T12:00:00Z", "2026-W53"),
+    ];
+    for (t, week) in table {
+        assert_eq!(Ledger::week_of(&rome(), utc(t)), week, "{t}");
+    }
+    // In UTC the first instant is still week 2 and the second too.
+    assert_eq!(
+        Ledger::week_of(&Zone::utc(), utc("2026-01-11T23:00:00Z")),
+        "2026-W02"
+    );
+}
+
+#[test]
+fn counts_each_cycle_into_its_week_and_all_time() {
+    let mut c = Contribution::new(Ledger::default());
+    // (instant, what the cycle saw): 30 s cycles around Rome's Monday midnight.
+    let owner = Observed {
+        owner_present: true,
+        paused: true,
+        ..Observed::default()
+    };
+    let table: [(&str, Observed); 5] = [
+        // The first cycle counts no time (nothing says what came before), but its CPU.
+        ("2026-01-11T22:59:00Z", computing(2.0)),
+        ("2026-01-11T22:59:30Z", computing(60.0)),
+        // This one ends in the new week: its 30 s count there.
+        ("2026-01-11T23:00:00Z", computing(45.0)),
+        ("2026-01-11T23:00:30Z", owner),
+        // After a suspend of an hour: at most two intervals count.
+        ("2026-01-12T00:00:30Z", computing(0.0)),
+    ];
+    for (t, o) in table {
+        c.record(&rome(), utc(t), INTERVAL, o);
+    }
+    let l = &c.ledger;
+    assert_eq!(
+        l.weeks.iter().map(|w| w.week.as_str()).collect::<Vec<_>>(),
+        ["2026-W02", "2026-W03"]
+    );
+    let w2 = l.weeks[0].tally;
+    assert_eq!(w2.cpu_seconds, 62.0);
+    assert_eq!((w2.computing_s, w2.open_s, w2.paused_s), (30, 30, 0));
+    let w3 = l.weeks[1].tally;
+    assert_eq!(w3.cpu_seconds, 45.0);
+    assert_eq!(w3.computing_s, 30 + 60);
+    assert_eq!((w3.paused_s, w3.owner_present_s), (30, 30));
+    assert_eq!(w3.open_s, 30 + 60);
+    assert_eq!(l.all_time.cpu_seconds, 107.0);
+    // 30 + 30 + 60 (the capped gap): the suspended hour is not counted as given.
+    assert_eq!(l.all_time.computing_s, 120);
+    assert_eq!(l.all_time.owner_present_s, 30);
+    assert_eq!(l.since, Some(utc("2026-01-11T22:59:00Z")));
+    assert_eq!(
+        l.this_week(&rome(), utc("2026-01-14T12:00:00Z")),
+        w3,
+        "a Wednesday of the same week"
+    );
+    assert!(l.this_week(&rome(), utc("2026-01-19T12:00:00Z")).is_empty());
+}
+
+#[test]
+fn outcomes_are_counted_by_kind() {
+    let mut c = Contribution::new(Ledger::default());
+    let now = utc("2026-01-14T12:00:00Z");
+    for o in [
+        Outcome::Exited(PilotExit::RanJobs),
+        Outcome::Exited(PilotExit::RanJobs),
+        Outcome::Exited(PilotExit::Idle),
+        Outcome::Exited(PilotExit::Signal(15)),
+        Outcome::Exited(PilotExit::SelfTest),
+        Outcome::OutOfMemory,
+        Outcome::StartFailed {
+            message: "no".into(),
+        },
+    ] {
+        c.ended(&rome(), now, &o);
+    }
+    let want = Ended {
+        ran_jobs: 2,
+        no_job: 1,
+        evicted: 1,
+        failed: 3,
+    };
+    assert_eq!(c.ledger.all_time.ended, want);
+    assert_eq!(c.ledger.this_week(&rome(), now).ended, want);
+    let shown = lines(&c.ledger.all_time).join("\n");
+    assert!(
+        shown.contains("2 ran jobs, 1 ended without a job, 1 evicted, 3 failed"),
+        "{shown}"
+    );
+    assert_eq!(lines(&Tally::default()), ["nothing recorded yet"]);
+    // (seconds, as shown): a little is not shown as nothing.
+    for (secs, shown) in [
+        (0.0, "0.0"),
+        (1.0, "<0.1"),
+        (179.0, "<0.1"),
+        (360.0, "0.1"),
+        (5400.0, "1.5"),
+    ] {
+        assert_eq!(hours(secs), shown, "{secs}");
+    }
+}
+
+#[test]
+fn keeps_the_last_weeks_only() {
+    let mut c = Contribution::new(Ledger::default());
+    let start = utc("2026-01-14T12:00:00Z");
+    for i in 0..15 {
+        let t = start + Duration::weeks(i);
+        c.record(&rome(), t, INTERVAL, computing(1.0));
+    }
+    assert_eq!(c.ledger.weeks.len(), WEEKS_KEPT);
+    assert_eq!(c.ledger.weeks[0].week, "2026-W06");
+    assert_eq!(c.ledger.all_time.cpu_seconds, 15.0, "all time keeps it all");
+}
+
+#[test]
+fn a_restart_loads_and_continues() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Contribution::new(Ledger::default());
+    c.record(
+        &rome(),
+        utc("2026-01-14T12:00:00Z"),
+        INTERVAL,
+        computing(1.0),
+    );
+    c.record(
+        &rome(),
+        utc("2026-01-14T12:00:30Z"),
+        INTERVAL,
+        computing(20.0),
+    );
+    save(dir.path(), &c.ledger).unwrap();
+
+    let l = load(dir.path());
+    assert!(l.warning.is_none());
+    assert_eq!(l.ledger, c.ledger);
+    // The restarted daemon counts no time for its first cycle (the downtime is not the
+    // machine's gift), but the CPU its first sample delta says.
+    let mut again = Contribution::new(l.ledger);
+    again.record(
+        &rome(),
+        utc("2026-01-14T13:00:00Z"),
+        INTERVAL,
+        computing(0.0),
+    );
+    again.record(
+        &rome(),
+        utc("2026-01-14T13:00:30Z"),
+        INTERVAL,
+        computing(30.0),
+    );
+    let t = again.ledger.all_time;
+    assert_eq!((t.cpu_seconds, t.computing_s), (51.0, 60));
+    assert_eq!(again.ledger.weeks.len(), 1);
+    assert_eq!(again.ledger.since, Some(utc("2026-01-14T12:00:00Z")));
+}
+
+#[test]
+fn a_corrupted_ledger_is_set_aside_and_counting_starts_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Contribution::new(Ledger::default());
+    c.ended(
+        &rome(),
+        utc("2026-01-14T12:00:00Z"),
+        &Outcome::Exited(PilotExit::RanJobs),
+    );
+    save(dir.path(), &c.ledger).unwrap();
+    let bytes = std::fs::read(path(dir.path())).unwrap();
+    let cut = &bytes[..bytes.len() / 2];
+    std::fs::write(path(dir.path()), cut).unwrap();
+
+    // A reader says so and moves nothing.
+    assert!(peek(dir.path()).warning.is_some());
+    assert!(path(dir.path()).exists());
+
+    let l = load(dir.path());
+    assert_eq!(l.ledger, Ledger::default());
+    let w = l.warning.unwrap();
+    assert!(
+        w.contains("corrupted") && w.contains("contribution.json.corrupt"),
+        "{w}"
+    );
+    assert_eq!(
+        std::fs::read(dir.path().join("contribution.json.corrupt")).unwrap(),
+        cut
+    );
+    assert!(!path(dir.path()).exists());
+
+    // Well-formed, but another version: corrupted too.
+    std::fs::write(
+        path(dir.path()),
+        br#"{"version":2,"since":null,"weeks":[],"all_time":{"cpu_seconds":0.0,"computing_s":0,"paused_s":0,"open_s":0,"owner_present_s":0,"ended":{"ran_jobs":0,"no_job":0,"evicted":0,"failed":0}}}"#,
+    )
+    .unwrap();
+    assert!(load(dir.path()).warning.unwrap().contains("unexpected"));
+    // Missing: empty, no warning.
+    let empty = tempfile::tempdir().unwrap();
+    assert!(load(empty.path()).warning.is_none());
+}
