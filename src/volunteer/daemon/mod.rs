@@ -14,9 +14,9 @@
 //!
 //! Long operations (a graceful stop may take the whole `grace`, a pull minutes, a manifest
 //! fetch its timeout) run as tasks beside the loop (`tasks.rs`), so an owner logging in is
-//! never stuck behind them. The watchers beside the loop (utmp, logind, input devices,
-//! firewalld, the engine's events) are the daemon's own (`watchers`, a `JoinSet`): the drain
-//! ends them, so `serve` returns with nothing of its left running.
+//! never stuck behind them. The watchers beside the loop (`beside.rs`: utmp, logind, input
+//! devices, firewalld, the engine's events) are the daemon's own (`watchers`, a `JoinSet`):
+//! the drain ends them, so `serve` returns with nothing of its left running.
 //!
 //! The engine is injected (`Connector`): Docker in production, the recording fake in the
 //! tests below. Signals are the edge's business (`cmd/run`): the loop only sees a shutdown
@@ -25,6 +25,7 @@
 //! Imports: `volunteer`'s parts, `config` (reloads), `service` (metrics, lifecycle). Nothing
 //! imports the daemon but `cmd/run`.
 
+mod beside;
 mod cpu;
 mod cycle;
 mod executor;
@@ -55,6 +56,7 @@ use crate::volunteer::settings::{EngineSettings, Settings, WorkerSettings};
 use crate::volunteer::snapshot::HostSnapshot;
 use crate::volunteer::status::{self, Status};
 use crate::volunteer::worker::WorkerState;
+use beside::control_context;
 use chrono::{DateTime, Utc};
 use cpu::CpuMeter;
 use std::collections::BTreeMap;
@@ -100,70 +102,6 @@ pub async fn run(
     );
     d.serve(hooks, shutdown, reloads).await;
     Ok(())
-}
-
-impl Daemon {
-    /// Serves until `shutdown` completes: the watchers beside the loop (utmp, logind, input
-    /// devices, firewalld), the owner's doors, then the service skeleton's loop. Every task
-    /// started here is the daemon's (`watchers`) and ends with the drain, so a loop driven
-    /// in-process leaves nothing running behind it.
-    pub async fn serve(
-        &mut self,
-        hooks: Hooks,
-        shutdown: impl Future<Output = ()>,
-        reloads: mpsc::Receiver<Reload>,
-    ) {
-        self.watchers.spawn(triggers::watch_utmp(
-            self.s.probe.utmp.clone(),
-            self.wakeups.tx.clone(),
-        ));
-        let tx = self.wakeups.tx.clone();
-        self.watchers
-            .spawn(crate::volunteer::logind::watch(move |signal| {
-                let t = match signal {
-                    Signal::Sessions => Trigger::Sessions,
-                    Signal::Sleep(going) => Trigger::Sleep(going),
-                };
-                // A sleep announcement must not be lost in a full channel: it changes the
-                // decision. The send waits for room, and ends when the daemon (the receiver)
-                // is gone.
-                match tx.try_send(t) {
-                    Err(mpsc::error::TrySendError::Closed(_)) => false,
-                    Err(mpsc::error::TrySendError::Full(t @ Trigger::Sleep(_))) => {
-                        let tx = tx.clone();
-                        tokio::spawn(async move { tx.send(t).await });
-                        true
-                    }
-                    _ => true,
-                }
-            }));
-        // The machine's keyboards, mice and touchpads: the first input after a quiet spell as
-        // long as `session_idle` is the owner coming back.
-        let tx = self.wakeups.tx.clone();
-        self.watchers.spawn(crate::volunteer::input::watch(
-            self.s.probe.dev.join("input"),
-            input_sysfs(&self.s.probe.power_supply),
-            self.input.clone(),
-            move || {
-                !matches!(
-                    tx.try_send(Trigger::Input),
-                    Err(mpsc::error::TrySendError::Closed(_))
-                )
-            },
-        ));
-        // A firewall reload firewalld announces is checked at once, not at the next cycle. The
-        // guard is asked directly rather than through a trigger: the trigger channel is lent
-        // to a running cycle, and a cycle may take a while to observe.
-        let guard = self.work.egress.clone();
-        self.watchers
-            .spawn(egress::firewalld::watch(move |announced| {
-                tracing::debug!(?announced, "firewalld");
-                guard.reloaded();
-                true
-            }));
-        self.listen_for_the_owner().await;
-        lifecycle::serve(self, hooks, shutdown, reloads).await;
-    }
 }
 
 /// The container engine: connected when first needed, and again after a reload that changed
@@ -350,51 +288,6 @@ impl Daemon {
         })
     }
 
-    /// Serves `pilotd snooze` and `resume` on the control socket. A socket that cannot be
-    /// bound is logged and noted in the status; the daemon goes on without it (the owner's
-    /// other protections do not depend on it).
-    /// The status page (when `[page] port` is set) is served beside it, on 127.0.0.1.
-    async fn listen_for_the_owner(&mut self) {
-        let (tx, rx) = watch::channel(control_context(&self.s, &self.doors));
-        let (wake_tx, mut wake_rx) = mpsc::channel::<()>(4);
-        let triggers = self.wakeups.tx.clone();
-        self.watchers.spawn(async move {
-            while wake_rx.recv().await.is_some() {
-                let _ = triggers.try_send(Trigger::Owner);
-            }
-        });
-        let path = self.s.control_socket.clone();
-        match control::bind(&path) {
-            Ok(listener) => {
-                self.owner_servers.spawn(control::serve(
-                    listener,
-                    rx.clone(),
-                    wake_tx.clone(),
-                    self.owner_stop.signal(),
-                ));
-                tracing::info!(socket = %path.display(), "taking snooze and resume on the control socket");
-            }
-            Err(e) => tracing::error!("{e}; `pilotd snooze`, `resume` and `open` are unavailable"),
-        }
-        if let Some(port) = self.s.page_port {
-            match page::bind(port).await {
-                Ok(listener) => {
-                    self.owner_servers.spawn(page::serve(
-                        listener,
-                        port,
-                        self.doors.clone(),
-                        rx,
-                        wake_tx,
-                        self.owner_stop.signal(),
-                    ));
-                    tracing::info!("status page on http://127.0.0.1:{port}/ (`pilotd open`)");
-                }
-                Err(e) => tracing::error!("{e}; the status page is unavailable"),
-            }
-        }
-        self.control = Some(tx);
-    }
-
     /// The status as the last cycle left it (what `pilotd status` reads).
     pub fn status(&self) -> &Status {
         &self.status
@@ -464,15 +357,6 @@ impl Daemon {
         self.logind.release_sleep_lock();
         tracing::info!("workers made room; the machine may sleep");
     }
-}
-
-/// The kernel's class of input devices, beside the power supplies pilotd reads for the battery
-/// (both are `/sys/class/...`; a test pointing one elsewhere points both).
-fn input_sysfs(power_supply: &Path) -> PathBuf {
-    power_supply
-        .parent()
-        .unwrap_or(Path::new("/sys/class"))
-        .join("input")
 }
 
 /// The next trigger; never, while a cycle has the channel (it is home between cycles).
@@ -668,18 +552,6 @@ impl Reconciler for Daemon {
             tracing::error!("{e}");
         }
         tracing::info!("pilotd stopped; running workers are adopted by the next pilotd");
-    }
-}
-
-/// What carrying out the owner's requests (on the socket or the page) needs of the settings.
-fn control_context(s: &Settings, doors: &Doors) -> owner::Context {
-    owner::Context {
-        state_dir: s.state_dir.clone(),
-        policy: s.policy.clone(),
-        page: s.page_port.map(|port| owner::PageDoor {
-            port,
-            keys: Arc::new(doors.clone()),
-        }),
     }
 }
 
