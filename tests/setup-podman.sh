@@ -39,10 +39,20 @@ default_ulimits = ["nofile=$(ulimit -Hn):$(ulimit -Hn)", "nproc=32768:32768"]
 CONF
 
 sock=$work/podman.sock
+# A service whose working directory is gone (the checkout it was started from, removed since)
+# answers pings but starts no container ("conmon: Failed to get working directory"): stop it.
+pid=$(cat "$work/service.pid" 2>/dev/null || true)
+if [ -n "$pid" ] && case "$(readlink "/proc/$pid/cwd" 2>/dev/null)" in *" (deleted)") true;; *) false;; esac; then
+    log "podman service $pid lost its working directory; restarting it"
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 1 20); do [ -e "/proc/$pid" ] || break; sleep 0.25; done
+    rm -f "$sock"
+fi
 if ! curl -fsS -m 2 --unix-socket "$sock" http://podman/_ping >/dev/null 2>&1; then
     log "starting podman system service on $sock (log: $work/service.log)"
-    CONTAINERS_CONF="$work/containers.conf" nohup podman system service --time=0 "unix://$sock" \
-        >>"$work/service.log" 2>&1 &
+    # From /, as a daemon does: it outlives the checkout that started it.
+    (cd / && CONTAINERS_CONF="$work/containers.conf" exec nohup podman system service --time=0 \
+        "unix://$sock" >>"$work/service.log" 2>&1) &
     echo $! >"$work/service.pid"
     i=0
     until curl -fsS -m 2 --unix-socket "$sock" http://podman/_ping >/dev/null 2>&1; do
