@@ -19,21 +19,6 @@ pub enum ProbeError {
     Scratch { path: PathBuf, source: nix::Error },
 }
 
-/// The machine's id (systemd's `/etc/machine-id`, else D-Bus's copy), which places the host
-/// in the fleet's spread (`volunteer::splay`). Empty when neither can be read: the instance
-/// name alone places it then (hosts sharing one spread the same way; said in docs/site.md).
-pub fn machine_id() -> String {
-    ["/etc/machine-id", "/var/lib/dbus/machine-id"]
-        .iter()
-        .find_map(|p| {
-            std::fs::read_to_string(p)
-                .ok()
-                .map(|s| s.trim().to_string())
-                .filter(|s| !s.is_empty())
-        })
-        .unwrap_or_default()
-}
-
 pub struct HostProbe {
     system: System,
     cfg: ProbeSettings,

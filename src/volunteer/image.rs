@@ -14,9 +14,6 @@ use crate::volunteer::worker::split_reference;
 use chrono::{DateTime, Duration as ChronoDuration, SecondsFormat, Utc};
 use std::time::Duration;
 
-/// First retry delay after a failed registry request; doubles, capped at `refresh`.
-const RETRY_FIRST: Duration = Duration::from_secs(30);
-
 fn chrono(d: Duration) -> ChronoDuration {
     ChronoDuration::from_std(d).unwrap_or(ChronoDuration::MAX)
 }
@@ -30,12 +27,6 @@ pub fn check_due(r: &ImageRecord, now: DateTime<Utc>, s: &ImageSettings) -> bool
         (None, _) | (_, None) => true,
         (Some(c), Some(v)) => now - c >= chrono(s.refresh) || now - v >= chrono(s.max_age),
     }
-}
-
-/// How registry requests are retried: doubling from 30 s (or `refresh`, when shorter), never
-/// longer than `refresh`.
-pub fn retry_backoff(refresh: Duration) -> Backoff {
-    Backoff::new(RETRY_FIRST.min(refresh), refresh)
 }
 
 /// Records a failed registry request (check or pull) and says so in the log; the next try
@@ -212,7 +203,7 @@ mod tests {
             allowed: vec![],
             refresh,
             max_age: Duration::from_secs(72 * 3600),
-            retry: retry_backoff(refresh),
+            retry: crate::volunteer::settings::retry_backoff(refresh),
         };
         let mut r = ImageRecord::default();
         assert!(check_due(&r, now, &s), "never checked");
@@ -223,12 +214,12 @@ mod tests {
         assert!(check_due(&r, now, &s), "refresh elapsed");
         r.retry_at = Some(now + ChronoDuration::seconds(1));
         assert!(!check_due(&r, now, &s), "retry pending");
-        let retry = retry_backoff(refresh);
+        let retry = crate::volunteer::settings::retry_backoff(refresh);
         assert_eq!(retry.delay(1), Duration::from_secs(30));
         assert_eq!(retry.delay(3), Duration::from_secs(120));
         assert_eq!(retry.delay(40), refresh);
         assert_eq!(
-            retry_backoff(Duration::from_secs(2)).delay(5),
+            crate::volunteer::settings::retry_backoff(Duration::from_secs(2)).delay(5),
             Duration::from_secs(2)
         );
     }

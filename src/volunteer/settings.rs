@@ -209,10 +209,10 @@ impl WorkerSettings {
 
 impl Settings {
     /// The settings of a loaded configuration (pilotd.toml, or its defaults, and the policy)
-    /// on this host: the one thing read here is the machine id (`host::machine_id`), which
+    /// on this host: the one thing read here is the machine id (`machine_id`), which
     /// places the host in the fleet's spread.
     pub fn resolve(cfg: &Config) -> Settings {
-        Settings::resolve_for(cfg, &crate::volunteer::host::machine_id())
+        Settings::resolve_for(cfg, &machine_id())
     }
 
     /// The settings on the host with `machine_id` (pure).
@@ -252,7 +252,7 @@ impl Settings {
                 allowed: site.allowed_images(),
                 refresh: w.refresh.0,
                 max_age: w.max_image_age.0,
-                retry: fleet.backoff(crate::volunteer::image::retry_backoff(w.refresh.0)),
+                retry: fleet.backoff(retry_backoff(w.refresh.0)),
             },
             max_lifetime: site.max_lifetime(),
             history: HistorySettings {
@@ -270,6 +270,30 @@ impl Settings {
             fleet,
         }
     }
+}
+
+/// First retry delay after a failed registry request; doubles, capped at `refresh`.
+const RETRY_FIRST: Duration = Duration::from_secs(30);
+
+/// How registry requests are retried: doubling from 30 s (or `refresh`, when shorter), never
+/// longer than `refresh`.
+pub fn retry_backoff(refresh: Duration) -> Backoff {
+    Backoff::new(RETRY_FIRST.min(refresh), refresh)
+}
+
+/// The machine's id (systemd's `/etc/machine-id`, else D-Bus's copy), which places the host
+/// in the fleet's spread (`volunteer::splay`). Empty when neither can be read: the instance
+/// name alone places it then (hosts sharing one spread the same way; said in docs/site.md).
+pub fn machine_id() -> String {
+    ["/etc/machine-id", "/var/lib/dbus/machine-id"]
+        .iter()
+        .find_map(|p| {
+            std::fs::read_to_string(p)
+                .ok()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+        })
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

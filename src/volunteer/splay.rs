@@ -6,7 +6,7 @@
 //! pauses and stops are decided before any of this, and nothing here delays them).
 //!
 //! The offset comes from a SHA-256 of the machine id (`/etc/machine-id`, read once at start
-//! by `host::machine_id`) and the pilotd instance: stable across restarts, Rust versions and
+//! by `settings::machine_id`) and the pilotd instance: stable across restarts, Rust versions and
 //! pilotd versions (not std's `DefaultHasher`, whose output may change), and different per
 //! host. No clock, no I/O: callers pass `now` and the splay.
 
