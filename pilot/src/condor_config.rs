@@ -12,6 +12,8 @@
 //!   negotiator can match only work that fits (`TARGET.PILOT_DIE_AT - time() > …`);
 //! - `MASTER.DAEMON_SHUTDOWN` ends the master once the startd is gone (the canonical pilot
 //!   expression from HTCondor's 50ec2.config) or die_at has passed;
+//! - `STARTD_HISTORY` in condor's log dir (the pool cannot move or disable it) and a 5 s procd
+//!   sampling interval: the job report's figures (see `startd_history`);
 //! - pilotd's ad-file attributes and the CVMFS attributes ([`render_slot_ads`]): their values
 //!   at start as `STARTD_ATTRS`, then a startd cron job (the pilot binary itself, `pilot
 //!   startd-cron ad`) that re-reads and re-probes every `PILOT_AD_PERIOD`; the cron job's
@@ -31,6 +33,15 @@ use crate::settings::{LocalDir, Settings};
 
 /// The generated file's name: sorts after everything the image and the fetch put there.
 pub const PILOT_CONFIG_FILE: &str = "99-pilot.conf";
+
+/// Where the startd records every job that leaves the slot (read by `startd_history`).
+pub const STARTD_HISTORY: &str = "$(LOG)/startd_history";
+
+/// How often condor's procd samples the jobs' processes (`PROCD_MAX_SNAPSHOT_INTERVAL`,
+/// 60 s by default). Without cgroups this sampling is condor's only CPU measure, and CPU
+/// after a process's last sample is lost: 5 s keeps a job's reported CPU within seconds of
+/// what it used, for a scan of the container's few processes.
+pub const PROCD_SNAPSHOT_SECONDS: u32 = 5;
 
 /// Facts of the running container that the configuration depends on.
 pub struct TokenPlacement<'a> {
@@ -119,6 +130,16 @@ pub fn render(settings: &Settings, token: &TokenPlacement<'_>, now: DateTime<Utc
         out.push_str("# This uid has no user name; condor needs one to name its daemons.\n");
         let _ = writeln!(out, "MASTER_NAME = {name}\nSTARTD_NAME = {name}\n");
     }
+
+    out.push_str(
+        "# condor's own record of each job that leaves the slot (completed or vacated, its wall\n\
+         # and CPU time), which the pilot reports at its end; CPU sampled often enough to count.\n",
+    );
+    let _ = writeln!(out, "STARTD_HISTORY = {STARTD_HISTORY}");
+    let _ = writeln!(
+        out,
+        "PROCD_MAX_SNAPSHOT_INTERVAL = {PROCD_SNAPSHOT_SECONDS}\n"
+    );
 
     out.push_str("# Where jobs run and how the startd authenticates to the pool.\n");
     let _ = writeln!(out, "EXECUTE = {}", settings.scratch.display());
@@ -335,6 +356,8 @@ mod tests {
             "EXECUTE = /var/lib/condor/execute",
             "MASTER.DAEMON_SHUTDOWN = (STARTD_StartTime =?= 0 && (time() - DaemonStartTime) > 60) || (time() > $(PILOT_DIE_AT))",
             "SHUTDOWN_GRACEFUL_TIMEOUT = 270",
+            "STARTD_HISTORY = $(LOG)/startd_history",
+            "PROCD_MAX_SNAPSHOT_INTERVAL = 5",
         ] {
             assert!(
                 text.lines().any(|l| l == line),

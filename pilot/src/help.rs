@@ -69,4 +69,11 @@ EXIT CODES
 A job counts as run when condor's StartLog (condor_config_val STARTD_LOG, else
 $(LOG)/StartLog) gains a \"State change: claim-activation protocol successful\" or
 \"Changing activity: Idle -> Busy\" line after the pilot started.
+
+JOB REPORT
+  The pilot's last line on standard output, on every exit:
+  pilot-report v=1 jobs_started=N jobs_completed=N jobs_vacated=N job_seconds=N
+    job_cpu_seconds=X vacated_cpu_seconds=X   (one line)
+  Started jobs come from the StartLog, the rest from condor's startd history
+  (STARTD_HISTORY, set to $(LOG)/startd_history); see docs/site.md, \"The job report\".
 ";

@@ -1,5 +1,10 @@
 //! The `pilot` binary: arguments, logging, the runtime, and the mapping of everything that
-//! can happen to one exit code.
+//! can happen to one exit code and one job report.
+//!
+//! The job report (`pilot_contract::JobReport`) is the last line the pilot writes to its
+//! standard output, on every path once it runs as the entrypoint: all zeros when condor never
+//! started. Its logs go to standard error, and condor's daemons write their own files, so
+//! nothing follows it there.
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -10,9 +15,11 @@ use pilot::help::HELP;
 use pilot::lifecycle::{Limits, PilotExit};
 use pilot::settings::Settings;
 use pilot::startd_cron;
+use pilot::startd_history::{self, HistoryWatch};
 use pilot::startlog::StartLogWatch;
 use pilot::startup;
 use pilot::supervise::{PilotSignals, supervise};
+use pilot_contract::JobReport;
 
 /// How long SIGKILL may take before the pilot stops waiting for condor.
 const KILL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -36,7 +43,16 @@ fn after(t: chrono::DateTime<Utc>, d: Duration) -> chrono::DateTime<Utc> {
         .unwrap_or(chrono::DateTime::<Utc>::MAX_UTC)
 }
 
-async fn run() -> PilotExit {
+/// The pilot's whole run: its exit code and its job report (all zeros when it ended before
+/// condor started).
+async fn run() -> (PilotExit, JobReport) {
+    match run_condor().await {
+        Ok(done) => done,
+        Err(exit) => (exit, JobReport::default()),
+    }
+}
+
+async fn run_condor() -> Result<(PilotExit, JobReport), PilotExit> {
     // Orphans of condor's daemons are re-parented to the pilot, which reaps them (see
     // supervise). As PID 1 this is implicit; elsewhere it needs the subreaper flag.
     if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
@@ -46,7 +62,7 @@ async fn run() -> PilotExit {
         Ok(s) => s,
         Err(e) => {
             tracing::error!(error = %e, "cannot install signal handlers");
-            return PilotExit::CondorFailed;
+            return Err(PilotExit::CondorFailed);
         }
     };
     // Env values that are not UTF-8 cannot be meant for the pilot; keep them lossy so the
@@ -66,7 +82,7 @@ async fn run() -> PilotExit {
                 tracing::error!("{e}");
             }
             tracing::error!("the pilot cannot use this configuration; see `pilot --help`");
-            return PilotExit::Config;
+            return Err(PilotExit::Config);
         }
     };
 
@@ -75,7 +91,7 @@ async fn run() -> PilotExit {
         prepared = startup::prepare(&settings, std::env::var_os("PATH"), started) => prepared,
         sig = signals.recv() => {
             tracing::info!(signal = ?sig, "stopped before condor started");
-            return PilotExit::Signal(sig.number());
+            return Err(PilotExit::Signal(sig.number()));
         }
     };
     let prepared = match prepared {
@@ -83,7 +99,7 @@ async fn run() -> PilotExit {
         Err(e) => {
             let exit = e.exit();
             tracing::error!(exit_code = exit.code(), "{e}");
-            return exit;
+            return Err(exit);
         }
     };
 
@@ -99,9 +115,32 @@ async fn run() -> PilotExit {
         die_at: settings.die_at,
         die_backstop: settings.die_at.map(|t| after(t, settings.die_grace)),
     };
-    // The watch starts before the master so only this run's lines count.
-    let watch = StartLogWatch::new(prepared.start_log, prepared.master_log);
-    supervise(&prepared.programs, limits, watch, &mut signals, Utc::now).await
+    // The watches start before the master so only this run's lines and records count.
+    let mut watch = StartLogWatch::new(prepared.start_log, prepared.master_log);
+    let history = prepared.startd_history.map(HistoryWatch::new);
+    let exit = supervise(
+        &prepared.programs,
+        limits,
+        &mut watch,
+        &mut signals,
+        Utc::now,
+    )
+    .await;
+    // condor is gone (supervise reaped it): its history is complete.
+    let report = startd_history::job_report(watch.jobs_started(), history.as_ref());
+    Ok((exit, report))
+}
+
+/// The job report as the last line of standard output (pilotd reads the last one).
+fn print_report(report: &JobReport) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if writeln!(out, "{}", report.to_line())
+        .and_then(|()| out.flush())
+        .is_err()
+    {
+        tracing::warn!("could not write the job report to standard output");
+    }
 }
 
 fn main() -> ExitCode {
@@ -145,10 +184,15 @@ fn main() -> ExitCode {
         Ok(rt) => rt,
         Err(e) => {
             tracing::error!(error = %e, "cannot start the async runtime");
+            print_report(&JobReport::default());
             return ExitCode::from(PilotExit::CondorFailed.code());
         }
     };
-    let exit = runtime.block_on(run());
-    tracing::info!(exit_code = exit.code(), outcome = ?exit, "pilot exiting");
+    let (exit, report) = runtime.block_on(run());
+    tracing::info!(exit_code = exit.code(), outcome = ?exit, jobs_started = report.jobs_started,
+        jobs_completed = report.jobs_completed, jobs_vacated = report.jobs_vacated,
+        job_seconds = report.job_seconds, job_cpu_seconds = report.job_cpu_seconds,
+        vacated_cpu_seconds = report.vacated_cpu_seconds, "pilot exiting");
+    print_report(&report);
     ExitCode::from(exit.code())
 }

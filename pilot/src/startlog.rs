@@ -10,7 +10,8 @@
 //! 03/05/19 22:37:54 slot1_1: Changing activity: Idle -> Busy
 //! ```
 //!
-//! Either line means a job started. HTCondor's own test suite counts busy slots the same way
+//! Either line means a job started; each is written once per activation, so their count is
+//! the job report's `jobs_started` (see `startd_history` for the rest of the report). HTCondor's own test suite counts busy slots the same way
 //! (`"Changing activity: Idle -> Busy" in line`). The startd's start-up banner
 //! (`** condor_startd (CONDOR_STARTD) STARTING UP`) tells that the startd ran at all, so a
 //! condor that exits "cleanly" without ever starting a startd is reported as a failure, not
@@ -40,10 +41,9 @@ use std::path::{Path, PathBuf};
 
 use crate::lifecycle::Event;
 
-const JOB_START_MARKERS: [&str; 2] = [
-    "State change: claim-activation protocol successful",
-    "Changing activity: Idle -> Busy",
-];
+const ACTIVATION: &str = "State change: claim-activation protocol successful";
+const IDLE_TO_BUSY: &str = "Changing activity: Idle -> Busy";
+const JOB_START_MARKERS: [&str; 2] = [ACTIVATION, IDLE_TO_BUSY];
 const STARTD_BANNER: &str = "condor_startd (CONDOR_STARTD) STARTING UP";
 const REFUSED_BY_COLLECTOR: &str = "SECMAN: required authentication with collector";
 
@@ -98,6 +98,11 @@ pub struct StartLogWatch {
     seen_job: bool,
     seen_died: bool,
     seen_refused: bool,
+    /// Lines of each start marker: condor 23.9 writes both for every activation (a claim
+    /// reused for the next job is activated again), so either counts the jobs; the larger
+    /// count holds if a version writes only one.
+    activations: u64,
+    idle_to_busy: u64,
 }
 
 fn rotated(path: &Path) -> PathBuf {
@@ -186,7 +191,14 @@ impl StartLogWatch {
             seen_job: false,
             seen_died: false,
             seen_refused: false,
+            activations: 0,
+            idle_to_busy: 0,
         }
+    }
+
+    /// The jobs condor activated in this pilot's slots so far (for the job report).
+    pub fn jobs_started(&self) -> u64 {
+        self.activations.max(self.idle_to_busy)
     }
 
     pub fn path(&self) -> &Path {
@@ -206,6 +218,11 @@ impl StartLogWatch {
             let event = if from_master {
                 classify_master_line(&line)
             } else {
+                if line.contains(ACTIVATION) {
+                    self.activations += 1;
+                } else if line.contains(IDLE_TO_BUSY) {
+                    self.idle_to_busy += 1;
+                }
                 classify_line(&line)
             };
             match event {
@@ -235,11 +252,12 @@ impl StartLogWatch {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::io::Write;
 
-    fn append(path: &Path, text: &str) {
+    /// Appends to a log as condor does (also used by `startd_history`'s tests).
+    pub(crate) fn append(path: &Path, text: &str) {
         let mut f = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -366,6 +384,33 @@ mod tests {
             "01/01/26 00:03:00 slot1_2: Changing activity: Idle -> Busy\n",
         );
         assert!(watch.poll().is_empty());
+        assert_eq!(
+            watch.jobs_started(),
+            2,
+            "both activations count, the old one not"
+        );
+    }
+
+    #[test]
+    fn every_activation_counts_once_though_condor_writes_two_lines_for_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("StartLog");
+        let mut watch = StartLogWatch::new(log.clone(), None);
+        // As condor 23.9 writes them: two jobs on two dynamic slots, then a claim reused.
+        append(
+            &log,
+            "12/04/26 12:29:34 slot1_1: State change: claim-activation protocol successful\n\
+             12/04/26 12:29:34 slot1_1: Changing activity: Idle -> Busy\n\
+             12/04/26 12:29:34 slot1_2: State change: claim-activation protocol successful\n\
+             12/04/26 12:29:34 slot1_2: Changing activity: Idle -> Busy\n\
+             12/04/26 12:29:40 slot1_1: Changing activity: Busy -> Idle\n\
+             12/04/26 12:30:19 slot1_2: Changing activity: Busy -> Idle\n\
+             12/04/26 12:30:19 slot1_2: State change: claim-activation protocol successful\n\
+             12/04/26 12:30:19 slot1_2: Changing activity: Idle -> Busy\n\
+             12/04/26 12:31:15 slot1_2: Changing activity: Busy -> Retiring\n",
+        );
+        watch.poll();
+        assert_eq!(watch.jobs_started(), 3);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Everything between "the container started" and "condor_master runs": fetch the pool
 //! configuration, install the token, write the pilot's configuration, self-test, and find the
-//! StartLog. Each failure maps to its exit code (20 configuration, 21 self-test).
+//! StartLog and the startd history. Each failure maps to its exit code (20 configuration, 21 self-test).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -44,6 +44,9 @@ pub struct Prepared {
     pub start_log: PathBuf,
     /// `MASTER_LOG`, when condor names one (it does unless the configuration is unusual).
     pub master_log: Option<PathBuf>,
+    /// `STARTD_HISTORY`, condor's record of the jobs that left the slot (the pilot's
+    /// configuration sets it; `None` only if condor does not answer for it).
+    pub startd_history: Option<PathBuf>,
 }
 
 /// Copies the token into condor's token directory, readable only by the directory's owner
@@ -234,9 +237,14 @@ pub async fn prepare(
                 .await?
                 .map(|log| PathBuf::from(log).join("MasterLog")),
         };
+    let startd_history =
+        selftest::config_value(&programs.config_val, "STARTD_HISTORY", &programs.env)
+            .await?
+            .map(PathBuf::from);
     Ok(Prepared {
         programs,
         start_log,
         master_log,
+        startd_history,
     })
 }

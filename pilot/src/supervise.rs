@@ -136,11 +136,12 @@ async fn clean_up(pgid: i32) {
     tracing::warn!("some child processes could not be reaped");
 }
 
-/// Runs condor_master until it ends and returns the pilot's exit code.
+/// Runs condor_master until it ends and returns the pilot's exit code; the watch keeps what
+/// the StartLog said (the jobs it started) for the job report.
 pub async fn supervise(
     programs: &CondorPrograms,
     limits: Limits,
-    mut watch: StartLogWatch,
+    watch: &mut StartLogWatch,
     signals: &mut PilotSignals,
     clock: impl Fn() -> DateTime<Utc>,
 ) -> PilotExit {

@@ -29,6 +29,80 @@ fn write_whoami(pool: &Pool, user: &str) {
     );
 }
 
+/// A job that keeps one CPU busy for `$1` seconds in its own process (no forks, so condor's
+/// procd sees all of it), then prints the CPU it used as the shell counts it (`times`: user
+/// then system, of the shell and of its children).
+const BURN: &str = "#!/bin/bash\nwhile (( SECONDS < $1 )); do :; done\ntimes\n";
+
+fn write_burn(pool: &Pool, user: &str) {
+    pool.on_ap(
+        user,
+        &format!(
+            "printf '%b' '{}' > burn.sh && chmod +x burn.sh",
+            BURN.replace('\n', "\\n")
+        ),
+    );
+}
+
+fn burn_submit(out: &str, seconds: u32) -> String {
+    format!(
+        "executable = burn.sh\narguments = {seconds}\ntransfer_executable = True\n\
+         output = {out}\nerror = {out}.err\n"
+    )
+}
+
+/// `times` prints "0m12.345s 0m0.010s" for the shell, then its children: the sum, seconds.
+fn cpu_from_times(out: &str) -> f64 {
+    out.split_whitespace()
+        .filter_map(|t| {
+            let t = t.strip_suffix('s')?;
+            let (m, s) = t.split_once('m')?;
+            Some(m.parse::<f64>().ok()? * 60.0 + s.parse::<f64>().ok()?)
+        })
+        .sum()
+}
+
+/// The pilot's job report: the last line of its standard output (its logs go to stderr).
+fn report_of(worker: &pool::Worker) -> pilot_contract::JobReport {
+    let stdout = pool::docker(&["logs", &worker.name]);
+    let last = stdout.lines().last().unwrap_or_default();
+    match pilot_contract::JobReport::parse_line(last) {
+        Some(Ok(r)) => r,
+        other => panic!(
+            "the last line of the pilot's stdout is no job report ({other:?}): {stdout:?}\n{}",
+            worker.diagnose()
+        ),
+    }
+}
+
+/// The CPU seconds (user + system) the job's user log gives for its run ("Run Remote Usage"
+/// of the termination or eviction event): the access point's view of the same run.
+fn run_remote_usage(pool: &Pool, user: &str, name: &str) -> f64 {
+    let log = pool.on_ap(user, &format!("cat {name}.log"));
+    let line = log
+        .lines()
+        .rfind(|l| l.contains("Run Remote Usage"))
+        .unwrap_or_else(|| panic!("no Run Remote Usage in {name}.log: {log}"))
+        .to_owned();
+    // "\tUsr 0 00:00:17, Sys 0 00:00:00  -  Run Remote Usage"
+    line.split(',')
+        .filter_map(|part| {
+            let hms = part.split_whitespace().nth(2)?;
+            let mut it = hms.split(':').map(|x| x.parse::<f64>().ok());
+            Some(it.next()?? * 3600.0 + it.next()?? * 60.0 + it.next()??)
+        })
+        .sum()
+}
+
+/// condor's own record of the worker's jobs, printed for fixtures (run with --nocapture).
+fn show_startd_history(worker: &pool::Worker) {
+    eprintln!(
+        "--- startd_history of {} ---\n{}--- end ---",
+        worker.name,
+        worker.condor_log("startd_history")
+    );
+}
+
 /// In a module of its own so that tests/run.sh can leave these tests out of the general run
 /// (`--skip real_pool::`) and run them with more threads: they mostly wait on condor.
 mod real_pool {
@@ -477,4 +551,107 @@ mod real_pool {
             worker.diagnose()
         );
     }
+
+    #[test]
+    #[ignore = "needs the real HTCondor pool: run by tests/run.sh"]
+    fn a_job_that_burns_cpu_is_reported_completed_with_its_cpu_and_wall_time() {
+        let pool = Pool::from_env();
+        let tag = Tag::new("report0");
+        let worker = WorkerRun::new(&pool, &tag)
+            .env("PILOT_IDLE_TIMEOUT", "20")
+            .start();
+        worker.wait_advertised(&pool, SHORT);
+        write_burn(&pool, "alice");
+        let job = pool.submit("alice", &tag, "report0", &burn_submit("report0.out", 20));
+        pool.wait_job_status(&job, 4, LONG);
+        assert_eq!(worker.wait_exit(LONG), 0, "{}", worker.diagnose());
+        show_startd_history(&worker);
+        let report = report_of(&worker);
+        let burned = cpu_from_times(&pool.on_ap("alice", "cat report0.out"));
+        let logged = run_remote_usage(&pool, "alice", "report0");
+        eprintln!("report {report:?}; the job counted {burned:.2} s CPU; its user log {logged} s");
+        assert_eq!(
+            (
+                report.jobs_started,
+                report.jobs_completed,
+                report.jobs_vacated
+            ),
+            (1, 1, 0),
+            "{report:?}\n{}",
+            worker.diagnose()
+        );
+        assert_eq!(report.vacated_cpu_seconds, 0.0, "{report:?}");
+        // condor samples the job every 5 s and counts whole seconds: its figure is at most
+        // what the job used, and at most one interval and a second below it.
+        assert!(
+            report.job_cpu_seconds > 0.0
+                && report.job_cpu_seconds <= burned + 1.0
+                && report.job_cpu_seconds >= burned - 6.0,
+            "reported {} s CPU, the job used {burned:.2} s\n{}",
+            report.job_cpu_seconds,
+            worker.diagnose()
+        );
+        // The same run as the access point saw it.
+        assert!(
+            (report.job_cpu_seconds - logged).abs() <= 1.0,
+            "reported {} s CPU, the job's user log {logged} s",
+            report.job_cpu_seconds
+        );
+        assert!(
+            (20..120).contains(&report.job_seconds),
+            "a 20 s job ran {} s here",
+            report.job_seconds
+        );
+    }
+
+    #[test]
+    #[ignore = "needs the real HTCondor pool: run by tests/run.sh"]
+    fn a_job_running_when_the_pilot_is_stopped_is_reported_vacated_with_the_cpu_it_lost() {
+        let pool = Pool::from_env();
+        let tag = Tag::new("report143");
+        let worker = WorkerRun::new(&pool, &tag).start();
+        worker.wait_advertised(&pool, SHORT);
+        write_burn(&pool, "bob");
+        let job = pool.submit("bob", &tag, "report143", &burn_submit("report143.out", 600));
+        pool.wait_executed("bob", "report143", 1, LONG);
+        // Long enough for condor's procd to sample the job a few times.
+        std::thread::sleep(Duration::from_secs(20));
+        worker.signal("TERM");
+        assert_eq!(worker.wait_exit(LONG), 143, "{}", worker.diagnose());
+        show_startd_history(&worker);
+        let report = report_of(&worker);
+        eprintln!("report {report:?}");
+        assert_eq!(
+            (
+                report.jobs_started,
+                report.jobs_completed,
+                report.jobs_vacated
+            ),
+            (1, 0, 1),
+            "{report:?}\n{}",
+            worker.diagnose()
+        );
+        assert!(
+            report.vacated_cpu_seconds > 0.0,
+            "{report:?}\n{}",
+            worker.diagnose()
+        );
+        assert_eq!(report.vacated_cpu_seconds, report.job_cpu_seconds);
+        assert!(report.job_seconds >= 20, "{report:?}");
+        // The access point saw the eviction, with the same CPU.
+        wait_for_eviction(&pool, "bob", "report143");
+        let logged = run_remote_usage(&pool, "bob", "report143");
+        assert!(
+            (report.vacated_cpu_seconds - logged).abs() <= 1.0,
+            "reported {} s lost, the job's user log {logged} s",
+            report.vacated_cpu_seconds
+        );
+        pool.on_ap("bob", &format!("condor_rm {job}"));
+    }
+}
+
+fn wait_for_eviction(pool: &Pool, user: &str, name: &str) {
+    pool::wait_for(&format!("{user}'s job {name} evicted"), SHORT, || {
+        (pool.job_events(user, name, "004 (") >= 1).then_some(())
+    });
 }

@@ -472,3 +472,68 @@ fn help_documents_the_environment_and_exit_codes() {
         .unwrap();
     assert_eq!(bad.status.code(), Some(20));
 }
+
+/// The pilot's standard output after it ended.
+fn stdout_of(child: &mut std::process::Child) -> String {
+    use std::io::Read;
+    let mut s = String::new();
+    if let Some(mut out) = child.stdout.take() {
+        let _ = out.read_to_string(&mut s);
+    }
+    s
+}
+
+#[test]
+fn the_job_report_is_the_last_line_on_stdout_on_every_path() {
+    let home = CondorHome::new();
+    let server = pool_server();
+    // A job ran, but the fake condor keeps no startd history: the StartLog's count, zeros
+    // for the rest, and the log says why.
+    let mut child = home
+        .pilot(&server.url("/pool.conf"), "job")
+        .spawn()
+        .unwrap();
+    let status = wait_with_deadline(&mut child, LONG);
+    let (out, err) = (stdout_of(&mut child), stderr_of(&mut child));
+    assert_eq!(status.code(), Some(0), "{err}");
+    let last = out.lines().last().unwrap_or_default();
+    let report = pilot_contract::JobReport::parse_line(last)
+        .unwrap_or_else(|| panic!("the last stdout line is no report: {out:?}"))
+        .unwrap();
+    assert_eq!(
+        report,
+        pilot_contract::JobReport {
+            jobs_started: 1,
+            ..Default::default()
+        }
+    );
+    assert!(
+        err.contains("no startd history although jobs started"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("pilot-report"),
+        "the report goes to stdout only: {err}"
+    );
+
+    // Ended before condor started (a 404 configuration): a report of zeros all the same.
+    let home = CondorHome::new();
+    let server = ConfigServer::start(vec![(
+        "/pool.conf",
+        vec![Reply::Status(404, String::new())],
+    )]);
+    let mut child = home
+        .pilot(&server.url("/pool.conf"), "job")
+        .spawn()
+        .unwrap();
+    let status = wait_with_deadline(&mut child, LONG);
+    let out = stdout_of(&mut child);
+    assert_eq!(status.code(), Some(20));
+    assert_eq!(
+        out.lines()
+            .last()
+            .and_then(pilot_contract::JobReport::parse_line),
+        Some(Ok(pilot_contract::JobReport::default())),
+        "{out:?}"
+    );
+}

@@ -1,4 +1,5 @@
-//! The contract between pilotd and `pilot`, its worker entrypoint: how a worker ends.
+//! The contract between pilotd and `pilot`, its worker entrypoint: how a worker ends (its exit
+//! code) and what it did (its job report, `JobReport`).
 //!
 //! `pilot` exits with one of these codes; pilotd reads the code from the finished container
 //! and turns it into the worker's outcome (which feeds its start back-off). Both sides link
@@ -101,5 +102,234 @@ mod tests {
             PilotExit::Idle.to_string(),
             "exit 10: no job within the idle timeout"
         );
+    }
+}
+
+/// What a pilot tells pilotd about the jobs condor ran in its slot, in one line of its output
+/// at its end (its exit record), so pilotd can count jobs and the work evictions lost without
+/// a channel of its own into the container:
+///
+/// ```text
+/// pilot-report v=1 jobs_started=3 jobs_completed=2 jobs_vacated=1 job_seconds=5400 job_cpu_seconds=5012.4 vacated_cpu_seconds=610.0
+/// ```
+///
+/// Versioned so either side can be older than the other:
+/// - a key keeps its meaning for ever; a new figure is a new key, and `v` goes up only when a
+///   reader must know that keys were added;
+/// - a reader takes the keys it knows and ignores the others, so a newer pilot's line still
+///   reads;
+/// - a pilot older than the report writes no line at all: pilotd then knows the exit code's
+///   "ran jobs" and nothing more, and says so.
+///
+/// The line is the pilot's last on its standard output; pilotd reads the last one in the
+/// worker's output (a job's output goes to condor's files, never to the pilot's stdout).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct JobReport {
+    /// Jobs condor activated in this pilot's slots (the StartLog's activations).
+    pub jobs_started: u64,
+    /// Jobs that ran to their end here (condor's own history of the slot says so).
+    pub jobs_completed: u64,
+    /// Jobs that left the slot before their end: vacated (pilotd or the pool evicted them),
+    /// or still running when condor was stopped.
+    pub jobs_vacated: u64,
+    /// Wall-clock seconds the jobs ran here, completed and vacated.
+    pub job_seconds: u64,
+    /// CPU-seconds (user and system) the jobs used here, completed and vacated.
+    pub job_cpu_seconds: f64,
+    /// CPU-seconds of the vacated jobs: work lost to evictions, unless the job checkpointed.
+    pub vacated_cpu_seconds: f64,
+}
+
+/// A report line that names itself but cannot be read: which key, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReportError {
+    pub key: String,
+    pub why: String,
+}
+
+impl fmt::Display for ReportError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "pilot report: {}: {}", self.key, self.why)
+    }
+}
+
+impl std::error::Error for ReportError {}
+
+impl JobReport {
+    /// The marker that starts the line.
+    pub const MARKER: &'static str = "pilot-report";
+    /// The version this crate writes.
+    pub const VERSION: u32 = 1;
+
+    /// The line the pilot prints (no newline).
+    pub fn to_line(&self) -> String {
+        format!(
+            "{} v={} jobs_started={} jobs_completed={} jobs_vacated={} job_seconds={} \
+             job_cpu_seconds={:.1} vacated_cpu_seconds={:.1}",
+            Self::MARKER,
+            Self::VERSION,
+            self.jobs_started,
+            self.jobs_completed,
+            self.jobs_vacated,
+            self.job_seconds,
+            self.job_cpu_seconds,
+            self.vacated_cpu_seconds,
+        )
+    }
+
+    /// Reads one output line: `None` when it is not a report line, an error when it is one
+    /// but a known key's value is not a number (a report is all or nothing: half a report
+    /// would count jobs without their time). Keys a newer pilot added are ignored.
+    pub fn parse_line(line: &str) -> Option<Result<JobReport, ReportError>> {
+        let rest = line.trim().strip_prefix(Self::MARKER)?;
+        if !rest.starts_with(' ') {
+            return None;
+        }
+        let mut r = JobReport::default();
+        let mut version = None;
+        for token in rest.split_ascii_whitespace() {
+            let Some((key, value)) = token.split_once('=') else {
+                return Some(Err(ReportError {
+                    key: token.chars().take(40).collect(),
+                    why: "expected key=value".into(),
+                }));
+            };
+            let err = |why: &str| ReportError {
+                key: key.chars().take(40).collect(),
+                why: format!(
+                    "{why}, got {:?}",
+                    value.chars().take(40).collect::<String>()
+                ),
+            };
+            let count = |slot: &mut u64| -> Result<(), ReportError> {
+                *slot = value
+                    .parse::<u64>()
+                    .map_err(|_| err("expected a whole number"))?;
+                Ok(())
+            };
+            let seconds = |slot: &mut f64| -> Result<(), ReportError> {
+                let v = value
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|v| v.is_finite() && *v >= 0.0)
+                    .ok_or_else(|| err("expected seconds, a number 0 or above"))?;
+                *slot = v;
+                Ok(())
+            };
+            let read = match key {
+                "v" => value
+                    .parse::<u32>()
+                    .map(|v| version = Some(v))
+                    .map_err(|_| err("expected a version number")),
+                "jobs_started" => count(&mut r.jobs_started),
+                "jobs_completed" => count(&mut r.jobs_completed),
+                "jobs_vacated" => count(&mut r.jobs_vacated),
+                "job_seconds" => count(&mut r.job_seconds),
+                "job_cpu_seconds" => seconds(&mut r.job_cpu_seconds),
+                "vacated_cpu_seconds" => seconds(&mut r.vacated_cpu_seconds),
+                _ => Ok(()),
+            };
+            if let Err(e) = read {
+                return Some(Err(e));
+            }
+        }
+        if version.is_none() {
+            return Some(Err(ReportError {
+                key: "v".into(),
+                why: "missing: a report line names its version".into(),
+            }));
+        }
+        Some(Ok(r))
+    }
+
+    /// The report in a worker's output: its last report line (the pilot prints one, at its
+    /// end). `None` when there is none (a pilot older than the report, or an image that does
+    /// not run `pilot`).
+    pub fn find_last<'a>(
+        lines: impl DoubleEndedIterator<Item = &'a str>,
+    ) -> Option<Result<JobReport, ReportError>> {
+        lines.rev().find_map(JobReport::parse_line)
+    }
+}
+
+#[cfg(test)]
+mod report_tests {
+    use super::*;
+
+    fn sample() -> JobReport {
+        JobReport {
+            jobs_started: 3,
+            jobs_completed: 2,
+            jobs_vacated: 1,
+            job_seconds: 5400,
+            job_cpu_seconds: 5012.4,
+            vacated_cpu_seconds: 610.0,
+        }
+    }
+
+    #[test]
+    fn a_report_reads_back_what_was_written() {
+        let line = sample().to_line();
+        assert_eq!(
+            line,
+            "pilot-report v=1 jobs_started=3 jobs_completed=2 jobs_vacated=1 job_seconds=5400 \
+             job_cpu_seconds=5012.4 vacated_cpu_seconds=610.0"
+        );
+        assert_eq!(JobReport::parse_line(&line), Some(Ok(sample())));
+    }
+
+    #[test]
+    fn other_lines_are_not_reports() {
+        for line in [
+            "",
+            "pilot exiting",
+            "pilot-reporter v=1",
+            "  INFO pilot-report is written at the end",
+        ] {
+            assert_eq!(JobReport::parse_line(line), None, "{line:?}");
+        }
+    }
+
+    #[test]
+    fn a_newer_pilots_keys_are_ignored_and_missing_keys_are_zero() {
+        let r = JobReport::parse_line("pilot-report v=2 jobs_started=4 gpu_seconds=12 x=y")
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.jobs_started, 4);
+        assert_eq!(r.job_seconds, 0);
+    }
+
+    #[test]
+    fn a_damaged_report_names_its_key() {
+        for (line, key) in [
+            ("pilot-report v=1 jobs_started=-1", "jobs_started"),
+            ("pilot-report v=1 job_cpu_seconds=NaN", "job_cpu_seconds"),
+            ("pilot-report v=1 job_cpu_seconds=-3", "job_cpu_seconds"),
+            ("pilot-report v=1 jobs_completed", "jobs_completed"),
+            ("pilot-report jobs_started=1", "v"),
+            ("pilot-report v=one", "v"),
+        ] {
+            let e = JobReport::parse_line(line).unwrap().unwrap_err();
+            assert_eq!(e.key, key, "{line}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_last_report_in_the_output_counts() {
+        let first = JobReport {
+            jobs_started: 1,
+            ..JobReport::default()
+        };
+        let out = [
+            first.to_line(),
+            "condor_master exited".to_string(),
+            sample().to_line(),
+            "pilot exiting".to_string(),
+        ];
+        assert_eq!(
+            JobReport::find_last(out.iter().map(String::as_str)),
+            Some(Ok(sample()))
+        );
+        assert_eq!(JobReport::find_last(["a", "b"].into_iter()), None);
     }
 }
