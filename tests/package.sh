@@ -98,7 +98,7 @@ done
 # The documents by reader ship beside README.md at the path its links use (docs/X.md): every
 # one in the repository, as it is, and nothing the installed README links to is missing.
 doc=$root/usr/share/doc/pilotd
-for f in docs/*.md; do
+for f in docs/*.md docs/*.png; do
   cmp -s "$f" "$doc/$f" || fail "/usr/share/doc/pilotd/$f missing or not the repository's $f"
 done
 links=$(grep -o '](docs/[^)#]*' "$doc/README.md" | sed 's/^](//' | sort -u)

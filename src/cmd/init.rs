@@ -354,14 +354,47 @@ pub fn run(g: &Global, args: &InitArgs) -> Result<String, CmdError> {
         crate::volunteer::host::this_machine(),
         config::local_timezone(),
     )?;
+    // The policy being replaced, to compare with: read before it is overwritten. One that
+    // does not parse any more has nothing to compare.
+    let current = std::fs::read_to_string(&path).ok().map(|old| {
+        config::parse_policy(
+            &path,
+            &old,
+            &site,
+            crate::volunteer::host::this_machine(),
+            config::local_timezone(),
+        )
+    });
     write_policy(&path, &text)?;
+    let now = Utc::now();
     let mut out = format!("wrote {}\n\n", path.display());
     out.push_str(&schedule::render(
         &policy,
-        Utc::now(),
+        now,
         7,
         &path.display().to_string(),
     ));
+    // The ledger's CPU was measured under the policy in force until now, when there was one.
+    let running = match &current {
+        Some(Ok(old)) => old,
+        _ => &policy,
+    };
+    out.push_str("\nwhat this policy is expected to give per week:\n");
+    for line in schedule::expected(&site, &policy, running, now) {
+        out.push_str(&format!("  {line}\n"));
+    }
+    match &current {
+        Some(Ok(old)) => {
+            out.push_str("the policy it replaced (kept as .bak) would give:\n");
+            for line in schedule::expected(&site, old, old, now) {
+                out.push_str(&format!("  {line}\n"));
+            }
+        }
+        Some(Err(_)) => out.push_str(
+            "the policy it replaced (kept as .bak) is not valid any more: nothing to compare\n",
+        ),
+        None => {}
+    }
     Ok(out)
 }
 

@@ -5,11 +5,13 @@
 use super::{CmdError, load_config, parse_now};
 use crate::cli::{Global, ScheduleArgs};
 use crate::config::units::{Share, format_duration, format_size};
-use crate::config::{Policy, SiteFile};
+use crate::config::{Config, Machine, Policy, SiteConfig, SiteFile};
 use crate::volunteer::host::this_machine;
 use crate::volunteer::policy::calendar::{Cell, cell_at};
+use crate::volunteer::settings::Settings;
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use std::fmt::Write;
+use std::path::PathBuf;
 
 pub fn run(g: &Global, a: &ScheduleArgs) -> Result<String, CmdError> {
     let cfg = load_config(g, SiteFile::Optional, this_machine())?;
@@ -32,7 +34,58 @@ pub fn run(g: &Global, a: &ScheduleArgs) -> Result<String, CmdError> {
     if let Some(w) = learned.warning {
         out.push_str(&format!("\nnote: {w}\n"));
     }
+    out.push_str("\nwhat this policy is expected to give per week:\n");
+    for line in expected(&cfg.site, &cfg.policy, &cfg.policy, now) {
+        let _ = writeln!(out, "  {line}");
+    }
     Ok(out)
+}
+
+/// What `policy` is expected to give per week on this machine (`projection`): its recorded
+/// presence replayed through the daemon's decision, or a fresh machine's stated defaults.
+/// `init` prints it too, for the policy it wrote and the one it replaced. `running` is the
+/// policy the contribution ledger was measured under (the one in force): how busy workers
+/// kept the CPUs it granted is the utilization the projection assumes.
+pub fn expected(
+    site: &SiteConfig,
+    policy: &Policy,
+    running: &Policy,
+    now: DateTime<Utc>,
+) -> Vec<String> {
+    use crate::volunteer::{contribution, history, projection, timeline};
+    let s = Settings::resolve(&Config {
+        site: site.clone(),
+        site_path: None,
+        policy: policy.clone(),
+        policy_path: PathBuf::new(),
+    });
+    let learned = history::peek(&s.state_dir, &s.policy.timezone);
+    let recorded = timeline::peek(&s.state_dir);
+    let ledger = contribution::peek(&s.state_dir);
+    let size = this_machine().unwrap_or(Machine {
+        cpus: 1,
+        memory_kib: 0,
+        gpus: None,
+    });
+    // Scratch that cannot be measured yet (no dir): the share decides, not the disk.
+    let scratch =
+        crate::volunteer::host::scratch_free_kib(&s.probe.scratch).unwrap_or(u64::MAX >> 10);
+    let machine = projection::machine(size.cpus, size.memory_kib, scratch, now);
+    let utilization = projection::Utilization::of(
+        &ledger.ledger.all_time,
+        projection::granted_cpus(running, &machine),
+    );
+    let p = projection::project(
+        &s,
+        &learned.history,
+        &recorded.timeline,
+        &machine,
+        utilization,
+        now,
+    );
+    let mut lines = projection::render(&p);
+    lines.extend(recorded.warning.map(|w| format!("note: {w}")));
+    lines
 }
 
 pub fn render(p: &Policy, now: DateTime<Utc>, days: u32, source: &str) -> String {

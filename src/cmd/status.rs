@@ -480,6 +480,19 @@ mod tests {
             at("2026-11-30T09:00:00Z"),
             &crate::volunteer::outcome::Outcome::Exited(pilot_contract::PilotExit::RanJobs),
         );
+        // Its pilot reported 12 jobs finished and one vacated, 0.2 CPU-hours of it lost.
+        c.reported(
+            &rome,
+            at("2026-11-30T09:00:00Z"),
+            Some(&pilot_contract::JobReport {
+                jobs_started: 13,
+                jobs_completed: 12,
+                jobs_vacated: 1,
+                job_seconds: 7200,
+                job_cpu_seconds: 6840.0,
+                vacated_cpu_seconds: 720.0,
+            }),
+        );
         let now = at("2026-12-02T12:00:00Z");
         let status = state::Status::default();
         let mut view = StatusView {
@@ -503,9 +516,9 @@ mod tests {
         let path = std::path::Path::new("/nonexistent");
         let text = render(&view, now, path, &rome);
         let from = text.find("what this machine gave:").expect(&text);
-        let shown: Vec<&str> = text[from..].lines().take(13).map(str::trim).collect();
+        let shown: Vec<&str> = text[from..].lines().take(15).map(str::trim).collect();
         assert_eq!(
-            shown[..13],
+            shown[..15],
             [
                 "what this machine gave:",
                 "This week (2026-W49):",
@@ -514,12 +527,14 @@ mod tests {
                 "2.0 h open to the pool",
                 "0.0 h the owner was there",
                 "workers: 1 ran jobs, 0 ended without a job, 0 evicted, 0 failed",
+                "jobs: 12 finished, 1 vacated (0.2 CPU-hours of work lost); 1.9 CPU-hours in 2.0 job-hours",
                 "All time (since 2026-11-29):",
                 "3.0 CPU-hours given",
                 "3.0 h computing, 0.0 h paused",
                 "3.0 h open to the pool",
                 "0.0 h the owner was there",
                 "workers: 1 ran jobs, 0 ended without a job, 0 evicted, 0 failed",
+                "jobs: 12 finished, 1 vacated (0.2 CPU-hours of work lost); 1.9 CPU-hours in 2.0 job-hours",
             ],
             "{text}"
         );
@@ -529,6 +544,29 @@ mod tests {
         assert_eq!(c["this_week"]["cpu_seconds"], 3600.0);
         assert_eq!(c["all_time"]["computing_s"], 3 * 3600);
         assert_eq!(c["all_time"]["ended"]["ran_jobs"], 1);
+        // The jobs, beside the figures that were there before (added, nothing renamed).
+        let jobs = &c["this_week"]["jobs"];
+        assert_eq!(jobs["completed"], 12);
+        assert_eq!(jobs["vacated"], 1);
+        assert_eq!(jobs["vacated_cpu_seconds"], 720.0);
+        assert_eq!(jobs["cpu_seconds"], 6840.0);
+        assert_eq!(jobs["workers_reported"], 1);
+        assert_eq!(jobs["workers_unreported"], 0);
+
+        // Workers ended, none reported (an older pilot): said so, not "0 finished".
+        let mut older = Contribution::new(Ledger::default());
+        older.ended(
+            &rome,
+            now,
+            &crate::volunteer::outcome::Outcome::Exited(pilot_contract::PilotExit::RanJobs),
+        );
+        older.reported(&rome, now, None);
+        view.contribution = contribution::Summary::of(&older.ledger, &rome, now);
+        let text = render(&view, now, path, &rome);
+        assert!(
+            text.contains("    jobs: not known, the pilot did not report them (1 worker(s) ended without a report)\n"),
+            "{text}"
+        );
 
         view.contribution = contribution::Summary::of(&Ledger::default(), &rome, now);
         let text = render(&view, now, path, &rome);

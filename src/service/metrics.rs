@@ -86,6 +86,15 @@ pub struct Metrics {
     pub open_seconds: Counter,
     pub owner_present_seconds: Counter,
     pub workers_ended: Family<OutcomeLabel, Counter>,
+    /// The jobs the workers' pilots reported at their ends (volunteer mode,
+    /// `pilot_contract::JobReport`), and the workers that ended without a report.
+    pub jobs_started: Counter,
+    pub jobs_completed: Counter,
+    pub jobs_vacated: Counter,
+    pub job_seconds: Counter,
+    pub job_cpu_seconds: Counter<f64, AtomicU64>,
+    pub lost_cpu_seconds: Counter<f64, AtomicU64>,
+    pub workers_unreported: Counter,
 }
 
 impl Metrics {
@@ -107,6 +116,13 @@ impl Metrics {
             open_seconds: Counter::default(),
             owner_present_seconds: Counter::default(),
             workers_ended: Family::default(),
+            jobs_started: Counter::default(),
+            jobs_completed: Counter::default(),
+            jobs_vacated: Counter::default(),
+            job_seconds: Counter::default(),
+            job_cpu_seconds: Counter::default(),
+            lost_cpu_seconds: Counter::default(),
+            workers_unreported: Counter::default(),
         };
         let mut r = Registry::with_prefix("pilotd");
         r.register(
@@ -180,6 +196,41 @@ impl Metrics {
             "workers_ended",
             "Workers that ended, by outcome (ran_jobs, no_job, evicted, failed)",
             m.workers_ended.clone(),
+        );
+        r.register(
+            "jobs_started",
+            "Jobs condor started in the workers' slots, as their pilots reported",
+            m.jobs_started.clone(),
+        );
+        r.register(
+            "jobs_completed",
+            "Jobs that ran to their end in a worker, as its pilot reported",
+            m.jobs_completed.clone(),
+        );
+        r.register(
+            "jobs_vacated",
+            "Jobs that left a worker before their end (evicted), as its pilot reported",
+            m.jobs_vacated.clone(),
+        );
+        r.register(
+            "job_seconds",
+            "Wall-clock seconds the reported jobs ran",
+            m.job_seconds.clone(),
+        );
+        r.register(
+            "job_cpu_seconds",
+            "CPU-seconds the reported jobs used",
+            m.job_cpu_seconds.clone(),
+        );
+        r.register(
+            "lost_cpu_seconds",
+            "CPU-seconds of vacated jobs: work lost to evictions",
+            m.lost_cpu_seconds.clone(),
+        );
+        r.register(
+            "workers_unreported",
+            "Workers that ended without a readable job report (an older pilot, an image without pilot, a damaged report)",
+            m.workers_unreported.clone(),
         );
         (m, r)
     }
@@ -414,6 +465,13 @@ mod tests {
             open_seconds,
             owner_present_seconds,
             workers_ended: _,
+            jobs_started,
+            jobs_completed,
+            jobs_vacated,
+            job_seconds,
+            job_cpu_seconds,
+            lost_cpu_seconds,
+            workers_unreported,
         } = &m;
         m.set_workers([("running", 1)]);
         m.count_decision("free");
@@ -437,6 +495,13 @@ mod tests {
         open_seconds.inc_by(30);
         owner_present_seconds.inc_by(30);
         m.count_worker_ended("ran_jobs");
+        jobs_started.inc();
+        jobs_completed.inc();
+        jobs_vacated.inc();
+        job_seconds.inc_by(60);
+        job_cpu_seconds.inc_by(55.5);
+        lost_cpu_seconds.inc_by(5.5);
+        workers_unreported.inc();
         let text = exposition(&r);
         let mut series = std::collections::BTreeMap::new();
         let mut families = Vec::new();

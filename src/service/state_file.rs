@@ -110,6 +110,41 @@ pub fn read_json<T: serde::de::DeserializeOwned>(
     Found::Corrupted { why, kept }
 }
 
+/// A JSON state file's value as `read_json` found it, or a fresh one (`fresh`) with the
+/// warning to log: `what` names the file for the owner ("availability history"), `afresh`
+/// says what begins again ("counting availability from scratch"). The shared reading of the
+/// daemon's counters (the history, the presence timeline).
+pub fn read_json_or<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    check: impl FnOnce(&T) -> Result<(), String>,
+    set_aside: bool,
+    fresh: impl FnOnce() -> T,
+    (what, afresh): (&str, &str),
+) -> (T, Option<String>) {
+    match read_json(path, check, set_aside) {
+        Found::Missing => (fresh(), None),
+        Found::Good(v) => (v, None),
+        Found::Unreadable(e) => (
+            fresh(),
+            Some(format!("cannot read {}: {e}; {afresh}", path.display())),
+        ),
+        Found::Corrupted { why, kept } => (
+            fresh(),
+            Some(format!(
+                "{what} {} is corrupted ({why}); starting over{}",
+                path.display(),
+                kept_as(kept.as_deref())
+            )),
+        ),
+    }
+}
+
+/// How a warning says where a corrupted state file was set aside.
+pub fn kept_as(kept: Option<&Path>) -> String {
+    kept.map(|k| format!(", the old file is kept as {}", k.display()))
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

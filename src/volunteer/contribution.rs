@@ -1,21 +1,25 @@
 //! What the machine gave: per ISO week in the policy's time zone (the last `WEEKS_KEPT`) and
 //! in all, the CPU time pilotd's workers used, the time they computed or sat paused, the time
-//! the policy allowed computing, the time the owner was there, and how the workers ended.
+//! the policy allowed computing, the time the owner was there, how the workers ended, and the
+//! jobs their pilots reported (`Jobs`: started, completed, vacated, their time and CPU, the
+//! work evictions lost).
 //! Kept in the state dir (`contribution.json`), written atomically, survives restarts; a
 //! corrupted file is set aside as `contribution.json.corrupt` and counting starts over.
 //!
 //! Measured, not guessed: the CPU time is the workers' own cgroup counters (the deltas the
-//! daemon's CPU meter reads every cycle), the times are the cycles' observations. The
+//! daemon's CPU meter reads every cycle), the times are the cycles' observations, the jobs
+//! are each pilot's own report at its end (`pilot_contract::JobReport`), held to what the
+//! worker's life could hold (`Claim::bound`). The
 //! counters are pure data (`Contribution::record` takes `now` and the values); only `load`
 //! and `save` touch the filesystem. Nothing here leaves the machine unless the site scrapes
 //! pilotd's metrics.
 
-use crate::service::state_file::{Found, read_json, write_atomically};
-use crate::volunteer::history::{CycleClock, kept_as};
+use crate::service::state_file::{read_json_or, write_atomically};
+use crate::volunteer::history::CycleClock;
 use crate::volunteer::outcome::Outcome;
 use crate::zone::Zone;
 use chrono::{DateTime, Datelike, Utc};
-use pilot_contract::PilotExit;
+use pilot_contract::{JobReport, PilotExit};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -83,6 +87,110 @@ pub struct Tally {
     /// program).
     pub owner_present_s: u64,
     pub ended: Ended,
+    /// What the pilots reported of their jobs (absent from a ledger older than the reports:
+    /// zero).
+    #[serde(default)]
+    pub jobs: Jobs,
+}
+
+/// The jobs the workers' pilots reported at their ends (`JobReport`), summed; and how many
+/// workers reported and how many ended without a report (an older pilot, an image that does
+/// not run `pilot`, a report that could not be read, output gone).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Jobs {
+    /// Jobs condor activated in the workers' slots.
+    pub started: u64,
+    /// Jobs that ran to their end here.
+    pub completed: u64,
+    /// Jobs that left before their end (evicted, or still running when condor stopped).
+    pub vacated: u64,
+    /// Wall-clock seconds the jobs ran, completed and vacated.
+    pub job_seconds: u64,
+    /// CPU-seconds the jobs used, completed and vacated.
+    pub cpu_seconds: f64,
+    /// CPU-seconds of the vacated jobs: the work evictions lost (unless a job checkpointed).
+    pub vacated_cpu_seconds: f64,
+    /// Workers whose pilot reported.
+    pub workers_reported: u64,
+    /// Workers that ended without a readable report.
+    pub workers_unreported: u64,
+}
+
+impl Jobs {
+    fn add(&mut self, report: Option<&JobReport>) {
+        let Some(r) = report else {
+            self.workers_unreported = self.workers_unreported.saturating_add(1);
+            return;
+        };
+        self.workers_reported = self.workers_reported.saturating_add(1);
+        self.started = self.started.saturating_add(r.jobs_started);
+        self.completed = self.completed.saturating_add(r.jobs_completed);
+        self.vacated = self.vacated.saturating_add(r.jobs_vacated);
+        self.job_seconds = self.job_seconds.saturating_add(r.job_seconds);
+        self.cpu_seconds += r.job_cpu_seconds;
+        self.vacated_cpu_seconds += r.vacated_cpu_seconds;
+    }
+}
+
+/// A worker's report held to what its life could hold. A job inside the worker could print a
+/// line that looks like the pilot's (its output goes to condor's files, but nothing stops a
+/// job from writing to the pilot's terminal), so a report is believed only up to what the
+/// worker could have done:
+/// - CPU: no more job CPU-seconds, nor job wall-seconds (a slot per CPU, a job per slot at a
+///   time), than the worker's lifetime × the machine's CPUs (nothing in a container uses
+///   more CPU than the machine has);
+/// - starts: at most one job start per CPU-second of that (condor's own activation of a job
+///   takes seconds);
+/// - consistency: completed ≤ started, vacated ≤ started − completed, and the vacated jobs'
+///   CPU ≤ all the jobs' CPU.
+///
+/// A claim beyond its bound is cut to it and the cut named (the daemon logs it): the rest of
+/// the report still counts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Claim {
+    /// From the worker's creation to its end.
+    pub lifetime: std::time::Duration,
+    /// The machine's CPUs.
+    pub cpus: u32,
+}
+
+impl Claim {
+    /// The report as far as it is believable, and the names of the keys that were cut.
+    pub fn bound(&self, r: &JobReport) -> (JobReport, Vec<&'static str>) {
+        // A second of slack: the creation label and the engine's end are whole seconds.
+        let capacity = (self.lifetime.as_secs_f64().ceil() + 1.0) * f64::from(self.cpus.max(1));
+        let whole = capacity as u64;
+        let mut out = *r;
+        let mut cut = Vec::new();
+        let mut cap_u = |v: &mut u64, max: u64, key: &'static str| {
+            if *v > max {
+                *v = max;
+                cut.push(key);
+            }
+        };
+        cap_u(&mut out.jobs_started, whole, "jobs_started");
+        cap_u(&mut out.jobs_completed, out.jobs_started, "jobs_completed");
+        cap_u(
+            &mut out.jobs_vacated,
+            out.jobs_started - out.jobs_completed,
+            "jobs_vacated",
+        );
+        cap_u(&mut out.job_seconds, whole, "job_seconds");
+        let mut cap_f = |v: &mut f64, max: f64, key: &'static str| {
+            if *v > max {
+                *v = max;
+                cut.push(key);
+            }
+        };
+        cap_f(&mut out.job_cpu_seconds, capacity, "job_cpu_seconds");
+        cap_f(
+            &mut out.vacated_cpu_seconds,
+            out.job_cpu_seconds,
+            "vacated_cpu_seconds",
+        );
+        (out, cut)
+    }
 }
 
 impl Tally {
@@ -220,6 +328,15 @@ impl Contribution {
         self.ledger.all_time.add(&o, secs);
     }
 
+    /// A worker's pilot reported its jobs at its end (`None`: it ended without a readable
+    /// report), at `now`; the daemon calls this once per container, with the report already
+    /// held to its `Claim`.
+    pub fn reported(&mut self, tz: &Zone, now: DateTime<Utc>, report: Option<&JobReport>) {
+        self.ledger.since.get_or_insert(now);
+        self.ledger.week_mut(tz, now).jobs.add(report);
+        self.ledger.all_time.jobs.add(report);
+    }
+
     /// A worker ended with `outcome` at `now` (the daemon calls this once per container).
     pub fn ended(&mut self, tz: &Zone, now: DateTime<Utc>, outcome: &Outcome) {
         self.ledger.since.get_or_insert(now);
@@ -258,25 +375,16 @@ fn read(state_dir: &Path, set_aside: bool) -> Loaded {
             .then_some(())
             .ok_or_else(|| "unexpected version or size".to_string())
     };
-    let (ledger, warning) = match read_json(&p, check, set_aside) {
-        Found::Missing => (Ledger::default(), None),
-        Found::Good(l) => (l, None),
-        Found::Unreadable(e) => (
-            Ledger::default(),
-            Some(format!(
-                "cannot read {}: {e}; counting the contribution from scratch",
-                p.display()
-            )),
+    let (ledger, warning) = read_json_or(
+        &p,
+        check,
+        set_aside,
+        Ledger::default,
+        (
+            "contribution ledger",
+            "counting the contribution from scratch",
         ),
-        Found::Corrupted { why, kept } => (
-            Ledger::default(),
-            Some(format!(
-                "contribution ledger {} is corrupted ({why}); starting over{}",
-                p.display(),
-                kept_as(kept.as_deref())
-            )),
-        ),
-    };
+    );
     Loaded { ledger, warning }
 }
 
@@ -337,7 +445,8 @@ pub fn hours(secs: f64) -> String {
 }
 
 /// The lines `status` and the page show for one stretch: CPU-hours given, hours computing,
-/// open and with the owner there, and how the workers ended.
+/// open and with the owner there, how the workers ended, and their jobs as the pilots
+/// reported them (or that they did not).
 pub fn lines(t: &Tally) -> Vec<String> {
     if t.is_empty() {
         return vec!["nothing recorded yet".into()];
@@ -355,7 +464,36 @@ pub fn lines(t: &Tally) -> Vec<String> {
             "workers: {} ran jobs, {} ended without a job, {} evicted, {} failed",
             t.ended.ran_jobs, t.ended.no_job, t.ended.evicted, t.ended.failed
         ),
+        jobs_line(&t.jobs),
     ]
+}
+
+/// The jobs as the pilots reported them: "jobs: 12 finished, 1 vacated (0.2 CPU-hours of work
+/// lost); 4.8 CPU-hours in 5.0 job-hours", said plainly when no worker reported yet, or
+/// none did (an older pilot, an image that does not run `pilot`).
+fn jobs_line(j: &Jobs) -> String {
+    let unreported = match j.workers_unreported {
+        0 => String::new(),
+        n => format!("; {n} worker(s) ended without a report"),
+    };
+    if j.workers_reported == 0 {
+        return if j.workers_unreported == 0 {
+            "jobs: none reported yet (a worker's pilot reports them at its end)".into()
+        } else {
+            format!(
+                "jobs: not known, the pilot did not report them ({} worker(s) ended without a report)",
+                j.workers_unreported
+            )
+        };
+    }
+    format!(
+        "jobs: {} finished, {} vacated ({} CPU-hours of work lost); {} CPU-hours in {} job-hours{unreported}",
+        j.completed,
+        j.vacated,
+        hours(j.vacated_cpu_seconds),
+        hours(j.cpu_seconds),
+        hours(j.job_seconds as f64),
+    )
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //!
 //! The counters are pure data; only `load` and `save` touch the filesystem.
 
-use crate::service::state_file::{Found, read_json, write_atomically};
+use crate::service::state_file::{read_json_or, write_atomically};
 use crate::volunteer::policy::Limits;
 use crate::volunteer::settings::Settings;
 use crate::zone::Zone;
@@ -220,38 +220,19 @@ pub fn peek(state_dir: &Path, tz: &Zone) -> Loaded {
 }
 
 fn read(state_dir: &Path, tz: &Zone, set_aside: bool) -> Loaded {
-    let p = path(state_dir);
     let check = |h: &History| {
         (h.version == 1 && h.buckets.len() == HOURS_PER_WEEK)
             .then_some(())
             .ok_or_else(|| "unexpected version or size".to_string())
     };
-    let (history, warning) = match read_json(&p, check, set_aside) {
-        Found::Missing => (History::new(tz), None),
-        Found::Good(h) => (h, None),
-        Found::Unreadable(e) => (
-            History::new(tz),
-            Some(format!(
-                "cannot read {}: {e}; counting availability from scratch",
-                p.display()
-            )),
-        ),
-        Found::Corrupted { why, kept } => (
-            History::new(tz),
-            Some(format!(
-                "availability history {} is corrupted ({why}); starting over{}",
-                p.display(),
-                kept_as(kept.as_deref())
-            )),
-        ),
-    };
+    let (history, warning) = read_json_or(
+        &path(state_dir),
+        check,
+        set_aside,
+        || History::new(tz),
+        ("availability history", "counting availability from scratch"),
+    );
     Loaded { history, warning }
-}
-
-/// How a warning says where a corrupted state file was set aside.
-pub fn kept_as(kept: Option<&Path>) -> String {
-    kept.map(|k| format!(", the old file is kept as {}", k.display()))
-        .unwrap_or_default()
 }
 
 /// Writes the history atomically (temp file, fsync, rename): a crash leaves the old or the new

@@ -8,14 +8,16 @@
 //! - observe: `host`, `sessions` (utmp) and `logind` (probes: CPU, memory, battery, who is
 //!   logged in and how long idle);
 //! - decide, pure: `policy` (may the machine compute, how much, until when), `plan` (the
-//!   actions of one cycle) and `splay` (this host's place in the fleet's spread);
+//!   actions of one cycle), `splay` (this host's place in the fleet's spread) and
+//!   `projection` (what a policy would give, the recorded weeks replayed through `policy`);
 //! - act: `backend` (the Docker engine, and a recording fake for tests);
 //! - the owner's word: `owner` (the requests, who may ask them and what asking does, below
 //!   both doors), `control` (the socket `pilotd snooze`/`resume`/`open` talk to, authorised by
 //!   peer credentials), `page` (the status page on 127.0.0.1, entered with a key from the
 //!   socket) and `snooze` (the snooze kept in the state dir);
 //! - state and upkeep: `status` (the status file), `history` (learned availability),
-//!   `contribution` (what the machine gave, week by week), `manifest` (the pool's remote
+//!   `timeline` (when the owner was there, replayable), `contribution` (what the machine gave,
+//!   week by week), `manifest` (the pool's remote
 //!   manifest), `image` (freshness), `gc`, `slot_ad` (the machine's attributes for its
 //!   workers' slot ads);
 //! - top: `daemon` (the loop), `inspect` (what one-shot commands ask the engine) and
@@ -47,6 +49,7 @@ pub mod owner;
 pub mod page;
 pub mod plan;
 pub mod policy;
+pub mod projection;
 pub mod registry;
 pub mod scratch;
 pub mod sessions;
@@ -56,4 +59,5 @@ pub mod snapshot;
 pub mod snooze;
 pub mod splay;
 pub mod status;
+pub mod timeline;
 pub mod worker;

@@ -42,6 +42,9 @@ pub struct Settings {
     pub on_shutdown: OnShutdown,
     /// This host's place in the fleet's spread (`splay`, the machine id and the instance).
     pub fleet: Splay,
+    /// The slot ad carries this week's contribution (`[slot_ad] contribution`; off unless
+    /// the site turns it on).
+    pub advertise_contribution: bool,
 }
 
 /// The container engine and which of its containers are this daemon's.
@@ -268,6 +271,7 @@ impl Settings {
             gc_interval: w.gc_interval.0,
             on_shutdown: w.on_shutdown,
             fleet,
+            advertise_contribution: site.slot_ad.contribution(),
         }
     }
 }

@@ -9,10 +9,15 @@
 //! (docs/site.md, "The fleet in the pool"). Only "when" reaches the pool, never what the
 //! owner does: the window's end, whether a snooze holds, and the decision's cause names.
 //!
-//! `render` is pure (takes `now`); `save` is the one write.
+//! What the machine gave is the donor's: this ISO week's figures (`contribution`: CPU-hours,
+//! jobs, work lost) are added only when the site turns it on (`[slot_ad] contribution`).
+//!
+//! `render` and `contribution` are pure (they take `now` or the figures); `save` is the one
+//! write.
 
 use crate::config::Evict;
 use crate::config::Policy;
+use crate::volunteer::contribution::Tally;
 use crate::volunteer::policy::Supply;
 use crate::volunteer::policy::calendar::{self, Period};
 use crate::volunteer::snapshot::HostSnapshot;
@@ -69,6 +74,25 @@ pub fn render(
         ("PILOTD_ON_RETURN", quoted(evict_name(policy.on_return))),
         ("PILOTD_EVICTION", quoted(evict_name(supply.evict))),
         ("PILOTD_CAUSES", quoted(&causes.join(","))),
+    ];
+    lines.iter().map(|(k, v)| format!("{k} = {v}\n")).collect()
+}
+
+/// The week's contribution as attribute lines, for a site that turned it on: the ISO week
+/// (`week`, as the ledger names it) and its figures from the ledger (`t`), hours with one
+/// decimal so the file changes every few minutes of computing, not every cycle.
+pub fn contribution(week: &str, t: &Tally) -> String {
+    let hours = |secs: f64| format!("{:.1}", secs.max(0.0) / 3600.0);
+    let lines = [
+        ("PILOTD_CONTRIBUTION_WEEK", quoted(week)),
+        ("PILOTD_CPU_HOURS_WEEK", hours(t.cpu_seconds)),
+        ("PILOTD_COMPUTING_HOURS_WEEK", hours(t.computing_s as f64)),
+        ("PILOTD_JOBS_WEEK", t.jobs.completed.to_string()),
+        ("PILOTD_JOBS_VACATED_WEEK", t.jobs.vacated.to_string()),
+        (
+            "PILOTD_LOST_CPU_HOURS_WEEK",
+            hours(t.jobs.vacated_cpu_seconds),
+        ),
     ];
     lines.iter().map(|(k, v)| format!("{k} = {v}\n")).collect()
 }
@@ -222,6 +246,42 @@ mod tests {
             );
             assert!(!v.is_empty(), "{line}");
         }
+    }
+
+    /// The week's figures, as ClassAd literals the pilot's whitelist takes (reals, integers,
+    /// a quoted string).
+    #[test]
+    fn the_weeks_contribution_is_lines_of_literals() {
+        use crate::volunteer::contribution::Jobs;
+        let t = Tally {
+            cpu_seconds: 3.5 * 3600.0,
+            computing_s: 4 * 3600,
+            jobs: Jobs {
+                completed: 12,
+                vacated: 1,
+                vacated_cpu_seconds: 720.0,
+                ..Jobs::default()
+            },
+            ..Tally::default()
+        };
+        assert_eq!(
+            contribution("2026-W49", &t),
+            "PILOTD_CONTRIBUTION_WEEK = \"2026-W49\"\n\
+             PILOTD_CPU_HOURS_WEEK = 3.5\n\
+             PILOTD_COMPUTING_HOURS_WEEK = 4.0\n\
+             PILOTD_JOBS_WEEK = 12\n\
+             PILOTD_JOBS_VACATED_WEEK = 1\n\
+             PILOTD_LOST_CPU_HOURS_WEEK = 0.2\n"
+        );
+        // A few minutes of computing do not change the file.
+        let later = Tally {
+            cpu_seconds: t.cpu_seconds + 120.0,
+            ..t
+        };
+        assert_eq!(
+            contribution("2026-W49", &later),
+            contribution("2026-W49", &t)
+        );
     }
 
     #[test]

@@ -136,6 +136,10 @@ pub struct Status {
     /// Ids of finished workers whose outcome is already counted (a failed remove must not
     /// count it twice).
     pub recorded: Vec<String>,
+    /// Ids of finished workers whose job report is already counted (a worker stopped for a
+    /// full scratch has its outcome recorded before it ends, its report after).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reported: Vec<String>,
     pub outcomes: Vec<OutcomeRecord>,
     pub last_actions: Vec<String>,
     pub notes: Vec<String>,

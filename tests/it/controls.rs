@@ -4,7 +4,7 @@
 //! /dev/urandom gives nothing. Each against the real `pilotd run` (no engine: the Docker
 //! socket points nowhere, as in `service`), as root, with systemd's default descriptor limit.
 
-use crate::harness::bin;
+use crate::harness::{bin, free_port};
 use crate::service::{Setup, lines, scrape, signal, wait_exit, wait_line};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -117,14 +117,6 @@ fn until_line(
             return (seen, out);
         }
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// `pilotd run` with systemd's default descriptor limit (1024), the one `nobody` exhausted.

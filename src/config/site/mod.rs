@@ -83,6 +83,25 @@ pub struct SiteConfig {
     pub history: HistoryConfig,
     #[serde(default)]
     pub page: PageConfig,
+    #[serde(default)]
+    pub slot_ad: SlotAdConfig,
+}
+
+/// What pilotd adds to the slot-ad file its workers' pilots publish (`volunteer::slot_ad`).
+/// The machine's state (version, window, snooze, causes) is always there; what it gave is
+/// the donor's, and leaves the machine only when the site turns it on.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct SlotAdConfig {
+    /// This ISO week's contribution (`PILOTD_CPU_HOURS_WEEK`, `PILOTD_JOBS_WEEK`, ...); off
+    /// when unset.
+    pub contribution: Option<Spanned<bool>>,
+}
+
+impl SlotAdConfig {
+    pub fn contribution(&self) -> bool {
+        self.contribution.as_ref().is_some_and(|c| *c.get_ref())
+    }
 }
 
 /// The owner's status page on 127.0.0.1 (volunteer mode); off unless `port` is set (the

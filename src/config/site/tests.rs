@@ -254,3 +254,45 @@ fn a_proxy_workers_cannot_use_is_refused_at_its_line() {
         "{out:?}"
     );
 }
+
+/// `[slot_ad] contribution`: off unless set; a value that is not true or false, or a key the
+/// table does not have, is refused at its FILE:LINE:COL; turned on without a pilot that
+/// publishes the file, `check` warns at the key.
+#[test]
+fn the_slot_ads_contribution_is_the_sites_choice_and_refused_when_misspelt() {
+    assert!(!SiteConfig::defaults().slot_ad.contribution());
+    let refused =
+        |src: &str| match crate::config::parse_site(std::path::Path::new("pilotd.toml"), src) {
+            Err(crate::config::ConfigError::Invalid(d)) => d[0].to_string(),
+            other => panic!("{src}: not refused: {other:?}"),
+        };
+    let e = refused("[slot_ad]\ncontribution = \"yes\"\n");
+    assert!(e.starts_with("pilotd.toml:2:16: "), "{e}");
+    assert!(e.contains("bool"), "{e}");
+    let e = refused("[slot_ad]\ncpu_hours = true\n");
+    assert!(e.starts_with("pilotd.toml:2:1: "), "{e}");
+    assert!(e.contains("cpu_hours") && e.contains("contribution"), "{e}");
+
+    let on = "[slot_ad]\ncontribution = true\n";
+    let cfg: SiteConfig = toml::from_str(on).unwrap();
+    assert!(cfg.slot_ad.contribution());
+    assert!(site_diags(on).is_empty(), "a warning, not an error");
+    let warned = cfg.warnings();
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert_eq!(
+        crate::config::diag::line_col(on, warned[0].0.start),
+        (2, 16)
+    );
+    assert!(warned[0].1.contains("no pilot publishes"), "{warned:?}");
+    let published: SiteConfig = toml::from_str(&format!(
+        "{on}[worker.env]\nPILOT_AD_FILE = \"{{ad_file}}\"\n"
+    ))
+    .unwrap();
+    assert!(published.warnings().is_empty());
+    assert!(
+        toml::from_str::<SiteConfig>("[slot_ad]\ncontribution = false\n")
+            .unwrap()
+            .warnings()
+            .is_empty()
+    );
+}

@@ -29,6 +29,21 @@ impl SiteConfig {
                 "listen on 127.0.0.1 (a scraper on this machine, or an SSH tunnel), or keep this address and let a firewall admit only the scraper",
             ));
         }
+        if let Some(on) = &self.slot_ad.contribution
+            && *on.get_ref()
+            && self.remote.url.is_none()
+            && !self
+                .worker
+                .env
+                .values()
+                .any(|v| v.get_ref().contains("{ad_file}"))
+        {
+            w.push((
+                on.span(),
+                "[slot_ad] contribution = true, but no [worker.env] value passes {ad_file} to the workers: no pilot publishes the file, so the pool sees none of it".into(),
+                "add PILOT_AD_FILE = \"{ad_file}\" to [worker.env] (docs/site.md, \"The fleet in the pool\"), or remove the key",
+            ));
+        }
         w
     }
 

@@ -227,3 +227,142 @@ fn a_corrupted_ledger_is_set_aside_and_counting_starts_over() {
     let empty = tempfile::tempdir().unwrap();
     assert!(load(empty.path()).warning.is_none());
 }
+
+fn report(started: u64, completed: u64, vacated: u64, cpu: f64, lost: f64) -> JobReport {
+    JobReport {
+        jobs_started: started,
+        jobs_completed: completed,
+        jobs_vacated: vacated,
+        job_seconds: 100 * started,
+        job_cpu_seconds: cpu,
+        vacated_cpu_seconds: lost,
+    }
+}
+
+#[test]
+fn reports_are_summed_per_week_and_all_time_with_the_workers_that_did_not_report() {
+    let mut c = Contribution::new(Ledger::default());
+    let monday = utc("2026-01-12T12:00:00Z");
+    let next_monday = utc("2026-01-19T12:00:00Z");
+    c.reported(&rome(), monday, Some(&report(3, 2, 1, 5012.4, 610.0)));
+    c.reported(&rome(), monday, None);
+    c.reported(&rome(), next_monday, Some(&report(1, 1, 0, 100.0, 0.0)));
+    let w = c.ledger.this_week(&rome(), monday).jobs;
+    assert_eq!(
+        w,
+        Jobs {
+            started: 3,
+            completed: 2,
+            vacated: 1,
+            job_seconds: 300,
+            cpu_seconds: 5012.4,
+            vacated_cpu_seconds: 610.0,
+            workers_reported: 1,
+            workers_unreported: 1,
+        }
+    );
+    let all = c.ledger.all_time.jobs;
+    assert_eq!((all.started, all.completed, all.vacated), (4, 3, 1));
+    assert_eq!(all.cpu_seconds, 5112.4);
+    assert_eq!((all.workers_reported, all.workers_unreported), (2, 1));
+    assert_eq!(c.ledger.since, Some(monday));
+
+    let shown = lines(&c.ledger.this_week(&rome(), monday));
+    assert_eq!(
+        shown.last().unwrap(),
+        "jobs: 2 finished, 1 vacated (0.2 CPU-hours of work lost); 1.4 CPU-hours in \
+         0.1 job-hours; 1 worker(s) ended without a report"
+    );
+}
+
+#[test]
+fn a_stretch_without_reports_says_the_pilot_did_not_report_jobs() {
+    let mut c = Contribution::new(Ledger::default());
+    let now = utc("2026-01-14T12:00:00Z");
+    c.record(&rome(), now, INTERVAL, computing(30.0));
+    assert_eq!(
+        lines(&c.ledger.all_time).last().unwrap(),
+        "jobs: none reported yet (a worker's pilot reports them at its end)"
+    );
+    c.ended(&rome(), now, &Outcome::Exited(PilotExit::RanJobs));
+    c.reported(&rome(), now, None);
+    c.reported(&rome(), now, None);
+    assert_eq!(
+        lines(&c.ledger.all_time).last().unwrap(),
+        "jobs: not known, the pilot did not report them (2 worker(s) ended without a report)"
+    );
+}
+
+/// A report is believed up to what the worker's life on the machine's CPUs could hold; the
+/// rest is cut and named.
+#[test]
+fn a_report_is_held_to_what_the_workers_life_could_hold() {
+    let claim = Claim {
+        lifetime: std::time::Duration::from_secs(3600),
+        cpus: 2,
+    };
+    // Plausible: an hour on two CPUs, 7000 CPU-seconds of jobs.
+    let fine = report(3, 2, 1, 7000.0, 600.0);
+    assert_eq!(claim.bound(&fine), (fine, vec![]));
+    // Forged: a year of CPU, a million jobs, more finished than started.
+    let forged = JobReport {
+        jobs_started: 1_000_000,
+        jobs_completed: 2_000_000,
+        jobs_vacated: 5,
+        job_seconds: 10_000_000,
+        job_cpu_seconds: 3.15e7,
+        vacated_cpu_seconds: 4.0e7,
+    };
+    let capacity = (3600 + 1) * 2;
+    let (held, cut) = claim.bound(&forged);
+    assert_eq!(held.jobs_started, capacity);
+    assert_eq!(
+        held.jobs_completed, capacity,
+        "no more finished than started"
+    );
+    assert_eq!(held.jobs_vacated, 0, "none left to vacate");
+    assert_eq!(held.job_seconds, capacity);
+    assert_eq!(held.job_cpu_seconds, capacity as f64);
+    assert_eq!(held.vacated_cpu_seconds, capacity as f64);
+    assert_eq!(
+        cut,
+        [
+            "jobs_started",
+            "jobs_completed",
+            "jobs_vacated",
+            "job_seconds",
+            "job_cpu_seconds",
+            "vacated_cpu_seconds"
+        ]
+    );
+    // More vacated CPU than CPU: cut to the CPU.
+    let (held, cut) = claim.bound(&report(1, 0, 1, 50.0, 80.0));
+    assert_eq!(
+        (held.vacated_cpu_seconds, cut),
+        (50.0, vec!["vacated_cpu_seconds"])
+    );
+}
+
+/// A ledger written before the job reports (no `jobs` anywhere) loads as it was, with no
+/// job counted, and keeps counting.
+#[test]
+fn a_ledger_from_before_the_reports_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        path(dir.path()),
+        br#"{"version":1,"since":"2026-01-12T08:00:00Z","weeks":[{"week":"2026-W03","cpu_seconds":7200.0,"computing_s":3600,"paused_s":0,"open_s":3600,"owner_present_s":60,"ended":{"ran_jobs":1,"no_job":0,"evicted":0,"failed":0}}],"all_time":{"cpu_seconds":7200.0,"computing_s":3600,"paused_s":0,"open_s":3600,"owner_present_s":60,"ended":{"ran_jobs":1,"no_job":0,"evicted":0,"failed":0}}}"#,
+    )
+    .unwrap();
+    let l = load(dir.path());
+    assert!(l.warning.is_none(), "{:?}", l.warning);
+    let now = utc("2026-01-14T12:00:00Z");
+    assert_eq!(l.ledger.this_week(&rome(), now).cpu_seconds, 7200.0);
+    assert_eq!(l.ledger.all_time.jobs, Jobs::default());
+    let mut c = Contribution::new(l.ledger);
+    c.reported(&rome(), now, Some(&report(2, 2, 0, 3000.0, 0.0)));
+    save(dir.path(), &c.ledger).unwrap();
+    let again = load(dir.path()).ledger;
+    assert_eq!(again.version, 1);
+    assert_eq!(again.this_week(&rome(), now).jobs.completed, 2);
+    assert_eq!(again.all_time.ended.ran_jobs, 1);
+}

@@ -302,6 +302,8 @@ impl Daemon {
         outlook.limits.started = Some(self.started);
         let supply = decide(&self.s.policy, &snapshot, outlook.limits, now);
         self.learn(now, &supply);
+        self.presence
+            .record(now, self.s.interval, &snapshot, &self.s.policy);
         self.count_contribution(now, &supply, workers.as_deref());
         self.log_decision_change(&supply);
         self.advertise(&snapshot, &supply, now);
@@ -398,9 +400,12 @@ impl Daemon {
         if !int.poll() {
             self.gc_if_due(&b, &list, now).await;
         }
-        // Forget recorded outcomes of containers that are gone.
+        // Forget recorded outcomes and reports of containers that are gone.
         self.status
             .recorded
+            .retain(|id| list.iter().any(|w| &w.id == id));
+        self.status
+            .reported
             .retain(|id| list.iter().any(|w| &w.id == id));
         let summary = format!(
             "{} worker(s), target {}; {}",
@@ -468,6 +473,10 @@ impl Daemon {
             owner_busy_since: self.status.owner_busy_since,
             host_free_since: self.status.host_free_since,
         };
+        #[cfg(test)]
+        if let Some(synthetic) = &mut self.synthetic_host {
+            return Some(synthetic(now, carry));
+        }
         match self.probe.observe(now, carry, refresh_cpu) {
             Ok(mut s) => {
                 s.sleeping = self.sleeping;

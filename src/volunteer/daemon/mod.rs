@@ -55,6 +55,7 @@ use crate::volunteer::plan::{InFlight, Reason};
 use crate::volunteer::settings::{EngineSettings, Settings, WorkerSettings};
 use crate::volunteer::snapshot::HostSnapshot;
 use crate::volunteer::status::{self, Status};
+use crate::volunteer::timeline::{self, Recorder};
 use crate::volunteer::worker::WorkerState;
 use beside::control_context;
 use chrono::{DateTime, Utc};
@@ -74,6 +75,13 @@ pub enum DaemonError {
     #[error(transparent)]
     Probe(#[from] ProbeError),
 }
+
+/// Tests only: what the host probe would see at `now`, given what the daemon carries (the
+/// latches, its workers' CPU share). Lets a test drive the real cycle at synthetic instants
+/// through a scripted month of presence and load.
+#[cfg(test)]
+pub(super) type SyntheticHost =
+    Box<dyn FnMut(DateTime<Utc>, crate::volunteer::host::Carry) -> HostSnapshot + Send>;
 
 /// Makes the engine client from its settings (no request is made yet).
 pub type Connector = Box<dyn Fn(&EngineSettings) -> Result<AnyBackend, BackendError> + Send>;
@@ -166,6 +174,12 @@ pub struct Daemon {
     learner: Learner,
     /// What the machine gave, saved with the history.
     contribution: Contribution,
+    /// When the owner was there, stretch by stretch (what `projection` replays), saved with
+    /// the history.
+    presence: Recorder,
+    /// Tests only: the host observation, instead of the probe's (`tests::agreement`).
+    #[cfg(test)]
+    synthetic_host: Option<SyntheticHost>,
     /// The pool's last good manifest, and when to fetch it next.
     manifest: Option<Manifest>,
     refresh: manifest::Refresh,
@@ -212,7 +226,11 @@ impl Daemon {
         let status_path = status::path(&s.state_dir);
         let loaded = history::load(&s.state_dir, &s.policy.timezone);
         let ledger = contribution::load(&s.state_dir);
-        for w in [&loaded.warning, &ledger.warning].into_iter().flatten() {
+        let recorded = timeline::load(&s.state_dir);
+        for w in [&loaded.warning, &ledger.warning, &recorded.warning]
+            .into_iter()
+            .flatten()
+        {
             tracing::warn!("{w}");
         }
         let manifest = if s.remote.is_some() {
@@ -265,6 +283,9 @@ impl Daemon {
             last_gc: None,
             learner: Learner::new(loaded.history),
             contribution: Contribution::new(ledger.ledger),
+            presence: Recorder::new(recorded.timeline),
+            #[cfg(test)]
+            synthetic_host: None,
             manifest,
             refresh: manifest::Refresh::starting(now, &s.fleet),
             started: now,
@@ -551,6 +572,9 @@ impl Reconciler for Daemon {
         if let Err(e) = contribution::save(&self.s.state_dir, &self.contribution.ledger) {
             tracing::error!("{e}");
         }
+        if let Err(e) = timeline::save(&self.s.state_dir, &self.presence.timeline) {
+            tracing::error!("{e}");
+        }
         tracing::info!("pilotd stopped; running workers are adopted by the next pilotd");
     }
 }
@@ -574,6 +598,7 @@ fn restore(path: &Path, s: &Settings, now: DateTime<Utc>) -> Status {
             if prev.instance == status.instance {
                 status.backoff = prev.backoff;
                 status.recorded = prev.recorded;
+                status.reported = prev.reported;
                 status.outcomes = prev.outcomes;
             }
             status.image = prev.image;

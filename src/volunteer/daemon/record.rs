@@ -1,10 +1,11 @@
 //! What a cycle leaves behind: the outcome of each finished worker (which feeds the
-//! back-off), the status file's lines, the learned history and the contribution on disk.
+//! back-off) and the jobs its pilot reported (the contribution), the status file's lines, the
+//! learned history and the contribution on disk.
 
 use super::Daemon;
 use super::executor::Executed;
 use crate::volunteer::backend::{AnyBackend, Backend};
-use crate::volunteer::contribution::{self, Ended};
+use crate::volunteer::contribution::{self, Claim, Ended};
 use crate::volunteer::history;
 use crate::volunteer::outcome::Outcome;
 use crate::volunteer::plan::{Action, Reason};
@@ -12,11 +13,30 @@ use crate::volunteer::policy::Supply;
 use crate::volunteer::slot_ad;
 use crate::volunteer::snapshot::HostSnapshot;
 use crate::volunteer::status::{self, Decision, OutcomeRecord};
+use crate::volunteer::timeline;
 use crate::volunteer::worker::{Worker, WorkerState};
 use chrono::{DateTime, SecondsFormat, Utc};
+use pilot_contract::{JobReport, ReportError};
 
 /// How many lines of a failed worker's output are kept (log and status file).
 const OUTPUT_LINES: usize = 20;
+
+/// How many of a finished worker's last lines are searched for its pilot's job report: the
+/// report is the pilot's last line on stdout, but condor's and the pilot's last words on
+/// stderr, interleaved, may follow it.
+const REPORT_LINES: usize = 50;
+
+/// What a finished worker's output said of its jobs.
+enum Report {
+    Found(JobReport),
+    /// No report line: a pilot older than the report, an image that does not run `pilot`,
+    /// or a pilot killed before it could print one.
+    Missing,
+    /// A report line that cannot be read.
+    Damaged(ReportError),
+    /// The output itself could not be read (or the container is gone).
+    Unread(String),
+}
 
 /// How often the learned history is written while the daemon runs.
 const HISTORY_EVERY: std::time::Duration = std::time::Duration::from_secs(900);
@@ -50,6 +70,8 @@ impl Daemon {
             }
             match (&action, &result) {
                 // Recorded even when the remove failed: `recorded` keeps it from counting twice.
+                // `record_finished` read its report before (the plan removes only workers of
+                // the list it saw); one it could not leaves a worker without a report.
                 (
                     Action::Remove {
                         id,
@@ -57,7 +79,13 @@ impl Daemon {
                         outcome: Some(o),
                     },
                     _,
-                ) => self.record_outcome(id, name, o.clone(), Vec::new(), now),
+                ) => {
+                    if !self.status.reported.iter().any(|r| r == id) {
+                        let gone = Report::Unread("removed before its output was read".into());
+                        self.record_report(id, name, Default::default(), gone, now);
+                    }
+                    self.record_outcome(id, name, o.clone(), Vec::new(), now)
+                }
                 // Ended for a full scratch: a failure the back-off counts, recorded now (its
                 // exit, by pilotd's signal, would read as neutral).
                 (
@@ -96,8 +124,12 @@ impl Daemon {
         lines
     }
 
-    /// Records the outcome of every finished worker not recorded yet, with the last lines of
-    /// output of one that failed (read before the plan removes the container).
+    /// Records, for every finished worker, its outcome (with the last lines of output of one
+    /// that failed) and the job report its pilot printed last, each once per container: read
+    /// here, before the plan removes the container. Every end goes through here: a pilot that
+    /// ran out of jobs, one evicted by pilotd's signal (condor's graceful stop lets it print
+    /// its report first), one stopped for a full scratch (its outcome recorded when the stop
+    /// was sent, its report once it has ended), one that failed.
     pub(super) async fn record_finished(
         &mut self,
         b: &AnyBackend,
@@ -105,17 +137,37 @@ impl Daemon {
         now: DateTime<Utc>,
     ) {
         for w in list {
-            if !matches!(w.state, WorkerState::Exited | WorkerState::Dead)
-                || self.status.recorded.iter().any(|r| r == &w.id)
-            {
+            let recorded = self.status.recorded.iter().any(|r| r == &w.id);
+            let reported = self.status.reported.iter().any(|r| r == &w.id);
+            if !w.state.is_finished() || (recorded && reported) {
                 continue;
             }
             let outcome = Outcome::from_exit(w.exit_code, w.oom_killed);
-            let output = if outcome.is_failure() {
-                match b.output_tail(&w.id, OUTPUT_LINES).await {
+            let keep_output = !recorded && outcome.is_failure();
+            let tail = if reported && !keep_output {
+                Ok(Vec::new())
+            } else {
+                b.output_tail(&w.id, REPORT_LINES).await
+            };
+            if !reported {
+                let report = match &tail {
+                    Ok(lines) => match JobReport::find_last(lines.iter().map(String::as_str)) {
+                        Some(Ok(r)) => Report::Found(r),
+                        Some(Err(e)) => Report::Damaged(e),
+                        None => Report::Missing,
+                    },
+                    Err(e) => Report::Unread(e.to_string()),
+                };
+                self.record_report(&w.id, &w.name, lifetime(w, now), report, now);
+            }
+            if recorded {
+                continue;
+            }
+            let output = if keep_output {
+                match tail {
                     // The image wrote these: no control character reaches the log or a terminal.
                     // and URL credentials are redacted as in the log.
-                    Ok(lines) => lines
+                    Ok(lines) => lines[lines.len().saturating_sub(OUTPUT_LINES)..]
                         .iter()
                         .map(|l| redact::line(l.trim_end_matches('\n'), false))
                         .collect(),
@@ -126,6 +178,90 @@ impl Daemon {
             };
             self.record_outcome(&w.id, &w.name, outcome, output, now);
         }
+    }
+
+    /// A finished worker's job report, counted once per container into the contribution (and
+    /// the metrics), held to what the worker's life could hold (`Claim`). A report that is
+    /// missing, damaged or unreadable counts the worker as one without a report; a damaged
+    /// one is logged with its worker, as is a claim cut to its bound.
+    fn record_report(
+        &mut self,
+        id: &str,
+        name: &str,
+        lifetime: std::time::Duration,
+        report: Report,
+        now: DateTime<Utc>,
+    ) {
+        let counted = match report {
+            Report::Found(r) => {
+                let claim = Claim {
+                    lifetime,
+                    cpus: self
+                        .last_snapshot
+                        .as_ref()
+                        .map_or_else(host_cpus, |h| h.cpus),
+                };
+                let (r, cut) = claim.bound(&r);
+                if !cut.is_empty() {
+                    tracing::warn!(
+                        worker = name,
+                        "the job report claims more than the worker's {}s on {} CPU(s) could \
+                         hold; counted up to that: {}",
+                        claim.lifetime.as_secs(),
+                        claim.cpus,
+                        cut.join(", ")
+                    );
+                }
+                tracing::info!(
+                    worker = name,
+                    jobs_completed = r.jobs_completed,
+                    jobs_vacated = r.jobs_vacated,
+                    job_cpu_seconds = r.job_cpu_seconds,
+                    vacated_cpu_seconds = r.vacated_cpu_seconds,
+                    "jobs reported"
+                );
+                Some(r)
+            }
+            Report::Missing => {
+                tracing::info!(
+                    worker = name,
+                    "no job report in its output (a pilot older than the report, or an image \
+                     that does not run pilot): its jobs are not counted"
+                );
+                None
+            }
+            Report::Damaged(e) => {
+                tracing::warn!(worker = name, "{e}; its jobs are not counted");
+                None
+            }
+            Report::Unread(e) => {
+                tracing::warn!(
+                    worker = name,
+                    "its job report could not be read ({e}); its jobs are not counted"
+                );
+                None
+            }
+        };
+        self.contribution
+            .reported(&self.s.policy.timezone, now, counted.as_ref());
+        if let Some(m) = &self.metrics {
+            match &counted {
+                Some(r) => {
+                    m.jobs_started.inc_by(r.jobs_started);
+                    m.jobs_completed.inc_by(r.jobs_completed);
+                    m.jobs_vacated.inc_by(r.jobs_vacated);
+                    m.job_seconds.inc_by(r.job_seconds);
+                    m.job_cpu_seconds.inc_by(r.job_cpu_seconds);
+                    m.lost_cpu_seconds.inc_by(r.vacated_cpu_seconds);
+                }
+                None => {
+                    m.workers_unreported.inc();
+                }
+            }
+        }
+        // Saved at the cycle's end, as an outcome is.
+        self.saved.history = None;
+        self.status.reported.push(id.to_string());
     }
 
     /// A finished worker's outcome: feeds the back-off, once per container.
@@ -259,7 +395,7 @@ impl Daemon {
         }
     }
 
-    /// The learned history and the contribution, every `HISTORY_EVERY` (the drain saves the
+    /// The learned history, the contribution and the presence timeline, every `HISTORY_EVERY` (the drain saves the
     /// rest): they count time, so they change every cycle, and a crash loses at most that
     /// much of them.
     pub(super) fn save_history(&mut self, now: DateTime<Utc>) {
@@ -278,12 +414,24 @@ impl Daemon {
         if let Err(e) = contribution::save(&self.s.state_dir, &self.contribution.ledger) {
             tracing::error!("{e}");
         }
+        if let Err(e) = timeline::save(&self.s.state_dir, &self.presence.timeline) {
+            tracing::error!("{e}");
+        }
     }
 
-    /// The machine's slot-ad lines (`slot_ad`), written when they changed: before this
-    /// cycle's starts, so a new worker's mount finds the file.
+    /// The machine's slot-ad lines (`slot_ad`), and the week's contribution when the site
+    /// turned it on, written when they changed: before this cycle's starts, so a new worker's
+    /// mount finds the file.
     pub(super) fn advertise(&mut self, host: &HostSnapshot, supply: &Supply, now: DateTime<Utc>) {
-        let text = slot_ad::render(&self.worker.instance, &self.s.policy, host, supply, now);
+        let mut text = slot_ad::render(&self.worker.instance, &self.s.policy, host, supply, now);
+        // What the machine gave leaves it only when the site turned it on.
+        if self.s.advertise_contribution {
+            let tz = &self.s.policy.timezone;
+            text.push_str(&slot_ad::contribution(
+                &contribution::Ledger::week_of(tz, now),
+                &self.contribution.ledger.this_week(tz, now),
+            ));
+        }
         if self.advertised.as_deref() == Some(text.as_str()) {
             return;
         }
@@ -292,4 +440,19 @@ impl Daemon {
             Err(e) => tracing::warn!("{e}"),
         }
     }
+}
+
+/// A finished worker's life, from its creation to its end (`now` when the engine gave no
+/// end); zero when its creation is unknown, so a report of a worker of unknown age is held
+/// to the one second of slack `Claim` gives.
+fn lifetime(w: &Worker, now: DateTime<Utc>) -> std::time::Duration {
+    let end = w.finished_at.unwrap_or(now);
+    w.created
+        .and_then(|c| end.signed_duration_since(c).to_std().ok())
+        .unwrap_or_default()
+}
+
+/// The machine's CPUs when no host observation is at hand.
+fn host_cpus() -> u32 {
+    std::thread::available_parallelism().map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX))
 }

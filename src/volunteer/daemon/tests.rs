@@ -108,6 +108,20 @@ impl Machine {
         .unwrap()
     }
 
+    /// A daemon that counts into metrics, with the registry they are read from.
+    fn daemon_metered(&self) -> (Daemon, prometheus_client::registry::Registry) {
+        let (metrics, registry) = Metrics::new();
+        let engine = self.engine.clone();
+        let d = Daemon::new(
+            self.settings(),
+            Box::new(move |_| Ok(AnyBackend::Fake(engine.clone()))),
+            Some(metrics),
+            Utc::now(),
+        )
+        .unwrap();
+        (d, registry)
+    }
+
     /// Someone (a user this host does not know, so never a system account) logs in.
     fn login(&self) {
         let pid = std::process::id() as i32;
@@ -146,6 +160,10 @@ async fn settle(d: &mut Daemon) {
         d.task_done(done.unwrap(), Utc::now());
     }
 }
+
+/// The projection against the daemon itself (issue 24's 10 % agreement test).
+#[path = "agreement.rs"]
+mod agreement;
 
 /// A daemon's first moments: its first cycle asks the registry beside the loop, the answer
 /// comes in, and the next cycle acts on it.
@@ -489,7 +507,11 @@ async fn a_failed_worker_leaves_its_last_lines_in_the_log_and_the_status() {
     );
     let good = outcomes.iter().find(|o| o.name.ends_with("good1")).unwrap();
     assert!(good.output.is_empty());
-    assert_eq!(m.calls("logs"), vec!["logs bad1 20".to_string()]);
+    // Every finished worker's output is read once, for its job report too.
+    assert_eq!(
+        m.calls("logs"),
+        vec!["logs bad1 50".to_string(), "logs good1 50".to_string()]
+    );
     // The status file keeps them after the container is gone.
     let saved = status::load(&d.status_path).unwrap().unwrap();
     assert_eq!(saved.outcomes, *outcomes);
@@ -712,15 +734,7 @@ async fn the_daemon_counts_what_the_machine_gave() {
     use crate::volunteer::contribution;
     use crate::volunteer::worker::CpuSample;
     let m = Machine::new();
-    let (metrics, registry) = Metrics::new();
-    let engine = m.engine.clone();
-    let mut d = Daemon::new(
-        m.settings(),
-        Box::new(move |_| Ok(AnyBackend::Fake(engine.clone()))),
-        Some(metrics),
-        Utc::now(),
-    )
-    .unwrap();
+    let (mut d, registry) = m.daemon_metered();
     let t0 = Utc::now();
     let t = |s: i64| t0 + chrono::Duration::seconds(s);
     first_cycles(&mut d, t(0)).await;
@@ -1030,4 +1044,245 @@ async fn the_first_start_after_the_daemon_starts_waits_for_the_hosts_turn() {
     );
     first_cycles(&mut d, started + offset + chrono::Duration::seconds(1)).await;
     assert_eq!(m.calls("start").len(), 1, "{:?}", m.engine.calls());
+}
+
+/// What the daemon logs while a test runs (this thread's subscriber, without colours).
+#[derive(Clone, Default)]
+struct Logged(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logged {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logged {
+    /// Logs to it until the guard is dropped.
+    fn capture(&self) -> tracing::subscriber::DefaultGuard {
+        let w = self.clone();
+        tracing::subscriber::set_default(
+            tracing_subscriber::fmt()
+                .with_writer(move || w.clone())
+                .with_ansi(false)
+                .finish(),
+        )
+    }
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+/// The report the pilot prints in these stories: an hour's worker on a machine of at least
+/// two CPUs can hold it.
+fn job_report() -> pilot_contract::JobReport {
+    pilot_contract::JobReport {
+        jobs_started: 3,
+        jobs_completed: 2,
+        jobs_vacated: 1,
+        job_seconds: 5400,
+        job_cpu_seconds: 5012.4,
+        vacated_cpu_seconds: 610.0,
+    }
+}
+
+/// Three pilots end: one printed its report (condor's last words after it), one is older than
+/// the report, one printed a damaged line. The ledger and the metrics count the jobs of the
+/// first and two workers without a report; the damaged one is logged with its worker. A
+/// worker listed again (its removal failed) is not counted twice.
+#[tokio::test]
+async fn a_finished_workers_job_report_is_counted_once() {
+    use crate::volunteer::contribution::Jobs;
+    let m = Machine::new();
+    {
+        let mut w = m.engine.lock();
+        w.workers.push(exited("done1", 0));
+        w.output.insert(
+            "done1".into(),
+            vec![
+                "pilot-report v=1 jobs_started=1".into(),
+                "condor_master exiting".into(),
+                job_report().to_line(),
+                "pilot: exiting".into(),
+            ],
+        );
+        w.workers.push(exited("old1", 0));
+        w.output
+            .insert("old1".into(), vec!["pilot: exiting".into()]);
+        w.workers.push(exited("bad1", 0));
+        w.output.insert(
+            "bad1".into(),
+            vec!["pilot-report v=1 jobs_started=many".into()],
+        );
+    }
+    let (mut d, registry) = m.daemon_metered();
+    let logged = Logged::default();
+    let now = Utc::now();
+    {
+        let _g = logged.capture();
+        d.cycle(now, false).await;
+    }
+    let want = Jobs {
+        started: 3,
+        completed: 2,
+        vacated: 1,
+        job_seconds: 5400,
+        cpu_seconds: 5012.4,
+        vacated_cpu_seconds: 610.0,
+        workers_reported: 1,
+        workers_unreported: 2,
+    };
+    assert_eq!(d.contribution.ledger.all_time.jobs, want);
+    let log = logged.text();
+    assert!(
+        log.lines().any(|l| l.contains("bad1")
+            && l.contains("pilot report: jobs_started: expected a whole number")),
+        "{log}"
+    );
+    assert!(
+        log.lines()
+            .any(|l| l.contains("old1") && l.contains("no job report")),
+        "{log}"
+    );
+    let text = crate::service::metrics::exposition(&registry);
+    for line in [
+        "pilotd_jobs_started_total 3",
+        "pilotd_jobs_completed_total 2",
+        "pilotd_jobs_vacated_total 1",
+        "pilotd_job_seconds_total 5400",
+        "pilotd_job_cpu_seconds_total 5012.4",
+        "pilotd_lost_cpu_seconds_total 610.0",
+        "pilotd_workers_unreported_total 2",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+    }
+    // On disk for `status` and the page at the cycle's end.
+    assert_eq!(
+        crate::volunteer::contribution::peek(&m.settings().state_dir)
+            .ledger
+            .all_time
+            .jobs,
+        want
+    );
+    // The engine lists one again (as when its removal failed): counted once.
+    m.engine.lock().workers.push(exited("done1", 0));
+    d.cycle(now + chrono::Duration::seconds(30), false).await;
+    assert_eq!(d.contribution.ledger.all_time.jobs, want);
+}
+
+/// A worker's report cannot claim more than its life could hold: a job that forged the
+/// pilot's line is counted up to the worker's lifetime × the machine's CPUs, and logged.
+#[tokio::test]
+async fn a_forged_report_is_held_to_the_workers_life() {
+    let m = Machine::new();
+    let forged = pilot_contract::JobReport {
+        jobs_started: 5,
+        jobs_completed: 5,
+        job_cpu_seconds: 1e12,
+        ..Default::default()
+    };
+    {
+        let mut w = m.engine.lock();
+        let end = Utc::now();
+        w.workers.push(Worker {
+            created: Some(end - chrono::Duration::hours(1)),
+            finished_at: Some(end),
+            ..exited("forged1", 0)
+        });
+        w.output.insert("forged1".into(), vec![forged.to_line()]);
+    }
+    let mut d = m.daemon();
+    let logged = Logged::default();
+    {
+        let _g = logged.capture();
+        d.cycle(Utc::now(), false).await;
+    }
+    let cpus = f64::from(d.last_snapshot.as_ref().unwrap().cpus);
+    let jobs = d.contribution.ledger.all_time.jobs;
+    // It lived an hour (and the one second of slack).
+    assert_eq!(jobs.cpu_seconds, 3601.0 * cpus);
+    assert_eq!(jobs.completed, 5, "the rest of the report counts");
+    let log = logged.text();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("forged1") && l.contains("job_cpu_seconds")),
+        "{log}"
+    );
+}
+
+/// The owner comes back: the worker is stopped gracefully, condor vacates its job, and the
+/// pilot prints its report before it exits. The vacated job's CPU is counted as work lost,
+/// in the ledger and in what `status` shows.
+#[tokio::test]
+async fn an_evicted_workers_vacated_work_is_counted_as_lost() {
+    let m = Machine::new();
+    let mut d = m.daemon();
+    let t0 = Utc::now();
+    let t = |s: i64| t0 + chrono::Duration::seconds(s);
+    first_cycles(&mut d, t0).await;
+    let id = m.engine.lock().workers[0].id.clone();
+    m.login();
+    d.cycle(t(60), true).await;
+    settle(&mut d).await;
+    let report = pilot_contract::JobReport {
+        jobs_started: 2,
+        jobs_completed: 1,
+        jobs_vacated: 1,
+        job_seconds: 3000,
+        job_cpu_seconds: 2900.0,
+        vacated_cpu_seconds: 1800.0,
+    };
+    m.engine
+        .lock()
+        .output
+        .insert(id.clone(), vec!["pilot: SIGTERM".into(), report.to_line()]);
+    d.cycle(t(3600), false).await;
+    assert_eq!(m.calls("remove"), vec![format!("remove {id}")]);
+    assert_eq!(
+        d.status().outcomes.last().unwrap().outcome,
+        Outcome::Exited(PilotExit::Signal(15))
+    );
+    let week = d
+        .contribution
+        .ledger
+        .this_week(&crate::zone::Zone::utc(), t(3600));
+    assert_eq!(week.jobs.vacated, 1);
+    assert_eq!(week.jobs.vacated_cpu_seconds, 1800.0);
+    assert_eq!(week.ended.evicted, 1);
+    let shown = crate::volunteer::contribution::lines(&week).join("\n");
+    assert!(
+        shown.contains("jobs: 1 finished, 1 vacated (0.5 CPU-hours of work lost)"),
+        "{shown}"
+    );
+}
+
+/// The week's contribution reaches the slot-ad file only when the site turns it on.
+#[tokio::test]
+async fn the_slot_ad_carries_the_week_only_when_the_site_says_so() {
+    let m = Machine::new();
+    let file = m.dir.path().join("state/ad/slot.ad");
+    let mut d = m.daemon();
+    first_cycles(&mut d, Utc::now()).await;
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("PILOTD_INSTANCE"), "{text}");
+    assert!(!text.contains("_WEEK"), "off by default: {text}");
+    drop(d);
+
+    let mut s = m.settings();
+    s.advertise_contribution = true;
+    let mut d = m.daemon_with(s);
+    first_cycles(&mut d, Utc::now()).await;
+    let text = std::fs::read_to_string(&file).unwrap();
+    let week =
+        crate::volunteer::contribution::Ledger::week_of(&crate::zone::Zone::utc(), Utc::now());
+    for line in [
+        format!("PILOTD_CONTRIBUTION_WEEK = \"{week}\"\n"),
+        "PILOTD_CPU_HOURS_WEEK = 0.0\n".into(),
+        "PILOTD_JOBS_WEEK = 0\n".into(),
+    ] {
+        assert!(text.contains(&line), "{line} in {text}");
+    }
 }

@@ -4,7 +4,8 @@
 //! headers every answer carries. Served through `service::http`, as the metrics are.
 
 use super::keys::{Doors, KeyError, random_hex, session_cookie};
-use super::render::{esc, locked, page_shell, render};
+use super::markup::esc;
+use super::render::{locked, page_shell, render};
 use crate::service::http::{self, Request as HttpRequest, Response};
 use crate::service::listener::Limits;
 use crate::volunteer::owner::{self, Context, Request};

@@ -15,14 +15,17 @@
 //! rebinding), a POST whose `Origin` or `Sec-Fetch-Site` says another site is refused, and
 //! every form carries the session's CSRF token.
 //!
-//! Three parts: `keys` (one-time keys and sessions, and the session cookie), `http` (routes,
+//! Its parts: `keys` (one-time keys and sessions, and the session cookie), `http` (routes,
 //! the cross-site checks and the headers of every answer, served through `service::http`
-//! like the metrics) and `render` (the HTML). A press is carried out by the owner's request
-//! core (`owner`), as a request on the control socket is; the page imports `owner`, never
-//! `control`.
+//! like the metrics), `render` (the HTML), `chart` (the weekly chart of what the machine
+//! gave, inline SVG) and `markup` (the escaping both use). A press is carried out by the
+//! owner's request core (`owner`), as a request on the control socket is; the page imports
+//! `owner`, never `control`.
 
+mod chart;
 mod http;
 mod keys;
+mod markup;
 mod render;
 
 pub use http::{LIMITS, PageError, bind, serve};

@@ -1,9 +1,11 @@
 //! The page's HTML: the signed-in owner's page, drawn from the daemon's status file, the
 //! snooze, the learned history, the contribution ledger and the policy; and the short pages
 //! that say why there is nothing to see. Every section says plainly when it has nothing to
-//! show yet. Everything shown is escaped here.
+//! show yet. Everything shown is escaped (`markup::esc`).
 
+use super::chart;
 use super::keys::Session;
+use super::markup::esc;
 use crate::volunteer::contribution;
 use crate::volunteer::history;
 use crate::volunteer::owner::Context;
@@ -12,14 +14,6 @@ use crate::volunteer::snooze;
 use crate::volunteer::status;
 use chrono::{DateTime, Duration as ChronoDuration, Utc};
 use std::fmt::Write as _;
-
-pub(super) fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-        .replace('\'', "&#39;")
-}
 
 pub(super) fn locked(why: &str) -> String {
     page_shell(
@@ -225,7 +219,8 @@ fn week(b: &mut String, ctx: &Context, now: DateTime<Utc>) {
     );
 }
 
-/// What the machine gave (`contribution`): this week and all time, as `pilotd status` says.
+/// What the machine gave (`contribution`): this week and all time, as `pilotd status` says,
+/// and the kept weeks' chart (`chart`).
 fn gave(b: &mut String, ctx: &Context, now: DateTime<Utc>) {
     let tz = &ctx.policy.timezone;
     let loaded = contribution::peek(&ctx.state_dir);
@@ -252,6 +247,11 @@ fn gave(b: &mut String, ctx: &Context, now: DateTime<Utc>) {
         }
         .unwrap_or_default();
     }
+    let _ = write!(
+        b,
+        "<p><b>Week by week</b> (point at a bar for its figure):</p>{}",
+        chart::weekly(&loaded.ledger, tz, now)
+    );
     let _ = write!(
         b,
         "</div><p><small>Measured on this machine: CPU time from the workers' own counters, hours from pilotd's cycles. Nothing leaves it unless the site collects pilotd's metrics.</small></p>"
@@ -414,6 +414,7 @@ mod tests {
             "<p id=\"workers\">None seen yet: pilotd has not run a cycle.</p>",
             "<p><b>This week (2026-W49)</b>: nothing recorded yet.</p>",
             "<p><b>All time</b>: nothing recorded yet.</p>",
+            "<p id=\"weekly-chart\">No week recorded yet",
             "<p id=\"learned\">Nothing learned yet",
             "<p id=\"outcomes\">None yet.</p>",
         ] {
@@ -464,6 +465,13 @@ mod tests {
         );
         assert!(
             html.contains("<p><b>All time (since 2026-12-02)</b></p>"),
+            "{html}"
+        );
+        // The week drawn, in the section, once it has counted something.
+        assert!(!html.contains("No week recorded yet"), "{html}");
+        assert!(html.contains("<svg id=\"weekly-chart\""), "{html}");
+        assert!(
+            html.contains("2026-W49 (this week so far, from Mon 30 Nov): 3.0 CPU-hours given"),
             "{html}"
         );
     }

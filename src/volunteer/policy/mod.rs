@@ -561,8 +561,6 @@ fn admit(
     }
 }
 
-/// Splits the share over the workers: whole CPUs (at least 1), never more than the machine
-/// has; fewer workers when the CPU share cannot give each one a CPU.
 /// Why a session counts as away under `sessions = "active"`, or None when it is in use. Any
 /// one signal is enough: locked for `lock_grace`; idle for `session_idle` as its source says
 /// (logind's idle hint, a terminal's idle time); or, at this machine's own keyboard, no input
@@ -624,7 +622,10 @@ fn sources(h: &HostSnapshot) -> String {
     line
 }
 
-fn split_share(p: &Policy, h: &HostSnapshot) -> (u32, Resources) {
+/// Splits the share over the workers: whole CPUs (at least 1), never more than the machine
+/// has; fewer workers when the CPU share cannot give each one a CPU. `projection` asks
+/// it too, for the CPUs a policy grants.
+pub fn split_share(p: &Policy, h: &HostSnapshot) -> (u32, Resources) {
     let cpus_total = u64::from(h.cpus.max(1));
     let cpu_share = p.share.cpus.of(cpus_total).clamp(1, cpus_total);
     let workers = u64::from(p.share.workers).min(cpu_share).max(1);

@@ -143,3 +143,50 @@ fn bad_flags_and_missing_answers_are_clear() {
         .stderr(predicate::str::contains("end of input"));
     assert!(!out.exists());
 }
+
+/// Writing a policy prints what it is expected to give per week; replacing one prints the
+/// old one's beside it, so the owner sees what the change is worth.
+#[test]
+fn a_new_policy_is_projected_beside_the_one_it_replaces() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("policy.toml");
+    let first = pilotd()
+        .args(["init", "--yes", "--when", "nights", "--cpus", "2"])
+        .arg("--output")
+        .arg(&out)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let first = String::from_utf8(first).unwrap();
+    assert!(
+        first.contains("what this policy is expected to give per week:")
+            && !first.contains("the policy it replaced"),
+        "{first}"
+    );
+    let second = pilotd()
+        .args([
+            "init", "--yes", "--force", "--when", "always", "--cpus", "2",
+        ])
+        .arg("--output")
+        .arg(&out)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let second = String::from_utf8(second).unwrap();
+    let figures: Vec<&str> = second
+        .lines()
+        .filter(|l| l.contains("CPU-hours a week"))
+        .collect();
+    assert_eq!(figures.len(), 2, "{second}");
+    assert!(
+        second.contains("the policy it replaced (kept as .bak) would give:"),
+        "{second}"
+    );
+    // Always open gives more than nights alone, from the same weeks.
+    let cpu_hours = |l: &str| l.trim().split(' ').next().unwrap().parse::<f64>().unwrap();
+    assert!(cpu_hours(figures[0]) > cpu_hours(figures[1]), "{second}");
+}

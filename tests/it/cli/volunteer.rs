@@ -345,6 +345,84 @@ fn snapshot_prints_the_contract_and_plan_reads_it_back() {
         .success();
 }
 
+/// `schedule` ends with what the policy would give per week: replayed from the presence
+/// timeline the daemon recorded in the state dir, or from stated defaults on a fresh machine.
+#[test]
+fn schedule_projects_the_recorded_weeks() {
+    let dir = tempfile::tempdir().unwrap();
+    let site = dir.path().join("pilotd.toml");
+    let state = dir.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    // No fleet spread: its hold of the first start depends on the machine id.
+    std::fs::write(
+        &site,
+        format!("splay = \"0s\"\nstate_dir = \"{}\"\n", state.display()),
+    )
+    .unwrap();
+    let schedule = || {
+        let out = Command::new(harness::bin())
+            .env_remove("PILOTD_CONFIG")
+            .env_remove("PILOTD_POLICY")
+            .env("TZ", "UTC")
+            .arg("-c")
+            .arg(&site)
+            .arg("--policy")
+            .arg(repo("policies/dedicated-server.toml"))
+            .args(["schedule", "--now", "2026-11-30T12:00:00Z", "--days", "1"])
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        String::from_utf8(out).unwrap()
+    };
+    let fresh = schedule();
+    assert!(
+        fresh.contains("what this policy is expected to give per week:")
+            && fresh.contains("from defaults, less than a day recorded here yet"),
+        "{fresh}"
+    );
+    // Two days watched, nobody there, then a day the owner was logged in (ignored by this
+    // policy) with a 90 % load: the CPU rule closes it.
+    std::fs::write(
+        state.join("timeline.json"),
+        r#"{"version":1,"runs":[
+            {"from":"2026-11-23T00:00:00Z","until":"2026-11-25T00:00:00Z"},
+            {"from":"2026-11-25T00:00:00Z","until":"2026-11-26T00:00:00Z",
+             "presence":{"session":{}},"owner_cpu_pct":90}]}"#,
+    )
+    .unwrap();
+    let out = schedule();
+    let line = out
+        .lines()
+        .find(|l| l.contains("CPU-hours a week"))
+        .unwrap_or_else(|| panic!("{out}"));
+    // Open two of the three days, less the 5 minutes free before the first start: 7/3 of
+    // that a week.
+    let open = (48.0 - 5.0 / 60.0) * 7.0 / 3.0;
+    assert!(
+        line.contains(&format!("{open:.1} h open to the pool")),
+        "{line}"
+    );
+    assert!(
+        out.contains("from 3.0 recorded day(s) of this machine's presence"),
+        "{out}"
+    );
+    // A damaged timeline: the defaults, and why.
+    std::fs::write(state.join("timeline.json"), "{").unwrap();
+    let out = schedule();
+    assert!(
+        out.contains("from defaults")
+            && out.contains("presence timeline")
+            && out.contains("corrupted"),
+        "{out}"
+    );
+    assert!(
+        state.join("timeline.json").exists(),
+        "schedule moves nothing"
+    );
+}
+
 #[test]
 fn schedule_draws_the_week() {
     let out = pilotd(&repo("policies/default.toml"))

@@ -140,6 +140,21 @@ PILOTD_TEST_TAG = "{tag}"
         );
     }
 
+    /// `pilotd status` as its owner reads it: (text, `--format json`).
+    fn owner_status(&self) -> (String, serde_json::Value) {
+        let run = |json: bool| {
+            let mut c = Command::new(bin());
+            c.arg("-c").arg(self.path("pilotd.toml")).arg("status");
+            if json {
+                c.args(["--format", "json"]);
+            }
+            let out = c.output().unwrap();
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        let json = serde_json::from_str(&run(true)).unwrap_or(serde_json::Value::Null);
+        (run(false), json)
+    }
+
     fn log(&self) -> String {
         std::fs::read_to_string(self.path("pilotd.log")).unwrap_or_default()
     }
@@ -236,10 +251,24 @@ impl Drop for Machine {
 
 /// A job script that runs `secs` seconds and says where it ran.
 fn job_body(pool: &Pool, user: &str, name: &str, secs: u32) -> String {
+    burning_job_body(pool, user, name, 0, secs)
+}
+
+/// A job script that keeps a CPU busy for `burn` seconds, then sleeps `secs` seconds and says
+/// where it ran: CPU time the pilot's report and pilotd's counters must find. One process
+/// spins (no fork per turn): condor measures a job's CPU by sampling its processes, and
+/// misses processes that live between two samples.
+fn burning_job_body(pool: &Pool, user: &str, name: &str, burn: u32, secs: u32) -> String {
+    // `timeout 0` would mean no limit at all.
+    let spin = if burn > 0 {
+        format!("timeout {burn} sh -c \"while :; do :; done\"\\n")
+    } else {
+        String::new()
+    };
     pool.on_ap(
         user,
         &format!(
-            "printf '#!/bin/sh\\nsleep {secs}\\necho \"ran as $(id -u) on $(hostname)\"\\n' > {name}.sh && chmod +x {name}.sh"
+            "printf '#!/bin/sh\\n{spin}sleep {secs}\\necho \"ran as $(id -u) on $(hostname)\"\\n' > {name}.sh && chmod +x {name}.sh"
         ),
     );
     format!(
@@ -255,7 +284,16 @@ fn status_of(pool: &Pool, job: &str) -> Option<u32> {
 #[ignore = "needs the real HTCondor pool: run by tests/run.sh"]
 fn a_real_job_runs_on_a_worker_pilotd_started_with_its_defaults_then_a_fresh_worker_follows() {
     let pool = Pool::from_env();
-    let m = Machine::new(&pool, "vjob", "graceful", "20s");
+    // The owner's page too ([page] is the file's last table, after [worker.env]).
+    let port = crate::harness::free_port();
+    let m = Machine::with(
+        &pool,
+        "vjob",
+        "graceful",
+        "20s",
+        "",
+        &format!("[page]\nport = {port}"),
+    );
     let first = m.running_worker();
     let host = Machine::hostname(&first);
     wait_for(
@@ -274,7 +312,10 @@ fn a_real_job_runs_on_a_worker_pilotd_started_with_its_defaults_then_a_fresh_wor
         .trim(),
         "65532:65532 [ALL]"
     );
-    let body = job_body(&pool, "alice", "vjob", 1);
+    // The job keeps a CPU busy for 20 s: CPU time the pilot's report and pilotd must find
+    // (condor measures a job's CPU by sampling its processes, so a burst of a few seconds can
+    // read as none: docs/site.md, "The job report").
+    let body = burning_job_body(&pool, "alice", "vjob", 20, 1);
     let job = pool.submit("alice", &m.tag, "vjob", &body);
     pool.wait_job_status(&job, 4, LONG);
     let out = pool.on_ap("alice", "cat vjob.out");
@@ -294,6 +335,50 @@ fn a_real_job_runs_on_a_worker_pilotd_started_with_its_defaults_then_a_fresh_wor
     });
     assert_eq!(outcome, "ran_jobs", "{}", m.diagnose());
     assert_eq!(m.status()["backoff"]["failures"], 0, "{}", m.diagnose());
+    // What the machine gave, as the owner sees it: the pilot reported its job (condor's own
+    // record of it) and pilotd counted it with the CPU the worker's cgroup used.
+    let (text, json) = m.owner_status();
+    let jobs = &json["contribution"]["all_time"]["jobs"];
+    assert_eq!(jobs["completed"], 1, "{json:#}\n{}", m.diagnose());
+    assert_eq!(jobs["started"], 1, "{json:#}");
+    assert_eq!(jobs["vacated"], 0, "{json:#}");
+    assert_eq!(jobs["workers_reported"], 1, "{json:#}");
+    let job_cpu = jobs["cpu_seconds"].as_f64().unwrap();
+    // condor's samples saw part of the 20 s burn, never more than the job's whole life.
+    assert!(
+        (5.0..=25.0).contains(&job_cpu),
+        "job CPU {job_cpu}: {json:#}"
+    );
+    assert!(jobs["job_seconds"].as_u64().unwrap() >= 20, "{json:#}");
+    assert!(text.contains("jobs: 1 finished, 0 vacated"), "{text}");
+    // The owner's page says the same: in through a one-time key from `pilotd open`, as the
+    // owner's browser does (the key becomes a session cookie).
+    let out = Command::new(bin())
+        .arg("-c")
+        .arg(m.path("pilotd.toml"))
+        .arg("open")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    let url = said
+        .split_whitespace()
+        .find(|w| w.starts_with(&format!("http://127.0.0.1:{port}/")))
+        .unwrap_or_else(|| panic!("no page address in {said:?}: {}", m.diagnose()))
+        .to_owned();
+    let jar = m.path("cookies");
+    let page = Command::new("curl")
+        .args(["-fsSL", "-c"])
+        .arg(&jar)
+        .arg("-b")
+        .arg(&jar)
+        .arg(&url)
+        .output()
+        .unwrap();
+    let page = String::from_utf8_lossy(&page.stdout);
+    assert!(
+        page.contains("jobs: 1 finished, 0 vacated"),
+        "the page does not show the job: {page}"
+    );
     m.wait_worker("a fresh worker", |w| {
         w.iter().any(|(n, s)| n != &first && s == "running")
     });
@@ -305,10 +390,13 @@ fn an_owners_login_evicts_gracefully_and_the_job_goes_back_to_the_queue_then_run
     let pool = Pool::from_env();
     let m = Machine::new(&pool, "vevict", "graceful", "10m");
     let first = m.running_worker();
-    let body = job_body(&pool, "bob", "vevict", 600);
+    // The job burns a CPU for its first 60 s: work the eviction loses.
+    let body = burning_job_body(&pool, "bob", "vevict", 60, 600);
     let job = pool.submit("bob", &m.tag, "vevict", &body);
     // Really executing (JobStatus turns 2 when the shadow starts, before the job does).
     pool.wait_executed("bob", "vevict", 1, LONG);
+    // Long enough for condor's sampling of the job's processes to have seen the burn.
+    std::thread::sleep(Duration::from_secs(25));
 
     m.login();
     // The worker goes within the grace (60 s); the job is idle again, not held or removed.
@@ -322,6 +410,18 @@ fn an_owners_login_evicts_gracefully_and_the_job_goes_back_to_the_queue_then_run
         "no worker while the owner is here: {}",
         m.diagnose()
     );
+
+    // The evicted worker's pilot reported the job it gave back, and the work lost with it.
+    let jobs = wait_for("the evicted worker's job report", LONG, || {
+        let (_, json) = m.owner_status();
+        let jobs = json["contribution"]["all_time"]["jobs"].clone();
+        (jobs["workers_reported"] == 1).then_some(jobs)
+    });
+    assert_eq!(jobs["vacated"], 1, "{jobs:#}\n{}", m.diagnose());
+    assert_eq!(jobs["completed"], 0, "{jobs:#}");
+    let lost = jobs["vacated_cpu_seconds"].as_f64().unwrap();
+    assert!(lost >= 5.0, "work lost {lost} CPU-s: {jobs:#}");
+    assert_eq!(jobs["cpu_seconds"].as_f64().unwrap(), lost, "{jobs:#}");
 
     m.logout();
     // The same job runs again on the next worker.

@@ -533,6 +533,50 @@ fn graceful_and_fast_eviction() {
     }
 }
 
+/// A worker whose last line is a job report (as `pilot` prints it) ends on its own; the real
+/// pilotd reads the report from the real engine's log before removing the container, and
+/// `pilotd status --format json` shows its jobs under `contribution`.
+#[test]
+#[ignore = "needs the Docker engine and the local registry: tests/run.sh sets them up and runs it"]
+fn a_workers_job_report_shows_in_status() {
+    let report = "pilot-report v=1 jobs_started=2 jobs_completed=2 jobs_vacated=0 job_seconds=2 job_cpu_seconds=1.5 vacated_cpu_seconds=0.0";
+    let mut h = Harness::new(
+        "report",
+        &policy("graceful", 1),
+        "",
+        &format!(
+            "{}
+[worker.env]
+WORKER_SLEEP = \"2\"
+WORKER_REPORT = \"{report}\"
+",
+            image("v1")
+        ),
+    );
+    h.start();
+    let jobs = h.wait_for("a reported job", Duration::from_secs(40), || {
+        let out = h
+            .pilotd()
+            .args(["status", "--format", "json"])
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        let jobs = v["contribution"]["all_time"]["jobs"].clone();
+        (jobs["workers_reported"].as_u64() >= Some(1)).then_some(jobs)
+    });
+    // Workers keep ending (each exits after 2 s): whole multiples of one report.
+    let n = jobs["workers_reported"].as_u64().unwrap();
+    assert_eq!(jobs["completed"].as_u64(), Some(2 * n), "{jobs}");
+    assert_eq!(jobs["started"].as_u64(), Some(2 * n), "{jobs}");
+    assert_eq!(jobs["vacated"].as_u64(), Some(0), "{jobs}");
+    assert_eq!(jobs["cpu_seconds"].as_f64(), Some(1.5 * n as f64), "{jobs}");
+    let text = h.pilotd().arg("status").output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("jobs: "), "{text}");
+    assert!(h.log().contains("jobs reported"), "{}", h.log());
+    h.term();
+}
+
 #[test]
 #[ignore = "needs the Docker engine and the local registry: tests/run.sh sets them up and runs it"]
 fn die_at_stops_the_worker_and_a_fresh_one_replaces_it() {
