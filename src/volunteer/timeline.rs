@@ -6,11 +6,11 @@
 //! `policy::decide` with any policy.
 //!
 //! Only "when": no user name, no process name, no terminal. Run-length encoded (a stretch is
-//! one entry as long as nothing the policy reads changes), the last `KEPT` of it. Kept in the
-//! state dir (`timeline.json`), written atomically with the history (every 15 minutes and at
-//! shutdown); a corrupted file is set aside as `timeline.json.corrupt` and recording starts
-//! over. The data is pure (`Recorder::record` takes `now`); only `load` and `save` touch the
-//! filesystem.
+//! one entry as long as nothing the policy reads changes; a change of the owner's CPU alone
+//! joins a stretch younger than `CPU_FOLD`), the last `KEPT` of it. Kept in the state dir
+//! (`timeline.json`), written atomically every hour and at shutdown (`daemon::record`); a
+//! corrupted file is set aside as `timeline.json.corrupt` and recording starts over. The
+//! data is pure (`Recorder::record` takes `now`); only `load` and `save` touch the filesystem.
 
 use crate::config::Policy;
 use crate::service::state_file::{read_json_or, write_atomically};
@@ -24,6 +24,19 @@ const FILE: &str = "timeline.json";
 pub const KEPT: Duration = Duration::days(35);
 /// Owner CPU is kept in steps of this many percent: finer noise would split every stretch.
 const CPU_STEP_PCT: f64 = 5.0;
+/// A stretch that differs from the open one only by one step of the owner's CPU joins it
+/// while the open one is younger than this, at their time-weighted mean. CPU that flickers
+/// across a step (a desktop's idle noise, or the meter's own beside a busy worker) would
+/// otherwise start a stretch every cycle. A larger change always starts one: it is what
+/// crosses a policy's `max_owner_cpu`, and averaging it away moved a noisy week's projection
+/// by 8 % (`projection::tests::cpu_folded_into_stretches_projects_as_every_cycle_would`; one
+/// step only: under 3 %).
+pub const CPU_FOLD: Duration = Duration::minutes(2);
+/// At most this many stretches are kept (and briefly a tenth more, trimmed in one go): a
+/// machine whose owner's CPU swings by more than a step every cycle, around the clock, keeps
+/// the last 10 days of it at the default 30 s interval rather than 35, and its file stays
+/// under 3 MB.
+pub const MAX_RUNS: usize = 30_000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TimelineError {
@@ -47,9 +60,17 @@ pub enum Presence {
     /// use (absent: in use within the last minute, or no source can tell); `locked_since`:
     /// since when every session has been locked (absent: one is not).
     Session {
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            with = "chrono::serde::ts_milliseconds_option"
+        )]
         idle_since: Option<DateTime<Utc>>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            with = "chrono::serde::ts_milliseconds_option"
+        )]
         locked_since: Option<DateTime<Utc>>,
     },
 }
@@ -57,7 +78,7 @@ pub enum Presence {
 /// What the policy reads of one stretch of time, besides the clock.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Seen {
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Presence::is_nobody")]
     pub presence: Presence,
     /// The owner's CPU (the machine's less pilotd's workers'), whole percent in 5 % steps.
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -70,6 +91,12 @@ pub struct Seen {
     /// The owner had snoozed pilotd (or the snooze could not be read).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub snoozed: bool,
+}
+
+impl Presence {
+    fn is_nobody(&self) -> bool {
+        *self == Presence::Nobody
+    }
 }
 
 fn is_zero(n: &u8) -> bool {
@@ -116,10 +143,9 @@ impl Seen {
                 }
             }
         };
-        let pct = (h.owner_cpu() * 100.0 / CPU_STEP_PCT).round() * CPU_STEP_PCT;
         Seen {
             presence,
-            owner_cpu_pct: pct.clamp(0.0, 100.0) as u8,
+            owner_cpu_pct: cpu_step(h.owner_cpu() * 100.0),
             on_battery: h.on_battery,
             exclusive: !h.exclusive_running.is_empty(),
             snoozed: h.snooze_unreadable.is_some() || h.snoozed_until.is_some_and(|u| u > now),
@@ -127,21 +153,50 @@ impl Seen {
     }
 }
 
-/// A stretch `(from, until]` during which the machine was watched and `seen` held.
+/// Whole percent, in `CPU_STEP_PCT` steps.
+fn cpu_step(pct: f64) -> u8 {
+    ((pct / CPU_STEP_PCT).round() * CPU_STEP_PCT).clamp(0.0, 100.0) as u8
+}
+
+impl Seen {
+    /// The same, but for the owner's CPU (what `CPU_FOLD` may join).
+    fn but_cpu(&self) -> Seen {
+        Seen {
+            owner_cpu_pct: 0,
+            ..*self
+        }
+    }
+}
+
+/// A stretch `(from, until]` during which the machine was watched and `seen` held. Instants
+/// are kept as Unix milliseconds, and what is usual (nobody there, no CPU) is left out: a
+/// stretch is then 60 to 90 bytes of the file, not 110 to 170.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Run {
+    #[serde(with = "chrono::serde::ts_milliseconds")]
     pub from: DateTime<Utc>,
+    #[serde(with = "chrono::serde::ts_milliseconds")]
     pub until: DateTime<Utc>,
     #[serde(flatten)]
     pub seen: Seen,
 }
 
+impl Run {
+    fn seconds(&self) -> f64 {
+        (self.until - self.from).num_milliseconds() as f64 / 1000.0
+    }
+}
+
 /// The file: stretches oldest first, not overlapping; a gap between two is time nobody
 /// watched (the machine off or asleep, pilotd stopped).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Timeline {
     pub version: u32,
     pub runs: Vec<Run>,
+    /// The last stretch's owner CPU in percent-seconds, exact, while it may still be joined
+    /// (`CPU_FOLD`); unknown after a load, when the stored step stands for it.
+    #[serde(skip)]
+    open_cpu: Option<f64>,
 }
 
 impl Default for Timeline {
@@ -149,27 +204,101 @@ impl Default for Timeline {
         Timeline {
             version: 1,
             runs: Vec::new(),
+            open_cpu: None,
         }
+    }
+}
+
+/// Two timelines are the same when they hold the same stretches: `open_cpu` is working state.
+impl PartialEq for Timeline {
+    fn eq(&self, other: &Timeline) -> bool {
+        self.version == other.version && self.runs == other.runs
     }
 }
 
 impl Timeline {
     /// Adds `(from, until]` as `seen`: the last stretch grows when it ends at `from` and saw
-    /// the same. Anything older than `KEPT` before `until` goes.
+    /// the same, or an owner CPU one step off while it is younger than `CPU_FOLD`. Anything
+    /// older than `KEPT` before `until` goes, and the oldest beyond `MAX_RUNS`.
     pub fn push(&mut self, from: DateTime<Utc>, until: DateTime<Utc>, seen: Seen) {
+        self.push_folding(from, until, seen, CPU_FOLD);
+    }
+
+    /// `push` without `CPU_FOLD`: every change of the owner's CPU a stretch of its own (what
+    /// the tests hold the joined timeline against).
+    #[cfg(test)]
+    pub fn push_unfolded(&mut self, from: DateTime<Utc>, until: DateTime<Utc>, seen: Seen) {
+        self.push_folding(from, until, seen, Duration::zero());
+    }
+
+    /// `push`, joining one-step CPU changes into a stretch younger than `fold` (zero: none).
+    fn push_folding(
+        &mut self,
+        from: DateTime<Utc>,
+        until: DateTime<Utc>,
+        seen: Seen,
+        fold: Duration,
+    ) {
         if until <= from {
             return;
         }
+        let added = Run { from, until, seen };
+        let cpu = f64::from(seen.owner_cpu_pct) * added.seconds();
         match self.runs.last_mut() {
-            Some(last) if last.until == from && last.seen == seen => last.until = until,
+            Some(last) if last.until == from && last.seen.but_cpu() == seen.but_cpu() => {
+                let same = last.seen == seen;
+                let near =
+                    last.seen.owner_cpu_pct.abs_diff(seen.owner_cpu_pct) <= CPU_STEP_PCT as u8;
+                if same || (near && last.until - last.from < fold) {
+                    let open = self
+                        .open_cpu
+                        .unwrap_or_else(|| f64::from(last.seen.owner_cpu_pct) * last.seconds());
+                    last.until = until;
+                    last.seen.owner_cpu_pct = cpu_step((open + cpu) / last.seconds());
+                    self.open_cpu = Some(open + cpu);
+                    self.join_back();
+                } else {
+                    self.runs.push(added);
+                    self.open_cpu = Some(cpu);
+                }
+            }
             // A clock set back: what is recorded stays in order.
             Some(last) if last.until > from => return,
-            _ => self.runs.push(Run { from, until, seen }),
+            _ => {
+                self.runs.push(added);
+                self.open_cpu = Some(cpu);
+            }
         }
         let cutoff = until - KEPT;
-        self.runs.retain(|r| r.until > cutoff);
-        if let Some(first) = self.runs.first_mut() {
-            first.from = first.from.max(cutoff);
+        // Oldest first: what has aged out is a prefix (and usually nothing).
+        let mut aged = self.runs.partition_point(|r| r.until <= cutoff);
+        if self.runs.len() - aged > MAX_RUNS + MAX_RUNS / 10 {
+            aged = self.runs.len() - MAX_RUNS;
+        }
+        self.runs.drain(..aged);
+        if let Some(first) = self.runs.first_mut()
+            && first.from < cutoff
+        {
+            first.from = cutoff;
+            // The open stretch lost its start: its exact CPU no longer fits it.
+            if self.runs.len() == 1 {
+                self.open_cpu = None;
+            }
+        }
+    }
+
+    /// The open stretch, once its mean has come back to what the stretch before it saw,
+    /// becomes part of that one: a flicker leaves no trace.
+    fn join_back(&mut self) {
+        let n = self.runs.len();
+        if n < 2 {
+            return;
+        }
+        let (prev, last) = (self.runs[n - 2], self.runs[n - 1]);
+        if prev.until == last.from && prev.seen == last.seen {
+            self.runs.pop();
+            self.runs[n - 2].until = last.until;
+            self.open_cpu = None;
         }
     }
 
@@ -272,7 +401,7 @@ pub fn save(state_dir: &Path, t: &Timeline) -> Result<(), TimelineError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn utc(s: &str) -> DateTime<Utc> {
@@ -365,6 +494,179 @@ mod tests {
         assert_eq!(r.timeline.watched(), KEPT);
     }
 
+    /// A small deterministic noise source (xorshift), so the noisy tests replay exactly.
+    pub(crate) struct Noise(u64);
+
+    impl Noise {
+        pub(crate) fn new(seed: u64) -> Noise {
+            Noise(seed | 1)
+        }
+        /// Uniform in `[0, 1)`.
+        pub(crate) fn next(&mut self) -> f64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            (self.0 >> 11) as f64 / (1u64 << 53) as f64
+        }
+    }
+
+    /// CPU-seconds of the owner a timeline holds (percent × seconds).
+    fn owner_cpu_s(t: &Timeline) -> f64 {
+        t.runs
+            .iter()
+            .map(|r| f64::from(r.seen.owner_cpu_pct) * r.seconds())
+            .sum()
+    }
+
+    #[test]
+    fn cpu_flicker_joins_the_open_stretch_and_a_real_change_stands() {
+        let t0 = utc("2027-01-04T00:00:00Z");
+        let at = |i: i64| t0 + Duration::seconds(30 * i);
+        let cpu = |pct| Seen {
+            owner_cpu_pct: pct,
+            ..Seen::default()
+        };
+        let (mut folded, mut exact) = (Timeline::default(), Timeline::default());
+        let mut noise = Noise::new(7);
+        // An hour of idle noise across the 0/5 step, then a 90 % build for 10 minutes, then
+        // quiet again.
+        for i in 0..160 {
+            let pct = match i {
+                120..140 => 90,
+                _ if noise.next() < 0.4 => 5,
+                _ => 0,
+            };
+            folded.push(at(i), at(i + 1), cpu(pct));
+            exact.push_unfolded(at(i), at(i + 1), cpu(pct));
+        }
+        // Without the fold, a stretch nearly every cycle; with it, at most one per CPU_FOLD
+        // for the flicker.
+        assert!(exact.runs.len() > 50, "{}", exact.runs.len());
+        assert!(folded.runs.len() <= 80 / 4 + 2, "{:?}", folded.runs);
+        assert_eq!(folded.watched(), exact.watched());
+        // The owner's CPU over the whole is kept (within half a step).
+        let total = folded.watched().num_seconds() as f64;
+        assert!(
+            (owner_cpu_s(&folded) - owner_cpu_s(&exact)).abs() <= 2.5 * total,
+            "{} vs {}",
+            owner_cpu_s(&folded),
+            owner_cpu_s(&exact)
+        );
+        // The build is a stretch of its own, to the second: a jump is not noise.
+        let build: Vec<_> = folded
+            .runs
+            .iter()
+            .filter(|r| r.seen.owner_cpu_pct == 90)
+            .collect();
+        assert_eq!(build.len(), 1, "{:?}", folded.runs);
+        assert_eq!((build[0].from, build[0].until), (at(120), at(140)));
+        // A presence change is never joined, however short.
+        let mut t = Timeline::default();
+        t.push(at(0), at(1), Seen::default());
+        t.push(
+            at(1),
+            at(2),
+            Seen {
+                presence: Presence::Unknown,
+                ..Seen::default()
+            },
+        );
+        t.push(at(2), at(3), Seen::default());
+        assert_eq!(t.runs.len(), 3);
+    }
+
+    #[test]
+    fn a_cpu_that_swings_every_cycle_keeps_the_last_max_runs() {
+        let t0 = utc("2027-01-04T00:00:00Z");
+        let at = |i: i64| t0 + Duration::seconds(30 * i);
+        let mut t = Timeline::default();
+        let cycles = KEPT.num_seconds() / 30;
+        for i in 0..cycles {
+            let seen = Seen {
+                owner_cpu_pct: if i % 2 == 0 { 0 } else { 50 },
+                ..Seen::default()
+            };
+            t.push(at(i), at(i + 1), seen);
+            assert!(t.runs.len() <= MAX_RUNS + MAX_RUNS / 10);
+        }
+        // A change of ten steps is never joined: every cycle a stretch, the oldest trimmed.
+        assert!(t.runs.len() >= MAX_RUNS, "{}", t.runs.len());
+        assert_eq!(t.runs.last().map(|r| r.until), Some(at(cycles)));
+        assert!(t.watched() >= Duration::seconds(30 * MAX_RUNS as i64));
+        let bytes = serde_json::to_vec(&t).unwrap().len();
+        assert!(bytes < 3 << 20, "{bytes}");
+    }
+
+    #[test]
+    fn a_noisy_month_stays_small() {
+        // Five weeks at the default 30 s: weekdays someone at the desk 08:00-18:00 (in use,
+        // away for a few minutes now and then), CPU noise everywhere, the odd build.
+        let p = policy();
+        let step = std::time::Duration::from_secs(30);
+        let t0 = utc("2027-01-04T00:00:00Z");
+        let mut r = Recorder::default();
+        // Stretches without the fold: one per change of what was seen.
+        let (mut unfolded, mut last_seen) = (0, None);
+        let mut noise = Noise::new(42);
+        let (mut idle_from, mut build_until) = (None::<DateTime<Utc>>, t0);
+        let cycles = KEPT.num_seconds() / 30;
+        for i in 0..=cycles {
+            let t = t0 + Duration::seconds(30 * i);
+            let hour = (i * 30 / 3600) % 24;
+            let weekday = (i * 30 / 86_400) % 7 < 5;
+            let desk = weekday && (8..18).contains(&hour);
+            if noise.next() < 0.002 {
+                build_until = t + Duration::minutes(1 + (noise.next() * 10.0) as i64);
+            }
+            let owner = if t < build_until {
+                0.9
+            } else if desk {
+                0.1 + noise.next() * 0.25
+            } else {
+                noise.next() * 0.07
+            };
+            let mut h = HostSnapshot::test(t).with_cpu(owner, 0.0);
+            if desk {
+                // In use, or away since `idle_from` (a break every hour or so).
+                if idle_from.is_none() && noise.next() < 0.01 {
+                    idle_from = Some(t);
+                } else if idle_from.is_some() && noise.next() < 0.1 {
+                    idle_from = None;
+                }
+                let idle = idle_from.map_or(5, |f| (t - f).num_seconds().max(0) as u64 + 5);
+                h = h
+                    .with_desk_session("alice", 4242, None, None)
+                    .with_input_idle(Some(idle));
+            }
+            r.record(t, step, &h, &p);
+            let seen = Seen::of(&h, &p, t);
+            if i > 0 && last_seen != Some(seen) {
+                unfolded += 1;
+            }
+            last_seen = Some(seen);
+        }
+        let runs = &r.timeline.runs;
+        let presence_changes = runs
+            .windows(2)
+            .filter(|w| w[0].seen.but_cpu() != w[1].seen.but_cpu())
+            .count();
+        let bytes = serde_json::to_vec(&r.timeline).unwrap().len();
+        eprintln!(
+            "a noisy month: {cycles} cycles, {} stretches ({presence_changes} presence changes), \
+             {bytes} bytes; {unfolded} stretches unfolded",
+            runs.len(),
+        );
+        // Well under the cap: the whole five weeks are kept.
+        assert!(runs.len() < MAX_RUNS, "{}", runs.len());
+        assert!(runs.len() * 2 < unfolded, "{} of {unfolded}", runs.len());
+        assert!(
+            bytes <= runs.len() * 90,
+            "{bytes} bytes for {} stretches",
+            runs.len()
+        );
+        assert_eq!(r.timeline.watched(), KEPT);
+    }
+
     #[test]
     fn survives_restart_and_corruption() {
         let dir = tempfile::tempdir().unwrap();
@@ -381,7 +683,7 @@ mod tests {
         // Out of order: set aside, said.
         std::fs::write(
             path(dir.path()),
-            br#"{"version":1,"runs":[{"from":"2027-01-04T02:00:00Z","until":"2027-01-04T01:00:00Z"}]}"#,
+            br#"{"version":1,"runs":[{"from":1799028000000,"until":1799024400000}]}"#,
         )
         .unwrap();
         assert!(peek(dir.path()).warning.unwrap().contains("out of order"));

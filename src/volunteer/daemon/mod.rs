@@ -150,6 +150,7 @@ struct Work {
 struct Saved {
     status: Option<(Status, DateTime<Utc>)>,
     history: Option<DateTime<Utc>>,
+    timeline: Option<DateTime<Utc>>,
 }
 
 /// The daemon's state between cycles, by part.
@@ -174,8 +175,8 @@ pub struct Daemon {
     learner: Learner,
     /// What the machine gave, saved with the history.
     contribution: Contribution,
-    /// When the owner was there, stretch by stretch (what `projection` replays), saved with
-    /// the history.
+    /// When the owner was there, stretch by stretch (what `projection` replays), saved every
+    /// `TIMELINE_EVERY`.
     presence: Recorder,
     /// Tests only: the host observation, instead of the probe's (`tests::agreement`).
     #[cfg(test)]

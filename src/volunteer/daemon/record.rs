@@ -38,8 +38,12 @@ enum Report {
     Unread(String),
 }
 
-/// How often the learned history is written while the daemon runs.
+/// How often the learned history and the contribution are written while the daemon runs.
 const HISTORY_EVERY: std::time::Duration = std::time::Duration::from_secs(900);
+/// How often the presence timeline is: it is the largest of them (hundreds of KB on a busy
+/// desktop, `timeline::CPU_FOLD`) and serves only projections, for which a crash's lost hour
+/// is nothing; hourly keeps what the daemon writes to a donated disk small.
+const TIMELINE_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// What one cycle leaves in the status file.
 pub(super) struct Record<'a> {
@@ -395,27 +399,27 @@ impl Daemon {
         }
     }
 
-    /// The learned history, the contribution and the presence timeline, every `HISTORY_EVERY` (the drain saves the
-    /// rest): they count time, so they change every cycle, and a crash loses at most that
-    /// much of them.
+    /// The learned history and the contribution every `HISTORY_EVERY`, the presence timeline
+    /// every `TIMELINE_EVERY` (the drain saves them all): they count time, so they change
+    /// every cycle, and a crash loses at most that much of them.
     pub(super) fn save_history(&mut self, now: DateTime<Utc>) {
-        let every = crate::horizon::delta(HISTORY_EVERY);
-        if self
-            .saved
-            .history
-            .is_some_and(|at| now.signed_duration_since(at) < every)
-        {
-            return;
+        let due = |at: Option<DateTime<Utc>>, every| {
+            at.is_none_or(|at| now.signed_duration_since(at) >= crate::horizon::delta(every))
+        };
+        if due(self.saved.history, HISTORY_EVERY) {
+            match history::save(&self.s.state_dir, &self.learner.history) {
+                Ok(()) => self.saved.history = Some(now),
+                Err(e) => tracing::error!("{e}"),
+            }
+            if let Err(e) = contribution::save(&self.s.state_dir, &self.contribution.ledger) {
+                tracing::error!("{e}");
+            }
         }
-        match history::save(&self.s.state_dir, &self.learner.history) {
-            Ok(()) => self.saved.history = Some(now),
-            Err(e) => tracing::error!("{e}"),
-        }
-        if let Err(e) = contribution::save(&self.s.state_dir, &self.contribution.ledger) {
-            tracing::error!("{e}");
-        }
-        if let Err(e) = timeline::save(&self.s.state_dir, &self.presence.timeline) {
-            tracing::error!("{e}");
+        if due(self.saved.timeline, TIMELINE_EVERY) {
+            match timeline::save(&self.s.state_dir, &self.presence.timeline) {
+                Ok(()) => self.saved.timeline = Some(now),
+                Err(e) => tracing::error!("{e}"),
+            }
         }
     }
 

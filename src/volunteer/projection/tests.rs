@@ -166,3 +166,61 @@ fn utilization_is_measured_once_an_hour_was_computed() {
     t.computing_s = 600;
     assert_eq!(Utilization::of(&t, 4).fraction, DEFAULT_UTILIZATION);
 }
+
+#[test]
+fn cpu_folded_into_stretches_projects_as_every_cycle_would() {
+    // A week at the default 30 s, nobody logged in, the owner's CPU noisy around the policy's
+    // 25 %: idle noise, busy spells that cross it, builds of a few minutes.
+    let s = settings();
+    let p = &s.policy;
+    let step = Duration::seconds(30);
+    let start = utc("2027-01-04T00:00:00Z");
+    let (mut folded, mut exact) = (Recorder::default(), Timeline::default());
+    let mut noise = crate::volunteer::timeline::tests::Noise::new(3);
+    let (mut spell_until, mut build_until) = (start, start);
+    let mut t = start;
+    while t <= start + Duration::days(7) {
+        if noise.next() < 0.003 {
+            spell_until = t + Duration::minutes(5 + (noise.next() * 40.0) as i64);
+        }
+        if noise.next() < 0.002 {
+            build_until = t + Duration::minutes(1 + (noise.next() * 8.0) as i64);
+        }
+        let owner = if t < build_until {
+            0.9
+        } else if t < spell_until {
+            0.15 + noise.next() * 0.2
+        } else {
+            noise.next() * 0.07
+        };
+        let h = HostSnapshot::test(t).with_cpu(owner, 0.0);
+        folded.record(t, step.to_std().unwrap(), &h, p);
+        if t > start {
+            exact.push_unfolded(t - step, t, Seen::of(&h, p, t));
+        }
+        t += step;
+    }
+    let replayed = |tl: &Timeline| {
+        let end = start + Duration::days(7);
+        replay(
+            &s,
+            &History::new(&p.timezone),
+            tl,
+            &HostSnapshot::test(end),
+            1.0,
+        )
+    };
+    let (a, b) = (replayed(&folded.timeline), replayed(&exact));
+    eprintln!(
+        "folded {} stretches: {a:?}\nunfolded {} stretches: {b:?}",
+        folded.timeline.runs.len(),
+        exact.runs.len()
+    );
+    assert!(folded.timeline.runs.len() * 3 < exact.runs.len());
+    let off = |x: f64, y: f64| (x - y).abs() / y;
+    assert!(off(a.open_s, b.open_s) < 0.03, "open: {a:?} vs {b:?}");
+    assert!(
+        off(a.cpu_seconds, b.cpu_seconds) < 0.03,
+        "cpu: {a:?} vs {b:?}"
+    );
+}
