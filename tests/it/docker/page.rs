@@ -10,7 +10,7 @@
 //! docs/owner.md shows it).
 
 use super::volunteer::{Harness, image, policy};
-use crate::harness::{self, sh, sh_ok};
+use crate::harness::{self, free_port, sh, sh_ok};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader};
 use std::net::TcpStream;
@@ -178,14 +178,6 @@ impl Browser {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 #[test]
 #[ignore = "needs the Docker engine and the local registry: tests/run.sh sets them up and runs it"]
 fn the_status_page_in_chromium_snoozes_and_the_worker_stops() {
@@ -194,7 +186,11 @@ fn the_status_page_in_chromium_snoozes_and_the_worker_stops() {
         "page",
         &policy("fast", 1),
         &format!("[page]\nport = {port}\n"),
-        &format!("{}\n[worker.env]\n", image("v1")),
+        // The worker prints a job report, as `pilot` does, when it is asked to stop.
+        &format!(
+            "{}\n[worker.env]\nWORKER_REPORT = \"{REPORT}\"\n",
+            image("v1")
+        ),
     );
     let ledger = several_weeks(&h);
     h.start();
@@ -310,6 +306,30 @@ fn the_status_page_in_chromium_snoozes_and_the_worker_stops() {
     assert!(text.contains("This week ("), "{text}");
     assert!(text.contains("CPU-hours given"), "{text}");
     assert!(text.contains(&ended(&all_time)), "all time: {text}");
+    // The jobs the earlier pilots reported, and this worker as one that could not: `fast`
+    // kills at once, before the report it prints on SIGTERM (a graceful stop's report is
+    // read: docker::volunteer::a_workers_job_report_shows_in_status).
+    let jobs = |j: &Value| {
+        format!(
+            "jobs: {} finished, {} vacated (",
+            j["completed"], j["vacated"]
+        )
+    };
+    let text = b.wait_text(
+        "1 worker(s) ended without a report",
+        Duration::from_secs(10),
+    );
+    let this_jobs = &ledger["weeks"].as_array().unwrap().last().unwrap()["jobs"];
+    for j in [this_jobs, &ledger["all_time"]["jobs"]] {
+        let at = text
+            .find(&jobs(j))
+            .unwrap_or_else(|| panic!("no {}: {text}", jobs(j)));
+        let line = text[at..].lines().next().unwrap_or_default();
+        assert!(
+            line.ends_with("; 1 worker(s) ended without a report"),
+            "{line}"
+        );
+    }
     weekly_chart(&mut b, &h, &ledger);
     // No section draws an empty box: learned availability says it in words or shows data.
     assert!(
@@ -387,9 +407,14 @@ fn the_status_page_in_chromium_snoozes_and_the_worker_stops() {
     h.term();
 }
 
+/// The page test's worker's last line: what `pilot` prints of its slot's jobs (small enough
+/// for the seconds the worker lives, which bound what pilotd believes of it).
+const REPORT: &str = "pilot-report v=1 jobs_started=2 jobs_completed=1 jobs_vacated=1 job_seconds=4 job_cpu_seconds=3.0 vacated_cpu_seconds=1.0";
+
 /// A machine's last six weeks, this one under way, in `contribution.json`'s format as the
-/// daemon writes it: a desktop lending half its 8 CPUs at night and on weekends. Written into
-/// the state dir before the daemon starts, which goes on counting into it.
+/// daemon writes it: a desktop lending half its 8 CPUs at night and on weekends, whose pilots
+/// reported their jobs. Written into the state dir before the daemon starts, which goes on
+/// counting into it.
 fn several_weeks(h: &Harness) -> Value {
     use chrono::{Datelike, Utc};
     // (open, computing, owner there, CPU-hours; ran jobs, no job, evicted, failed), oldest first.
@@ -404,6 +429,7 @@ fn several_weeks(h: &Harness) -> Value {
     let now = Utc::now();
     let mut all = [0.0; 5];
     let mut all_ended = [0u64; 4];
+    let mut all_jobs = [0.0; 6];
     let weeks: Vec<Value> = figures
         .iter()
         .enumerate()
@@ -416,6 +442,19 @@ fn several_weeks(h: &Harness) -> Value {
             for (sum, n) in all_ended.iter_mut().zip(ended) {
                 *sum += n;
             }
+            // Four jobs a worker that ran jobs, a job vacated per eviction (1.2 CPU-hours
+            // lost each), jobs busy 85 % of the CPU time given, 90 % of the hours computing.
+            let jobs = [
+                (ended[0] * 4) as f64,
+                ended[2] as f64,
+                secs(computing * 0.9),
+                secs(cpu * 0.85),
+                secs(ended[2] as f64 * 1.2),
+                ended.iter().sum::<u64>() as f64,
+            ];
+            for (sum, v) in all_jobs.iter_mut().zip(jobs) {
+                *sum += v;
+            }
             json!({
                 "week": format!("{}-W{:02}", w.year(), w.week()),
                 "cpu_seconds": secs(*cpu),
@@ -424,6 +463,7 @@ fn several_weeks(h: &Harness) -> Value {
                 "open_s": secs(*open) as u64,
                 "owner_present_s": secs(*owner) as u64,
                 "ended": {"ran_jobs": ended[0], "no_job": ended[1], "evicted": ended[2], "failed": ended[3]},
+                "jobs": jobs_json(&jobs),
             })
         })
         .collect();
@@ -438,11 +478,27 @@ fn several_weeks(h: &Harness) -> Value {
             "open_s": all[0] as u64,
             "owner_present_s": all[2] as u64,
             "ended": {"ran_jobs": all_ended[0], "no_job": all_ended[1], "evicted": all_ended[2], "failed": all_ended[3]},
+            "jobs": jobs_json(&all_jobs),
         },
     });
     std::fs::create_dir_all(h.path("state")).unwrap();
     std::fs::write(h.path("state/contribution.json"), ledger.to_string()).unwrap();
     ledger
+}
+
+/// A ledger's `jobs` from (finished, vacated, job-seconds, CPU-seconds, CPU-seconds lost,
+/// workers reported).
+fn jobs_json(j: &[f64; 6]) -> Value {
+    json!({
+        "started": (j[0] + j[1]) as u64,
+        "completed": j[0] as u64,
+        "vacated": j[1] as u64,
+        "job_seconds": j[2] as u64,
+        "cpu_seconds": j[3],
+        "vacated_cpu_seconds": j[4],
+        "workers_reported": j[5] as u64,
+        "workers_unreported": 0,
+    })
 }
 
 /// The weekly chart as Chromium drew it: a bar for each figure of each week in the ledger
