@@ -255,6 +255,46 @@ impl JobReport {
 #[cfg(test)]
 mod report_tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        // A worker's output is the job's side of the boundary: pilotd reads it as root, so
+        // every line must end in a report, an error or "not a report", never a panic, and an
+        // error names at most 40 characters of what it read.
+        #[test]
+        fn any_line_reads_without_panic(line in ".{0,300}", tail in "[ -~]{0,200}") {
+            for l in [line.clone(), format!("pilot-report {tail}"), format!("pilot-report v=1 {line}")] {
+                if let Some(Err(e)) = JobReport::parse_line(&l) {
+                    prop_assert!(e.key.chars().count() <= 40);
+                    prop_assert!(e.to_string().chars().count() <= 200, "{e}");
+                }
+            }
+        }
+
+        // What the pilot writes, pilotd reads back: counts exactly, seconds to the tenth.
+        #[test]
+        fn every_report_reads_back(
+            n in proptest::array::uniform4(any::<u64>()),
+            cpu in 0.0f64..1e12,
+            lost in 0.0f64..1e12,
+        ) {
+            let r = JobReport {
+                jobs_started: n[0],
+                jobs_completed: n[1],
+                jobs_vacated: n[2],
+                job_seconds: n[3],
+                job_cpu_seconds: cpu,
+                vacated_cpu_seconds: lost,
+            };
+            let back = JobReport::parse_line(&r.to_line()).unwrap().unwrap();
+            prop_assert_eq!(
+                (back.jobs_started, back.jobs_completed, back.jobs_vacated, back.job_seconds),
+                (n[0], n[1], n[2], n[3])
+            );
+            prop_assert!((back.job_cpu_seconds - cpu).abs() <= 0.05 + cpu * 1e-15);
+            prop_assert!((back.vacated_cpu_seconds - lost).abs() <= 0.05 + lost * 1e-15);
+        }
+    }
 
     fn sample() -> JobReport {
         JobReport {
