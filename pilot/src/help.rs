@@ -46,6 +46,8 @@ an empty value counts as unset)
                            In the slot ad at start and kept current by a startd cron job
                            (default: none)
   PILOT_AD_PERIOD          how often the cron job re-reads it and re-probes CVMFS (default 60)
+  PILOT_REPORT_PERIOD      how often, while condor runs, the job report is printed again if it
+                           changed, so a pilot killed at once leaves what it knew (default 30)
   PILOT_CVMFS_DIR          where CVMFS repositories are mounted (default /cvmfs)
   PILOT_CVMFS_REPOS        comma list of repositories to advertise (default: every one under
                            PILOT_CVMFS_DIR); each readable one as HAS_CVMFS_<repo> = True and
@@ -71,7 +73,8 @@ $(LOG)/StartLog) gains a \"State change: claim-activation protocol successful\" 
 \"Changing activity: Idle -> Busy\" line after the pilot started.
 
 JOB REPORT
-  The pilot's last line on standard output, on every exit:
+  The pilot's last line on standard output, on every exit (and, while condor runs, again
+  whenever it changed, every PILOT_REPORT_PERIOD):
   pilot-report v=1 jobs_started=N jobs_completed=N jobs_vacated=N job_seconds=N
     job_cpu_seconds=X vacated_cpu_seconds=X   (one line)
   Started jobs come from the StartLog, the rest from condor's startd history

@@ -4,7 +4,9 @@
 //! The job report (`pilot_contract::JobReport`) is the last line the pilot writes to its
 //! standard output, on every path once it runs as the entrypoint: all zeros when condor never
 //! started. Its logs go to standard error, and condor's daemons write their own files, so
-//! nothing follows it there.
+//! nothing follows it there. While condor runs the report is also printed whenever it changed
+//! (looked at every `PILOT_REPORT_PERIOD`), whole each time, so a pilot killed at once leaves
+//! what it knew; pilotd takes the last.
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -15,7 +17,7 @@ use pilot::help::HELP;
 use pilot::lifecycle::{Limits, PilotExit};
 use pilot::settings::Settings;
 use pilot::startd_cron;
-use pilot::startd_history::{self, HistoryWatch};
+use pilot::startd_history::{self, HistoryWatch, Progress};
 use pilot::startlog::StartLogWatch;
 use pilot::startup;
 use pilot::supervise::{PilotSignals, supervise};
@@ -118,12 +120,18 @@ async fn run_condor() -> Result<(PilotExit, JobReport), PilotExit> {
     // The watches start before the master so only this run's lines and records count.
     let mut watch = StartLogWatch::new(prepared.start_log, prepared.master_log);
     let history = prepared.startd_history.map(HistoryWatch::new);
+    let mut progress = Progress::new(history.as_ref(), settings.report_period);
     let exit = supervise(
         &prepared.programs,
         limits,
         &mut watch,
         &mut signals,
         Utc::now,
+        |started| {
+            if let Some(report) = progress.due(started, std::time::Instant::now()) {
+                print_report(&report);
+            }
+        },
     )
     .await;
     // condor is gone (supervise reaped it): its history is complete.

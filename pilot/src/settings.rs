@@ -66,6 +66,9 @@ pub struct Settings {
     /// `PILOT_AD_PERIOD`: how often the startd cron job re-reads the ad file and re-probes
     /// CVMFS.
     pub ad_period: Duration,
+    /// `PILOT_REPORT_PERIOD`: how often, while condor runs, the job report is printed again
+    /// if it changed (see `startd_history::Progress`).
+    pub report_period: Duration,
     pub cvmfs: CvmfsSettings,
 }
 
@@ -169,6 +172,7 @@ pub mod defaults {
     pub const CONDOR_MASTER: &str = "condor_master";
     pub const CONDOR_CONFIG_VAL: &str = "condor_config_val";
     pub const AD_PERIOD: &str = "60";
+    pub const REPORT_PERIOD: &str = "30";
     pub const CVMFS_DIR: &str = "/cvmfs";
     pub const CVMFS_TIMEOUT: &str = "10";
 }
@@ -530,6 +534,7 @@ impl Settings {
 
         let ad_file = r.plain_path("PILOT_AD_FILE", None);
         let ad_period = r.duration("PILOT_AD_PERIOD", defaults::AD_PERIOD);
+        let report_period = r.duration("PILOT_REPORT_PERIOD", defaults::REPORT_PERIOD);
         let cvmfs = CvmfsSettings {
             dir: r
                 .plain_path("PILOT_CVMFS_DIR", Some(defaults::CVMFS_DIR))
@@ -568,6 +573,7 @@ impl Settings {
             condor_config_val,
             ad_file,
             ad_period,
+            report_period,
             cvmfs,
         })
     }
@@ -717,6 +723,7 @@ mod tests {
         let s = Settings::from_env(&env(&minimal())).unwrap();
         assert_eq!(s.ad_file, None);
         assert_eq!(s.ad_period, Duration::from_secs(60));
+        assert_eq!(s.report_period, Duration::from_secs(30));
         assert_eq!(s.cvmfs.dir, PathBuf::from("/cvmfs"));
         assert!(s.cvmfs.repos.is_empty() && s.cvmfs.required.is_empty());
         assert_eq!(s.cvmfs.timeout, Duration::from_secs(10));
@@ -747,16 +754,18 @@ mod tests {
         bad.extend([
             ("PILOT_AD_FILE", "/x/$(LOG)/a"),
             ("PILOT_AD_PERIOD", "0"),
+            ("PILOT_REPORT_PERIOD", "0"),
             ("PILOT_CVMFS_DIR", "relative"),
             ("PILOT_CVMFS_REPOS", "ok.org,bad name"),
             ("PILOT_CVMFS_REQUIRED", "../etc"),
             ("PILOT_CVMFS_TIMEOUT", "forever"),
         ]);
         let e = Settings::from_env(&env(&bad)).unwrap_err();
-        assert_eq!(e.0.len(), 6, "{e}");
+        assert_eq!(e.0.len(), 7, "{e}");
         for var in [
             "PILOT_AD_FILE",
             "PILOT_AD_PERIOD",
+            "PILOT_REPORT_PERIOD",
             "PILOT_CVMFS_DIR",
             "PILOT_CVMFS_REPOS",
             "PILOT_CVMFS_REQUIRED",

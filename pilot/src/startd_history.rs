@@ -369,6 +369,51 @@ impl HistoryWatch {
     }
 }
 
+/// The job report while condor runs: looked at every `period` and given out again, whole
+/// and cumulative, when it changed. pilotd takes the last report line of a worker's output, so
+/// a pilot killed at once (pilotd's `fast` eviction, an OOM kill of the container) still
+/// leaves the jobs it had finished, at most one period old; the report at the end stays the
+/// last word otherwise. Quiet: what is odd in the figures is logged once, at the end.
+pub struct Progress<'a> {
+    history: Option<&'a HistoryWatch>,
+    period: std::time::Duration,
+    next: Option<std::time::Instant>,
+    given: JobReport,
+}
+
+impl<'a> Progress<'a> {
+    pub fn new(history: Option<&'a HistoryWatch>, period: std::time::Duration) -> Self {
+        Progress {
+            history,
+            period,
+            next: None,
+            given: JobReport::default(),
+        }
+    }
+
+    /// The report to print at `now`, if a period has passed since the last look and it
+    /// differs from the last one given (nothing while no job has started).
+    pub fn due(&mut self, jobs_started: u64, now: std::time::Instant) -> Option<JobReport> {
+        let next = *self.next.get_or_insert(now + self.period);
+        if now < next {
+            return None;
+        }
+        self.next = Some(now + self.period);
+        let report = match self.history.map(HistoryWatch::read) {
+            Some(Ok(Some(tally))) => tally.report(jobs_started),
+            // Unreadable now: the end's report says why; the count is still worth giving.
+            _ => JobReport {
+                jobs_started,
+                ..self.given
+            },
+        };
+        (report != self.given).then(|| {
+            self.given = report;
+            report
+        })
+    }
+}
+
 /// The job report at the pilot's end: activations from the StartLog, the rest from the
 /// history, and one log line that says where the figures came from.
 pub fn job_report(jobs_started: u64, history: Option<&HistoryWatch>) -> JobReport {
@@ -615,6 +660,40 @@ mod tests {
         append(&path, GONE);
         let t = watch.read().unwrap().unwrap();
         assert_eq!((t.completed, t.vacated), (1, 1));
+    }
+
+    #[test]
+    fn progress_gives_the_report_again_only_when_it_changed_once_a_period() {
+        use std::time::{Duration, Instant};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("startd_history");
+        let watch = HistoryWatch::new(path.clone());
+        let mut p = Progress::new(Some(&watch), Duration::from_secs(30));
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        // Nothing started: nothing to say, then or a period later.
+        assert_eq!(p.due(0, at(0)), None);
+        assert_eq!(p.due(0, at(30)), None);
+        // A job started: said at the next look, not before.
+        assert_eq!(p.due(1, at(45)), None);
+        let started = p.due(1, at(60)).unwrap();
+        assert_eq!((started.jobs_started, started.jobs_completed), (1, 0));
+        assert_eq!(p.due(1, at(90)), None, "unchanged: not again");
+        // condor wrote its record of the job: the whole report, cumulative.
+        append(&path, DONE);
+        let done = p.due(1, at(120)).unwrap();
+        assert_eq!(
+            (done.jobs_started, done.jobs_completed, done.job_seconds),
+            (1, 1, 3)
+        );
+        assert_eq!(done.job_cpu_seconds, 2.0);
+        append(&path, GONE);
+        let later = p.due(2, at(150)).unwrap();
+        assert_eq!((later.jobs_completed, later.jobs_vacated), (1, 1));
+        // No history at all: the StartLog's count alone.
+        let mut bare = Progress::new(None, Duration::from_secs(1));
+        assert_eq!(bare.due(3, at(0)), None);
+        assert_eq!(bare.due(3, at(1)).map(|r| r.jobs_started), Some(3));
     }
 
     #[test]

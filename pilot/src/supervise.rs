@@ -137,13 +137,15 @@ async fn clean_up(pgid: i32) {
 }
 
 /// Runs condor_master until it ends and returns the pilot's exit code; the watch keeps what
-/// the StartLog said (the jobs it started) for the job report.
+/// the StartLog said (the jobs it started) for the job report. `progress` is called every
+/// second with the jobs started so far (the job report while condor runs).
 pub async fn supervise(
     programs: &CondorPrograms,
     limits: Limits,
     watch: &mut StartLogWatch,
     signals: &mut PilotSignals,
     clock: impl Fn() -> DateTime<Utc>,
+    mut progress: impl FnMut(u64),
 ) -> PilotExit {
     let master = &programs.master;
     let mut command = Command::new(master);
@@ -193,6 +195,7 @@ pub async fn supervise(
             _ = tick.tick() => {
                 events.extend(watch.poll());
                 reap_orphans(Some(pid));
+                progress(watch.jobs_started());
                 events.push(Event::Tick);
             }
         }

@@ -606,6 +606,50 @@ mod real_pool {
 
     #[test]
     #[ignore = "needs the real HTCondor pool: run by tests/run.sh"]
+    fn a_worker_killed_at_once_leaves_the_report_of_the_jobs_it_finished() {
+        let pool = Pool::from_env();
+        let tag = Tag::new("reportkill");
+        let worker = WorkerRun::new(&pool, &tag)
+            .env("PILOT_IDLE_TIMEOUT", "600")
+            .env("PILOT_REPORT_PERIOD", "2")
+            .start();
+        worker.wait_advertised(&pool, SHORT);
+        write_burn(&pool, "alice");
+        let job = pool.submit(
+            "alice",
+            &tag,
+            "reportkill",
+            &burn_submit("reportkill.out", 8),
+        );
+        pool.wait_job_status(&job, 4, LONG);
+        // condor's record of the job reaches the report while condor runs on, idle.
+        let printed = pool::wait_for("the finished job in the pilot's output", SHORT, || {
+            let stdout = pool::docker(&["logs", &worker.name]);
+            let last = pilot_contract::JobReport::find_last(stdout.lines())?.ok()?;
+            (last.jobs_completed == 1).then_some(last)
+        });
+        assert!(worker.running(), "{}", worker.diagnose());
+        // Killed at once, as pilotd's `fast` eviction does (the engine's SIGKILL to the
+        // container's init): no last word, the report it gave stands.
+        worker.signal("KILL");
+        assert_eq!(worker.wait_exit(LONG), 137, "{}", worker.diagnose());
+        let report = report_of(&worker);
+        assert_eq!(report, printed);
+        assert_eq!(
+            (
+                report.jobs_started,
+                report.jobs_completed,
+                report.jobs_vacated
+            ),
+            (1, 1, 0),
+            "{report:?}\n{}",
+            worker.diagnose()
+        );
+        assert!(report.job_seconds >= 8, "{report:?}");
+    }
+
+    #[test]
+    #[ignore = "needs the real HTCondor pool: run by tests/run.sh"]
     fn a_job_running_when_the_pilot_is_stopped_is_reported_vacated_with_the_cpu_it_lost() {
         let pool = Pool::from_env();
         let tag = Tag::new("report143");

@@ -460,6 +460,7 @@ fn help_documents_the_environment_and_exit_codes() {
         "PILOT_SELFTEST_CMD",
         "PILOT_ALLOW_HTTP",
         "PILOT_FETCH_TIMEOUT",
+        "PILOT_REPORT_PERIOD",
         "128+n",
         " 30 ",
         " 21 ",
@@ -536,4 +537,60 @@ fn the_job_report_is_the_last_line_on_stdout_on_every_path() {
         Some(Ok(pilot_contract::JobReport::default())),
         "{out:?}"
     );
+}
+
+#[test]
+fn a_pilot_killed_at_once_leaves_the_report_it_gave_while_condor_ran() {
+    use std::io::BufRead;
+    let home = CondorHome::new();
+    let server = pool_server();
+    let mut child = start_until_condor_runs(
+        &home,
+        &server,
+        "job",
+        &[
+            ("PILOT_REPORT_PERIOD", "1"),
+            ("FAKE_CONDOR_JOB_SECONDS", "60"),
+        ],
+    );
+    // Its standard output as it comes, as the engine's log keeps it.
+    let out = child.stdout.take().unwrap();
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let reader = {
+        let lines = lines.clone();
+        std::thread::spawn(move || {
+            for l in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                lines.lock().unwrap().push(l);
+            }
+        })
+    };
+    let last_report = || {
+        let l = lines.lock().unwrap();
+        pilot_contract::JobReport::find_last(l.iter().map(String::as_str)).and_then(Result::ok)
+    };
+    // The job started and still runs: the report says so within a period or two.
+    eventually("a report of the running job", LONG, || {
+        last_report().is_some_and(|r| r.jobs_started == 1)
+    });
+    // Killed at once, as pilotd's `fast` eviction does: no last word, the earlier one stands.
+    let master = home.master_pid().unwrap();
+    signal(&child, Signal::SIGKILL);
+    let _ = kill(Pid::from_raw(master), Signal::SIGKILL);
+    let status = wait_with_deadline(&mut child, LONG);
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(9)
+    );
+    reader.join().unwrap();
+    let all = lines.lock().unwrap().clone();
+    assert_eq!(
+        pilot_contract::JobReport::find_last(all.iter().map(String::as_str)),
+        Some(Ok(pilot_contract::JobReport {
+            jobs_started: 1,
+            ..Default::default()
+        })),
+        "{all:?}"
+    );
+    // Given once: unchanged, it is not repeated every period.
+    assert_eq!(all.len(), 1, "{all:?}");
 }

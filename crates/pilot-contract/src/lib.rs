@@ -121,8 +121,10 @@ mod tests {
 /// - a pilot older than the report writes no line at all: pilotd then knows the exit code's
 ///   "ran jobs" and nothing more, and says so.
 ///
-/// The line is the pilot's last on its standard output; pilotd reads the last one in the
-/// worker's output (a job's output goes to condor's files, never to the pilot's stdout).
+/// The line is the pilot's last on its standard output; while condor runs the pilot also
+/// prints it, whole and cumulative, whenever it changed, so a pilot killed at once leaves the
+/// figures of a moment before. pilotd reads the last one in the worker's output (a job's
+/// output goes to condor's files, never to the pilot's stdout).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct JobReport {
     /// Jobs condor activated in this pilot's slots (the StartLog's activations).

@@ -23,8 +23,9 @@ const OUTPUT_LINES: usize = 20;
 
 /// How many of a finished worker's last lines are searched for its pilot's job report: the
 /// report is the pilot's last line on stdout, but condor's and the pilot's last words on
-/// stderr, interleaved, may follow it.
-const REPORT_LINES: usize = 50;
+/// stderr, interleaved, may follow it; and a pilot killed at once leaves the report it
+/// printed while condor ran, which up to a report period of its log may follow.
+const REPORT_LINES: usize = 200;
 
 /// What a finished worker's output said of its jobs.
 enum Report {
