@@ -25,7 +25,7 @@ const OUTPUT_LINES: usize = 20;
 /// report is the pilot's last line on stdout, but condor's and the pilot's last words on
 /// stderr, interleaved, may follow it; and a pilot killed at once leaves the report it
 /// printed while condor ran, which up to a report period of its log may follow.
-const REPORT_LINES: usize = 200;
+pub(super) const REPORT_LINES: usize = 200;
 
 /// What a finished worker's output said of its jobs.
 enum Report {

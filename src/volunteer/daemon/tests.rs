@@ -510,7 +510,10 @@ async fn a_failed_worker_leaves_its_last_lines_in_the_log_and_the_status() {
     // Every finished worker's output is read once, for its job report too.
     assert_eq!(
         m.calls("logs"),
-        vec!["logs bad1 50".to_string(), "logs good1 50".to_string()]
+        vec![
+            format!("logs bad1 {}", super::record::REPORT_LINES),
+            format!("logs good1 {}", super::record::REPORT_LINES)
+        ]
     );
     // The status file keeps them after the container is gone.
     let saved = status::load(&d.status_path).unwrap().unwrap();

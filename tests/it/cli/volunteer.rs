@@ -382,13 +382,13 @@ fn schedule_projects_the_recorded_weeks() {
             && fresh.contains("from defaults, less than a day recorded here yet"),
         "{fresh}"
     );
-    // Two days watched, nobody there, then a day the owner was logged in (ignored by this
-    // policy) with a 90 % load: the CPU rule closes it.
+    // Two days watched, nobody there (2026-11-23 to 25), then a day the owner was logged in
+    // (ignored by this policy) with a 90 % load: the CPU rule closes it. Instants in Unix ms.
     std::fs::write(
         state.join("timeline.json"),
         r#"{"version":1,"runs":[
-            {"from":"2026-11-23T00:00:00Z","until":"2026-11-25T00:00:00Z"},
-            {"from":"2026-11-25T00:00:00Z","until":"2026-11-26T00:00:00Z",
+            {"from":1795392000000,"until":1795564800000},
+            {"from":1795564800000,"until":1795651200000,
              "presence":{"session":{}},"owner_cpu_pct":90}]}"#,
     )
     .unwrap();
