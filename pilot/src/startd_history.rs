@@ -69,14 +69,6 @@ pub enum HistoryError {
     },
 }
 
-/// What one record says about one job's run in the slot.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct JobRun {
-    pub completed: bool,
-    pub wall_seconds: f64,
-    pub cpu_seconds: f64,
-}
-
 /// The attributes of one record that the pilot reads, as text until the record ends.
 #[derive(Debug, Default)]
 struct PendingRecord {
@@ -153,10 +145,10 @@ impl HistoryTally {
     }
 
     /// Ends the record being read and counts it.
-    fn close_record(&mut self) -> Option<JobRun> {
+    fn close_record(&mut self) {
         let record = std::mem::take(&mut self.pending);
         if !record.any {
-            return None;
+            return;
         }
         let completed = record.toe.as_deref().is_some_and(ended_by_itself);
         let user = self.seconds("RemoteUserCpu", &record.user_cpu);
@@ -165,24 +157,19 @@ impl HistoryTally {
             Some(w) => Some(w),
             None => self.seconds("JobDuration", &record.duration),
         };
-        let run = JobRun {
-            completed,
-            wall_seconds: wall.unwrap_or(0.0),
-            cpu_seconds: user.unwrap_or(0.0) + sys.unwrap_or(0.0),
-        };
+        let cpu = user.unwrap_or(0.0) + sys.unwrap_or(0.0);
         if completed {
             self.completed += 1;
         } else {
             self.vacated += 1;
-            self.vacated_cpu_seconds += run.cpu_seconds;
+            self.vacated_cpu_seconds += cpu;
         }
-        self.wall_seconds += run.wall_seconds;
-        self.cpu_seconds += run.cpu_seconds;
-        Some(run)
+        self.wall_seconds += wall.unwrap_or(0.0);
+        self.cpu_seconds += cpu;
     }
 
-    /// Reads one line (without its newline); returns the run a banner line closed.
-    pub fn push_line(&mut self, line: &str) -> Option<JobRun> {
+    /// Reads one line (without its newline); a banner line ends the record.
+    pub fn push_line(&mut self, line: &str) {
         self.line_no += 1;
         let line_no = self.line_no;
         if line.starts_with("*** ") {
@@ -192,28 +179,27 @@ impl HistoryTally {
             if !line.trim().is_empty() {
                 self.skipped_lines += 1;
             }
-            return None;
+            return;
         };
         let name = name.trim();
         if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
             self.skipped_lines += 1;
-            return None;
+            return;
         }
         self.pending.any = true;
         let value = (line_no, value.to_owned());
         let slot = match name.to_ascii_lowercase().as_str() {
             "toe" => {
                 self.pending.toe = Some(value.1);
-                return None;
+                return;
             }
             "remoteusercpu" => &mut self.pending.user_cpu,
             "remotesyscpu" => &mut self.pending.sys_cpu,
             "remotewallclocktime" => &mut self.pending.wall,
             "jobduration" => &mut self.pending.duration,
-            _ => return None,
+            _ => return,
         };
         *slot = Some(value);
-        None
     }
 
     /// A line too long to read: skipped, and the record it belongs to is still read.
@@ -378,6 +364,9 @@ pub struct Progress<'a> {
     history: Option<&'a HistoryWatch>,
     period: std::time::Duration,
     next: Option<std::time::Instant>,
+    /// What the last look saw (jobs started, the history's length): the history is read
+    /// again only when one of them changed.
+    looked: Option<(u64, Option<u64>)>,
     given: JobReport,
 }
 
@@ -387,6 +376,7 @@ impl<'a> Progress<'a> {
             history,
             period,
             next: None,
+            looked: None,
             given: JobReport::default(),
         }
     }
@@ -399,6 +389,13 @@ impl<'a> Progress<'a> {
             return None;
         }
         self.next = Some(now + self.period);
+        let length = self
+            .history
+            .and_then(|w| std::fs::metadata(w.path()).ok())
+            .map(|m| m.len());
+        if self.looked.replace((jobs_started, length)) == Some((jobs_started, length)) {
+            return None;
+        }
         let report = match self.history.map(HistoryWatch::read) {
             Some(Ok(Some(tally))) => tally.report(jobs_started),
             // Unreadable now: the end's report says why; the count is still worth giving.

@@ -75,6 +75,11 @@ fn report_of(worker: &pool::Worker) -> pilot_contract::JobReport {
     }
 }
 
+/// A report's (started, completed, vacated).
+fn jobs(r: &pilot_contract::JobReport) -> (u64, u64, u64) {
+    (r.jobs_started, r.jobs_completed, r.jobs_vacated)
+}
+
 /// The CPU seconds (user + system) the job's user log gives for its run ("Run Remote Usage"
 /// of the termination or eviction event): the access point's view of the same run.
 fn run_remote_usage(pool: &Pool, user: &str, name: &str) -> f64 {
@@ -571,11 +576,7 @@ mod real_pool {
         let logged = run_remote_usage(&pool, "alice", "report0");
         eprintln!("report {report:?}; the job counted {burned:.2} s CPU; its user log {logged} s");
         assert_eq!(
-            (
-                report.jobs_started,
-                report.jobs_completed,
-                report.jobs_vacated
-            ),
+            jobs(&report),
             (1, 1, 0),
             "{report:?}\n{}",
             worker.diagnose()
@@ -636,11 +637,7 @@ mod real_pool {
         let report = report_of(&worker);
         assert_eq!(report, printed);
         assert_eq!(
-            (
-                report.jobs_started,
-                report.jobs_completed,
-                report.jobs_vacated
-            ),
+            jobs(&report),
             (1, 1, 0),
             "{report:?}\n{}",
             worker.diagnose()
@@ -666,11 +663,7 @@ mod real_pool {
         let report = report_of(&worker);
         eprintln!("report {report:?}");
         assert_eq!(
-            (
-                report.jobs_started,
-                report.jobs_completed,
-                report.jobs_vacated
-            ),
+            jobs(&report),
             (1, 0, 1),
             "{report:?}\n{}",
             worker.diagnose()
