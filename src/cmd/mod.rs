@@ -118,6 +118,32 @@ pub fn observe_once(probe: &ProbeSettings, carry: Carry) -> Result<HostSnapshot,
     Ok(probe.observe(Utc::now(), carry, true)?)
 }
 
+/// Lays logind's sessions on a one-shot observation, each lock dated as the running daemon
+/// dated it: logind tells only *that* a session is locked, so without the daemon's record (no
+/// daemon, a stale status file, or one this user cannot read) every lock is dated to this
+/// look, and the snapshot says so (`lock_instants_unknown`).
+pub fn lay_on_logind(h: &mut HostSnapshot, state_dir: &std::path::Path) -> Result<(), CmdError> {
+    use crate::volunteer::status;
+    let record = status::load(&status::path(state_dir))
+        .ok()
+        .flatten()
+        .filter(|s| {
+            // The daemon rewrites its status at least every HEARTBEAT; an older file may
+            // miss an unlock and a new lock since.
+            s.updated_at.is_some_and(|at| {
+                h.taken_at.signed_duration_since(at)
+                    <= crate::horizon::delta(status::HEARTBEAT + std::time::Duration::from_secs(60))
+            })
+        });
+    let known = record.is_some();
+    let mut logind =
+        crate::volunteer::logind::Logind::remembering(record.map(|s| s.locks).unwrap_or_default());
+    let seen = block_on(logind.observe(h.taken_at))?;
+    crate::volunteer::logind::lay_on(h, seen);
+    h.lock_instants_unknown = !known;
+    Ok(())
+}
+
 /// Runs one future to completion on a single-threaded runtime: one-shot commands ask the
 /// engine or the cluster one thing and print the answer.
 pub fn block_on<F: std::future::Future>(f: F) -> Result<F::Output, CmdError> {

@@ -9,7 +9,6 @@ use crate::volunteer::history::{self, History, Outlook};
 use crate::volunteer::host::Carry;
 use crate::volunteer::host::this_machine;
 use crate::volunteer::inspect;
-use crate::volunteer::logind::Logind;
 use crate::volunteer::manifest;
 use crate::volunteer::policy::{self, Supply};
 use crate::volunteer::settings::Settings;
@@ -82,8 +81,7 @@ pub fn run(g: &Global, a: &PlanArgs) -> Result<String, CmdError> {
                 _ => {
                     let s = Settings::resolve(&cfg);
                     let mut h = observe_once(&s.probe, Carry::default())?;
-                    let seen = block_on(Logind::default().observe(h.taken_at))?;
-                    crate::volunteer::logind::lay_on(&mut h, seen);
+                    super::lay_on_logind(&mut h, &s.state_dir)?;
                     // The owner's snooze, as the daemon would lay it on this observation.
                     snooze::lay_on(&mut h, &s.state_dir);
                     h

@@ -38,8 +38,7 @@ pub fn run(g: &Global) -> Result<String, CmdError> {
         ..Carry::default()
     };
     let mut snap = observe_once(&s.probe, carry)?;
-    let seen = block_on(crate::volunteer::logind::Logind::default().observe(snap.taken_at))?;
-    crate::volunteer::logind::lay_on(&mut snap, seen);
+    super::lay_on_logind(&mut snap, &s.state_dir)?;
     crate::volunteer::snooze::lay_on(&mut snap, &s.state_dir);
     serde_json::to_string_pretty(&snap)
         .map(|s| s + "\n")

@@ -215,7 +215,9 @@ impl Policy {
                 to: 1440,
             }],
             evict_before_end: Duration::from_secs(600),
-            sessions: SessionRule::Any,
+            // What docs/owner.md and policies/default.toml call the default: only a session
+            // in use means the owner is here (a locked or long-idle login does not).
+            sessions: SessionRule::Active,
             session_idle: Duration::from_secs(900),
             lock_grace: Duration::from_secs(60),
             keep_awake: false,

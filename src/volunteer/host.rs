@@ -94,6 +94,7 @@ impl HostProbe {
             logind_unavailable: None,
             input_idle_s: None,
             sleeping: false,
+            lock_instants_unknown: false,
         })
     }
 }

@@ -80,6 +80,21 @@ pub enum Signal {
 }
 
 impl Logind {
+    /// A client that already knows since when sessions have been seen locked (the running
+    /// daemon's record, `status::Status::locks`), so a one-shot `pilotd plan` dates a lock as
+    /// the daemon does instead of to its own look.
+    pub fn remembering(locked: impl IntoIterator<Item = (String, DateTime<Utc>)>) -> Logind {
+        Logind {
+            locked: locked.into_iter().collect(),
+            ..Logind::default()
+        }
+    }
+
+    /// Since when each session has been seen locked, by session id ("when" only).
+    pub fn locks(&self) -> std::collections::BTreeMap<String, DateTime<Utc>> {
+        self.locked.iter().map(|(k, v)| (k.clone(), *v)).collect()
+    }
+
     /// The sessions logind knows at `now`, within `DEADLINE`; while in back-off, the last
     /// failure without asking.
     pub async fn observe(&mut self, now: DateTime<Utc>) -> Seen {
@@ -594,6 +609,20 @@ mod tests {
         assert_eq!(at(&mut l, false, t3), None);
         let t4 = t3 + chrono::Duration::seconds(30);
         assert_eq!(at(&mut l, true, t4), Some(t4), "a new lock is dated anew");
+
+        // What the daemon records (`locks`) dates the same lock for a one-shot look.
+        let record = l.locks();
+        assert_eq!(record, [("7".to_string(), t4)].into());
+        let mut once = Logind::remembering(record);
+        let t5 = t4 + chrono::Duration::seconds(30);
+        assert_eq!(
+            at(&mut once, true, t5),
+            Some(t4),
+            "dated as the daemon dated it"
+        );
+        // A session the record does not hold as locked is dated to this look.
+        let mut once = Logind::remembering([("8".to_string(), t0)]);
+        assert_eq!(at(&mut once, true, t5), Some(t5));
     }
 
     #[test]

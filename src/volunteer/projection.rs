@@ -273,6 +273,7 @@ pub fn machine(
         utmp_absent: false,
         input_idle_s: None,
         sleeping: false,
+        lock_instants_unknown: false,
     }
 }
 

@@ -51,6 +51,12 @@ pub struct HostSnapshot {
     /// owner were back, and nothing starts until a fresh observation after the wake-up.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub sleeping: bool,
+    /// logind tells *that* a session is locked, not since when: a one-shot look (`pilotd
+    /// plan`, `snapshot`) without the running daemon's record of when it first saw each lock
+    /// dates every lock to this observation. Such a lock counts as in use for `lock_grace`,
+    /// and the decision says the instant is unknown.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lock_instants_unknown: bool,
 }
 
 /// Who is logged in. `Unknown` is never read as "nobody": the policy fails safe.
@@ -117,6 +123,7 @@ impl HostSnapshot {
             utmp_absent: false,
             input_idle_s: None,
             sleeping: false,
+            lock_instants_unknown: false,
         }
     }
 

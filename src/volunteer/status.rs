@@ -141,6 +141,11 @@ pub struct Status {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reported: Vec<String>,
     pub outcomes: Vec<OutcomeRecord>,
+    /// Since when the daemon has seen each logind session locked, by session id: logind
+    /// tells only *that* a session is locked, so `pilotd plan` takes the instants from here
+    /// to judge `lock_grace` as the daemon does.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub locks: BTreeMap<String, DateTime<Utc>>,
     pub last_actions: Vec<String>,
     pub notes: Vec<String>,
 }

@@ -18,6 +18,7 @@ timezone = "UTC"
 [schedule]
 windows = [ { days = "daily", from = "00:00", to = "24:00" } ]
 [owner]
+sessions = "any"
 max_owner_cpu = "100%"
 free_for = "0s"
 on_return = "pause"

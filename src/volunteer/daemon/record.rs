@@ -345,6 +345,7 @@ impl Daemon {
             self.status.last_actions = r.actions;
         }
         self.status.notes = r.notes;
+        self.status.locks = self.logind.locks();
         self.status.last_error = (!r.errors.is_empty()).then(|| r.errors.join("; "));
         self.status.workers = r.workers;
         // The last measurement of each listed worker's scratch, for `status` and the page.

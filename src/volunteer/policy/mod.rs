@@ -384,6 +384,8 @@ fn sessions(p: &Policy, h: &HostSnapshot, now: DateTime<Utc>, f: &mut Findings) 
         ),
         Sessions::Known(list) if p.sessions != SessionRule::Ignore => {
             let mut present: Vec<&str> = Vec::new();
+            // A session still within its lock's grace is in use, but not "not locked".
+            let mut locked_within_grace: Vec<DateTime<Utc>> = Vec::new();
             for s in list
                 .iter()
                 .filter(|s| !p.ignore_users.contains(&s.user))
@@ -395,24 +397,34 @@ fn sessions(p: &Policy, h: &HostSnapshot, now: DateTime<Utc>, f: &mut Findings) 
                 };
                 match away {
                     Some(why) => away_notes.push(format!("{} is away ({why})", s.user)),
-                    None => present.push(s.user.as_str()),
+                    None => {
+                        present.push(s.user.as_str());
+                        if p.sessions == SessionRule::Active {
+                            locked_within_grace.extend(s.locked_since);
+                        }
+                    }
                 }
             }
             if !present.is_empty() {
                 present.sort_unstable();
                 present.dedup();
+                let how = match (p.sessions, locked_within_grace.iter().min()) {
+                    (SessionRule::Active, None) => " and in use (not locked, not idle)".into(),
+                    (SessionRule::Active, Some(_)) if h.lock_instants_unknown => format!(
+                        " and in use (locked, since unknown: counted as in use for lock_grace, {})",
+                        format_duration(p.lock_grace)
+                    ),
+                    (SessionRule::Active, Some(&since)) => format!(
+                        " and in use (locked since {}, not yet for lock_grace, {})",
+                        hm(since, p),
+                        format_duration(p.lock_grace)
+                    ),
+                    _ => String::new(),
+                };
                 f.block(
                     p.on_return,
                     Cause::OwnerPresent,
-                    format!(
-                        "{} logged in{}",
-                        present.join(", "),
-                        if p.sessions == SessionRule::Active {
-                            " and in use (not locked, not idle)"
-                        } else {
-                            ""
-                        }
-                    ),
+                    format!("{} logged in{how}", present.join(", ")),
                 );
             }
         }

@@ -136,7 +136,7 @@ fn owner_login_evicts_immediately_with_on_return() {
         let mut p = nights_and_weekends();
         p.on_return = mode;
         let now = utc("2026-01-17T12:00:00Z");
-        let h = free_host(now).with_session("alice", 1000, Some(3600));
+        let h = free_host(now).with_session("alice", 1000, Some(5));
         let s = decide(&p, &h, LIMITS, now);
         assert!(!s.allowed);
         assert_eq!(s.workers, 0);
@@ -182,19 +182,13 @@ fn ignored_users_system_uids_and_idle_sessions() {
     assert!(decide(&p, &active, LIMITS, now).allowed);
 }
 
-/// `sessions = "active"` over a table of sessions at a fixed instant: a lock (past or within
-/// `lock_grace`), logind's idleness, the machine's input devices (for a session at its own
-/// keyboard only), and sessions nobody can judge.
-#[test]
-fn away_when_locked_idle_or_without_input() {
-    let now = utc("2026-01-17T12:00:00Z");
-    let mut p = nights_and_weekends();
-    p.sessions = SessionRule::Active;
-    p.session_idle = Duration::from_secs(900);
-    p.lock_grace = Duration::from_secs(60);
+/// The presence table: sessions at `now` under `sessions = "active"`, 15 min of
+/// `session_idle` and 1 min of `lock_grace` (the shipped default's values): a lock (past or
+/// within `lock_grace`), logind's idleness, the machine's input devices (for a session at its
+/// own keyboard only), and sessions nobody can judge. (what, host, allowed, note contains)
+fn presence_table(now: DateTime<Utc>) -> Vec<(&'static str, HostSnapshot, bool, &'static str)> {
     let ago = |s: i64| Some(now - ChronoDuration::seconds(s));
-    // (what, host, allowed, note contains)
-    let cases: Vec<(&str, HostSnapshot, bool, &str)> = vec![
+    vec![
         (
             "desk, typing now, not locked",
             free_host(now)
@@ -267,8 +261,19 @@ fn away_when_locked_idle_or_without_input() {
             false,
             "alice is away (locked since",
         ),
-    ];
-    for (what, h, allowed, note) in cases {
+    ]
+}
+
+/// `sessions = "active"` over the presence table.
+#[test]
+fn away_when_locked_idle_or_without_input() {
+    let now = utc("2026-01-17T12:00:00Z");
+    let mut p = nights_and_weekends();
+    p.sessions = SessionRule::Active;
+    p.session_idle = Duration::from_secs(900);
+    p.lock_grace = Duration::from_secs(60);
+    let ago = |s: i64| Some(now - ChronoDuration::seconds(s));
+    for (what, h, allowed, note) in presence_table(now) {
         let s = decide(&p, &h, LIMITS, now);
         assert_eq!(s.allowed, allowed, "{what}: {:?} {:?}", s.reasons, s.notes);
         assert_eq!(s.reasons.len(), s.causes.len(), "{what}");
@@ -287,6 +292,87 @@ fn away_when_locked_idle_or_without_input() {
     p.sessions = SessionRule::Any;
     let locked = free_host(now).with_desk_session("alice", 1000, Some(7200), ago(3600));
     assert!(!decide(&p, &locked, LIMITS, now).allowed);
+}
+
+/// A policy read from `text` as `pilotd check` reads one (in UTC).
+fn read_policy(text: &str) -> Policy {
+    let mut d = crate::config::Diagnostics::new(std::path::Path::new("policy.toml"), text);
+    let raw = toml::from_str(text).expect("the policy is TOML");
+    let (p, _) = crate::config::policy::validate(raw, crate::zone::Zone::utc(), &mut d);
+    assert!(d.is_empty(), "{:?}", d.into_vec());
+    p
+}
+
+/// A key left out means what the docs call its default: an owner who writes a short policy of
+/// their own, with an empty `[owner]`, gets the shipped policy's judgement of every session in
+/// the presence table (not "any login blocks computing"). Only the schedule is taken from the
+/// shipped file, since the built-in window is always open.
+#[test]
+fn an_empty_owner_table_decides_like_the_shipped_policy() {
+    let shipped = read_policy(include_str!("../../../policies/default.toml"));
+    let mut short = read_policy("[owner]\n");
+    short.windows = shipped.windows.clone();
+    short.evict_before_end = shipped.evict_before_end;
+    // Saturday noon: inside the shipped windows, so presence alone decides.
+    let now = utc("2026-01-17T12:00:00Z");
+    for (what, h, allowed, _) in presence_table(now) {
+        let a = decide(&shipped, &h, LIMITS, now);
+        let b = decide(&short, &h, LIMITS, now);
+        assert_eq!(
+            a.allowed, allowed,
+            "{what}: the shipped policy: {:?}",
+            a.reasons
+        );
+        assert_eq!(b, a, "{what}: an empty [owner] decides otherwise");
+    }
+    assert_eq!(
+        short,
+        {
+            let mut s = shipped.clone();
+            s.timezone = short.timezone.clone();
+            s
+        },
+        "every built-in default is the shipped policy's value"
+    );
+}
+
+/// A session within its lock's grace is in use, and the decision says it is locked (never
+/// "not locked"); when the lock's instant is unknown (a one-shot look without the daemon's
+/// record), it says that instead of an instant it does not have.
+#[test]
+fn a_lock_within_its_grace_is_said_as_such() {
+    let now = utc("2026-01-17T12:00:00Z");
+    let mut p = nights_and_weekends();
+    p.sessions = SessionRule::Active;
+    p.lock_grace = Duration::from_secs(60);
+    let h = free_host(now).with_desk_session(
+        "alice",
+        1000,
+        Some(0),
+        Some(now - ChronoDuration::seconds(20)),
+    );
+    let s = decide(&p, &h, LIMITS, now);
+    assert!(!s.allowed);
+    assert_eq!(
+        s.reasons[0],
+        "alice logged in and in use (locked since Sat 12:59 CET, not yet for lock_grace, 1m)"
+    );
+    let h = HostSnapshot {
+        lock_instants_unknown: true,
+        ..h
+    };
+    let s = decide(&p, &h, LIMITS, now);
+    assert_eq!(
+        s.reasons[0],
+        "alice logged in and in use (locked, since unknown: counted as in use for lock_grace, 1m)"
+    );
+    // Not locked at all: said as before.
+    let h = free_host(now).with_desk_session("alice", 1000, Some(0), None);
+    let s = decide(&p, &h, LIMITS, now);
+    assert_eq!(
+        s.reasons[0],
+        "alice logged in and in use (not locked, not idle)"
+    );
 }
 
 #[test]

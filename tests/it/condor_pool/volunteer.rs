@@ -497,6 +497,15 @@ impl CvmfsDir {
     }
 }
 
+/// A container this test started, removed however the test ends.
+struct RemoveOnDrop(String);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = crate::harness::sh(&format!("docker rm -f {}", self.0));
+    }
+}
+
 impl Drop for CvmfsDir {
     fn drop(&mut self) {
         for r in self.repos.iter().rev() {
@@ -544,6 +553,21 @@ fn the_pool_sees_pilotds_attributes_and_a_cvmfs_repository_mounted_after_the_sta
     );
     assert_eq!(seen, want);
 
+    // The control: the same directory bound into a container of the same image with a
+    // private mount, started before the repository appears, never sees it. So the check
+    // below fails if pilotd's bind were private, as the engine's default is.
+    let image = crate::harness::sh_ok(&format!(
+        "docker inspect -f '{{{{.Config.Image}}}}' {worker}"
+    ));
+    let control = format!("pilotd-test-cvmfs-private-{}", std::process::id());
+    crate::harness::sh_ok(&format!(
+        "docker run -d --rm --name {control} --entrypoint sleep \
+         --mount type=bind,src={},dst=/cvmfs,readonly,bind-propagation=private {} 600",
+        cvmfs.dir.path().display(),
+        image.trim()
+    ));
+    let _control = RemoveOnDrop(control.clone());
+
     // A repository appears below the host's directory after the worker started: the worker
     // sees it through its rslave mount, and the pilot's next probe advertises it.
     cvmfs.mount("test-repo.example.org", 4242);
@@ -551,6 +575,14 @@ fn the_pool_sees_pilotds_attributes_and_a_cvmfs_repository_mounted_after_the_sta
         "docker exec {worker} cat /cvmfs/test-repo.example.org/.cvmfspublished"
     ));
     assert!(ok && published.contains("S4242"), "{published}");
+    let (ok, seen) = crate::harness::sh(&format!(
+        "docker exec {control} cat /cvmfs/test-repo.example.org/.cvmfspublished"
+    ));
+    assert!(
+        !ok && !seen.contains("S4242"),
+        "a private bind saw a repository mounted after its start, so this test cannot tell \
+         rslave from private: {seen}"
+    );
     let cvmfs_attrs = [
         "HAS_CVMFS_test_repo_example_org",
         "CVMFS_test_repo_example_org_REVISION",

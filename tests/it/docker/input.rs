@@ -81,8 +81,8 @@ fn a_key_after_a_quiet_spell_pauses_at_once_and_quiet_input_lets_workers_compute
     std::fs::write(
         &policy_path,
         p.replacen(
-            "[owner]\n",
-            "[owner]\nsessions = \"active\"\nsession_idle = \"4s\"\n",
+            "sessions = \"any\"\n",
+            "sessions = \"active\"\nsession_idle = \"4s\"\n",
             1,
         ),
     )

@@ -47,7 +47,7 @@ impl Harness {
         .unwrap();
         std::fs::write(p_dir.join("utmp"), b"").unwrap();
         let policy = format!(
-            "timezone = \"UTC\"\n{}\n[owner]\nmax_owner_cpu = \"{}\"\nbusy_for = \"{}\"\nfree_for = \"0s\"\non_battery = \"ignore\"\non_return = \"{}\"\ngrace = \"{}\"\n[share]\ncpus = {}\nmemory = \"512MiB\"\ndisk = \"{}\"\ndisk_limit = \"{}\"\nworkers = {}\n[jobs]\nlongest_job = \"{}\"\n",
+            "timezone = \"UTC\"\n{}\n[owner]\nsessions = \"any\"\nmax_owner_cpu = \"{}\"\nbusy_for = \"{}\"\nfree_for = \"0s\"\non_battery = \"ignore\"\non_return = \"{}\"\ngrace = \"{}\"\n[share]\ncpus = {}\nmemory = \"512MiB\"\ndisk = \"{}\"\ndisk_limit = \"{}\"\nworkers = {}\n[jobs]\nlongest_job = \"{}\"\n",
             p.schedule,
             p.max_owner_cpu,
             p.busy_for,

@@ -175,6 +175,66 @@ async fn without_utmp_logind_decides_and_without_both_nobody_computes() {
     assert!(said(&v).contains("no source of sessions"), "{}", said(&v));
 }
 
+/// logind tells *that* a session is locked, not since when. A one-shot `plan` dates each lock
+/// as the running daemon did (its status file records when it first saw each), so both say
+/// the same; without that record, `plan` says plainly that it cannot know, and counts the lock
+/// as in use for `lock_grace` (never "not locked").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_dates_a_lock_as_the_daemon_did_or_says_it_cannot_know() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    setup(d, "1m");
+    let logind = FakeLogind::start(d).await;
+    let address = logind.address.clone();
+    let desk = logind.add("2", "alice", 1000, Kind::Desk).await;
+    desk.hints.lock().unwrap().locked = true;
+
+    // No daemon has run here: the lock's instant is unknown.
+    let v = run(d, &address).await.unwrap();
+    assert_eq!(v["allowed"], false, "{}", said(&v));
+    assert!(
+        said(&v).contains(
+            "alice logged in and in use (locked, since unknown: counted as in use for lock_grace, 1m)"
+        ),
+        "{}",
+        said(&v)
+    );
+    assert!(!said(&v).contains("not locked"), "{}", said(&v));
+
+    // The running daemon first saw the lock 5 minutes ago (and wrote its status just now).
+    let now = chrono::Utc::now();
+    let record = |updated: chrono::DateTime<chrono::Utc>| {
+        let status = pilotd::volunteer::status::Status {
+            updated_at: Some(updated),
+            locks: [("2".to_string(), now - chrono::Duration::minutes(5))].into(),
+            ..Default::default()
+        };
+        std::fs::create_dir_all(d.join("state")).unwrap();
+        std::fs::write(
+            d.join("state/status.json"),
+            serde_json::to_vec(&status).unwrap(),
+        )
+        .unwrap();
+    };
+    record(now);
+    let v = run(d, &address).await.unwrap();
+    assert_eq!(v["allowed"], true, "{}", said(&v));
+    let since = (now - chrono::Duration::minutes(5))
+        .format("%a %H:%M UTC")
+        .to_string();
+    assert!(
+        said(&v).contains(&format!("alice is away (locked since {since})")),
+        "{}",
+        said(&v)
+    );
+
+    // A record older than the daemon's heartbeat may have missed an unlock: not believed.
+    record(now - chrono::Duration::hours(1));
+    let v = run(d, &address).await.unwrap();
+    assert_eq!(v["allowed"], false, "{}", said(&v));
+    assert!(said(&v).contains("since unknown"), "{}", said(&v));
+}
+
 /// The daemon's watch wakes on logind's signals within a second, and tells a sleep from the
 /// rest.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
