@@ -8,51 +8,8 @@
 //! the repair: the repair is the signal's.
 
 use super::egress_repair::{Setup, now};
-use crate::sessions::login1::{Bus, start_bus};
+use crate::sessions::bus::FakeFirewalld;
 use std::time::Duration;
-
-const NAME: &str = "org.fedoraproject.FirewallD1";
-const PATH: &str = "/org/fedoraproject/FirewallD1";
-
-/// firewalld as the bus sees it: its name, and its `Reloaded` signal.
-struct FakeFirewalld {
-    address: String,
-    conn: zbus::Connection,
-    _bus: Bus,
-}
-
-impl FakeFirewalld {
-    async fn start(dir: &std::path::Path) -> FakeFirewalld {
-        let socket = dir.join("bus");
-        let address = format!("unix:path={}", socket.display());
-        let bus = start_bus(&socket);
-        let conn = zbus::connection::Builder::address(address.as_str())
-            .unwrap()
-            .name(NAME)
-            .unwrap()
-            .build()
-            .await
-            .unwrap();
-        FakeFirewalld {
-            address,
-            conn,
-            _bus: bus,
-        }
-    }
-
-    async fn reloaded(&self) {
-        self.conn
-            .emit_signal(None::<&str>, PATH, NAME, "Reloaded", &())
-            .await
-            .unwrap();
-    }
-
-    /// Leaves the bus and comes back, as a restart does.
-    async fn restart(&self) {
-        self.conn.release_name(NAME).await.unwrap();
-        self.conn.request_name(NAME).await.unwrap();
-    }
-}
 
 /// How long the repair took after the announcement, for one way of announcing it.
 fn repaired_after(s: &Setup, announce: impl FnOnce()) -> f64 {
