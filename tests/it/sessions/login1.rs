@@ -10,7 +10,13 @@
 //! at the machine's seat and `("", "/")` without one; its constant properties (`Id`, `User`,
 //! `Name`, `Timestamp`, `Seat`, `Remote`, `RemoteHost`) never change, and a change of the
 //! others (`LockedHint`, `IdleHint`…) is announced by `PropertiesChanged` carrying the new
-//! values, no name invalidated (sd-bus's `EMITS_CHANGE`).
+//! values, no name invalidated (sd-bus's `EMITS_CHANGE`). Compared by hand with systemd 257's
+//! logind in the real-systemd image (tests/systemd/image.sh), a PAM session of class user:
+//! `busctl introspect` gives these signatures and const/emits-change flags, `Seat` `"" "/"`
+//! without a seat, and `SetLockedHint` sends `PropertiesChanged` with `{"LockedHint": true}`
+//! and no invalidated name (`SetIdleHint`: `IdleHint`, `IdleSinceHint`,
+//! `IdleSinceHintMonotonic` with values, on the session, its user and the manager; the stand-in
+//! announces only the lock).
 //!
 //! The bus is shaped as the system bus where it matters here: any uid may connect and send
 //! signals, only root (the test's uid) may own a name; `forge` sends a signal as `nobody`.
