@@ -18,8 +18,13 @@
 //! an idle daemon on a machine without D-Bus must cost next to nothing.
 //!
 //! The bus is the system bus (`DBUS_SYSTEM_BUS_ADDRESS` when set, as every D-Bus client).
+//!
+//! Its signals are believed only from the owner of `org.freedesktop.login1`: any local user may
+//! send a `PrepareForSleep` on the system bus, which believed would evict the workers and keep
+//! them stopped until a real wake-up (`bus`, issue 35).
 
 use crate::backoff::Backoff;
+use crate::volunteer::bus::BusWatch;
 use crate::volunteer::snapshot::{HostSnapshot, Session, Sessions};
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
@@ -278,6 +283,22 @@ struct Raw {
     props: HashMap<String, OwnedValue>,
 }
 
+/// logind as the daemon watches it: its signals under its path, believed only from the owner
+/// of `org.freedesktop.login1` (any local user can send a `PrepareForSleep` of their own;
+/// `bus`), and each kind passed at most once a second (the first at once).
+const WATCH: BusWatch<Signal> = BusWatch {
+    name: SERVICE,
+    path: MANAGER_PATH,
+    read: signal_of,
+    owner_changed: None,
+    pace: PACE,
+    retry: RETRY,
+};
+
+/// What logind's signals set off (a cycle, a sleep) is passed at most once per this long and
+/// kind: a burst of session changes is one cycle, the latest state one `PACE` later.
+pub const PACE: Duration = Duration::from_secs(1);
+
 /// Calls `wake` for every signal logind sends (a session new or removed, a property such as
 /// `IdleHint` or `LockedHint` changed, the machine about to sleep or just woken), so a login,
 /// an unlock or a suspend is acted on at once. Watches again with `RETRY`'s back-off while
@@ -287,53 +308,21 @@ pub async fn watch(wake: impl FnMut(Signal) -> bool) {
 }
 
 /// `watch` on the bus at `address` (None: the system bus).
-pub async fn watch_on(address: Option<&str>, mut wake: impl FnMut(Signal) -> bool) {
-    use futures_util::StreamExt;
-    let mut failures = 0u32;
-    loop {
-        match signals(address).await {
-            Ok(mut stream) => {
-                failures = 0;
-                while let Some(m) = stream.next().await {
-                    let Ok(m) = m else { continue };
-                    if !wake(signal_of(&m)) {
-                        return;
-                    }
-                }
-                tracing::debug!("logind's signals ended; watching again");
-            }
-            Err(e) => tracing::debug!("cannot watch logind ({e})"),
-        }
-        failures = failures.saturating_add(1);
-        tokio::time::sleep(RETRY.delay(failures)).await;
-    }
+pub async fn watch_on(address: Option<&str>, wake: impl FnMut(Signal) -> bool) {
+    crate::volunteer::bus::watch(&WATCH, address, wake).await
 }
 
-/// What a message under logind's path means to pilotd.
-fn signal_of(m: &zbus::Message) -> Signal {
+/// What a signal from logind means to pilotd.
+fn signal_of(m: &zbus::Message) -> Option<Signal> {
     let header = m.header();
     if header
         .member()
         .is_some_and(|n| n.as_str() == "PrepareForSleep")
         && let Ok(going) = m.body().deserialize::<bool>()
     {
-        return Signal::Sleep(going);
+        return Some(Signal::Sleep(going));
     }
-    Signal::Sessions
-}
-
-async fn signals(address: Option<&str>) -> zbus::Result<zbus::MessageStream> {
-    let conn = match address {
-        Some(a) => zbus::connection::Builder::address(a)?.build().await?,
-        None => zbus::Connection::system().await?,
-    };
-    // By path, not sender: a well-known sender name is resolved by the bus, which not every
-    // client library follows on its side; logind's objects all live under this path.
-    let rule = zbus::MatchRule::builder()
-        .msg_type(zbus::message::Type::Signal)
-        .path_namespace(MANAGER_PATH)?
-        .build();
-    zbus::MessageStream::for_match_rule(rule, &conn, Some(64)).await
+    Some(Signal::Sessions)
 }
 
 fn string(all: &HashMap<String, OwnedValue>, key: &str) -> Option<String> {

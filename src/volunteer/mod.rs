@@ -6,7 +6,8 @@
 //!   observed), `worker` (workers, specs, images), `outcome` (how a worker ended, the start
 //!   back-off);
 //! - observe: `host`, `sessions` (utmp) and `logind` (probes: CPU, memory, battery, who is
-//!   logged in and how long idle);
+//!   logged in and how long idle); `bus` (signals on the system bus, believed only from the
+//!   service that owns the name, and paced);
 //! - decide, pure: `policy` (may the machine compute, how much, until when), `plan` (the
 //!   actions of one cycle), `splay` (this host's place in the fleet's spread) and
 //!   `projection` (what a policy would give, the recorded weeks replayed through `policy`);
@@ -28,6 +29,7 @@
 //! `Settings::resolve` reads) read no clock and do no I/O.
 
 pub mod backend;
+pub mod bus;
 pub mod claim;
 pub mod contribution;
 pub mod control;

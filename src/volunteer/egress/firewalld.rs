@@ -12,8 +12,13 @@
 //! Observation only: what to do about a reload is the guard's. While the bus is away it is
 //! watched again with `RETRY`'s back-off, as logind is; a machine without firewalld costs one
 //! idle subscription. The bus is the system bus (`DBUS_SYSTEM_BUS_ADDRESS` when set).
+//!
+//! `Reloaded` is believed only from the owner of firewalld's name, the owner changes only from
+//! the bus (`bus`): any local user may send a `Reloaded`, and a flood of them used to run the
+//! check back to back, outside the workers' cgroups, logging each (issue 35).
 
 use crate::backoff::Backoff;
+use crate::volunteer::bus::BusWatch;
 use std::time::Duration;
 
 /// How often an absent bus is asked again.
@@ -31,6 +36,22 @@ pub enum Announced {
     Restarted,
 }
 
+/// firewalld as the guard watches it: `Reloaded` and its name changing owner, believed only
+/// from the bus and the name's owner (`bus`), each passed at most once per `PACE`.
+const WATCH: BusWatch<Announced> = BusWatch {
+    name: NAME,
+    path: PATH,
+    read: announced,
+    owner_changed: Some(Announced::Restarted),
+    pace: PACE,
+    retry: RETRY,
+};
+
+/// A check of the filter (`iptables -S`, outside the workers' cgroups) is set off at most once
+/// per this long and kind of announcement: the first at once, the rest of a burst as one at
+/// its end.
+pub const PACE: Duration = Duration::from_secs(2);
+
 /// Calls `wake` for every reload or restart firewalld announces on the system bus; returns
 /// when `wake` says to stop.
 pub async fn watch(wake: impl FnMut(Announced) -> bool) {
@@ -38,59 +59,15 @@ pub async fn watch(wake: impl FnMut(Announced) -> bool) {
 }
 
 /// `watch` on the bus at `address` (None: the system bus).
-pub async fn watch_on(address: Option<&str>, mut wake: impl FnMut(Announced) -> bool) {
-    use futures_util::StreamExt;
-    let mut failures = 0u32;
-    loop {
-        match signals(address).await {
-            Ok(mut stream) => {
-                failures = 0;
-                while let Some(m) = stream.next().await {
-                    let Ok(m) = m else { continue };
-                    if !wake(announced(&m)) {
-                        return;
-                    }
-                }
-                tracing::debug!("firewalld's signals ended; watching again");
-            }
-            Err(e) => tracing::debug!("cannot watch for firewalld's reloads ({e})"),
-        }
-        failures = failures.saturating_add(1);
-        tokio::time::sleep(RETRY.delay(failures)).await;
-    }
+pub async fn watch_on(address: Option<&str>, wake: impl FnMut(Announced) -> bool) {
+    crate::volunteer::bus::watch(&WATCH, address, wake).await
 }
 
-fn announced(m: &zbus::Message) -> Announced {
-    match m.header().member().map(|n| n.as_str()) {
-        Some("Reloaded") => Announced::Reloaded,
-        _ => Announced::Restarted,
-    }
-}
-
-/// Both signals in one stream. `Reloaded` is matched by path and interface, not sender (as
-/// logind's signals are: a well-known sender is resolved by the bus, which not every client
-/// follows); the name's owner change comes from the bus itself.
-async fn signals(
-    address: Option<&str>,
-) -> zbus::Result<impl futures_util::Stream<Item = zbus::Result<zbus::Message>>> {
-    let conn = match address {
-        Some(a) => zbus::connection::Builder::address(a)?.build().await?,
-        None => zbus::Connection::system().await?,
-    };
-    let reloaded = zbus::MatchRule::builder()
-        .msg_type(zbus::message::Type::Signal)
-        .path(PATH)?
-        .interface(NAME)?
-        .member("Reloaded")?
-        .build();
-    let owner = zbus::MatchRule::builder()
-        .msg_type(zbus::message::Type::Signal)
-        .sender("org.freedesktop.DBus")?
-        .interface("org.freedesktop.DBus")?
-        .member("NameOwnerChanged")?
-        .arg(0, NAME)?
-        .build();
-    let reloaded = zbus::MessageStream::for_match_rule(reloaded, &conn, Some(16)).await?;
-    let owner = zbus::MessageStream::for_match_rule(owner, &conn, Some(16)).await?;
-    Ok(futures_util::stream::select(reloaded, owner))
+/// `Reloaded` on firewalld's main interface; its other signals (zones, the permanent
+/// configuration) mean nothing to the filter.
+fn announced(m: &zbus::Message) -> Option<Announced> {
+    let header = m.header();
+    (header.interface().map(|i| i.as_str()) == Some(NAME)
+        && header.member().map(|n| n.as_str()) == Some("Reloaded"))
+    .then_some(Announced::Reloaded)
 }

@@ -5,54 +5,14 @@
 //! the test does what such a reload does to pilotd (its jumps deleted) and announces it as
 //! firewalld does: `org.fedoraproject.FirewallD1.Reloaded`, and the name changing owner on
 //! the bus (a restart). The interval is 15 s, and no cycle runs between the announcement and
-//! the repair: the repair is the signal's.
+//! the repair: the repair is the signal's. A `Reloaded` from anyone but firewalld (`nobody`,
+//! through the real `dbus-send`) sets off nothing; firewalld's own, flooding, one check per
+//! `firewalld::PACE`.
 
 use super::egress_repair::{Setup, now};
-use crate::sessions::login1::{Bus, start_bus};
+use crate::sessions::bus::FakeFirewalld;
+use crate::sessions::login1::forge;
 use std::time::Duration;
-
-const NAME: &str = "org.fedoraproject.FirewallD1";
-const PATH: &str = "/org/fedoraproject/FirewallD1";
-
-/// firewalld as the bus sees it: its name, and its `Reloaded` signal.
-struct FakeFirewalld {
-    address: String,
-    conn: zbus::Connection,
-    _bus: Bus,
-}
-
-impl FakeFirewalld {
-    async fn start(dir: &std::path::Path) -> FakeFirewalld {
-        let socket = dir.join("bus");
-        let address = format!("unix:path={}", socket.display());
-        let bus = start_bus(&socket);
-        let conn = zbus::connection::Builder::address(address.as_str())
-            .unwrap()
-            .name(NAME)
-            .unwrap()
-            .build()
-            .await
-            .unwrap();
-        FakeFirewalld {
-            address,
-            conn,
-            _bus: bus,
-        }
-    }
-
-    async fn reloaded(&self) {
-        self.conn
-            .emit_signal(None::<&str>, PATH, NAME, "Reloaded", &())
-            .await
-            .unwrap();
-    }
-
-    /// Leaves the bus and comes back, as a restart does.
-    async fn restart(&self) {
-        self.conn.release_name(NAME).await.unwrap();
-        self.conn.request_name(NAME).await.unwrap();
-    }
-}
 
 /// How long the repair took after the announcement, for one way of announcing it.
 fn repaired_after(s: &Setup, announce: impl FnOnce()) -> f64 {
@@ -80,6 +40,13 @@ fn repaired_after(s: &Setup, announce: impl FnOnce()) -> f64 {
     repaired - announced
 }
 
+const CHECKED: &str = "the firewall was reloaded; checking the workers' traffic filter now";
+
+/// How many checks firewalld's announcements set off so far.
+fn checks(s: &Setup) -> usize {
+    s.h.log().matches(CHECKED).count()
+}
+
 #[test]
 #[ignore = "needs the Docker engine and the local registry: tests/run.sh sets them up and runs it"]
 fn a_reload_firewalld_announces_is_repaired_at_once() {
@@ -92,25 +59,85 @@ fn a_reload_firewalld_announces_is_repaired_at_once() {
         &[("DBUS_SYSTEM_BUS_ADDRESS", &firewalld.address)],
         Some("15s"),
     );
+
+    // Anyone may send a `Reloaded` on the system bus (issue 35): `nobody` does, and root on a
+    // connection that is not firewalld's. Nothing is checked for it, and the filter the test
+    // took down stays down until firewalld's own announcement, which repairs it at once.
+    let forged_then_real = || {
+        for _ in 0..3 {
+            forge(
+                &firewalld.address,
+                "/org/fedoraproject/FirewallD1",
+                "org.fedoraproject.FirewallD1.Reloaded",
+                &[],
+            );
+        }
+        rt.block_on(async {
+            zbus::connection::Builder::address(firewalld.address.as_str())
+                .unwrap()
+                .build()
+                .await
+                .unwrap()
+                .emit_signal(
+                    None::<&str>,
+                    "/org/fedoraproject/FirewallD1",
+                    "org.fedoraproject.FirewallD1",
+                    "Reloaded",
+                    &(),
+                )
+                .await
+                .unwrap();
+        });
+        std::thread::sleep(Duration::from_secs(3));
+        assert_eq!(checks(&s), 0, "a forgery set off a check\n{}", s.h.log());
+        assert!(
+            s.jumps().len() < 2,
+            "the filter was repaired on a forgery: {:?}\n{}",
+            s.jumps(),
+            s.h.log()
+        );
+        rt.block_on(firewalld.reloaded());
+    };
+    let on_forged = repaired_after(&s, forged_then_real) - 3.0;
+    assert_eq!(checks(&s), 1, "{}", s.h.log());
     let on_reload = repaired_after(&s, || rt.block_on(firewalld.reloaded()));
     let on_restart = repaired_after(&s, || rt.block_on(firewalld.restart()));
     eprintln!(
-        "repaired {on_reload:.3}s after firewalld's Reloaded, {on_restart:.3}s after its restart (interval 15s)"
+        "repaired {on_reload:.3}s after firewalld's Reloaded, {on_restart:.3}s after its restart, {on_forged:.3}s after its Reloaded that followed forgeries (interval 15s)"
     );
-    for (what, took) in [("Reloaded", on_reload), ("a restart", on_restart)] {
+    for (what, took) in [
+        ("Reloaded", on_reload),
+        ("a restart", on_restart),
+        ("Reloaded after forgeries", on_forged),
+    ] {
         assert!(
             took < 2.0,
             "repaired {took:.3}s after {what}, not at once\n--- pilotd log ---\n{}",
             s.h.log()
         );
     }
-    assert_eq!(
-        s.h.log()
-            .matches("the firewall was reloaded; checking the workers' traffic filter now")
-            .count(),
-        // Its restart is two changes of owner: it left, it came back.
-        3,
-        "{}",
+    // Its restart is two changes of owner: it left, it came back; the second a pace after the
+    // first (`firewalld::PACE`).
+    s.h.wait_for("a check for each change", Duration::from_secs(5), || {
+        (checks(&s) == 4).then_some(())
+    });
+
+    // firewalld itself flooding: one check per pace at most, not one per signal.
+    let pace = pilotd::volunteer::egress::firewalld::PACE;
+    std::thread::sleep(pace);
+    let before = checks(&s);
+    let t0 = std::time::Instant::now();
+    let mut sent = 0;
+    while t0.elapsed() < Duration::from_secs(6) {
+        rt.block_on(firewalld.reloaded());
+        sent += 1;
+    }
+    std::thread::sleep(pace * 2);
+    let set_off = checks(&s) - before;
+    eprintln!("{sent} Reloaded in 6 s from firewalld: {set_off} checks");
+    assert!(
+        (2..=6).contains(&set_off),
+        "{set_off} checks for {sent} announcements in 6 s\n{}",
         s.h.log()
     );
 }

@@ -3,10 +3,11 @@
 //! container cannot suspend). pilotd holds a delay lock on sleep; on `PrepareForSleep(true)`
 //! it pauses the worker (on_return = "pause") and only then lets the lock go; after the
 //! wake-up nothing resumes before a fresh look at the owner. The owner's `keep_awake` holds an
-//! idle lock only while a worker computes.
+//! idle lock only while a worker computes. A `PrepareForSleep` sent by anyone but logind
+//! (`nobody`, through the real `dbus-send`) changes nothing.
 
 use super::volunteer::{Harness, image, policy};
-use crate::sessions::login1::{FakeLogind, Inhibitor};
+use crate::sessions::login1::{FakeLogind, Inhibitor, forge};
 use std::time::{Duration, SystemTime};
 
 fn held(logind: &FakeLogind, what: &str, mode: &str) -> Option<Inhibitor> {
@@ -45,7 +46,46 @@ fn a_sleep_pauses_before_the_lock_goes_and_the_wake_up_looks_again() {
         || held(&logind, "idle", "block"),
     );
 
-    // The machine is about to sleep.
+    // Any local user can say the machine goes to sleep on the system bus (issue 35): `nobody`
+    // does, as does root on a connection that is not logind's. Believed, the worker would be
+    // paused and stay so until a real wake-up; it is not (cycles run every 2 s meanwhile).
+    let frozen = super::FrozenWatch::start(&worker.id);
+    for _ in 0..3 {
+        forge(
+            &logind.address,
+            "/org/freedesktop/login1",
+            "org.freedesktop.login1.Manager.PrepareForSleep",
+            &["boolean:true"],
+        );
+    }
+    rt.block_on(async {
+        let other = zbus::connection::Builder::address(logind.address.as_str())
+            .unwrap()
+            .build()
+            .await
+            .unwrap();
+        other
+            .emit_signal(
+                None::<&str>,
+                "/org/freedesktop/login1",
+                "org.freedesktop.login1.Manager",
+                "PrepareForSleep",
+                &(true,),
+            )
+            .await
+            .unwrap();
+    });
+    h.wait_cycles(2);
+    assert_eq!(frozen.first_frozen(), None, "paused on a forged sleep");
+    assert_eq!(h.workers()[0].state, "running");
+    assert!(!h.log().contains("going to sleep"), "{}", h.log());
+    assert!(
+        sleep_lock.released_at().is_none(),
+        "the sleep lock went on a forged sleep"
+    );
+    drop(frozen);
+
+    // The machine is about to sleep: logind says so.
     let frozen = super::FrozenWatch::start(&worker.id);
     let announced = SystemTime::now();
     rt.block_on(logind.emit("PrepareForSleep", &(true,)));

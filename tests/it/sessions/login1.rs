@@ -4,6 +4,22 @@
 //! keeps its end open, as logind's), the `PrepareForSleep` signal, and the `Session`
 //! properties, with the lock and idle hints a test changes. Used by the logind probe's tests
 //! and by the sleep test on the real engine.
+//!
+//! As logind (systemd's src/login/logind-session-dbus.c and the org.freedesktop.login1 D-Bus
+//! documentation): a session's `Seat` is `(so)`, `("seat0", "/org/freedesktop/login1/seat/seat0")`
+//! at the machine's seat and `("", "/")` without one; its constant properties (`Id`, `User`,
+//! `Name`, `Timestamp`, `Seat`, `Remote`, `RemoteHost`) never change, and a change of the
+//! others (`LockedHint`, `IdleHint`…) is announced by `PropertiesChanged` carrying the new
+//! values, no name invalidated (sd-bus's `EMITS_CHANGE`). Compared by hand with systemd 257's
+//! logind in the real-systemd image (tests/systemd/image.sh), a PAM session of class user:
+//! `busctl introspect` gives these signatures and const/emits-change flags, `Seat` `"" "/"`
+//! without a seat, and `SetLockedHint` sends `PropertiesChanged` with `{"LockedHint": true}`
+//! and no invalidated name (`SetIdleHint`: `IdleHint`, `IdleSinceHint`,
+//! `IdleSinceHintMonotonic` with values, on the session, its user and the manager; the stand-in
+//! announces only the lock).
+//!
+//! The bus is shaped as the system bus where it matters here: any uid may connect and send
+//! signals, only root (the test's uid) may own a name; `forge` sends a signal as `nobody`.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -81,7 +97,9 @@ pub struct Hints {
 }
 
 struct LoginSession {
+    id: String,
     name: String,
+    seat: String,
     uid: u32,
     kind: String,
     tty: String,
@@ -92,11 +110,15 @@ struct LoginSession {
 
 #[zbus::interface(name = "org.freedesktop.login1.Session")]
 impl LoginSession {
-    #[zbus(property)]
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn id(&self) -> String {
+        self.id.clone()
+    }
+    #[zbus(property(emits_changed_signal = "const"))]
     fn name(&self) -> String {
         self.name.clone()
     }
-    #[zbus(property)]
+    #[zbus(property(emits_changed_signal = "const"))]
     fn user(&self) -> (u32, OwnedObjectPath) {
         (
             self.uid,
@@ -104,9 +126,23 @@ impl LoginSession {
                 .unwrap(),
         )
     }
+    /// As logind: the seat's id and path, `("", "/")` for a session without one.
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn seat(&self) -> (String, OwnedObjectPath) {
+        let path = if self.seat.is_empty() {
+            "/".to_string()
+        } else {
+            format!("/org/freedesktop/login1/seat/{}", self.seat)
+        };
+        (self.seat.clone(), OwnedObjectPath::try_from(path).unwrap())
+    }
     #[zbus(property)]
     fn class(&self) -> String {
         "user".into()
+    }
+    #[zbus(property)]
+    fn active(&self) -> bool {
+        true
     }
     #[zbus(property)]
     fn state(&self) -> String {
@@ -124,11 +160,11 @@ impl LoginSession {
     fn display(&self) -> String {
         String::new()
     }
-    #[zbus(property)]
+    #[zbus(property(emits_changed_signal = "const"))]
     fn remote(&self) -> bool {
         self.remote
     }
-    #[zbus(property)]
+    #[zbus(property(emits_changed_signal = "const"))]
     fn remote_host(&self) -> String {
         if self.remote {
             "192.0.2.7".into()
@@ -136,7 +172,7 @@ impl LoginSession {
             String::new()
         }
     }
-    #[zbus(property)]
+    #[zbus(property(emits_changed_signal = "const"))]
     fn timestamp(&self) -> u64 {
         self.since_us
     }
@@ -165,21 +201,83 @@ impl Drop for Bus {
     }
 }
 
-/// A real dbus-daemon listening on `socket`, with the session bus's rules (anyone may own a
-/// name on it, so the test can be logind).
+/// A real dbus-daemon listening on `socket`, with the system bus's rules where they matter:
+/// any uid may connect and send signals, only the test's uid may own a name (so the test can
+/// be logind, and `nobody` cannot).
 pub(crate) fn start_bus(socket: &Path) -> Bus {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = socket.parent().expect("the socket is in a directory");
+    // `nobody` must reach the socket: the directory traversable by all (a tempdir is 0700).
+    let mode = std::fs::metadata(dir).unwrap().permissions().mode();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode | 0o711)).unwrap();
+    let config = dir.join("bus.conf");
+    std::fs::write(
+        &config,
+        format!(
+            r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <listen>unix:path={socket}</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default">
+    <allow user="*"/>
+    <allow send_destination="*" eavesdrop="true"/>
+    <allow eavesdrop="true"/>
+    <deny own="*"/>
+  </policy>
+  <policy user="{uid}">
+    <allow own="*"/>
+  </policy>
+</busconfig>
+"#,
+            socket = socket.display(),
+            uid = nix::unistd::geteuid(),
+        ),
+    )
+    .unwrap();
     let daemon = Command::new("dbus-daemon")
-        .args(["--session", "--nofork", "--nopidfile"])
-        .arg(format!("--address=unix:path={}", socket.display()))
+        .arg(format!("--config-file={}", config.display()))
+        .args(["--nofork", "--nopidfile"])
         .stdout(Stdio::null())
+        .stderr(Stdio::null())
         .spawn()
         .expect("dbus-daemon runs (Debian package dbus; tests/run.sh installs it)");
+    // Listening once it accepts (the socket exists between its bind and its listen).
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !socket.exists() {
+    while std::os::unix::net::UnixStream::connect(socket).is_err() {
         assert!(Instant::now() < deadline, "dbus-daemon did not listen");
         std::thread::sleep(Duration::from_millis(20));
     }
     Bus { daemon }
+}
+
+/// Sends a signal on the bus at `address` as another local user would: `dbus-send` run as
+/// `nobody` (uid 65534) when the test is root, else as the test's uid, on a connection of its
+/// own either way. `signal` is `INTERFACE.MEMBER`, `args` in dbus-send's `type:value` form.
+pub fn forge(address: &str, path: &str, signal: &str, args: &[&str]) {
+    let mut cmd = if nix::unistd::geteuid().is_root() {
+        let mut c = Command::new("setpriv");
+        c.args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "dbus-send",
+        ]);
+        c
+    } else {
+        Command::new("dbus-send")
+    };
+    let out = cmd
+        .arg(format!("--bus={address}"))
+        .args(["--type=signal", path, signal])
+        .args(args)
+        .output()
+        .expect("dbus-send runs (Debian package dbus)");
+    assert!(
+        out.status.success(),
+        "dbus-send as nobody: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// A session a test added: its hints to change, and its path.
@@ -250,7 +348,9 @@ impl FakeLogind {
             .at(
                 path.as_str(),
                 LoginSession {
+                    id: id.into(),
                     name: name.into(),
+                    seat: if remote { "" } else { "seat0" }.into(),
                     uid,
                     kind: kind.into(),
                     tty: tty.into(),
@@ -301,24 +401,27 @@ impl FakeLogind {
             .unwrap();
     }
 
-    /// `PropertiesChanged` on a session (what logind sends when a hint changes).
+    /// `PropertiesChanged` on a session after its lock changed, as logind sends it: the new
+    /// `LockedHint` with its value, nothing invalidated.
     pub async fn changed(&self, added: &Added) {
-        let changed: std::collections::HashMap<&str, zbus::zvariant::Value<'_>> =
-            std::collections::HashMap::new();
-        self.conn()
-            .emit_signal(
-                None::<&str>,
-                added.path.as_str(),
-                "org.freedesktop.DBus.Properties",
-                "PropertiesChanged",
-                &(
-                    "org.freedesktop.login1.Session",
-                    changed,
-                    vec!["LockedHint"],
-                ),
-            )
+        let iface = self
+            .conn()
+            .object_server()
+            .interface::<_, LoginSession>(added.path.as_str())
             .await
             .unwrap();
+        iface
+            .get()
+            .await
+            .locked_hint_changed(iface.signal_emitter())
+            .await
+            .unwrap();
+    }
+
+    /// The connection that owns `org.freedesktop.login1` (to send as logind, or to check who
+    /// sent what).
+    pub fn connection(&self) -> &zbus::Connection {
+        self.conn()
     }
 
     pub fn inhibitors(&self) -> Vec<Inhibitor> {

@@ -236,7 +236,7 @@ async fn plan_dates_a_lock_as_the_daemon_did_or_says_it_cannot_know() {
 }
 
 /// The daemon's watch wakes on logind's signals within a second, and tells a sleep from the
-/// rest.
+/// rest (forgeries and floods: `bus`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watch_tells_sessions_from_sleep() {
     let dir = tempfile::tempdir().unwrap();
@@ -260,12 +260,17 @@ async fn the_watch_tells_sessions_from_sleep() {
         .await
         .expect("the watch hears logind");
     assert_eq!(s, Signal::Sessions);
+    // What the watch sets off is paced (at most one of a kind per `PACE`, the first at once):
+    // each announcement below comes a pace after the last of its kind.
+    let pace = pilotd::volunteer::logind::PACE + Duration::from_millis(100);
+    tokio::time::sleep(pace).await;
     while rx.try_recv().is_ok() {}
 
     logind.changed(&desk).await;
     expect(&mut rx, Signal::Sessions).await;
     logind.emit("PrepareForSleep", &(true,)).await;
     expect(&mut rx, Signal::Sleep(true)).await;
+    tokio::time::sleep(pace).await;
     logind.emit("PrepareForSleep", &(false,)).await;
     expect(&mut rx, Signal::Sleep(false)).await;
     watcher.abort();
