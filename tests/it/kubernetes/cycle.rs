@@ -516,7 +516,8 @@ async fn max_at_once(pool: &Pool, fake: &FakeKube, extra: &str) -> usize {
     counts.into_iter().max().unwrap()
 }
 
-/// A job's `RequestDiskVolumes` reach its pod each at a place of its own: two at one path, or
+/// A job's `RequestDiskVolumes` reach its pod each at a place of its own: two at one path (as
+/// a string, which the API server refuses, or as a place: `/data` and `/data/`), or
 /// one at, above or inside a path the site or pilotd mounts (the pool token, a ConfigMap
 /// file), are refused by pilotd with the reason in the plan and never sent; the shape whose
 /// volumes are apart is created, and the fake API server (which refuses what a real one does:
@@ -527,7 +528,8 @@ async fn job_volumes_at_a_taken_place_are_refused_never_sent() {
     pool.write(
         "jobs-ap20.uc.osg-htc.org.txt",
         "101 0 1 1 4096 8000000 0 undefined undefined \"data-a:/data,data-b:!/scratch\" false\n\
-         102 0 1 2 4096 8000000 0 undefined undefined \"data-a:/data,data-b:/data/\" false\n\
+         102 0 1 2 4096 8000000 0 undefined undefined \"data-a:/data,data-b:/data\" false\n\
+         105 0 1 5 4096 8000000 0 undefined undefined \"data-a:/data,data-b:/data/\" false\n\
          103 0 1 3 4096 8000000 0 undefined undefined \"data-a:/etc/condor/tokens.d\" false\n\
          104 0 1 4 4096 8000000 0 undefined undefined \"data-b:/etc/condor/config.d/40_glidein.config\" false\n",
     );
@@ -568,6 +570,11 @@ async fn job_volumes_at_a_taken_place_are_refused_never_sent() {
     for (cpus, why) in [
         (
             2,
+            "RequestDiskVolumes entry `data-b:/data` mounts at /data, where the job's `data-a:/data` is mounted too",
+        ),
+        // One place to the container, two strings to the API server (which would take it).
+        (
+            5,
             "RequestDiskVolumes entry `data-b:/data/` mounts at /data, where the job's `data-a:/data` is mounted too",
         ),
         (
