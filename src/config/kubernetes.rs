@@ -6,8 +6,8 @@
 
 use crate::config::Diagnostics;
 use crate::config::kubernetes_names::{
-    PILOTD_ENV, PILOTD_RESOURCES, is_dns_subdomain, is_env_name, is_quantity, is_resource_name,
-    reserved_annotation, reserved_label,
+    PILOTD_ENV, PILOTD_RESOURCES, TOKEN_PATH, is_config_map_key, is_dns_subdomain, is_env_name,
+    is_quantity, is_resource_name, mount_point, reserved_annotation, reserved_label,
 };
 pub use crate::config::kubernetes_names::{is_dns_label, is_label_key, is_label_value};
 use crate::config::units::HumanDuration;
@@ -478,22 +478,38 @@ impl KubernetesConfig {
             }
         }
         for v in self.pvc_volumes.get_ref() {
-            if !is_dns_subdomain(&v.claim) || !v.path.starts_with('/') {
+            if !is_dns_subdomain(&v.claim) || mount_point(&v.path).is_none() {
                 d.error(
                     self.pvc_volumes.span(),
                     format!("[kubernetes] pvc_volumes: claim `{}` at `{}` is not a PVC name and an absolute path", v.claim, v.path),
-                    "claim = \"cvmfs\", path = \"/cvmfs\"",
+                    "claim = \"cvmfs\", path = \"/cvmfs\" (no `..` in the path)",
                 );
             }
         }
         for v in self.config_volumes.get_ref() {
-            if !is_dns_subdomain(&v.config_map) || !v.path.starts_with('/') {
+            // The file's name is also its key in the ConfigMap (the provisioner's scheme).
+            let file = v.path.rsplit('/').next().unwrap_or_default();
+            if !is_dns_subdomain(&v.config_map)
+                || mount_point(&v.path).is_none()
+                || !is_config_map_key(file)
+            {
                 d.error(
                     self.config_volumes.span(),
-                    format!("[kubernetes] config_volumes: ConfigMap `{}` at `{}` is not a ConfigMap name and an absolute path", v.config_map, v.path),
-                    "config_map = \"my-config\", path = \"/etc/condor/config.d/99-site.conf\"",
+                    format!("[kubernetes] config_volumes: ConfigMap `{}` at `{}` is not a ConfigMap name and an absolute path to a file", v.config_map, v.path),
+                    "config_map = \"my-config\", path = \"/etc/condor/config.d/99-site.conf\" (the file's name, here 99-site.conf, is its key in the ConfigMap: letters, digits, '-', '_', '.')",
                 );
             }
+        }
+        self.validate_mount_points(d);
+        if !is_config_map_key(&self.token_key) {
+            d.error(
+                self.namespace.span(),
+                format!(
+                    "[kubernetes] token_key `{}` is not a valid Secret key",
+                    self.token_key
+                ),
+                "letters, digits, '-', '_' and '.', e.g. \"prp-wn.token\"",
+            );
         }
         for k in self.job_label_allow.get_ref() {
             let key = k.strip_suffix('/').unwrap_or(k);
@@ -553,6 +569,43 @@ impl KubernetesConfig {
                 ),
                 "e.g. \"prp-htcondor-wn-secret\"",
             );
+        }
+    }
+
+    /// Every worker mounts the site's PVCs, its ConfigMap files and the pool token: no two at
+    /// one place (the API server refuses every such Job, "must be unique"; `/data` and
+    /// `/data/` are one place to the runtime too).
+    fn validate_mount_points(&self, d: &mut Diagnostics) {
+        let mut taken: Vec<(String, String)> =
+            vec![(TOKEN_PATH.to_string(), "the pool token".to_string())];
+        let pvcs = self.pvc_volumes.get_ref().iter().map(|v| {
+            (
+                "pvc_volumes",
+                self.pvc_volumes.span(),
+                &v.path,
+                format!("PVC `{}`", v.claim),
+            )
+        });
+        let files = self.config_volumes.get_ref().iter().map(|v| {
+            (
+                "config_volumes",
+                self.config_volumes.span(),
+                &v.path,
+                format!("ConfigMap `{}`", v.config_map),
+            )
+        });
+        for (field, span, path, what) in pvcs.chain(files) {
+            let Some(at) = mount_point(path) else {
+                continue;
+            };
+            match taken.iter().find(|(p, _)| *p == at) {
+                Some((_, other)) => d.error(
+                    span,
+                    format!("[kubernetes] {field}: {what} is mounted at `{path}`, where {other} is mounted too"),
+                    "give each volume a path of its own (the API server refuses a Job with two mounts at one path)",
+                ),
+                None => taken.push((at, what)),
+            }
         }
     }
 
@@ -763,6 +816,28 @@ mod tests {
             "{out}"
         );
         assert!(!out.contains("`team` allows") && !out.contains("example.org/` allows"));
+    }
+
+    #[test]
+    fn two_site_volumes_at_one_place_and_unusable_paths_are_refused() {
+        let src = "namespace = \"osg\"\ntoken_key = \"a/b\"\n\
+                   pvc_volumes = [{ claim = \"cvmfs\", path = \"/cvmfs\" }, { claim = \"data\", path = \"/cvmfs/\" },\
+                   { claim = \"tok\", path = \"/etc/condor/tokens.d/prp-wn.token\" }, { claim = \"up\", path = \"/x/../etc\" }]\n\
+                   config_volumes = [{ config_map = \"site\", path = \"/cvmfs\" }, { config_map = \"dir\", path = \"/etc/condor/config.d/\" },\
+                   { config_map = \"ok\", path = \"/etc/condor/config.d/99-site.conf\" }]\n";
+        let out = diags(src).join("\n");
+        for expected in [
+            "pvc_volumes: PVC `data` is mounted at `/cvmfs/`, where PVC `cvmfs` is mounted too",
+            "pvc_volumes: PVC `tok` is mounted at `/etc/condor/tokens.d/prp-wn.token`, where the pool token is mounted too",
+            "pvc_volumes: claim `up` at `/x/../etc` is not a PVC name and an absolute path",
+            "config_volumes: ConfigMap `site` is mounted at `/cvmfs`, where PVC `cvmfs` is mounted too",
+            "config_volumes: ConfigMap `dir` at `/etc/condor/config.d/` is not a ConfigMap name and an absolute path to a file",
+            "token_key `a/b` is not a valid Secret key",
+        ] {
+            assert!(out.contains(expected), "missing {expected:?} in:\n{out}");
+        }
+        assert!(!out.contains("`ok`"), "{out}");
+        assert_eq!(out.matches("pilotd.toml:").count(), 6, "{out}");
     }
 
     #[test]

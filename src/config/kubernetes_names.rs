@@ -54,6 +54,56 @@ pub const PILOTD_ENV: [&str; 13] = [
 /// Resources pilotd sets from the shape (`resources` may add others, never these).
 pub const PILOTD_RESOURCES: [&str; 4] = ["cpu", "memory", "ephemeral-storage", "nvidia.com/gpu"];
 
+/// Where every worker's container reads the pool token (the worker image's `01_token.sh`):
+/// pilotd mounts the site's token secret there, so nothing else may be mounted at, above or
+/// below it.
+pub const TOKEN_PATH: &str = "/etc/condor/tokens.d/prp-wn.token";
+
+/// A mount path as the container sees it, to compare mounts: absolute, `//` and `.` parts
+/// dropped, no trailing `/`. `None` for a relative path or one with a `..` part (which would
+/// name another place than it reads as). The API server compares mount paths as strings
+/// ("must be unique"); the runtime mounts `/data` and `/data/` at one place, so pilotd
+/// compares them as this.
+pub fn mount_point(path: &str) -> Option<String> {
+    let rest = path.strip_prefix('/')?;
+    let mut out = String::new();
+    for part in rest.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => return None,
+            p => {
+                out.push('/');
+                out.push_str(p);
+            }
+        }
+    }
+    Some(if out.is_empty() { "/".into() } else { out })
+}
+
+/// Whether one of two mount points (from `mount_point`) is the other or lies under it: a
+/// mount there would hide the other one, or be hidden by it.
+pub fn mounts_overlap(a: &str, b: &str) -> bool {
+    let under = |inner: &str, outer: &str| {
+        outer == "/"
+            || inner == outer
+            || inner
+                .strip_prefix(outer)
+                .is_some_and(|r| r.starts_with('/'))
+    };
+    under(a, b) || under(b, a)
+}
+
+/// A ConfigMap or Secret key (`IsConfigMapKey`): at most 253 of `[-._a-zA-Z0-9]`, neither `.`
+/// nor `..` nor starting with `..`. pilotd uses the key as the file's name in the volume too.
+pub fn is_config_map_key(k: &str) -> bool {
+    !k.is_empty()
+        && k.len() <= 253
+        && k.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && k != "."
+        && !k.starts_with("..")
+}
+
 /// Why a label key is not one the site or a job may set, if it is reserved.
 pub fn reserved_label(key: &str) -> Option<&'static str> {
     if PILOTD_LABELS.contains(&key) || key.starts_with("pilotd.io/") {
@@ -242,6 +292,27 @@ mod tests {
         assert!(!is_dns_subdomain("Data") && !is_dns_subdomain("a..b") && !is_dns_subdomain("a_b"));
         assert!(is_resource_name("nvidia.com/gpu") && is_resource_name("hugepages-2Mi"));
         assert!(!is_resource_name("gpu") && !is_resource_name("kubernetes.io/x"));
+    }
+
+    #[test]
+    fn mount_points_compare_as_the_container_sees_them() {
+        assert_eq!(mount_point("/data/").as_deref(), Some("/data"));
+        assert_eq!(mount_point("//data/./x").as_deref(), Some("/data/x"));
+        assert_eq!(mount_point("/").as_deref(), Some("/"));
+        assert_eq!(mount_point("data"), None);
+        assert_eq!(mount_point("/data/../etc"), None);
+        assert!(mounts_overlap("/etc/condor", TOKEN_PATH));
+        assert!(mounts_overlap(TOKEN_PATH, "/etc/condor/tokens.d"));
+        assert!(mounts_overlap("/", "/cvmfs") && mounts_overlap("/cvmfs", "/cvmfs"));
+        assert!(!mounts_overlap(
+            "/etc/condor/tokens",
+            "/etc/condor/tokens.d"
+        ));
+        assert!(!mounts_overlap("/data", "/data2"));
+        assert!(is_config_map_key("40_glidein.config") && is_config_map_key("prp-wn.token"));
+        for bad in ["", ".", "..", "..x", "a/b", "a b"] {
+            assert!(!is_config_map_key(bad), "{bad}");
+        }
     }
 
     #[test]

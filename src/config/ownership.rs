@@ -1,7 +1,10 @@
 //! Who may change the files a root daemon takes orders from (sshd's StrictModes): pilotd.toml
 //! and the owner's policy must be root's and writable by nobody else; the pool token must
-//! exist, be root's, and be readable by neither others nor anyone who could swap it. Each
-//! refusal says what `chown`/`chmod` to run.
+//! exist, be root's, and be readable by neither others nor anyone who could swap it. A file
+//! is only as safe as the directories that hold it: whoever may write one of them can put
+//! another file in its place, so every directory up to `/` must be root's and writable by
+//! nobody else, or sticky (as /tmp: there only an entry's owner may rename or remove it).
+//! Each refusal says what `chown`/`chmod` to run. `check`, `run` and every reload ask it.
 
 use super::ConfigError;
 use std::os::unix::fs::MetadataExt;
@@ -26,8 +29,58 @@ fn insecure(path: &Path, reason: String, mode: &str) -> ConfigError {
     }
 }
 
-/// Root's, and writable by neither its group nor others; `mode` is the mode the hint asks for.
+/// Root's, and writable by neither its group nor others, in directories only root can change;
+/// `mode` is the mode the hint asks for.
 pub fn only_root_writes(path: &Path, what: &str, mode: &str) -> Result<(), ConfigError> {
+    file_only_root_writes(path, what, mode)?;
+    directories_only_root_writes(path, what)
+}
+
+/// Every directory from the one holding `path` (its real place: symlinks resolved, so a link
+/// into someone's home is judged by the home) up to `/`: root's, and writable by neither its
+/// group nor others unless sticky.
+fn directories_only_root_writes(path: &Path, what: &str) -> Result<(), ConfigError> {
+    let real = std::fs::canonicalize(path).map_err(|e| ConfigError::Read {
+        path: path.to_path_buf(),
+        source: e,
+        hint: "check the path".into(),
+    })?;
+    for dir in real.ancestors().skip(1) {
+        let m = meta(dir, "check the path")?;
+        let reason = if m.uid() != 0 {
+            format!(
+                "the directory {} holding {what} is owned by uid {}, not root: its owner can put another file in its place",
+                dir.display(),
+                m.uid()
+            )
+        } else if m.mode() & 0o022 != 0 && m.mode() & 0o1000 == 0 {
+            format!(
+                "the directory {} holding {what} is writable by {} (mode {:o}): whoever can write it can put another file in its place",
+                dir.display(),
+                if m.mode() & 0o002 != 0 {
+                    "everyone"
+                } else {
+                    "its group"
+                },
+                m.mode() & 0o7777
+            )
+        } else {
+            continue;
+        };
+        return Err(ConfigError::Insecure {
+            path: path.to_path_buf(),
+            reason,
+            hint: format!(
+                "only root may be able to change it: run `chown root:root {0} && chmod go-w {0}`, or keep the file elsewhere",
+                dir.display()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The file itself: root's, and writable by neither its group nor others.
+fn file_only_root_writes(path: &Path, what: &str, mode: &str) -> Result<(), ConfigError> {
     let m = meta(path, "check the path")?;
     let reason = if m.uid() != 0 {
         format!("{what} is owned by uid {}, not root", m.uid())
@@ -116,6 +169,37 @@ mod tests {
         } else {
             // Not root's: refused whatever the mode.
             assert!(secret(&ok).unwrap_err().to_string().contains("not root"));
+        }
+        if root {
+            // A directory others may write, unless sticky: the file's place is not safe.
+            let open = dir.path().join("open");
+            std::fs::create_dir(&open).unwrap();
+            let inside = with_mode(&open, "policy.toml", 0o644);
+            for (mode, refused) in [
+                (0o777, true),
+                (0o775, true),
+                (0o1777, false),
+                (0o755, false),
+            ] {
+                std::fs::set_permissions(&open, std::fs::Permissions::from_mode(mode)).unwrap();
+                let r = only_root_writes(&inside, "the owner's policy", "644");
+                assert_eq!(r.is_err(), refused, "{mode:o}: {r:?}");
+                if let Err(e) = r {
+                    let e = e.to_string();
+                    assert!(
+                        e.contains(&format!(
+                            "the directory {} holding the owner's policy is writable by",
+                            open.display()
+                        )) && e.contains("chmod go-w"),
+                        "{e}"
+                    );
+                }
+            }
+            // A symlink is judged by where it leads.
+            std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+            let link = dir.path().join("link.toml");
+            std::os::unix::fs::symlink(&inside, &link).unwrap();
+            assert!(only_root_writes(&link, "x", "644").is_err());
         }
         let e = secret(&dir.path().join("missing")).unwrap_err().to_string();
         assert!(e.contains("missing") && e.contains("must exist"), "{e}");

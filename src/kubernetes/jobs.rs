@@ -6,7 +6,8 @@ use crate::config::kubernetes::{
     AffinityOperator, AffinityRule, ConfigVolume, PullPolicy, PvcVolume, is_label_key,
     is_label_value,
 };
-use crate::config::kubernetes_names::reserved_label;
+pub use crate::config::kubernetes_names::TOKEN_PATH;
+use crate::config::kubernetes_names::{mount_point, mounts_overlap, reserved_label};
 use crate::kubernetes::encoding::parse_dict;
 use crate::kubernetes::identity::{self, PROVISIONER_TYPE};
 use crate::kubernetes::shape::ShapeKey;
@@ -23,8 +24,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-/// Where the worker image's `01_token.sh` reads the pool token.
-pub const TOKEN_PATH: &str = "/etc/condor/tokens.d/prp-wn.token";
 /// The node label GPU product names are matched against (NVIDIA GPU feature discovery).
 pub const GPU_PRODUCT_LABEL: &str = "nvidia.com/gpu.product";
 /// Idle shutdown the older worker image read from its env; ospool-ep ignores it and uses
@@ -396,7 +395,7 @@ fn worker_volumes(
             v.host_to_container,
         );
     }
-    job_disk_volumes(key, pods, &mut volumes, &mut mounts)?;
+    job_disk_volumes(key, pods, &site_mounts(pods), &mut volumes, &mut mounts)?;
     for (i, v) in pods.config_volumes.iter().enumerate() {
         let (volume, mount) = config_map_file(format!("cm-{i}"), v);
         volumes.push(volume);
@@ -408,33 +407,82 @@ fn worker_volumes(
     Ok((volumes, mounts))
 }
 
-/// The job's `RequestDiskVolumes`, each a PVC the site allows, mounted where the job says.
+/// What the site and pilotd mount into every worker, by mount point (`mount_point`), each
+/// with what it is, for a refusal to name.
+fn site_mounts(pods: &PodTemplate) -> Vec<(String, String)> {
+    let pvcs = pods.pvc_volumes.iter().map(|v| {
+        (
+            v.path.as_str(),
+            format!("the site's PVC `{}` ([kubernetes] pvc_volumes)", v.claim),
+        )
+    });
+    let files = pods.config_volumes.iter().map(|v| {
+        (
+            v.path.as_str(),
+            format!(
+                "the site's ConfigMap `{}` ([kubernetes] config_volumes)",
+                v.config_map
+            ),
+        )
+    });
+    pvcs.chain(files)
+        .chain([(TOKEN_PATH, "the pool token".to_string())])
+        .filter_map(|(path, what)| Some((mount_point(path)?, what)))
+        .collect()
+}
+
+/// The job's `RequestDiskVolumes`, each a PVC the site allows, mounted where the job says:
+/// never where another of its volumes is (the API server refuses the Job: "must be unique"),
+/// nor at, above or inside anything the site or pilotd mounts (`site`): a job's volume must
+/// not hide the pool token, the site's files or its PVCs, nor reach into them.
 fn job_disk_volumes(
     key: &ShapeKey,
     pods: &PodTemplate,
+    site: &[(String, String)],
     volumes: &mut Vec<Volume>,
     mounts: &mut Vec<VolumeMount>,
 ) -> Result<(), JobError> {
     let bad = |entry: &str, problem: &str| bad_field(key, "RequestDiskVolumes", entry, problem);
+    let mut own: Vec<(String, String)> = Vec::new();
     for (i, (claim, path)) in parse_dict(&key.disk_volumes)
         .map_err(|e| bad(&key.disk_volumes, &e.to_string()))?
         .into_iter()
         .enumerate()
     {
         let (path, ro, h2c) = mount_flags(&path);
-        if claim.is_empty() || !path.starts_with('/') {
+        let entry = format!("{claim}:{path}");
+        let Some(at) = mount_point(path).filter(|_| !claim.is_empty()) else {
             return Err(bad(
-                &format!("{claim}:{path}"),
-                "must be PVC_NAME:/absolute/mount/path",
+                &entry,
+                "must be PVC_NAME:/absolute/mount/path (no `..` in the path)",
             ));
-        }
+        };
         // Any OSPool user sets RequestDiskVolumes: only PVCs the site allows are mounted.
         if !pods.job_volume_allow.contains(&claim) {
+            return Err(bad(&entry, "is not in [kubernetes] job_volume_allow"));
+        }
+        if let Some((_, other)) = own.iter().find(|(p, _)| *p == at) {
             return Err(bad(
-                &format!("{claim}:{path}"),
-                "is not in [kubernetes] job_volume_allow",
+                &entry,
+                &format!(
+                    "mounts at {at}, where the job's `{other}` is mounted too: give each volume a path of its own"
+                ),
             ));
         }
+        if let Some((p, what)) = site.iter().find(|(p, _)| mounts_overlap(p, &at)) {
+            let place = if *p == at {
+                format!("at {at}, where {what} is mounted")
+            } else if p.starts_with(&at) {
+                format!("at {at}, over {what} at {p}")
+            } else {
+                format!("at {at}, inside {what} at {p}")
+            };
+            return Err(bad(
+                &entry,
+                &format!("mounts {place}: choose a path apart from it"),
+            ));
+        }
+        own.push((at, entry.clone()));
         pvc_mount(
             volumes,
             mounts,

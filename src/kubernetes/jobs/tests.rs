@@ -281,6 +281,67 @@ fn job_labels_and_volumes_reach_the_pod_only_when_the_site_allows_them() {
     assert!(e.contains("RequestDiskVolumes entry `home-of-someone:/data` is not in [kubernetes] job_volume_allow"), "{e}");
 }
 
+/// A job's volumes never share a mount point (the API server would refuse the Job) nor sit at,
+/// above or inside what the site and pilotd mount; each refusal names the entry and why.
+#[test]
+fn job_volumes_at_a_taken_place_are_refused_with_what_is_there() {
+    let c = cfg("job_volume_allow = [\"a\", \"b\"]\n\
+         [[pvc_volumes]]\nclaim = \"cvmfs\"\npath = \"/cvmfs\"\n\
+         [[config_volumes]]\nconfig_map = \"wn-config\"\npath = \"/etc/condor/config.d/40_glidein.config\"\n");
+    let with = |volumes: &str| ShapeKey {
+        disk_volumes: volumes.into(),
+        ..key("1;4096;8000000;;0;;")
+    };
+    let ok = job_body(&with("a:/data,b:!/data/cache,a:/other"), &c, "n").unwrap();
+    let mounts = ok.spec.unwrap().template.spec.unwrap().containers[0]
+        .volume_mounts
+        .clone()
+        .unwrap();
+    assert_eq!(
+        mounts.len(),
+        6,
+        "cvmfs, three of the job's, the ConfigMap file, the token"
+    );
+    for (volumes, why) in [
+        (
+            "a:/data,b:/data/",
+            "entry `b:/data/` mounts at /data, where the job's `a:/data` is mounted too",
+        ),
+        (
+            "a:/etc/condor/tokens.d/prp-wn.token",
+            "mounts at /etc/condor/tokens.d/prp-wn.token, where the pool token is mounted",
+        ),
+        (
+            "a:/etc/condor",
+            "mounts at /etc/condor, over the site's ConfigMap `wn-config` ([kubernetes] config_volumes) at /etc/condor/config.d/40_glidein.config",
+        ),
+        (
+            "a:/etc/condor/tokens.d",
+            "mounts at /etc/condor/tokens.d, over the pool token at /etc/condor/tokens.d/prp-wn.token",
+        ),
+        (
+            "a:#/",
+            "mounts at /, over the site's PVC `cvmfs` ([kubernetes] pvc_volumes) at /cvmfs",
+        ),
+        (
+            "b:/cvmfs/x",
+            "mounts at /cvmfs/x, inside the site's PVC `cvmfs` ([kubernetes] pvc_volumes) at /cvmfs",
+        ),
+        (
+            "a:/etc/condor/config.d/40_glidein.config",
+            "where the site's ConfigMap `wn-config` ([kubernetes] config_volumes) is mounted",
+        ),
+        (
+            "a:/x/../etc",
+            "must be PVC_NAME:/absolute/mount/path (no `..` in the path)",
+        ),
+    ] {
+        let e = job_body(&with(volumes), &c, "n").unwrap_err().to_string();
+        assert!(e.contains("RequestDiskVolumes entry `"), "{volumes}: {e}");
+        assert!(e.contains(why), "{volumes}: {e}");
+    }
+}
+
 #[test]
 fn job_gpu_types_are_intersected_with_the_sites_gpu_product_rule() {
     // The IceCube configuration: GPU nodes of these products only.

@@ -299,16 +299,20 @@ impl Backend for FakeBackend {
     }
 
     /// SIGTERM, then SIGKILL after `grace`, as the engine does: a worker that honours SIGTERM
-    /// ends at once (143); one that ignores it (`ignores_term`), or is paused (a frozen
-    /// process gets no signal), is killed once `grace` has passed (137).
+    /// ends at once (143); one that ignores it (`ignores_term`) is killed once `grace` has
+    /// passed (137). A paused worker is resumed first, so it gets the SIGTERM like a running
+    /// one: the engine (20.10 and later) resumes a paused container it is asked to stop, and
+    /// the Docker backend thaws a worker it froze itself before it asks
+    /// (`docker::engine_refusals` checks the engine's part).
     async fn stop(&self, id: &str, grace: Duration) -> Result<(), BackendError> {
         let waits = {
             let mut w = self.call(format!("stop {}s {id}", grace.as_secs()))?;
             w.stopped_with.push((id.to_string(), grace));
             let ignores = w.ignores_term.contains(id);
             match w.workers.iter().find(|x| x.id == id).map(|x| x.state) {
-                Some(WorkerState::Paused) => true,
-                Some(WorkerState::Running | WorkerState::Restarting) => ignores,
+                Some(WorkerState::Running | WorkerState::Paused | WorkerState::Restarting) => {
+                    ignores
+                }
                 Some(_) => return Ok(()),
                 None => {
                     return already_there(
@@ -455,20 +459,28 @@ mod tests {
         assert_eq!(state(&b, "r"), Some((Running, None)));
     }
 
-    /// A stop honours its grace: SIGTERM ends a worker that heeds it at once (143); one that
-    /// ignores it, or is paused, is killed once the grace has passed (137). Every grace asked
-    /// is recorded.
+    /// A stop honours its grace: SIGTERM ends a worker that heeds it at once (143), paused or
+    /// not (it is resumed to get the signal, as the engine does); one that ignores it, paused
+    /// or not, is killed once the grace has passed (137). Every grace asked is recorded.
     #[tokio::test]
     async fn stop_honours_the_grace() {
         use WorkerState::*;
-        let b = world(&[("heeds", Running), ("deaf", Running), ("frozen", Paused)]);
+        let b = world(&[
+            ("heeds", Running),
+            ("frozen", Paused),
+            ("deaf", Running),
+            ("frozen-deaf", Paused),
+        ]);
         b.lock().ignores_term.insert("deaf".into());
+        b.lock().ignores_term.insert("frozen-deaf".into());
         let grace = Duration::from_millis(300);
-        let t0 = Instant::now();
-        b.stop("heeds", grace).await.unwrap();
-        assert!(t0.elapsed() < grace, "{:?}", t0.elapsed());
-        assert_eq!(state(&b, "heeds"), Some((Exited, Some(143))));
-        for id in ["deaf", "frozen"] {
+        for id in ["heeds", "frozen"] {
+            let t0 = Instant::now();
+            b.stop(id, grace).await.unwrap();
+            assert!(t0.elapsed() < grace, "{id}: {:?}", t0.elapsed());
+            assert_eq!(state(&b, id), Some((Exited, Some(143))), "{id}");
+        }
+        for id in ["deaf", "frozen-deaf"] {
             let t0 = Instant::now();
             b.stop(id, grace).await.unwrap();
             assert!(t0.elapsed() >= grace, "{id}: {:?}", t0.elapsed());
@@ -476,11 +488,9 @@ mod tests {
         }
         assert_eq!(
             b.lock().stopped_with,
-            vec![
-                ("heeds".to_string(), grace),
-                ("deaf".to_string(), grace),
-                ("frozen".to_string(), grace)
-            ]
+            ["heeds", "frozen", "deaf", "frozen-deaf"]
+                .map(|id| (id.to_string(), grace))
+                .to_vec()
         );
         // Stopping a stopped worker is done (the engine's 304), and removes it no more.
         b.stop("heeds", grace).await.unwrap();

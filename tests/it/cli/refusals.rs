@@ -324,3 +324,210 @@ fn check_warns_when_the_stored_manifest_would_be_refused() {
         "{out}"
     );
 }
+
+/// How a file others could change is made so, and what the refusal says of it.
+struct Fault {
+    what: &'static str,
+    make: fn(&Path),
+    says: fn(&str) -> String,
+}
+
+fn chown(path: &Path, uid: u32) {
+    nix::unistd::chown(path, Some(nix::unistd::Uid::from_raw(uid)), None).unwrap();
+}
+
+fn chmod(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// Every way someone but root could change a file pilotd obeys: its group or everyone may
+/// write it, it is someone else's, or its directory is writable by others.
+fn faults() -> [Fault; 4] {
+    [
+        Fault {
+            what: "group-writable",
+            make: |p| chmod(p, 0o664),
+            says: |name| format!("{name} is writable by its group (mode 664)"),
+        },
+        Fault {
+            what: "world-writable",
+            make: |p| chmod(p, 0o666),
+            says: |name| format!("{name} is writable by everyone (mode 666)"),
+        },
+        Fault {
+            what: "owned by nobody",
+            make: |p| chown(p, 65534),
+            says: |name| format!("{name} is owned by uid 65534, not root"),
+        },
+        Fault {
+            what: "in a directory everyone may write",
+            make: |p| chmod(p.parent().unwrap(), 0o777),
+            says: |name| format!("holding {name} is writable by everyone (mode 777)"),
+        },
+    ]
+}
+
+/// Moves the Setup's policy into a directory of its own (`owner/`), so that its directory can
+/// be opened to others while pilotd.toml's is not; its path.
+fn policy_in_its_own_directory(s: &crate::service::Setup) -> PathBuf {
+    let dir = s.path("owner");
+    std::fs::create_dir(&dir).unwrap();
+    chmod(&dir, 0o700);
+    let policy = dir.join("policy.toml");
+    std::fs::rename(s.path("policy.toml"), &policy).unwrap();
+    let site = std::fs::read_to_string(s.path("pilotd.toml")).unwrap();
+    let old = format!("policy = \"{}\"", s.path("policy.toml").display());
+    assert!(site.contains(&old), "{site}");
+    std::fs::write(
+        s.path("pilotd.toml"),
+        site.replace(&old, &format!("policy = \"{}\"", policy.display())),
+    )
+    .unwrap();
+    policy
+}
+
+/// Puts the file (and its directory) back as root keeps them.
+fn restore(path: &Path) {
+    chown(path, 0);
+    chmod(path, 0o644);
+    chmod(path.parent().unwrap(), 0o700);
+}
+
+/// pilotd.toml and the owner's policy, each made changeable by someone but root in every
+/// way: `check` refuses it (exit 2, the file, why, the fix), and so does `run`, which never
+/// gets to its first cycle; restored, both are taken.
+#[test]
+#[ignore = "needs root (a root daemon's StrictModes): tests/run.sh runs it as root"]
+fn check_and_run_refuse_pilotd_toml_and_the_policy_when_others_can_change_them() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "StrictModes is a root daemon's rule: run this test as root (tests/run.sh does)"
+    );
+    let s = crate::service::Setup::new("");
+    let policy = policy_in_its_own_directory(&s);
+    for (path, name) in [
+        (s.path("pilotd.toml"), "pilotd.toml"),
+        (policy, "the owner's policy"),
+    ] {
+        let file = path.file_name().unwrap().to_string_lossy().to_string();
+        for f in faults() {
+            (f.make)(&path);
+            let why = (f.says)(name);
+            let check = s.cmd().arg("check").output().unwrap();
+            let err = String::from_utf8_lossy(&check.stderr);
+            assert_eq!(
+                check.status.code(),
+                Some(2),
+                "check, {file} {}: {err}",
+                f.what
+            );
+            assert!(
+                err.contains(&format!("refusing to use {}", path.display())) && err.contains(&why),
+                "check, {file} {}: {err}",
+                f.what
+            );
+            assert!(
+                err.contains("hint: only root may be able to change it"),
+                "{err}"
+            );
+            let mut run = s
+                .cmd()
+                .arg("run")
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let status = crate::service::wait_exit(&mut run, std::time::Duration::from_secs(20));
+            let mut err = String::new();
+            std::io::Read::read_to_string(&mut run.stderr.take().unwrap(), &mut err).unwrap();
+            assert_eq!(status.code(), Some(2), "run, {file} {}: {err}", f.what);
+            assert!(err.contains(&why), "run, {file} {}: {err}", f.what);
+            assert!(
+                !s.path("state/status.json").exists(),
+                "run, {file} {}: no cycle ran",
+                f.what
+            );
+            restore(&path);
+        }
+    }
+    let check = s.cmd().arg("check").output().unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+}
+
+/// A running daemon sent SIGHUP after one of its files became changeable by someone but root
+/// (and was changed): it refuses the new file, says why and that it keeps the last good
+/// configuration, and goes on cycling; the same content, put back as root keeps it, is taken.
+#[test]
+#[ignore = "needs root (a root daemon's StrictModes): tests/run.sh runs it as root"]
+fn a_reload_refuses_a_file_others_can_change_and_keeps_the_last_good_one() {
+    use crate::service::{lines, signal, wait_exit, wait_line};
+    use nix::sys::signal::Signal;
+    use std::time::{Duration, Instant};
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "StrictModes is a root daemon's rule: run this test as root (tests/run.sh does)"
+    );
+    let s = crate::service::Setup::new("");
+    policy_in_its_own_directory(&s);
+    let mut child = s.run();
+    let log = lines(&mut child);
+    let mut seen = Vec::new();
+    wait_line(&log, "decision:", &mut seen);
+    let status = s.path("state/status.json");
+    let cycles_go_on = |child: &mut std::process::Child| {
+        let before = std::fs::metadata(&status).unwrap().modified().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::fs::metadata(&status).unwrap().modified().unwrap() <= before {
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "the daemon must keep running"
+            );
+            assert!(
+                Instant::now() < deadline,
+                "no cycle wrote the status in 10 s"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let policy = s.path("owner/policy.toml");
+    let site = s.path("pilotd.toml");
+    let changed_policy = format!(
+        "{}[share]\nworkers = 1\n",
+        std::fs::read_to_string(&policy).unwrap()
+    );
+    let changed_site = format!(
+        "{}\n[log]\nlevel = \"debug\"\n",
+        std::fs::read_to_string(&site).unwrap()
+    );
+    for (path, name, changed) in [
+        (&policy, "the owner's policy", &changed_policy),
+        (&site, "pilotd.toml", &changed_site),
+    ] {
+        for f in faults() {
+            std::fs::write(path, changed).unwrap();
+            (f.make)(path);
+            signal(&child, Signal::SIGHUP);
+            let line = wait_line(&log, "keeping the last good configuration", &mut seen);
+            assert!(line.contains("reload failed"), "{line}");
+            assert!(
+                line.contains(&format!("refusing to use {}", path.display()))
+                    && line.contains(&(f.says)(name)),
+                "{name} {}: {line}",
+                f.what
+            );
+            assert!(!line.contains("configuration reloaded"), "{line}");
+            cycles_go_on(&mut child);
+            // The same content, as root keeps it, is taken.
+            restore(path);
+            signal(&child, Signal::SIGHUP);
+            wait_line(&log, "configuration reloaded", &mut seen);
+        }
+    }
+    signal(&child, Signal::SIGTERM);
+    let status = wait_exit(&mut child, Duration::from_secs(20));
+    assert!(status.success(), "{status:?}");
+}

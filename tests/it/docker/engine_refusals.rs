@@ -161,3 +161,80 @@ fn the_engines_refusals_are_read_in_its_own_words() {
     rt.block_on(b.stop(&id, Duration::from_secs(1))).unwrap();
     rt.block_on(b.kill(&id)).unwrap();
 }
+
+/// A paused worker that honours SIGTERM, stopped: the engine resumes a container it paused
+/// before it signals it (Docker 20.10 and later), so the process gets the SIGTERM and ends at
+/// once with 143, long before the grace; the Docker backend thaws a worker it froze through
+/// the cgroup itself before it asks the engine, with the same end. The recording fake
+/// (src/volunteer/backend/fake.rs) stops a paused worker this way.
+#[test]
+#[ignore = "needs the Docker engine and the local registry: tests/run.sh sets them up and runs it"]
+fn a_paused_worker_that_honours_sigterm_is_resumed_and_ends_143() {
+    let instance = format!("paused-stop-{}", std::process::id());
+    let socket =
+        std::env::var("PILOTD_TEST_ENGINE_SOCKET").unwrap_or("unix:///var/run/docker.sock".into());
+    let path = socket.trim_start_matches("unix://").to_string();
+    let engine = EngineSettings {
+        socket,
+        instance: instance.clone(),
+        timeout: Duration::from_secs(10),
+    };
+    let b = DockerBackend::connect(&engine).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // PID 1 gets no signal it has no handler for: the trap is its SIGTERM handler (a worker
+    // has the engine's init for that), and `wait` returns as soon as the signal arrives.
+    let honours_term = || {
+        Container(
+            docker(&format!(
+                "run -d --label pilotd-test={instance} --entrypoint sh {REPO}:v1 \
+                 -c 'trap \"exit 143\" TERM; sleep 300 & wait'"
+            ))
+            .trim()
+            .to_string(),
+        )
+    };
+    let grace = Duration::from_secs(20);
+    let state = |id: &str| docker(&format!("inspect -f '{{{{.State.Status}}}}' {id}"));
+    let exit_code = |id: &str| docker(&format!("inspect -f '{{{{.State.ExitCode}}}}' {id}"));
+
+    // Paused by the engine.
+    let by_engine = honours_term();
+    let id = by_engine.0.clone();
+    // The trap is set before the engine pauses it (sh sets it first thing).
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        raw(&path, "POST", &format!("/containers/{id}/pause")),
+        "204"
+    );
+    assert_eq!(state(&id).trim(), "paused");
+    let t0 = Instant::now();
+    rt.block_on(b.stop(&id, grace)).unwrap();
+    let took = t0.elapsed();
+    assert_eq!(exit_code(&id).trim(), "143", "SIGTERM reached it");
+    assert!(
+        took < Duration::from_secs(5),
+        "ended by SIGTERM, not the grace: {took:?}"
+    );
+
+    // Frozen by the backend itself (the engine still lists it running).
+    let by_backend = honours_term();
+    let id = by_backend.0.clone();
+    std::thread::sleep(Duration::from_millis(500));
+    rt.block_on(b.pause(&id)).unwrap();
+    assert_eq!(
+        state(&id).trim(),
+        "running",
+        "frozen through its cgroup, not by the engine"
+    );
+    let t0 = Instant::now();
+    rt.block_on(b.stop(&id, grace)).unwrap();
+    let took = t0.elapsed();
+    assert_eq!(exit_code(&id).trim(), "143", "SIGTERM reached it");
+    assert!(
+        took < Duration::from_secs(5),
+        "ended by SIGTERM, not the grace: {took:?}"
+    );
+}

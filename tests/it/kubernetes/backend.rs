@@ -348,8 +348,11 @@ async fn post_job(fake: &FakeKube, body: &serde_json::Value) -> (u16, serde_json
 }
 
 /// The fake validates a created Job as the API server does: a malformed name, label, container
-/// name, quantity or restart policy is a 422 `Invalid` naming the field, and the same body
-/// with that one point right is created (so each refusal comes from the point under test).
+/// name, quantity or restart policy, a volume name that is not a DNS-1123 label or is taken, a
+/// mount of no volume or at a path taken, an env name the server refuses, a request above its
+/// limit (or unlike it, for a GPU), a ConfigMap key that is not one: each is a 422 `Invalid`
+/// naming the field(s), in the server's words, and the same body with that one point right is
+/// created (so each refusal comes from the point under test).
 #[tokio::test]
 async fn the_fake_refuses_an_invalid_job_as_the_api_server_does() {
     let fake = FakeKube::start().await;
@@ -358,39 +361,65 @@ async fn the_fake_refuses_an_invalid_job_as_the_api_server_does() {
             "apiVersion": "batch/v1", "kind": "Job",
             "metadata": {"name": name, "labels": {"prp-htcondor-portal": "wn", "PodCPUs": "8"}},
             "spec": {"template": {"metadata": {"labels": {"prp-htcondor-portal": "wn"}},
-                "spec": {"restartPolicy": "Never", "containers": [{"name": "htcondor", "image": "x",
-                    "resources": {"requests": {"cpu": "500m", "memory": "32000Mi", "ephemeral-storage": 8e9},
+                "spec": {"restartPolicy": "Never",
+                    "volumes": [
+                        {"name": "pvc-0", "persistentVolumeClaim": {"claimName": "cvmfs"}},
+                        {"name": "cm-0", "configMap": {"name": "wn-config", "items": [{"key": "40_glidein.config", "path": "40_glidein.config"}]}},
+                        {"name": "token", "secret": {"secretName": "s", "items": [{"key": "prp-wn.token", "path": "prp-wn.token"}]}}
+                    ],
+                    "containers": [{"name": "htcondor", "image": "x",
+                    "env": [{"name": "GLIDEIN_Site", "value": "x"}, {"name": "my.env-name", "value": "y"}],
+                    "volumeMounts": [
+                        {"name": "pvc-0", "mountPath": "/cvmfs"},
+                        {"name": "cm-0", "mountPath": "/etc/condor/config.d/40_glidein.config", "subPath": "40_glidein.config"},
+                        {"name": "token", "mountPath": "/etc/condor/tokens.d/prp-wn.token", "subPath": "prp-wn.token"}
+                    ],
+                    "resources": {"requests": {"cpu": "500m", "memory": "32000Mi", "ephemeral-storage": 8e9, "nvidia.com/gpu": "1"},
                                   "limits": {"cpu": 8, "memory": "33.5Gi", "nvidia.com/gpu": "1"}}}]}}}
         })
     };
     type Spoil = fn(&mut serde_json::Value);
-    let spoils: [(&str, &str, Spoil); 11] = [
-        ("an upper-case name", "metadata.name", |j| {
+    const C: &str = "spec.template.spec.containers[0]";
+    let spoils: Vec<(&str, Vec<String>, Spoil)> = vec![
+        ("an upper-case name", vec!["metadata.name".into()], |j| {
             j["metadata"]["name"] = json!("Osg-direct-1")
         }),
-        ("an underscore in the name", "metadata.name", |j| {
-            j["metadata"]["name"] = json!("osg_direct-1")
-        }),
-        ("a name over 63", "spec.template.labels", |j| {
+        (
+            "an underscore in the name",
+            vec!["metadata.name".into()],
+            |j| j["metadata"]["name"] = json!("osg_direct-1"),
+        ),
+        ("a name over 63", vec!["spec.template.labels".into()], |j| {
             j["metadata"]["name"] = json!(format!("osg-direct-{}", "a".repeat(60)))
         }),
-        ("a label value with a space", "metadata.labels", |j| {
-            j["metadata"]["labels"]["PodCPUs"] = json!("8 cpus")
-        }),
-        ("a label value over 63", "spec.template.labels", |j| {
-            j["spec"]["template"]["metadata"]["labels"]["k"] = json!("v".repeat(64))
-        }),
-        ("a label key with two slashes", "metadata.labels", |j| {
-            j["metadata"]["labels"]["a/b/c"] = json!("x")
-        }),
+        (
+            "a label value with a space",
+            vec!["metadata.labels".into()],
+            |j| j["metadata"]["labels"]["PodCPUs"] = json!("8 cpus"),
+        ),
+        (
+            "a label value over 63",
+            vec!["spec.template.labels".into()],
+            |j| j["spec"]["template"]["metadata"]["labels"]["k"] = json!("v".repeat(64)),
+        ),
+        (
+            "a label key with two slashes",
+            vec!["metadata.labels".into()],
+            |j| j["metadata"]["labels"]["a/b/c"] = json!("x"),
+        ),
+        (
+            "an annotation key with a space",
+            vec!["spec.template.annotations".into()],
+            |j| j["spec"]["template"]["metadata"]["annotations"] = json!({"bad key": "x"}),
+        ),
         (
             "a container name with a dot",
-            "spec.template.spec.containers[0].name",
+            vec![format!("{C}.name")],
             |j| j["spec"]["template"]["spec"]["containers"][0]["name"] = json!("htcondor.1"),
         ),
         (
             "a quantity with a unit of its own",
-            "spec.template.spec.containers[0].resources.requests[memory]",
+            vec![format!("{C}.resources.requests[memory]")],
             |j| {
                 j["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["memory"] =
                     json!("32 GB")
@@ -398,7 +427,7 @@ async fn the_fake_refuses_an_invalid_job_as_the_api_server_does() {
         ),
         (
             "a quantity in KB",
-            "spec.template.spec.containers[0].resources.limits[memory]",
+            vec![format!("{C}.resources.limits[memory]")],
             |j| {
                 j["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"] =
                     json!("1KB")
@@ -406,12 +435,12 @@ async fn the_fake_refuses_an_invalid_job_as_the_api_server_does() {
         ),
         (
             "restartPolicy Always",
-            "spec.template.spec.restartPolicy",
+            vec!["spec.template.spec.restartPolicy".into()],
             |j| j["spec"]["template"]["spec"]["restartPolicy"] = json!("Always"),
         ),
         (
             "no restartPolicy",
-            "spec.template.spec.restartPolicy",
+            vec!["spec.template.spec.restartPolicy".into()],
             |j| {
                 j["spec"]["template"]["spec"]
                     .as_object_mut()
@@ -419,33 +448,175 @@ async fn the_fake_refuses_an_invalid_job_as_the_api_server_does() {
                     .remove("restartPolicy");
             },
         ),
+        (
+            // The second is not taken: the mount of cm-0 names no volume.
+            "two volumes of one name",
+            vec![
+                "spec.template.spec.volumes[1].name".into(),
+                format!("{C}.volumeMounts[1].name"),
+            ],
+            |j| j["spec"]["template"]["spec"]["volumes"][1]["name"] = json!("pvc-0"),
+        ),
+        (
+            // The volume is not taken, so its mount names no volume.
+            "a volume name that is not a DNS-1123 label",
+            vec![
+                "spec.template.spec.volumes[0].name".into(),
+                format!("{C}.volumeMounts[0].name"),
+            ],
+            |j| {
+                j["spec"]["template"]["spec"]["volumes"][0]["name"] = json!("pvc_0");
+                j["spec"]["template"]["spec"]["containers"][0]["volumeMounts"][0]["name"] =
+                    json!("pvc_0");
+            },
+        ),
+        (
+            "a mount of no volume",
+            vec![format!("{C}.volumeMounts[2].name")],
+            |j| {
+                j["spec"]["template"]["spec"]["containers"][0]["volumeMounts"][2]["name"] =
+                    json!("job-pvc-0")
+            },
+        ),
+        (
+            "two mounts at one path",
+            vec![format!("{C}.volumeMounts[2].mountPath")],
+            |j| {
+                j["spec"]["template"]["spec"]["containers"][0]["volumeMounts"][2]["mountPath"] =
+                    json!("/cvmfs")
+            },
+        ),
+        (
+            "a subPath out of the volume",
+            vec![format!("{C}.volumeMounts[1].subPath")],
+            |j| {
+                j["spec"]["template"]["spec"]["containers"][0]["volumeMounts"][1]["subPath"] =
+                    json!("../x")
+            },
+        ),
+        (
+            // A volume with an error is not one a mount may name (`ValidateVolumes`).
+            "a ConfigMap key that is a path",
+            vec![
+                "spec.template.spec.volumes[1].configMap.items[0].key".into(),
+                format!("{C}.volumeMounts[1].name"),
+            ],
+            |j| {
+                j["spec"]["template"]["spec"]["volumes"][1]["configMap"]["items"][0]["key"] =
+                    json!("config.d/40_glidein.config")
+            },
+        ),
+        (
+            "an env name with a space",
+            vec![format!("{C}.env[1].name")],
+            |j| j["spec"]["template"]["spec"]["containers"][0]["env"][1]["name"] = json!("MY VAR"),
+        ),
+        (
+            "an env name starting with a digit",
+            vec![format!("{C}.env[0].name")],
+            |j| j["spec"]["template"]["spec"]["containers"][0]["env"][0]["name"] = json!("1X"),
+        ),
+        (
+            "an empty env name",
+            vec![format!("{C}.env[0].name"), format!("{C}.env[0].name")],
+            |j| j["spec"]["template"]["spec"]["containers"][0]["env"][0]["name"] = json!(""),
+        ),
+        (
+            "a request above its limit",
+            vec![format!("{C}.resources.requests")],
+            |j| {
+                j["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["memory"] =
+                    json!("34Gi")
+            },
+        ),
+        (
+            "a GPU request below its limit",
+            vec![format!("{C}.resources.requests")],
+            |j| {
+                j["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] =
+                    json!("2")
+            },
+        ),
     ];
-    for (i, (what, field, spoil)) in spoils.into_iter().enumerate() {
+    let n = spoils.len();
+    for (i, (what, fields, spoil)) in spoils.into_iter().enumerate() {
         let name = format!("osg-direct-{i}");
         let mut bad = body(&name);
         spoil(&mut bad);
         let (code, answer) = post_job(&fake, &bad).await;
         assert_eq!(code, 422, "{what}: {answer}");
         assert_eq!(answer["kind"], "Status", "{what}");
+        assert_eq!(answer["status"], "Failure", "{what}");
         assert_eq!(answer["reason"], "Invalid", "{what}: {answer}");
         assert_eq!(answer["code"], 422, "{what}");
-        let fields: Vec<&str> = answer["details"]["causes"]
+        assert_eq!(answer["details"]["kind"], "Job", "{what}");
+        assert_eq!(answer["details"]["group"], "batch", "{what}");
+        let got: Vec<&str> = answer["details"]["causes"]
             .as_array()
             .unwrap()
             .iter()
             .filter_map(|c| c["field"].as_str())
             .collect();
-        assert_eq!(fields, [field], "{what}: {answer}");
+        assert_eq!(got, fields, "{what}: {answer}");
         assert!(
-            answer["message"]
-                .as_str()
-                .unwrap()
-                .starts_with("Job.batch \""),
+            answer["message"].as_str().unwrap().starts_with(&format!(
+                "Job.batch \"{}\" is invalid: ",
+                bad["metadata"]["name"].as_str().unwrap()
+            )),
             "{what}: {answer}"
         );
         // The control: the same body, unspoiled.
         let (code, answer) = post_job(&fake, &body(&name)).await;
         assert_eq!(code, 201, "{what}, control: {answer}");
     }
-    assert_eq!(fake.jobs().len(), 11, "only the controls were created");
+    assert_eq!(fake.jobs().len(), n, "only the controls were created");
+}
+
+/// The words of a refusal, as the API server answers (`NewInvalid`: the message joins
+/// `field: ErrorBody` of every cause; each cause carries its `field.ErrorType`).
+#[tokio::test]
+async fn the_fakes_refusals_are_in_the_api_servers_words() {
+    let fake = FakeKube::start().await;
+    let job = json!({
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "w"},
+        "spec": {"template": {"spec": {"restartPolicy": "Never",
+            "volumes": [{"name": "a", "emptyDir": {}}, {"name": "a", "emptyDir": {}}],
+            "containers": [{"name": "c", "image": "x",
+                "env": [{"name": "MY VAR"}],
+                "volumeMounts": [{"name": "a", "mountPath": "/d"}, {"name": "b", "mountPath": "/d"}],
+                "resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}]}}}
+    });
+    let (code, answer) = post_job(&fake, &job).await;
+    assert_eq!(code, 422);
+    let causes: Vec<(String, String, String)> = answer["details"]["causes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["reason"].as_str().unwrap().to_string(),
+                c["field"].as_str().unwrap().to_string(),
+                c["message"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let c = "spec.template.spec.containers[0]";
+    let want = [
+        ("FieldValueDuplicate", "spec.template.spec.volumes[1].name".to_string(), "Duplicate value: \"a\"".to_string()),
+        ("FieldValueInvalid", format!("{c}.env[0].name"), "Invalid value: \"MY VAR\": a valid environment variable name must consist of alphabetic characters, digits, '_', '-', or '.', and must not start with a digit (e.g. 'my.env-name',  or 'MY_ENV.NAME',  or 'MyEnvName1', regex used for validation is '[-._a-zA-Z][-._a-zA-Z0-9]*')".to_string()),
+        ("FieldValueNotFound", format!("{c}.volumeMounts[1].name"), "Not found: \"b\"".to_string()),
+        ("FieldValueInvalid", format!("{c}.volumeMounts[1].mountPath"), "Invalid value: \"/d\": must be unique".to_string()),
+        ("FieldValueInvalid", format!("{c}.resources.requests"), "Invalid value: \"2\": must be less than or equal to cpu limit of 1".to_string()),
+    ];
+    let want: Vec<(String, String, String)> = want
+        .into_iter()
+        .map(|(r, f, m)| (r.to_string(), f, m))
+        .collect();
+    assert_eq!(causes, want, "{answer}");
+    let joined: Vec<String> = want.iter().map(|(_, f, m)| format!("{f}: {m}")).collect();
+    assert_eq!(
+        answer["message"],
+        format!("Job.batch \"w\" is invalid: [{}]", joined.join(", "))
+    );
+    assert!(fake.jobs().is_empty());
 }

@@ -515,3 +515,78 @@ async fn max_at_once(pool: &Pool, fake: &FakeKube, extra: &str) -> usize {
     assert_eq!(counts.len(), 8, "every schedd queried once: {text}");
     counts.into_iter().max().unwrap()
 }
+
+/// A job's `RequestDiskVolumes` reach its pod each at a place of its own: two at one path (as
+/// a string, which the API server refuses, or as a place: `/data` and `/data/`), or
+/// one at, above or inside a path the site or pilotd mounts (the pool token, a ConfigMap
+/// file), are refused by pilotd with the reason in the plan and never sent; the shape whose
+/// volumes are apart is created, and the fake API server (which refuses what a real one does:
+/// two volumes of one name, two mounts at one path) accepts its Job.
+#[tokio::test]
+async fn job_volumes_at_a_taken_place_are_refused_never_sent() {
+    let pool = Pool::new();
+    pool.write(
+        "jobs-ap20.uc.osg-htc.org.txt",
+        "101 0 1 1 4096 8000000 0 undefined undefined \"data-a:/data,data-b:!/scratch\" false\n\
+         102 0 1 2 4096 8000000 0 undefined undefined \"data-a:/data,data-b:/data\" false\n\
+         105 0 1 5 4096 8000000 0 undefined undefined \"data-a:/data,data-b:/data/\" false\n\
+         103 0 1 3 4096 8000000 0 undefined undefined \"data-a:/etc/condor/tokens.d\" false\n\
+         104 0 1 4 4096 8000000 0 undefined undefined \"data-b:/etc/condor/config.d/40_glidein.config\" false\n",
+    );
+    pool.write("jobs-ap21.uc.osg-htc.org.txt", "");
+    let fake = FakeKube::start().await;
+    let cfg = pool.config(
+        "job_volume_allow = [\"data-a\", \"data-b\"]\n\
+         [[config_volumes]]\nconfig_map = \"wn-config\"\npath = \"/etc/condor/config.d/40_glidein.config\"\n",
+    );
+    let backend = KubeBackend::from_client(fake.client(NS), &cfg.connection);
+    let mut book = BackoffBook::default();
+    let (plan, report) = cycle(&cfg, &backend, &mut book, now()).await.unwrap();
+    assert!(report.create_failed.is_empty(), "{report:?}");
+    assert_eq!(report.created.len(), 1, "{report:?}");
+    assert_eq!(fake.store.lock().unwrap().count("POST"), 1);
+    let job = fake.jobs().pop().unwrap();
+    assert_eq!(label(&job, "PodCPUs"), Some("1"));
+    let mounts: Vec<&str> = job["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["mountPath"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        mounts,
+        [
+            "/data",
+            "/scratch",
+            "/etc/condor/config.d/40_glidein.config",
+            "/etc/condor/tokens.d/prp-wn.token"
+        ]
+    );
+    let error = |cpus: u64| {
+        let c = plan.clusters.iter().find(|c| c.key.cpus == cpus).unwrap();
+        assert_eq!(c.submit, 0, "{c:?}");
+        c.error.clone().unwrap_or_default()
+    };
+    for (cpus, why) in [
+        (
+            2,
+            "RequestDiskVolumes entry `data-b:/data` mounts at /data, where the job's `data-a:/data` is mounted too",
+        ),
+        // One place to the container, two strings to the API server (which would take it).
+        (
+            5,
+            "RequestDiskVolumes entry `data-b:/data/` mounts at /data, where the job's `data-a:/data` is mounted too",
+        ),
+        (
+            3,
+            "RequestDiskVolumes entry `data-a:/etc/condor/tokens.d` mounts at /etc/condor/tokens.d, over the pool token at /etc/condor/tokens.d/prp-wn.token",
+        ),
+        (
+            4,
+            "mounts at /etc/condor/config.d/40_glidein.config, where the site's ConfigMap `wn-config` ([kubernetes] config_volumes) is mounted",
+        ),
+    ] {
+        let e = error(cpus);
+        assert!(e.contains(why), "{cpus} CPUs: {e}");
+    }
+}

@@ -21,6 +21,13 @@
 //!   after `gc_after` further requests); `Foreground` keeps the Job with a `deletionTimestamp`
 //!   and the `foregroundDeletion` finalizer (**202 Accepted**, the object) until its pods are
 //!   gone; `Orphan` leaves the pods.
+//! - **Validation** (`pkg/apis/core/validation`, `errors.NewInvalid`): a created Job is checked
+//!   as the API server checks the fields pilotd writes (names, labels, annotation keys, the
+//!   restart policy, volume names — DNS-1123 labels, unique —, ConfigMap and Secret keys,
+//!   mounts — of a volume of the pod's, each at a path of its own —, env names, quantities,
+//!   requests at most their limits and equal to them for extended resources) and refused
+//!   with **422**, reason `Invalid`, one `details.causes` entry per problem with its
+//!   `field.ErrorType`, in the server's words (`job_causes`).
 //! - **Errors** ("Response Status Kind"): every failure is a `Status` object with `reason`
 //!   and `code`; 403/409/410/422/429/500 can be injected per verb and resource (`inject`), a
 //!   429 with a `Retry-After` header and `details.retryAfterSeconds`.
@@ -409,23 +416,32 @@ fn invalid(
     name: &str,
     causes: &[(String, String)],
 ) -> Response<Full<Bytes>> {
-    let message = causes
-        .iter()
-        .map(|(field, m)| format!("{field}: {m}"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let message = if causes.len() > 1 {
-        format!("[{message}]")
+    // `errors.NewAggregate(...).Error()`: each distinct `field: message` once, bracketed when
+    // more than one remains.
+    let mut distinct: Vec<String> = Vec::new();
+    for (field, m) in causes {
+        let line = format!("{field}: {m}");
+        if !distinct.contains(&line) {
+            distinct.push(line);
+        }
+    }
+    let message = if distinct.len() > 1 {
+        format!("[{}]", distinct.join(", "))
     } else {
-        message
+        distinct.concat()
     };
     let causes: Vec<Value> = causes
         .iter()
         .map(|(field, m)| {
+            // `field.ErrorType`, whose words open the message (`ErrorBody`).
             let reason = if m.starts_with("Required value") {
                 "FieldValueRequired"
             } else if m.starts_with("Unsupported value") {
                 "FieldValueNotSupported"
+            } else if m.starts_with("Duplicate value") {
+                "FieldValueDuplicate"
+            } else if m.starts_with("Not found") {
+                "FieldValueNotFound"
             } else {
                 "FieldValueInvalid"
             };
@@ -527,8 +543,132 @@ fn quantity(q: &str) -> bool {
     number_ok && suffix_ok
 }
 
-/// What the API server refuses in a Job pilotd could send (field path, message in its words):
-/// names, labels, containers, quantities and the pod's restart policy.
+/// `validation.RegexError`: the message, its examples and the regular expression, in the API
+/// server's words (the doubled space after each example's comma is its own).
+fn regex_error(message: &str, regex: &str, examples: &[&str]) -> String {
+    let examples: String = examples
+        .iter()
+        .enumerate()
+        .map(|(i, e)| format!("{}'{e}', ", if i > 0 { " or " } else { "" }))
+        .collect();
+    if examples.is_empty() {
+        format!("{message} (regex used for validation is '{regex}')")
+    } else {
+        format!("{message} (e.g. {examples}regex used for validation is '{regex}')")
+    }
+}
+
+fn dns1123_label_error(value: &str) -> String {
+    if value.len() > 63 {
+        return format!("Invalid value: \"{value}\": must be no more than 63 characters");
+    }
+    format!(
+        "Invalid value: \"{value}\": {}",
+        regex_error(
+            "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character",
+            "[a-z0-9]([-a-z0-9]*[a-z0-9])?",
+            &["my-name", "123-abc"],
+        )
+    )
+}
+
+/// `IsEnvVarName` as API servers before the relaxed rule (RelaxedEnvironmentVariableValidation,
+/// beta in 1.32) check it: the strictest server pilotd may meet.
+fn env_name_errors(name: &str) -> Vec<String> {
+    let b = name.as_bytes();
+    let ok = !b.is_empty()
+        && (b[0].is_ascii_alphabetic() || matches!(b[0], b'-' | b'.' | b'_'))
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_'));
+    let mut out = Vec::new();
+    if !ok {
+        out.push(regex_error(
+            "a valid environment variable name must consist of alphabetic characters, digits, '_', '-', or '.', and must not start with a digit",
+            "[-._a-zA-Z][-._a-zA-Z0-9]*",
+            &["my.env-name", "MY_ENV.NAME", "MyEnvName1"],
+        ));
+    }
+    // `hasChDirPrefix`.
+    if name == "." {
+        out.push("must not be '.'".into());
+    } else if name == ".." {
+        out.push("must not be '..'".into());
+    } else if name.starts_with("..") {
+        out.push("must not start with '..'".into());
+    }
+    out
+}
+
+/// A ConfigMap or Secret key (`IsConfigMapKey`), the errors in the API server's words.
+fn config_map_key_errors(key: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    if key.len() > 253 {
+        out.push("must be no more than 253 characters".into());
+    }
+    if !key
+        .bytes()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_'))
+    {
+        out.push(regex_error(
+            "a valid config key must consist of alphanumeric characters, '-', '_' or '.'",
+            "[-._a-zA-Z0-9]+",
+            &["key.name", "KEY_NAME", "key-name"],
+        ));
+    }
+    if key == "." {
+        out.push("must not be '.'".into());
+    } else if key == ".." {
+        out.push("must not be '..'".into());
+    } else if key.starts_with("..") {
+        out.push("must not start with '..'".into());
+    }
+    out
+}
+
+/// A quantity's value, to compare a request with its limit (`Quantity.Cmp`); `None` when it
+/// does not parse (reported on its own).
+fn quantity_value(q: &str) -> Option<f64> {
+    if !quantity(q) {
+        return None;
+    }
+    let end = q
+        .find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | '+' | '-')))
+        .unwrap_or(q.len());
+    let (number, suffix) = q.split_at(end);
+    let number: f64 = number.parse().ok()?;
+    let scale = match suffix {
+        "" => 1.0,
+        "n" => 1e-9,
+        "u" => 1e-6,
+        "m" => 1e-3,
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "P" => 1e15,
+        "E" => 1e18,
+        "Ki" => 1024f64,
+        "Mi" => 1024f64.powi(2),
+        "Gi" => 1024f64.powi(3),
+        "Ti" => 1024f64.powi(4),
+        "Pi" => 1024f64.powi(5),
+        "Ei" => 1024f64.powi(6),
+        e => 10f64.powi(e[1..].parse().ok()?),
+    };
+    Some(number * scale)
+}
+
+/// Resources whose request may be below the limit (`IsOvercommitAllowed`): the standard ones
+/// but hugepages; an extended resource's (a GPU, a device) must equal its limit.
+fn overcommit_allowed(resource: &str) -> bool {
+    !resource.contains('/') && !resource.starts_with("hugepages-")
+}
+
+/// What the API server refuses in a Job pilotd could send (field path, message in its words,
+/// after `pkg/apis/core/validation`): object names, labels and annotation keys, the restart
+/// policy, volumes (names: DNS-1123 labels, unique; ConfigMap and Secret items), and per
+/// container its name, image, env names, mounts (a volume of the pod's, a path of its own)
+/// and resources (quantities; requests at most the limits, equal for extended resources).
 fn job_causes(job: &Value) -> Vec<(String, String)> {
     let mut causes = Vec::new();
     let mut add = |field: String, message: String| causes.push((field, message));
@@ -537,7 +677,12 @@ fn job_causes(job: &Value) -> Vec<(String, String)> {
         add(
             "metadata.name".into(),
             format!(
-                "Invalid value: \"{name}\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
+                "Invalid value: \"{name}\": {}",
+                regex_error(
+                    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
+                    "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*",
+                    &["example.com"],
+                )
             ),
         );
     } else if name.len() > 63 {
@@ -547,6 +692,16 @@ fn job_causes(job: &Value) -> Vec<(String, String)> {
             format!("Invalid value: \"{name}\": must be no more than 63 characters"),
         );
     }
+    let name_part = |k: &str| {
+        format!(
+            "Invalid value: \"{k}\": {}",
+            regex_error(
+                "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character",
+                "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]",
+                &["MyName", "my.name", "123-abc"],
+            )
+        )
+    };
     for (at, labels) in [
         ("metadata.labels", &job["metadata"]["labels"]),
         (
@@ -556,21 +711,39 @@ fn job_causes(job: &Value) -> Vec<(String, String)> {
     ] {
         for (k, v) in labels.as_object().into_iter().flatten() {
             if !label_key(k) {
-                add(
-                    at.to_string(),
-                    format!(
-                        "Invalid value: \"{k}\": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"
-                    ),
-                );
+                add(at.to_string(), name_part(k));
             }
             match v.as_str() {
                 Some(v) if label_value(v) => {}
                 _ => add(
                     at.to_string(),
                     format!(
-                        "Invalid value: {v}: a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"
+                        "Invalid value: {v}: {}",
+                        regex_error(
+                            "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character",
+                            "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?",
+                            &["MyValue", "my_value", "12345"],
+                        )
                     ),
                 ),
+            }
+        }
+    }
+    for (at, annotations) in [
+        ("metadata.annotations", &job["metadata"]["annotations"]),
+        (
+            "spec.template.annotations",
+            &job["spec"]["template"]["metadata"]["annotations"],
+        ),
+    ] {
+        for k in annotations
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, _)| k)
+        {
+            if !label_key(k) {
+                add(at.to_string(), name_part(k));
             }
         }
     }
@@ -586,6 +759,65 @@ fn job_causes(job: &Value) -> Vec<(String, String)> {
             format!("Unsupported value: \"{other}\": supported values: \"OnFailure\", \"Never\""),
         ),
     }
+    // Volumes (`ValidateVolumes`): a volume with an error is not one mounts may name.
+    let mut volume_names: Vec<String> = Vec::new();
+    for (i, v) in pod["volumes"].as_array().into_iter().flatten().enumerate() {
+        let at = format!("spec.template.spec.volumes[{i}]");
+        let vname = v["name"].as_str().unwrap_or_default();
+        let mut errors = Vec::new();
+        if vname.is_empty() {
+            errors.push((format!("{at}.name"), "Required value".to_string()));
+        } else if !dns1123_label(vname) {
+            errors.push((format!("{at}.name"), dns1123_label_error(vname)));
+        }
+        if volume_names.iter().any(|n| n == vname) {
+            errors.push((
+                format!("{at}.name"),
+                format!("Duplicate value: \"{vname}\""),
+            ));
+        }
+        for source in ["configMap", "secret"] {
+            for (j, item) in v[source]["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .enumerate()
+            {
+                let item_at = format!("{at}.{source}.items[{j}]");
+                let key = item["key"].as_str().unwrap_or_default();
+                if key.is_empty() {
+                    errors.push((format!("{item_at}.key"), "Required value".into()));
+                } else {
+                    for m in config_map_key_errors(key) {
+                        errors.push((
+                            format!("{item_at}.key"),
+                            format!("Invalid value: \"{key}\": {m}"),
+                        ));
+                    }
+                }
+                let path = item["path"].as_str().unwrap_or_default();
+                if path.is_empty() {
+                    errors.push((format!("{item_at}.path"), "Required value".into()));
+                } else if path.starts_with('/') {
+                    errors.push((
+                        format!("{item_at}.path"),
+                        format!("Invalid value: \"{path}\": must be a relative path"),
+                    ));
+                } else if path.split('/').any(|p| p == "..") {
+                    errors.push((
+                        format!("{item_at}.path"),
+                        format!("Invalid value: \"{path}\": must not contain '..'"),
+                    ));
+                }
+            }
+        }
+        if errors.is_empty() {
+            volume_names.push(vname.to_string());
+        }
+        for (f, m) in errors {
+            add(f, m);
+        }
+    }
     let containers = pod["containers"].as_array().cloned().unwrap_or_default();
     if containers.is_empty() {
         add(
@@ -597,24 +829,75 @@ fn job_causes(job: &Value) -> Vec<(String, String)> {
         let at = format!("spec.template.spec.containers[{i}]");
         let cname = c["name"].as_str().unwrap_or_default();
         if !dns1123_label(cname) {
-            add(
-                format!("{at}.name"),
-                format!(
-                    "Invalid value: \"{cname}\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character"
-                ),
-            );
+            add(format!("{at}.name"), dns1123_label_error(cname));
         }
         if c["image"].as_str().is_none_or(str::is_empty) {
             add(format!("{at}.image"), "Required value".into());
         }
+        // `ValidateEnv`.
+        for (j, e) in c["env"].as_array().into_iter().flatten().enumerate() {
+            let ename = e["name"].as_str().unwrap_or_default();
+            if ename.is_empty() {
+                add(format!("{at}.env[{j}].name"), "Required value".into());
+            }
+            for m in env_name_errors(ename) {
+                add(
+                    format!("{at}.env[{j}].name"),
+                    format!("Invalid value: \"{ename}\": {m}"),
+                );
+            }
+        }
+        // `ValidateVolumeMounts`.
+        let mut mount_paths: Vec<&str> = Vec::new();
+        for (j, m) in c["volumeMounts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let mat = format!("{at}.volumeMounts[{j}]");
+            let mname = m["name"].as_str().unwrap_or_default();
+            if mname.is_empty() {
+                add(format!("{mat}.name"), "Required value".into());
+            }
+            if !volume_names.iter().any(|n| n == mname) {
+                add(format!("{mat}.name"), format!("Not found: \"{mname}\""));
+            }
+            let path = m["mountPath"].as_str().unwrap_or_default();
+            if path.is_empty() {
+                add(format!("{mat}.mountPath"), "Required value".into());
+            }
+            if mount_paths.contains(&path) {
+                add(
+                    format!("{mat}.mountPath"),
+                    format!("Invalid value: \"{path}\": must be unique"),
+                );
+            }
+            mount_paths.push(path);
+            if let Some(sub) = m["subPath"].as_str() {
+                if sub.starts_with('/') {
+                    add(
+                        format!("{mat}.subPath"),
+                        format!("Invalid value: \"{sub}\": must be a relative path"),
+                    );
+                } else if sub.split('/').any(|p| p == "..") {
+                    add(
+                        format!("{mat}.subPath"),
+                        format!("Invalid value: \"{sub}\": must not contain '..'"),
+                    );
+                }
+            }
+        }
+        let resources = &c["resources"];
+        let text = |q: &Value| {
+            // Quantities are strings or JSON numbers.
+            q.as_str()
+                .map(str::to_string)
+                .or_else(|| q.as_number().map(|n| n.to_string()))
+        };
         for kind in ["requests", "limits"] {
-            for (r, q) in c["resources"][kind].as_object().into_iter().flatten() {
-                // Quantities are strings or JSON numbers.
-                let text = q
-                    .as_str()
-                    .map(str::to_string)
-                    .or_else(|| q.as_number().map(|n| n.to_string()));
-                if !text.as_deref().is_some_and(quantity) {
+            for (r, q) in resources[kind].as_object().into_iter().flatten() {
+                if !text(q).as_deref().is_some_and(quantity) {
                     add(
                         format!("{at}.resources.{kind}[{r}]"),
                         format!(
@@ -622,6 +905,35 @@ fn job_causes(job: &Value) -> Vec<(String, String)> {
                         ),
                     );
                 }
+            }
+        }
+        // Requests against limits (`ValidateContainerResourceRequirements`); the quantities
+        // are printed as sent, where the server prints them canonicalised ("1.5" as "1500m").
+        for (r, req) in resources["requests"].as_object().into_iter().flatten() {
+            let Some(lim) = resources["limits"].get(r) else {
+                continue;
+            };
+            let (Some(req_text), Some(lim_text)) = (text(req), text(lim)) else {
+                continue;
+            };
+            let (Some(rv), Some(lv)) = (quantity_value(&req_text), quantity_value(&lim_text))
+            else {
+                continue;
+            };
+            let message = if rv != lv && !overcommit_allowed(r) {
+                Some(format!("must be equal to {r} limit of {lim_text}"))
+            } else if rv > lv {
+                Some(format!(
+                    "must be less than or equal to {r} limit of {lim_text}"
+                ))
+            } else {
+                None
+            };
+            if let Some(m) = message {
+                add(
+                    format!("{at}.resources.requests"),
+                    format!("Invalid value: \"{req_text}\": {m}"),
+                );
             }
         }
     }
