@@ -6,8 +6,8 @@
 //! same private listener is reachable from a container on Docker's default bridge: the test
 //! can tell a filter from a listener that is not there. No traffic leaves the machine.
 //!
-//! Name servers too: the namespace answers DNS on all its addresses, one of which (a third)
-//! is the resolver this test's pilotd is given, and this host answers DNS on its end of the
+//! Name servers too: the namespace answers DNS on its refused address and on a third one, the
+//! resolver this test's pilotd is given, and this host answers DNS on its end of the
 //! namespace's link. pilotd runs in a mount namespace of its own where the test's resolv.conf
 //! is bound over /etc/resolv.conf: the file pilotd reads, nothing added for tests.
 
@@ -17,26 +17,31 @@ use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A name server that answers every `A` question with `answer` (every other type with no
-/// record), on UDP port 53 of `bind`. Prints `ready` once it listens.
+/// A name server that answers every `A` question with its first argument (every other type
+/// with no record), on UDP port 53 of each further argument: one socket per address, so each
+/// answer comes from the address asked. Prints `ready` once it listens.
 const DNS_SERVER: &str = r#"
-import socket, struct, sys
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.bind((sys.argv[1], 53))
-ip = socket.inet_aton(sys.argv[2])
+import select, socket, struct, sys
+ip = socket.inet_aton(sys.argv[1])
+socks = []
+for addr in sys.argv[2:]:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind((addr, 53))
+    socks.append(s)
 print("ready", flush=True)
 while True:
-    q, peer = s.recvfrom(512)
-    i = 12
-    while i < len(q) and q[i]:
-        i += q[i] + 1
-    if len(q) < 12 or i + 5 > len(q):
-        continue
-    a = q[i + 1:i + 3] == b"\x00\x01"
-    r = q[:2] + struct.pack("!HHHHH", 0x8180, 1, int(a), 0, 0) + q[12:i + 5]
-    if a:
-        r += b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, 60, 4) + ip
-    s.sendto(r, peer)
+    for s in select.select(socks, [], [])[0]:
+        q, peer = s.recvfrom(512)
+        i = 12
+        while i < len(q) and q[i]:
+            i += q[i] + 1
+        if len(q) < 12 or i + 5 > len(q):
+            continue
+        a = q[i + 1:i + 3] == b"\x00\x01"
+        r = q[:2] + struct.pack("!HHHHH", 0x8180, 1, int(a), 0, 0) + q[12:i + 5]
+        if a:
+            r += b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, 60, 4) + ip
+        s.sendto(r, peer)
 "#;
 
 /// The name the test resolves, and what each server answers for it: the namespace's, and
@@ -46,9 +51,10 @@ const NS_ANSWER: &str = "10.99.0.1";
 const HOST_ANSWER: &str = "10.99.0.2";
 
 /// `DNS_SERVER` run by `prefix` (`ip netns exec <ns>`, or nothing), once it listens.
-fn dns_server(prefix: &[&str], bind: &str, answer: &str) -> Child {
+fn dns_server(prefix: &[&str], answer: &str, addrs: &[&str]) -> Child {
     let mut args: Vec<&str> = prefix.to_vec();
-    args.extend(["python3", "-c", DNS_SERVER, bind, answer]);
+    args.extend(["python3", "-c", DNS_SERVER, answer]);
+    args.extend(addrs);
     let mut child = Command::new(args[0])
         .args(&args[1..])
         .stdout(Stdio::piped())
@@ -62,13 +68,13 @@ fn dns_server(prefix: &[&str], bind: &str, answer: &str) -> Child {
     assert_eq!(
         line.trim(),
         "ready",
-        "the DNS server on {bind} did not start"
+        "the DNS server on {addrs:?} did not start"
     );
     child
 }
 
-/// A network namespace with a veth pair, an HTTP listener on two private addresses and a
-/// DNS server on three.
+/// A network namespace with a veth pair, an HTTP listener on its private addresses and a DNS
+/// server on two of them.
 struct TestHost {
     ns: String,
     host_if: String,
@@ -122,7 +128,11 @@ impl TestHost {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let dns = dns_server(&["ip", "netns", "exec", &ns], "0.0.0.0", NS_ANSWER);
+        let dns = dns_server(
+            &["ip", "netns", "exec", &ns],
+            NS_ANSWER,
+            &[&refused, &resolver],
+        );
         // Up when the namespace itself can fetch from it.
         let deadline = Instant::now() + Duration::from_secs(20);
         while !sh(&format!(
@@ -207,7 +217,7 @@ fn reaches(container: &str, addr: &str, port: u16) -> bool {
 /// nslookup; a refused query fails at once, a dropped one after its 5 s timeout).
 fn resolves(container: &str, addr: &str, answer: &str) -> bool {
     let (_, out) = sh(&format!(
-        "docker exec {container} nslookup {NAME} {addr} 2>&1"
+        "docker exec {container} busybox nslookup {NAME} {addr} 2>&1"
     ));
     out.lines()
         .any(|l| l.starts_with("Address:") && l.trim_end().ends_with(answer))
@@ -264,7 +274,7 @@ fn workers_reach_neither_private_addresses_nor_the_host_but_what_the_site_allows
         ),
     )
     .unwrap();
-    let host_dns = dns_server(&[], &host.host_side, HOST_ANSWER);
+    let host_dns = dns_server(&[], HOST_ANSWER, &[&host.host_side]);
     let host_dns = Reaped(host_dns);
     let log = std::fs::File::create(d.join("pilotd.log")).unwrap();
     // A mount namespace of its own (private: nothing propagates back to the host) where the
@@ -369,14 +379,7 @@ fn workers_reach_neither_private_addresses_nor_the_host_but_what_the_site_allows
             .map(str::to_owned)
             .collect()
     };
-    // 1. The host's private resolver gets its DNS port, for forwarded traffic only.
-    let fwd = format!("-A {chain}-F");
-    assert!(
-        opened(&host.resolver).iter().all(|r| r.starts_with(&fwd))
-            && opened(&host.resolver).len() == 2,
-        "{:?}",
-        opened(&host.resolver)
-    );
+    // 1. A worker resolves a name through the host's private resolver.
     assert!(
         resolves(w, &host.resolver, NS_ANSWER),
         "a worker resolves through the host's private resolver"
@@ -387,12 +390,20 @@ fn workers_reach_neither_private_addresses_nor_the_host_but_what_the_site_allows
         "only the host's resolvers get their DNS port"
     );
     // 3. A resolver that is this host itself is never opened: the worker does not reach the
-    // host's DNS listener, and the forward opening above works beside it.
-    assert_eq!(opened(&host.host_side), Vec::<String>::new());
+    // host's DNS listener, while the forward opening above works beside it.
     assert!(
         !resolves(w, &host.host_side, HOST_ANSWER),
         "a resolver on the host's own address gives workers the host's DNS port"
     );
+    // The rules say the same: the resolver's port for forwarded traffic only, nothing for
+    // the host's address.
+    let fwd = format!("-A {chain}-F");
+    let rules = opened(&host.resolver);
+    assert!(
+        rules.len() == 2 && rules.iter().all(|r| r.starts_with(&fwd)),
+        "{rules:?}"
+    );
+    assert_eq!(opened(&host.host_side), Vec::<String>::new());
     // 4. Without the opening the name does not resolve: the resolver gone from resolv.conf
     // (a laptop that moved), the next check rebuilds the filter without it.
     std::fs::write(&resolv_conf, format!("nameserver {}\n", host.host_side)).unwrap();
