@@ -281,9 +281,7 @@ fn workers_reach_neither_private_addresses_nor_the_host_but_what_the_site_allows
     // test's file is /etc/resolv.conf; `exec`, so the child is pilotd itself.
     let mut pilotd = Command::new("unshare")
         .args(["--mount", "--propagation", "private", "sh", "-c"])
-        .arg(format!(
-            "mount --bind \"$1\" /etc/resolv.conf && exec \"$2\" -c \"$3\" run"
-        ))
+        .arg("mount --bind \"$1\" /etc/resolv.conf && exec \"$2\" -c \"$3\" run")
         .arg("sh")
         .arg(&resolv_conf)
         .arg(bin())
