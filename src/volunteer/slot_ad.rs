@@ -3,11 +3,14 @@
 //! `condor_status -af PILOTD_VERSION PILOTD_INSTANCE ...`: which pilotd and instance, and what
 //! limits the machine now (the window's end, a snooze, the eviction mode).
 //!
-//! pilotd writes the lines to `<state_dir>/ad/slot.ad` whenever they change (atomically: a
+//! pilotd writes the lines to `<state_dir>/ad/slot.ad` whenever they change (atomically, by the
+//! state files' writer, which follows no link planted in the directory: a
 //! rename in the same directory) and bind-mounts that directory read-only at `/pilotd` in
 //! every worker; the site passes `PILOT_AD_FILE = "{ad_file}"` to turn it on in its pilots
 //! (docs/site.md, "The fleet in the pool"). Only "when" reaches the pool, never what the
-//! owner does: the window's end, whether a snooze holds, and the decision's cause names.
+//! owner does: the window's end, whether a snooze holds, and the decision's causes, the
+//! schedule's by name and all of the owner's as the one word `owner` (`published`;
+//! docs/owner.md, "What the pool learns about this machine").
 //!
 //! What the machine gave is the donor's: this ISO week's figures (`contribution`: CPU-hours,
 //! jobs, work lost) are added only when the site turns it on (`[slot_ad] contribution`).
