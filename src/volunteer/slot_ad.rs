@@ -3,11 +3,14 @@
 //! `condor_status -af PILOTD_VERSION PILOTD_INSTANCE ...`: which pilotd and instance, and what
 //! limits the machine now (the window's end, a snooze, the eviction mode).
 //!
-//! pilotd writes the lines to `<state_dir>/ad/slot.ad` whenever they change (atomically: a
+//! pilotd writes the lines to `<state_dir>/ad/slot.ad` whenever they change (atomically, by the
+//! state files' writer, which follows no link planted in the directory: a
 //! rename in the same directory) and bind-mounts that directory read-only at `/pilotd` in
 //! every worker; the site passes `PILOT_AD_FILE = "{ad_file}"` to turn it on in its pilots
 //! (docs/site.md, "The fleet in the pool"). Only "when" reaches the pool, never what the
-//! owner does: the window's end, whether a snooze holds, and the decision's cause names.
+//! owner does: the window's end, whether a snooze holds, and the decision's causes, the
+//! schedule's by name and all of the owner's as the one word `owner` (`published`;
+//! docs/owner.md, "What the pool learns about this machine").
 //!
 //! What the machine gave is the donor's: this ISO week's figures (`contribution`: CPU-hours,
 //! jobs, work lost) are added only when the site turns it on (`[slot_ad] contribution`).
@@ -18,11 +21,10 @@
 use crate::config::Evict;
 use crate::config::Policy;
 use crate::volunteer::contribution::Tally;
-use crate::volunteer::policy::Supply;
 use crate::volunteer::policy::calendar::{self, Period};
+use crate::volunteer::policy::{Cause, Supply};
 use crate::volunteer::snapshot::HostSnapshot;
 use chrono::{DateTime, Utc};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Where the directory appears in each worker, and the file in it.
@@ -64,7 +66,12 @@ pub fn render(
         Period::Open { ends: None } | Period::Closed { .. } => "undefined".into(),
     };
     let snoozed = host.snoozed_until.is_some_and(|t| t > now) || host.snooze_unreadable.is_some();
-    let causes: Vec<&str> = supply.causes.iter().map(|c| c.as_str()).collect();
+    let mut causes: Vec<&str> = Vec::new();
+    for c in supply.causes.iter().map(|c| published(*c)) {
+        if !causes.contains(&c) {
+            causes.push(c);
+        }
+    }
     let lines = [
         ("PILOTD_VERSION", quoted(env!("CARGO_PKG_VERSION"))),
         ("PILOTD_INSTANCE", quoted(instance)),
@@ -97,6 +104,34 @@ pub fn contribution(week: &str, t: &Tally) -> String {
     lines.iter().map(|(k, v)| format!("{k} = {v}\n")).collect()
 }
 
+/// A cause as the pool may see it: the schedule's own by name (they say "when", which the
+/// window's end says too), and every cause that comes from the owner or their machine as the
+/// one word `owner`, so the pool never learns whether the owner is at the keyboard, busy on
+/// the CPU, on battery or running a program that wants the machine alone. A new cause must be
+/// placed here: the match has no catch-all.
+fn published(c: Cause) -> &'static str {
+    match c {
+        Cause::OutsideSchedule
+        | Cause::GuardBand
+        | Cause::TooLittleTime
+        | Cause::FleetSplay
+        | Cause::Free => c.as_str(),
+        Cause::Snoozed
+        | Cause::SessionsUnknown
+        | Cause::OwnerPresent
+        | Cause::Sleeping
+        | Cause::OnBattery
+        | Cause::ExclusiveProcess
+        | Cause::OwnerCpuHigh
+        | Cause::OwnerCpuEvict
+        | Cause::WaitingFreeFor
+        | Cause::NoRoom => OWNER,
+    }
+}
+
+/// The one cause name that stands for all of the owner's.
+pub const OWNER: &str = "owner";
+
 fn evict_name(e: Evict) -> &'static str {
     e.as_str()
 }
@@ -123,26 +158,25 @@ fn quoted(s: &str) -> String {
 }
 
 /// Writes `text` as `<dir>/slot.ad`, readable by every worker's uid, replacing the old file
-/// in one rename (a pilot reading it sees the old lines or the new ones, never half).
+/// in one rename (a pilot reading it sees the old lines or the new ones, never half). The
+/// state files' writer does it: its temporary file has a name no one can predict and is
+/// created without following links, so a link planted in the directory redirects nothing.
 pub fn save(dir: &Path, text: &str) -> Result<(), SlotAdError> {
-    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    use std::os::unix::fs::DirBuilderExt;
     let path = dir.join(FILE);
     let err = |source| SlotAdError::Write {
         path: path.clone(),
         source,
     };
+    // Workers read it through the bind mount under their own uid: the directory is theirs
+    // to traverse.
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o755)
         .create(dir)
         .map_err(err)?;
-    let tmp = dir.join(format!(".{FILE}.new"));
-    let mut f = std::fs::File::create(&tmp).map_err(err)?;
-    f.set_permissions(std::fs::Permissions::from_mode(0o644))
-        .map_err(err)?;
-    f.write_all(text.as_bytes()).map_err(err)?;
-    f.sync_all().map_err(err)?;
-    std::fs::rename(&tmp, &path).map_err(err)
+    crate::service::state_file::write_atomically_with_mode(&path, text.as_bytes(), 0o644)
+        .map_err(err)
 }
 
 #[cfg(test)]
@@ -248,6 +282,64 @@ mod tests {
         }
     }
 
+    /// The line the pool reads for the causes.
+    fn causes_line(text: &str) -> &str {
+        text.lines()
+            .find(|l| l.starts_with("PILOTD_CAUSES = "))
+            .expect(text)
+    }
+
+    /// A running worker's cron job makes the owner "busy on the CPU": workers keep running (no
+    /// eviction), so the pilot keeps publishing; the pool learns only that the owner's side
+    /// says no, not what the owner does.
+    #[test]
+    fn the_pool_never_learns_what_the_owner_does() {
+        let p = evening();
+        let now = at(12, 0);
+        let busy = idle(now).with_cpu(0.9, 0.0);
+        let s = decide(&p, &busy, LIMITS, now);
+        assert!(s.causes.contains(&Cause::OwnerCpuHigh), "{:?}", s.causes);
+        assert_eq!(s.evict, Evict::None, "a block without eviction");
+        let text = render("lab-3", &p, &busy, &s, now);
+        assert_eq!(causes_line(&text), "PILOTD_CAUSES = \"owner\"", "{text}");
+        // Every cause the owner or their machine gives is that one word, once; the
+        // schedule's keep their names.
+        let all = [
+            Cause::OutsideSchedule,
+            Cause::GuardBand,
+            Cause::Snoozed,
+            Cause::SessionsUnknown,
+            Cause::OwnerPresent,
+            Cause::Sleeping,
+            Cause::OnBattery,
+            Cause::ExclusiveProcess,
+            Cause::OwnerCpuHigh,
+            Cause::OwnerCpuEvict,
+            Cause::WaitingFreeFor,
+            Cause::TooLittleTime,
+            Cause::NoRoom,
+            Cause::FleetSplay,
+            Cause::Free,
+        ];
+        let every = Supply {
+            causes: all.to_vec(),
+            ..s
+        };
+        assert_eq!(
+            causes_line(&render("lab-3", &p, &busy, &every, now)),
+            "PILOTD_CAUSES = \"outside_schedule,guard_band,owner,too_little_time,fleet_splay,free\""
+        );
+        for c in all.iter().filter(|c| c.owner_or_host_busy()) {
+            let one = Supply {
+                causes: vec![*c],
+                ..every.clone()
+            };
+            let text = render("lab-3", &p, &busy, &one, now);
+            assert_eq!(causes_line(&text), "PILOTD_CAUSES = \"owner\"", "{c:?}");
+            assert!(!text.contains(c.as_str()), "{c:?}: {text}");
+        }
+    }
+
     /// The week's figures, as ClassAd literals the pilot's whitelist takes (reals, integers,
     /// a quoted string).
     #[test]
@@ -308,6 +400,29 @@ mod tests {
             names,
             vec![std::ffi::OsString::from(FILE)],
             "no temporary left"
+        );
+    }
+
+    /// Anyone who can write the ad directory (a worker cannot: it is mounted read-only; but
+    /// a misconfigured state_dir might let someone) plants links where pilotd once wrote its
+    /// temporary file, and at the file itself: pilotd's write goes through neither.
+    #[test]
+    fn links_planted_in_the_directory_redirect_no_write() {
+        use std::os::unix::fs::symlink;
+        let tmp = tempfile::tempdir().unwrap();
+        let d = dir(tmp.path());
+        std::fs::create_dir_all(&d).unwrap();
+        let victim = tmp.path().join("victim");
+        std::fs::write(&victim, "precious\n").unwrap();
+        symlink(&victim, d.join(format!(".{FILE}.new"))).unwrap();
+        symlink(&victim, d.join(FILE)).unwrap();
+        save(&d, "PILOTD_A = 1\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+        let meta = std::fs::symlink_metadata(d.join(FILE)).unwrap();
+        assert!(meta.file_type().is_file(), "the link itself was replaced");
+        assert_eq!(
+            std::fs::read_to_string(d.join(FILE)).unwrap(),
+            "PILOTD_A = 1\n"
         );
     }
 }

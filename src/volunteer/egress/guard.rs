@@ -151,10 +151,16 @@ impl Guard {
             .printed
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        // The host's resolvers as of now: a changed one is a changed filter, rebuilt.
-        let f = &f
-            .clone()
-            .with_resolvers(&super::resolvers::host(std::path::Path::new("/")));
+        // The host's resolvers as of now: a changed one is a changed filter, rebuilt. Unless
+        // the host's own addresses are known, none is opened: one of them might be the host.
+        let servers = super::resolvers::host(std::path::Path::new("/"));
+        let host = super::resolvers::host_addresses().unwrap_or_else(|e| {
+            tracing::warn!(
+                "cannot list this host's addresses ({e}); opening no resolver's DNS port to the workers"
+            );
+            servers.clone()
+        });
+        let f = &f.clone().with_resolvers(&servers, &host);
         let result = super::ensure(f, &mut printed);
         // The bridge follows the filter: down before the workers are paused, up only once the
         // filter is whole again.

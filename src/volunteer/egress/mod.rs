@@ -53,12 +53,18 @@ pub struct Filter {
     pub chain: String,
     pub allow: Vec<Ipv4Net>,
     /// The host's name servers on refused addresses (a home router, a campus resolver):
-    /// their DNS port passes. Docker's embedded DNS (127.0.0.11 in every container of a
-    /// user-defined network) sends a worker's queries on to them from the worker's own
-    /// network namespace, so through this filter; without this a worker on pilotd's bridge
-    /// resolved nothing wherever the resolver is private. Filled in by the guard from the
-    /// host's resolv.conf at every check (`resolvers.rs`), so a laptop that moves networks
-    /// gets its new resolver's port.
+    /// their DNS port passes, for forwarded traffic only. Docker's embedded DNS (127.0.0.11
+    /// in every container of a user-defined network) sends a worker's queries on to them from
+    /// the worker's own network namespace, so through this filter; without this a worker on
+    /// pilotd's bridge resolved nothing wherever the resolver is private. Filled in by the
+    /// guard from the host's resolv.conf at every check (`resolvers.rs`), so a laptop that
+    /// moves networks gets its new resolver's port.
+    ///
+    /// Whoever answers the laptop's DHCP names these, so never the host itself: an address of
+    /// the host's (its LAN address, libvirt's 192.168.122.1, the bridge's gateway), a
+    /// broadcast address or 0.0.0.0 is not opened, and the `INPUT` chain opens none at all,
+    /// so a named server never gives workers the DNS port of the host's own dnsmasq or
+    /// unbound.
     pub resolvers: Vec<std::net::Ipv4Addr>,
 }
 
@@ -136,11 +142,20 @@ impl Filter {
     }
 
     /// This filter with `servers`' DNS port open: those the filter would refuse and the
-    /// allowlist does not already let through, each once.
-    pub fn with_resolvers(mut self, servers: &[std::net::Ipv4Addr]) -> Filter {
+    /// allowlist does not already let through, each once; never one of `host` (the host's own
+    /// addresses and broadcast addresses, `resolvers::host_addresses`), a broadcast or
+    /// multicast address, or 0.0.0.0 (pure).
+    pub fn with_resolvers(
+        mut self,
+        servers: &[std::net::Ipv4Addr],
+        host: &[std::net::Ipv4Addr],
+    ) -> Filter {
         let mut open: Vec<std::net::Ipv4Addr> = servers
             .iter()
             .copied()
+            .filter(|a| {
+                !(a.is_unspecified() || a.is_broadcast() || a.is_multicast() || host.contains(a))
+            })
             .filter(|a| Ipv4Net::refused(*a) && !self.allow.iter().any(|n| n.contains(*a)))
             .collect();
         open.sort();
@@ -180,15 +195,17 @@ impl Filter {
         // and an allowed destination passes.
         let mut out = vec!["-m conntrack --ctstate RELATED,ESTABLISHED -j RETURN".to_string()];
         out.extend(self.allow.iter().map(|a| format!("-d {a} -j RETURN")));
-        for r in &self.resolvers {
-            for proto in ["udp", "tcp"] {
-                out.push(format!(
-                    "-d {r}/32 -p {proto} -m {proto} --dport 53 -j RETURN"
-                ));
-            }
-        }
         match hook {
             Hook::Forward => {
+                // The resolvers' DNS port, to other hosts only: what reaches the host itself
+                // goes through INPUT, which opens none.
+                for r in &self.resolvers {
+                    for proto in ["udp", "tcp"] {
+                        out.push(format!(
+                            "-d {r}/32 -p {proto} -m {proto} --dport 53 -j RETURN"
+                        ));
+                    }
+                }
                 out.extend(
                     REFUSED
                         .iter()

@@ -4,7 +4,12 @@
 //! /run/systemd/resolve/resolv.conf, which it dials from the worker's namespace. `parse` is
 //! pure; `host` reads the files. An engine told other servers (`dns` in its daemon.json) is
 //! not seen here: a site that does that lists them in `egress_allow`.
+//!
+//! The servers come from whoever answers the host's DHCP, so the filter never opens one that
+//! is the host itself: `host_addresses` lists the host's own addresses (and its interfaces'
+//! broadcast addresses), read at every check like the files, since they move as the files do.
 
+use nix::libc;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 
@@ -50,6 +55,48 @@ pub fn host(root: &Path) -> Vec<Ipv4Addr> {
     )
 }
 
+/// The IPv4 addresses assigned to this host's interfaces, and the broadcast addresses of
+/// those that have one (`getifaddrs`, what `ip addr` lists; of pilotd's network namespace,
+/// which is the host's).
+pub fn host_addresses() -> std::io::Result<Vec<Ipv4Addr>> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs stores the head of a list it allocated, freed by freeifaddrs below.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut out = Vec::new();
+    let mut node = head;
+    while !node.is_null() {
+        // SAFETY: `node` is an element of the list getifaddrs returned, alive until the
+        // freeifaddrs below.
+        let ifa = unsafe { &*node };
+        // The second address is the broadcast address only with IFF_BROADCAST (a
+        // point-to-point link's is its peer's, another host).
+        let broadcast = ifa.ifa_flags & libc::IFF_BROADCAST as libc::c_uint != 0;
+        for sa in [
+            ifa.ifa_addr,
+            if broadcast {
+                ifa.ifa_ifu
+            } else {
+                std::ptr::null_mut()
+            },
+        ] {
+            // SAFETY: a non-null address of the list points at a sockaddr whose family says
+            // its type; an AF_INET one is a sockaddr_in.
+            if !sa.is_null() && unsafe { (*sa).sa_family } == libc::AF_INET as libc::sa_family_t {
+                let sin = unsafe { &*(sa as *const libc::sockaddr_in) };
+                out.push(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)));
+            }
+        }
+        node = ifa.ifa_next;
+    }
+    // SAFETY: `head` came from getifaddrs and is freed once; nothing of it is used after.
+    unsafe { libc::freeifaddrs(head) };
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -92,5 +139,19 @@ mod tests {
         .unwrap();
         assert_eq!(host(root.path()), vec![Ipv4Addr::new(172, 16, 5, 5)]);
         assert!(host(&root.path().join("absent")).is_empty());
+    }
+
+    /// Loopback is always there; so is the address the kernel routes this host's own
+    /// outgoing traffic from, whatever the machine.
+    #[test]
+    fn the_hosts_own_addresses_are_listed() {
+        let mine = host_addresses().unwrap();
+        assert!(mine.contains(&Ipv4Addr::LOCALHOST), "{mine:?}");
+        let probe = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+        if probe.connect("10.255.255.254:9").is_ok()
+            && let Ok(std::net::SocketAddr::V4(a)) = probe.local_addr()
+        {
+            assert!(mine.contains(a.ip()), "{a} not in {mine:?}");
+        }
     }
 }

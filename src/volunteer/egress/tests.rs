@@ -75,34 +75,65 @@ fn allowed_destinations_come_before_refusals_and_everything_else_passes() {
 }
 
 #[test]
-fn the_hosts_private_resolvers_get_their_dns_port_and_nothing_else() {
+fn the_hosts_private_resolvers_get_their_dns_port_for_forwarded_traffic_only() {
     let servers = [
         Ipv4Addr::new(192, 168, 1, 1),
         Ipv4Addr::new(8, 8, 8, 8),    // public: passes anyway
         Ipv4Addr::new(10, 20, 0, 53), // inside egress_allow already
         Ipv4Addr::new(192, 168, 1, 1),
     ];
-    let f = filter().with_resolvers(&servers);
+    let host = [
+        Ipv4Addr::new(192, 168, 1, 23),
+        Ipv4Addr::new(192, 168, 1, 255),
+    ];
+    let f = filter().with_resolvers(&servers, &host);
     assert_eq!(f.resolvers, vec![Ipv4Addr::new(192, 168, 1, 1)]);
-    for hook in Hook::ALL {
-        let rules = f.chain_rules(hook, Refusal::Reject);
-        let dns: Vec<&String> = rules.iter().filter(|r| r.contains("--dport 53")).collect();
-        assert_eq!(
-            dns,
-            [
-                "-d 192.168.1.1/32 -p udp -m udp --dport 53 -j RETURN",
-                "-d 192.168.1.1/32 -p tcp -m tcp --dport 53 -j RETURN"
-            ],
-            "{hook:?}"
-        );
-        let first_refusal = rules.iter().position(|r| r.contains("-j REJECT")).unwrap();
-        assert!(rules.iter().position(|r| r.contains("--dport 53")).unwrap() < first_refusal);
-    }
+    let rules = f.chain_rules(Hook::Forward, Refusal::Reject);
+    let dns: Vec<&String> = rules.iter().filter(|r| r.contains("--dport 53")).collect();
+    assert_eq!(
+        dns,
+        [
+            "-d 192.168.1.1/32 -p udp -m udp --dport 53 -j RETURN",
+            "-d 192.168.1.1/32 -p tcp -m tcp --dport 53 -j RETURN"
+        ]
+    );
+    let first_refusal = rules.iter().position(|r| r.contains("-j REJECT")).unwrap();
+    assert!(rules.iter().position(|r| r.contains("--dport 53")).unwrap() < first_refusal);
+    // The host itself: a resolver opens nothing there.
+    let input = f.chain_rules(Hook::Input, Refusal::Reject);
+    assert_eq!(input, filter().chain_rules(Hook::Input, Refusal::Reject));
+    assert!(!input.iter().any(|r| r.contains("--dport 53")), "{input:?}");
     // A filter whose resolver changed is not the installed one: the check rebuilds it.
-    let moved = filter().with_resolvers(&[Ipv4Addr::new(10, 1, 1, 1)]);
+    let moved = filter().with_resolvers(&[Ipv4Addr::new(10, 1, 1, 1)], &host);
     let l = Listing::parse(&whole(&f, 1));
     assert_eq!(diagnose(&f, &l, None), Verdict::Intact { generation: 1 });
     assert!(matches!(diagnose(&moved, &l, None), Verdict::Damaged(_)));
+}
+
+/// A hostile DHCP server names the host itself as the resolver: its own LAN address,
+/// libvirt's resolver on the host, a broadcast address, 0.0.0.0. None is opened.
+#[test]
+fn a_resolver_that_is_the_host_or_no_host_at_all_is_never_opened() {
+    let lan = Ipv4Addr::new(192, 168, 1, 23);
+    let libvirt = Ipv4Addr::new(192, 168, 122, 1);
+    let host = [lan, Ipv4Addr::new(192, 168, 1, 255), libvirt];
+    let named = [
+        lan,
+        libvirt,
+        Ipv4Addr::new(192, 168, 1, 255),
+        Ipv4Addr::BROADCAST,
+        Ipv4Addr::UNSPECIFIED,
+        Ipv4Addr::new(224, 0, 0, 251),
+    ];
+    let f = filter().with_resolvers(&named, &host);
+    assert!(f.resolvers.is_empty(), "{:?}", f.resolvers);
+    assert_eq!(f, filter());
+    // The same addresses, not the host's: a router at .1 of another LAN is opened.
+    let elsewhere = filter().with_resolvers(&named, &[]);
+    assert_eq!(
+        elsewhere.resolvers,
+        vec![lan, Ipv4Addr::new(192, 168, 1, 255), libvirt]
+    );
 }
 
 #[test]

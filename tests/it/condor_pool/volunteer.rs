@@ -597,3 +597,89 @@ fn the_pool_sees_pilotds_attributes_and_a_cvmfs_repository_mounted_after_the_sta
         },
     );
 }
+
+/// A process that keeps one CPU busy until dropped: the owner's CPU, as a cron job of the
+/// owner's (or one a worker's job set off) would be.
+struct Spinner(Child);
+
+impl Spinner {
+    fn new() -> Spinner {
+        Spinner(
+            Command::new("sh")
+                .args(["-c", "while :; do :; done"])
+                .spawn()
+                .unwrap(),
+        )
+    }
+}
+
+impl Drop for Spinner {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The owner's CPU goes above the policy's threshold while a worker runs: that blocks new
+/// workers but evicts nothing before `busy_for`, so the pilot keeps publishing pilotd's
+/// attributes. The pool sees that the machine does not take more work and that the owner's
+/// side is why (`owner`), never which of the owner's causes it is.
+#[test]
+#[ignore = "needs the real HTCondor pool: run by tests/run.sh"]
+fn the_pool_learns_no_owner_cause_while_the_owner_keeps_the_cpu_busy() {
+    let pool = Pool::from_env();
+    let m = Machine::with(
+        &pool,
+        "vcause",
+        "pause",
+        "10m",
+        "",
+        "PILOT_AD_FILE = \"{ad_file}\"\nPILOT_AD_PERIOD = \"2\"",
+    );
+    let worker = m.running_worker();
+    let host = Machine::hostname(&worker);
+    let attrs = ["PILOTD_COMPUTING", "PILOTD_EVICTION", "PILOTD_CAUSES"];
+    wait_for(
+        &format!("a computing machine in {host}'s slot ad\n{}", m.diagnose()),
+        LONG,
+        || {
+            pool.slot_attrs(&host, &attrs)
+                .into_iter()
+                .find(|l| l == "true none free")
+        },
+    );
+
+    // The owner's CPU above the threshold, for longer than a cycle, and eviction an hour off.
+    let _owner = Spinner::new();
+    let policy = std::fs::read_to_string(m.path("policy.toml"))
+        .unwrap()
+        .replace(
+            "max_owner_cpu = \"100%\"",
+            "max_owner_cpu = \"1%\"\nbusy_for = \"1h\"",
+        );
+    std::fs::write(m.path("policy.toml"), policy).unwrap();
+    let pid = m.child.as_ref().unwrap().id();
+    crate::harness::sh_ok(&format!("kill -HUP {pid}"));
+    wait_for(
+        &format!("pilotd's owner_cpu_high decision\n{}", m.diagnose()),
+        LONG,
+        || m.log().contains("causes=owner_cpu_high").then_some(()),
+    );
+    let seen = wait_for(
+        &format!("the block in {host}'s slot ad\n{}", m.diagnose()),
+        LONG,
+        || {
+            pool.slot_attrs(&host, &attrs)
+                .into_iter()
+                .find(|l| l.starts_with("false"))
+        },
+    );
+    assert_eq!(seen, "false none owner", "{}", m.diagnose());
+    let ad = std::fs::read_to_string(m.path("state/ad/slot.ad")).unwrap();
+    assert!(!ad.contains("owner_cpu"), "{ad}");
+    assert!(
+        m.workers().iter().any(|(_, s)| s == "running"),
+        "the block evicts nothing: {:?}",
+        m.workers()
+    );
+}

@@ -5,20 +5,88 @@
 //! `egress_allow`), and a listener on this host (refused through the bridge's gateway). The
 //! same private listener is reachable from a container on Docker's default bridge: the test
 //! can tell a filter from a listener that is not there. No traffic leaves the machine.
+//!
+//! Name servers too: the namespace answers DNS on its refused address and on a third one, the
+//! resolver this test's pilotd is given, and this host answers DNS on its end of the
+//! namespace's link. pilotd runs in a mount namespace of its own where the test's resolv.conf
+//! is bound over /etc/resolv.conf: the file pilotd reads, nothing added for tests.
 
 use super::docker;
 use crate::harness::{bin, sh, sh_ok};
+use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A network namespace with a veth pair and an HTTP listener on two private addresses.
+/// A name server that answers every `A` question with its first argument (every other type
+/// with no record), on UDP port 53 of each further argument: one socket per address, so each
+/// answer comes from the address asked. Prints `ready` once it listens.
+const DNS_SERVER: &str = r#"
+import select, socket, struct, sys
+ip = socket.inet_aton(sys.argv[1])
+socks = []
+for addr in sys.argv[2:]:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind((addr, 53))
+    socks.append(s)
+print("ready", flush=True)
+while True:
+    for s in select.select(socks, [], [])[0]:
+        q, peer = s.recvfrom(512)
+        i = 12
+        while i < len(q) and q[i]:
+            i += q[i] + 1
+        if len(q) < 12 or i + 5 > len(q):
+            continue
+        a = q[i + 1:i + 3] == b"\x00\x01"
+        r = q[:2] + struct.pack("!HHHHH", 0x8180, 1, int(a), 0, 0) + q[12:i + 5]
+        if a:
+            r += b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, 60, 4) + ip
+        s.sendto(r, peer)
+"#;
+
+/// The name the test resolves, and what each server answers for it: the namespace's, and
+/// this host's own.
+const NAME: &str = "pilotd-dns-test.example";
+const NS_ANSWER: &str = "10.99.0.1";
+const HOST_ANSWER: &str = "10.99.0.2";
+
+/// `DNS_SERVER` run by `prefix` (`ip netns exec <ns>`, or nothing), once it listens.
+fn dns_server(prefix: &[&str], answer: &str, addrs: &[&str]) -> Child {
+    let mut args: Vec<&str> = prefix.to_vec();
+    args.extend(["python3", "-c", DNS_SERVER, answer]);
+    args.extend(addrs);
+    let mut child = Command::new(args[0])
+        .args(&args[1..])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(
+        line.trim(),
+        "ready",
+        "the DNS server on {addrs:?} did not start"
+    );
+    child
+}
+
+/// A network namespace with a veth pair, an HTTP listener on its private addresses and a DNS
+/// server on two of them.
 struct TestHost {
     ns: String,
     host_if: String,
+    /// This host's end of the link (an address of the host's own).
+    host_side: String,
     refused: String,
     allowed: String,
     allowed_net: String,
+    /// The private name server the test's pilotd is told about.
+    resolver: String,
     listener: Child,
+    dns: Child,
 }
 
 impl TestHost {
@@ -27,19 +95,22 @@ impl TestHost {
         let ns = format!("pdt-{}", std::process::id());
         let host_if = format!("pdh{n}");
         let ns_if = format!("pdn{n}");
+        let host_side = format!("10.213.{n}.1");
         let refused = format!("10.213.{n}.2");
         let allowed = format!("10.214.{n}.2");
+        let resolver = format!("10.215.{n}.2");
         let _ = sh(&format!(
             "ip netns del {ns} 2>/dev/null; ip link del {host_if} 2>/dev/null"
         ));
         sh_ok(&format!(
             "ip netns add {ns} && ip link add {host_if} type veth peer name {ns_if} && \
              ip link set {ns_if} netns {ns} && \
-             ip addr add 10.213.{n}.1/30 dev {host_if} && ip link set {host_if} up && \
+             ip addr add {host_side}/30 dev {host_if} && ip link set {host_if} up && \
              ip netns exec {ns} ip addr add {refused}/30 dev {ns_if} && \
              ip netns exec {ns} ip addr add {allowed}/32 dev {ns_if} && \
+             ip netns exec {ns} ip addr add {resolver}/32 dev {ns_if} && \
              ip netns exec {ns} ip link set {ns_if} up && ip netns exec {ns} ip link set lo up && \
-             ip route add {allowed}/32 via {refused}"
+             ip route add {allowed}/32 via {refused} && ip route add {resolver}/32 via {refused}"
         ));
         let listener = Command::new("ip")
             .args([
@@ -57,6 +128,11 @@ impl TestHost {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
+        let dns = dns_server(
+            &["ip", "netns", "exec", &ns],
+            NS_ANSWER,
+            &[&refused, &resolver],
+        );
         // Up when the namespace itself can fetch from it.
         let deadline = Instant::now() + Duration::from_secs(20);
         while !sh(&format!(
@@ -70,21 +146,26 @@ impl TestHost {
         TestHost {
             ns,
             host_if,
+            host_side,
             refused,
             allowed,
             allowed_net: format!("10.214.{n}.2/32"),
+            resolver,
             listener,
+            dns,
         }
     }
 }
 
 impl Drop for TestHost {
     fn drop(&mut self) {
-        let _ = self.listener.kill();
-        let _ = self.listener.wait();
+        for c in [&mut self.listener, &mut self.dns] {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
         let _ = sh(&format!(
-            "ip route del {}/32 2>/dev/null; ip link del {} 2>/dev/null; ip netns del {}",
-            self.allowed, self.host_if, self.ns
+            "ip route del {}/32 2>/dev/null; ip route del {}/32 2>/dev/null; ip link del {} 2>/dev/null; ip netns del {}",
+            self.allowed, self.resolver, self.host_if, self.ns
         ));
     }
 }
@@ -132,6 +213,26 @@ fn reaches(container: &str, addr: &str, port: u16) -> bool {
     .0
 }
 
+/// Whether `container` gets `answer` for `NAME` from the DNS server at `addr` (busybox
+/// nslookup; a refused query fails at once, a dropped one after its 5 s timeout).
+fn resolves(container: &str, addr: &str, answer: &str) -> bool {
+    let (_, out) = sh(&format!(
+        "docker exec {container} busybox nslookup {NAME} {addr} 2>&1"
+    ));
+    out.lines()
+        .any(|l| l.starts_with("Address:") && l.trim_end().ends_with(answer))
+}
+
+/// A child process killed and reaped when dropped.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[test]
 #[ignore = "needs the Docker engine and the local registry: tests/run.sh sets them up and runs it"]
 fn workers_reach_neither_private_addresses_nor_the_host_but_what_the_site_allows() {
@@ -162,11 +263,29 @@ fn workers_reach_neither_private_addresses_nor_the_host_but_what_the_site_allows
     )
     .unwrap();
     let config = d.join("pilotd.toml");
+    // The host's resolvers, as pilotd sees them: the namespace's private server, and this
+    // host itself (its end of the link), as a hostile DHCP server would name it.
+    let resolv_conf = d.join("resolv.conf");
+    std::fs::write(
+        &resolv_conf,
+        format!(
+            "nameserver {}\nnameserver {}\n",
+            host.host_side, host.resolver
+        ),
+    )
+    .unwrap();
+    let host_dns = dns_server(&[], HOST_ANSWER, &[&host.host_side]);
+    let host_dns = Reaped(host_dns);
     let log = std::fs::File::create(d.join("pilotd.log")).unwrap();
-    let mut pilotd = Command::new(bin())
-        .arg("-c")
+    // A mount namespace of its own (private: nothing propagates back to the host) where the
+    // test's file is /etc/resolv.conf; `exec`, so the child is pilotd itself.
+    let mut pilotd = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg("mount --bind \"$1\" /etc/resolv.conf && exec \"$2\" -c \"$3\" run")
+        .arg("sh")
+        .arg(&resolv_conf)
+        .arg(bin())
         .arg(&config)
-        .arg("run")
         .env("RUST_LOG", "pilotd=info")
         .stdout(Stdio::null())
         .stderr(log)
@@ -215,10 +334,20 @@ fn workers_reach_neither_private_addresses_nor_the_host_but_what_the_site_allows
         "docker run -d --name {control} --network bridge --entrypoint /bin/sleep 127.0.0.1:5000/pilotd-test/worker:v1 60 >/dev/null"
     ));
     let reachable_elsewhere = reaches(&control, &host.refused, 8080);
+    // And every DNS server this test asks answers there.
+    let control_resolves = [
+        resolves(&control, &host.resolver, NS_ANSWER),
+        resolves(&control, &host.refused, NS_ANSWER),
+        resolves(&control, &host.host_side, HOST_ANSWER),
+    ];
     let _ = sh(&format!("docker rm -f {control}"));
     assert!(
         reachable_elsewhere,
         "the test host must be reachable without pilotd's filter"
+    );
+    assert_eq!(
+        control_resolves, [true; 3],
+        "every DNS server must answer without pilotd's filter"
     );
 
     assert!(
@@ -233,29 +362,63 @@ fn workers_reach_neither_private_addresses_nor_the_host_but_what_the_site_allows
         !reaches(w, gateway.trim(), local.port),
         "the host itself is refused"
     );
-    // Names resolve through the host's own resolver even where it is on a private address
-    // (this machine's is; so is a home router): the engine's embedded DNS sends the query on
-    // from the worker's namespace, through the filter, which opens the DNS port of those
-    // resolvers and nothing else of them.
-    let resolvers = std::fs::read_to_string("/etc/resolv.conf").unwrap();
-    let name = "deb.debian.org";
+    // Names: the engine's embedded DNS sends a worker's queries on from the worker's own
+    // network namespace, so a query the worker sends to a server itself takes the same way
+    // through the filter. Each server the worker is refused answered the control above.
+    let chain = pilotd::volunteer::egress::names(&instance).2;
+    let opened = |addr: &str| -> Vec<String> {
+        sh_ok("iptables -w 10 -S")
+            .lines()
+            .filter(|l| {
+                l.starts_with(&format!("-A {chain}-"))
+                    && l.contains(&format!("-d {addr}/32"))
+                    && l.contains("--dport 53")
+            })
+            .map(str::to_owned)
+            .collect()
+    };
+    // 1. A worker resolves a name through the host's private resolver.
     assert!(
-        sh(&format!("getent hosts {name}")).0,
-        "the host itself must resolve {name} (its resolvers: {resolvers})"
+        resolves(w, &host.resolver, NS_ANSWER),
+        "a worker resolves through the host's private resolver"
     );
-    let private = pilotd::volunteer::egress::resolvers::host(std::path::Path::new("/"))
-        .into_iter()
-        .any(pilotd::config::units::Ipv4Net::refused);
-    eprintln!("host resolvers (private: {private}):\n{resolvers}");
-    let (resolved, answer) = sh(&format!("docker exec {w} sh -c 'nslookup {name}' 2>&1"));
+    // 2. A DNS server on another private address is refused.
     assert!(
-        resolved && answer.contains("Address"),
-        "a worker on pilotd's bridge cannot resolve {name}: {answer}"
-    );
-    assert!(
-        !reaches(w, &host.refused, 53),
+        !resolves(w, &host.refused, NS_ANSWER),
         "only the host's resolvers get their DNS port"
     );
+    // 3. A resolver that is this host itself is never opened: the worker does not reach the
+    // host's DNS listener, while the forward opening above works beside it.
+    assert!(
+        !resolves(w, &host.host_side, HOST_ANSWER),
+        "a resolver on the host's own address gives workers the host's DNS port"
+    );
+    // The rules say the same: the resolver's port for forwarded traffic only, nothing for
+    // the host's address.
+    let fwd = format!("-A {chain}-F");
+    let rules = opened(&host.resolver);
+    assert!(
+        rules.len() == 2 && rules.iter().all(|r| r.starts_with(&fwd)),
+        "{rules:?}"
+    );
+    assert_eq!(opened(&host.host_side), Vec::<String>::new());
+    // 4. Without the opening the name does not resolve: the resolver gone from resolv.conf
+    // (a laptop that moved), the next check rebuilds the filter without it.
+    std::fs::write(&resolv_conf, format!("nameserver {}\n", host.host_side)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !opened(&host.resolver).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the filter still opens the resolver pilotd no longer sees:\n{}",
+            std::fs::read_to_string(d.join("pilotd.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert!(
+        !resolves(w, &host.resolver, NS_ANSWER),
+        "the name still resolves without the opening: the test proves nothing"
+    );
+    drop(host_dns);
     let _ = pilotd.kill();
     let _ = pilotd.wait();
     drop(cleanup);

@@ -360,8 +360,8 @@ fn a_rebuild_of_the_filter_leaves_no_moment_unfiltered() {
             .count(),
         REBUILDS
     );
-    // The added rule is named as one too many (how many the chain holds depends on the host's
-    // resolvers, whose DNS port it opens).
+    // The added rule is named as one too many (how many a chain holds depends on the
+    // allowlist, and the forward chain's on the host's resolvers, whose DNS port it opens).
     let log = s.h.log();
     let counted = log.split("holds ").skip(1).find_map(|rest| {
         let (n, rest) = rest.split_once(" rule(s), not its ")?;
