@@ -22,6 +22,8 @@ command -v dbus-daemon >/dev/null || need+=(dbus)
 command -v chromium >/dev/null || need+=(chromium)
 command -v docker >/dev/null || need+=(docker.io)
 command -v python3 >/dev/null || need+=(python3)
+# ip: the egress test's own resolver in a network namespace of its own (veth, ip netns).
+command -v ip >/dev/null || need+=(iproute2)
 command -v curl >/dev/null || need+=(curl)
 # mke2fs and losetup: each worker's disk limit is an ext4 image on a loop device.
 command -v mke2fs >/dev/null || need+=(e2fsprogs)
