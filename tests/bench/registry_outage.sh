@@ -101,7 +101,7 @@ run() { # MODE
     for _ in $(seq 500); do [ "$(grep -c 'resumed:' "$d/log" || true)" -gt "$m" ] && break; sleep 0.01; done
     sleep 1.5   # the next check starts against the same registry
   done
-  { [ ${#lat[@]} -gt 0 ] && printf '%s\n' "${lat[@]}"; } | sort -n | awk -v m="$1" -v t="$timeouts" -v h="$hung" -v hang="$([ "$1" = hang ] && echo 1)" '
+  { [ ${#lat[@]} -eq 0 ] || printf '%s\n' "${lat[@]}"; } | sort -n | awk -v m="$1" -v t="$timeouts" -v h="$hung" -v hang="$([ "$1" = hang ] && echo 1)" '
     { a[NR] = $1 }
     function f(i) { return i <= NR ? sprintf("%.0f ms", a[i]) : "> 5000 ms" }
     END { n = NR + t; i50 = int(n * 0.5 + 0.5); i95 = int(n * 0.95 + 0.5); if (i50 < 1) i50 = 1; if (i95 < 1) i95 = 1
