@@ -291,7 +291,7 @@ docker exec -d "$ctr" sh -c 'sleep infinity | exec ssh -tt -i /root/.ssh/id_alic
   alice@127.0.0.1 "exec sleep infinity" >/root/ssh-alice.log 2>&1'
 session=
 for _ in $(seq 100); do
-  session=$(c loginctl list-sessions --no-legend | awk '$3 == "alice" && $6 == "user" { print $1; exit }')
+  session=$(c loginctl list-sessions --no-legend | awk '$3 == "alice" && $6 == "user" { print $1; exit }' || true)
   [ -n "$session" ] && break
   sleep 0.1
 done
@@ -312,7 +312,7 @@ lock() {
   t_s=
   for _ in $(seq 50); do
     t_s=$(grep -F "\"LockedHint\":{\"type\":\"b\",\"data\":$1}" "$d/signals.json" \
-      | sed -n 's/.*"timestamp-realtime":\([0-9]*\).*/\1/p' | tail -n 1)
+      | sed -n 's/.*"timestamp-realtime":\([0-9]*\).*/\1/p' | tail -n 1 || true)
     [ -n "$t_s" ] && [ "$t_s" -ge "${t_w:0:16}" ] && break
     t_s=
     sleep 0.05
