@@ -2,8 +2,11 @@
 # The owner's return under load (a figure, not a test; it judges nothing): the time from the
 # owner's arrival being written to both workers' cgroups being frozen, with two workers burning the whole
 # machine (WORKER_BURN: each spins the CPU its share gives it) and the worker image's registry
-# down (a proxy in front of the test registry that accepts and never answers, so every
-# freshness check, due every REFRESH, hangs until [docker] timeout).
+# hanging (tests/bench/registry_proxy.py in front of the test registry, moving no byte on any
+# connection, the freshness check's kept-alive one included, so every freshness check, due
+# every REFRESH, hangs until [docker] timeout). The proxy counts the requests it holds: each
+# arrival notes whether a check was hanging both when it came and when both workers were
+# frozen, and the bench fails when none was (the figures would not be of a hanging registry).
 #
 #   1. utmp: LOGINS logins written in place into a utmp file (the one record slot rewritten
 #      from DEAD_PROCESS to USER_PROCESS and back with pwrite, as login(3) and logout(3) do),
@@ -21,7 +24,8 @@
 # the workers' cgroup freezers (below).
 # Between two arrivals the owner leaves, both workers are unpaused, and a random 1-3 s passes,
 # so arrivals land at every phase of the INTERVAL cycle. Prints p50/p95/max to the first and
-# to the second worker's pause.
+# to the second worker's pause; an arrival that froze both workers not within 10 s is a
+# failure, counted in those figures (as "> 10000 ms") and in the exit status.
 #
 # pilotd is the package's build (volunteer profile, no kubernetes) unless PILOTD_BIN is given.
 # Needs root, python3, tests/setup-docker.sh first (engine, registry on 127.0.0.1:5000, test
@@ -63,35 +67,16 @@ log() { echo "owner_return: $*" >&2; }
 
 # --- the registry, through a proxy that forwards, hangs or refuses (its mode: $d/mode) --------
 echo forward >"$d/mode"
-cat >"$d/proxy.py" <<'PY'
-import socket, sys, threading
-mode_file, port_file = sys.argv[1], sys.argv[2]
-srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-srv.bind(("127.0.0.1", 0)); srv.listen(64)
-open(port_file, "w").write(str(srv.getsockname()[1]))
-held = []
-def pipe(a, b):
-    try:
-        while (data := a.recv(65536)):
-            b.sendall(data)
-    except OSError:
-        pass
-    for s in (a, b):
-        try: s.shutdown(socket.SHUT_RDWR)
-        except OSError: pass
-while True:
-    c, _ = srv.accept()
-    if open(mode_file).read().strip() == "hang":
-        held.append(c)          # accepted, never answered
-    else:
-        u = socket.create_connection(("127.0.0.1", 5000))
-        threading.Thread(target=pipe, args=(c, u), daemon=True).start()
-        threading.Thread(target=pipe, args=(u, c), daemon=True).start()
-PY
-python3 "$d/proxy.py" "$d/mode" "$d/port" &
+python3 "$here/tests/bench/registry_proxy.py" "$d/mode" "$d/port" "$d/stats" &
 proxy=$!
 for _ in $(seq 50); do [ -s "$d/port" ] && break; sleep 0.1; done
 port=$(cat "$d/port")
+# Registry requests received and not answered yet (during the hang: hanging now).
+pending() { awk '{ print $6 }' "$d/stats"; }
+hanging_check() { # WHAT: wait (35 s at most, past one [docker] timeout) for a check to hang
+  for _ in $(seq 350); do [ "$(pending)" -ge 1 ] && return 0; sleep 0.1; done
+  log "$1: no freshness check reached the hanging registry within 35 s ($(cat "$d/stats"))"; return 1
+}
 
 # --- pilotd's files ---------------------------------------------------------------------------
 write_policy() { # FILE SESSIONS [EXTRA OWNER LINES]
@@ -193,11 +178,14 @@ busy() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $
 busy_pct() { # "BUSY0 TOTAL0" "BUSY1 TOTAL1"
   awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, " "); split(b, y, " "); printf "%.0f", 100 * (y[1] - x[1]) / (y[2] - x[2]) }'
 }
-summary() { # LABEL FILE (one latency per line)
-  sort -n "$2" | awk -v l="$1" '{ a[NR] = $1 } END {
-    if (NR == 0) { printf "%s: no samples\n", l; exit }
-    i50 = int(NR * 0.50 + 0.5); i95 = int(NR * 0.95 + 0.5); if (i95 < 1) i95 = 1; if (i50 < 1) i50 = 1
-    printf "%s: p50 %.0f ms  p95 %.0f ms  max %.0f ms  (n=%d)\n", l, a[i50], a[i95], a[NR], NR }'
+summary() { # LABEL FILE TIMEOUTS (one latency per line; TIMEOUTS arrivals with none: > 10 s)
+  sort -n "$2" | awk -v l="$1" -v t="${3:-0}" '{ a[NR] = $1 } END {
+    n = NR + t
+    if (n == 0) { printf "%s: no samples\n", l; exit }
+    i50 = int(n * 0.50 + 0.5); i95 = int(n * 0.95 + 0.5); if (i95 < 1) i95 = 1; if (i50 < 1) i50 = 1
+    printf "%s: p50 %s  p95 %s  max %s  (n=%d%s)\n", l, f(a, i50), f(a, i95), f(a, n), n,
+      t ? sprintf(", %d with no pause within 10 s", t) : "" }
+  function f(a, i) { return i <= NR ? sprintf("%.0f ms", a[i]) : "> 10000 ms" }'
 }
 
 # --- part 1: utmp logins ----------------------------------------------------------------------
@@ -235,14 +223,15 @@ RUST_LOG=${LOG:-pilotd=info} "$bin" -c "$d/pilotd.toml" run 2>"$d/log" &
 pid=$!
 wait_running "$inst" 2 "utmp part" || { tail -n 30 "$d/log" >&2; exit 1; }
 echo hang >"$d/mode"
-sleep 3 # a freshness check is now due or hanging
+hanging_check "utmp part"
 watch_events "$inst" "$d/events"
 sleep 0.5
 : >"$d/first"; : >"$d/last"
-timeouts=0
+timeouts=0; hung=0
 b0=$(busy)
 for i in $(seq "$logins"); do
   np=$(count "$d/events" pause); nu=$(count "$d/events" unpause)
+  h0=$(pending)
   write login
   if wait_count "$d/events" pause $((np + 2)); then
     after_ms "$d/events" pause "$t_w" 1 >>"$d/first"
@@ -250,6 +239,7 @@ for i in $(seq "$logins"); do
   else
     timeouts=$((timeouts + 1))
   fi
+  [ "$h0" -ge 1 ] && [ "$(pending)" -ge 1 ] && hung=$((hung + 1))
   write logout
   wait_count "$d/events" unpause $((nu + 2)) || { log "login $i: the workers were not unpaused within 10 s"; tail -n 20 "$d/log" >&2; exit 1; }
   settle
@@ -259,14 +249,16 @@ kill "$pid"; wait "$pid" 2>/dev/null || true; pid=
 kill "$events" 2>/dev/null || true; events=
 echo "owner return under load: 2 workers burning, registry hanging, interval $interval, refresh $refresh, $(nproc) cores ($(uname -r)), pilotd $("$bin" --version | awk '{ print $2 }')"
 echo "  host CPU busy during the logins: $(busy_pct "$b0" "$b1")% (paused workers included)"
-summary "  utmp login -> first pause " "$d/first"
-summary "  utmp login -> second pause" "$d/last"
-[ "$timeouts" = 0 ] || echo "  utmp logins with no pause of both workers within 10 s: $timeouts"
+summary "  utmp login -> first pause " "$d/first" "$timeouts"
+summary "  utmp login -> second pause" "$d/last" "$timeouts"
+echo "  utmp logins with a freshness check hanging from the login to both pauses: $hung of $logins ($(cat "$d/stats"))"
 echo "  utmp, each login -> first pause (ms, in order): $(tr '\n' ' ' <"$d/first")"
+failed=$timeouts
+[ "$hung" -ge 1 ] || { log "utmp part: no login came while a freshness check hung: not a hanging registry's figures"; failed=$((failed + 1)); }
 docker ps -aq --filter "label=pilotd.instance=$inst" | xargs -r docker rm -f >/dev/null
 
 # --- part 2: logind lock changes in the real-systemd container ----------------------------------
-[ "$locks" -gt 0 ] || exit 0
+[ "$locks" -gt 0 ] || exit $((failed > 0))
 image=$(sh "$here/tests/systemd/image.sh")
 mkdir -p "$d/dbus"
 docker run -d --name "$ctr" --hostname pilotd-owner-return \
@@ -288,7 +280,7 @@ write_site "$d/pilotd2.toml" "$d/policy2.toml" "$d/state2" "$inst2" "$d/no-utmp"
 bus="unix:path=$d/dbus/system_bus_socket"
 if ! out=$("$bin" -c "$d/pilotd2.toml" check 2>&1); then
   echo "logind part skipped: this pilotd refuses sessions = \"active\" with lock_grace: $(tr '\n' ' ' <<<"$out")"
-  exit 0
+  exit $((failed > 0))
 fi
 c useradd -m -u 1000 alice
 c sh -c 'install -d -m 700 /root/.ssh && ssh-keygen -q -t ed25519 -N "" -f /root/.ssh/id_alice' >/dev/null
@@ -299,7 +291,7 @@ docker exec -d "$ctr" sh -c 'sleep infinity | exec ssh -tt -i /root/.ssh/id_alic
   alice@127.0.0.1 "exec sleep infinity" >/root/ssh-alice.log 2>&1'
 session=
 for _ in $(seq 100); do
-  session=$(c loginctl list-sessions --no-legend | awk '$3 == "alice" && $6 == "user" { print $1; exit }')
+  session=$(c loginctl list-sessions --no-legend | awk '$3 == "alice" && $6 == "user" { print $1; exit }' || true)
   [ -n "$session" ] && break
   sleep 0.1
 done
@@ -320,7 +312,7 @@ lock() {
   t_s=
   for _ in $(seq 50); do
     t_s=$(grep -F "\"LockedHint\":{\"type\":\"b\",\"data\":$1}" "$d/signals.json" \
-      | sed -n 's/.*"timestamp-realtime":\([0-9]*\).*/\1/p' | tail -n 1)
+      | sed -n 's/.*"timestamp-realtime":\([0-9]*\).*/\1/p' | tail -n 1 || true)
     [ -n "$t_s" ] && [ "$t_s" -ge "${t_w:0:16}" ] && break
     t_s=
     sleep 0.05
@@ -334,13 +326,14 @@ DBUS_SYSTEM_BUS_ADDRESS=$bus RUST_LOG=${LOG:-pilotd=info} "$bin" -c "$d/pilotd2.
 pid=$!
 wait_running "$inst2" 2 "logind part" || { tail -n 30 "$d/log2" >&2; exit 1; }
 echo hang >"$d/mode"
-sleep 3
+hanging_check "logind part"
 watch_events "$inst2" "$d/events2"
 sleep 0.5
 : >"$d/first2"; : >"$d/last2"; : >"$d/first2s"; : >"$d/last2s"
-timeouts=0
+timeouts=0; hung=0
 for i in $(seq "$locks"); do
   np=$(count "$d/events2" pause); nu=$(count "$d/events2" unpause)
+  h0=$(pending)
   lock false # she is back
   if wait_count "$d/events2" pause $((np + 2)); then
     after_ms "$d/events2" pause "$t_w" 1 >>"$d/first2"
@@ -350,14 +343,19 @@ for i in $(seq "$locks"); do
   else
     timeouts=$((timeouts + 1))
   fi
+  [ "$h0" -ge 1 ] && [ "$(pending)" -ge 1 ] && hung=$((hung + 1))
   lock true
   wait_count "$d/events2" unpause $((nu + 2)) || { log "lock $i: the workers were not unpaused within 10 s"; tail -n 20 "$d/log2" >&2; exit 1; }
   settle
 done
 echo "  logind (systemd $(c systemctl --version | awk 'NR == 1 { print $2 }'), alice's ssh session $session, no utmp):"
-summary "  logind unlock (its signal) -> first pause  " "$d/first2s"
-summary "  logind unlock (its signal) -> second pause " "$d/last2s"
-summary "  logind unlock (busctl started) -> first pause " "$d/first2"
-summary "  logind unlock (busctl started) -> second pause" "$d/last2"
-[ "$timeouts" = 0 ] || echo "  unlocks with no pause of both workers within 10 s: $timeouts"
+summary "  logind unlock (its signal) -> first pause  " "$d/first2s" "$timeouts"
+summary "  logind unlock (its signal) -> second pause " "$d/last2s" "$timeouts"
+summary "  logind unlock (asked for: busctl started) -> first pause " "$d/first2" "$timeouts"
+summary "  logind unlock (asked for: busctl started) -> second pause" "$d/last2" "$timeouts"
+echo "  unlocks with a freshness check hanging from the unlock to both pauses: $hung of $locks ($(cat "$d/stats"))"
 echo "  logind, each unlock (its signal) -> first pause (ms, in order): $(tr '\n' ' ' <"$d/first2s")"
+echo "  logind, each unlock (asked for) -> first pause (ms, in order): $(tr '\n' ' ' <"$d/first2")"
+failed=$((failed + timeouts))
+[ "$hung" -ge 1 ] || { log "logind part: no unlock came while a freshness check hung: not a hanging registry's figures"; failed=$((failed + 1)); }
+exit $((failed > 0))

@@ -2,12 +2,24 @@
 //! daemon's real cycle (decide → plan → executor → record) against the recording fake engine
 //! with a fixed job mix, at synthetic instants; the contribution ledger it writes is what was
 //! "measured". The projection then replays the presence timeline the same daemon recorded,
-//! and must agree with the measurement within 10 %. Only the host observation is scripted
-//! (`Daemon::synthetic_host`): everything after it is the daemon's own.
+//! with the utilization `Utilization::of` takes from that ledger (as `pilotd schedule` does),
+//! and must agree with the measurement on every figure — hours open, hours computing, hours
+//! with the owner there, CPU-hours — within `TOLERANCE`. Only the host observation and the
+//! workers' CPU are scripted (`Daemon::synthetic_host`, `advance`): everything between is the
+//! daemon's own.
+//!
+//! The tolerance is what the negative controls below justify: a projection that drops the
+//! owner-CPU rule, the snoozes, `free_for` or the logins is run on the same month and must
+//! fall outside it. With the utilization measured from the ledger, the CPU-hours agree exactly
+//! as well as the hours computing do (the projection's CPU is hours computing × CPUs granted ×
+//! the ledger's CPU per computing hour per granted CPU), so the hours are what is tested; the
+//! CPU figure checks that `Utilization::of` and `granted_cpus` count the CPUs the way the
+//! ledger does, on workers whose use of their CPUs varies from job to job.
 
 use super::*;
+use crate::volunteer::contribution::Tally;
 use crate::volunteer::host::Carry;
-use crate::volunteer::projection::{self, Utilization};
+use crate::volunteer::projection::{self, Figures, Utilization};
 use chrono::{Datelike, Timelike};
 use std::collections::HashMap;
 
@@ -15,12 +27,26 @@ use std::collections::HashMap;
 /// writing the status file, as the daemon does) runs in a debug build's test time; the
 /// projection still decides every minute.
 const STEP: chrono::Duration = chrono::Duration::minutes(5);
-/// The CPUs a worker of the job mix keeps busy, of the 2 it is granted.
-const RATE: f64 = 1.6;
 const GRANTED: u32 = 2;
 const HOST_CPUS: u32 = 8;
-/// Minutes of computing each job needs, in turn.
-const JOBS: [i64; 3] = [90, 180, 45];
+/// The pilots' mix, in turn: minutes of computing each worker's pilot needs before it exits,
+/// and the CPUs (of the `GRANTED`) it keeps busy meanwhile: the projection is not told these.
+/// Pilots of hours, as in a pool: the ledger counts a step by the workers running at its end,
+/// so each worker's end costs it one step that the projection (which replaces workers at
+/// once, as the daemon does on the engine's exit event) counts; with 5-minute steps, pilots
+/// of an hour or two would put that alone at 5 %, these at about 0.6 %.
+const JOBS: [(i64, f64); 3] = [(600, 1.9), (1440, 1.2), (300, 0.5)];
+/// A worker's first step: the pilot starts its condor and waits for a match, nearly idle.
+const STARTING: f64 = 0.1;
+/// How far the projection may be from the measurement on each figure (relative): 1 %, what
+/// the negative controls justify. The projection is 0.5 % off (hours computing: the ledger's
+/// step per worker's end, above); each control is off by 3.8 % or more on at least one figure
+/// (without the snoozes: hours with the owner there −3.9 %, hours computing +2.4 %; without
+/// the owner-CPU rule: the owner's hours −7.1 %; without `free_for`: hours computing +5.0 %;
+/// ignoring logins: +43 % computing). The 10 % this test held before let the first three
+/// pass, and on CPU-hours alone a tolerance over 2.4 % lets the snoozes pass.
+/// docs/performance.md, "The projection against a month the daemon lived", has the figures.
+const TOLERANCE: f64 = 0.01;
 
 fn start() -> DateTime<Utc> {
     // A Monday, UTC (the test policy's zone).
@@ -95,8 +121,9 @@ fn policy(m: &Machine) -> Policy {
     p
 }
 
-/// The fake engine's workers over one step: a running one's CPU counter advances at `RATE`,
-/// and it exits (having run jobs) once its job has had its minutes.
+/// The fake engine's workers over one step: a running one's CPU counter advances at its
+/// job's rate (`STARTING` in its first step), and it exits (having run jobs) once its job has
+/// had its minutes.
 fn advance(m: &Machine, ran: &mut HashMap<String, i64>, started: &mut Vec<String>) {
     let mut w = m.engine.lock();
     let w = &mut *w;
@@ -111,16 +138,48 @@ fn advance(m: &Machine, ran: &mut HashMap<String, i64>, started: &mut Vec<String
         let step_ns = STEP.num_seconds() as f64 * 1e9;
         s.system_ns += (f64::from(HOST_CPUS) * step_ns) as u64;
         if x.state == WorkerState::Running {
-            s.worker_ns += (RATE * step_ns) as u64;
             let minutes = ran.entry(x.id.clone()).or_default();
-            *minutes += STEP.num_minutes();
             let job = started.iter().position(|i| i == &x.id).unwrap_or(0);
-            if *minutes >= JOBS[job % JOBS.len()] {
+            let (needs, rate) = JOBS[job % JOBS.len()];
+            let rate = if *minutes == 0 { STARTING } else { rate };
+            s.worker_ns += (rate * step_ns) as u64;
+            *minutes += STEP.num_minutes();
+            if *minutes >= needs {
                 x.state = WorkerState::Exited;
                 x.exit_code = Some(0);
             }
         }
     }
+}
+
+/// Each figure's relative distance from the measured month (projected − measured) ÷ measured.
+fn gaps(p: &Figures, m: &Tally) -> [(&'static str, f64); 4] {
+    let rel = |p: f64, m: f64| (p - m) / m;
+    [
+        ("hours open", rel(p.open_s, m.open_s as f64)),
+        ("hours computing", rel(p.computing_s, m.computing_s as f64)),
+        (
+            "hours with the owner there",
+            rel(p.owner_s, m.owner_present_s as f64),
+        ),
+        ("CPU-hours", rel(p.cpu_seconds, m.cpu_seconds)),
+    ]
+}
+
+/// The figure farthest from the measurement, and how far.
+fn worst(p: &Figures, m: &Tally) -> (&'static str, f64) {
+    gaps(p, m)
+        .into_iter()
+        .max_by(|a, b| a.1.abs().total_cmp(&b.1.abs()))
+        .unwrap()
+}
+
+fn describe(p: &Figures, m: &Tally) -> String {
+    gaps(p, m)
+        .iter()
+        .map(|(what, g)| format!("{what} {:+.2}%", g * 100.0))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -163,84 +222,87 @@ async fn the_projection_agrees_with_a_month_the_daemon_lived() {
         h.cpus = HOST_CPUS;
         h
     };
-    let utilization = Utilization {
-        fraction: RATE / f64::from(GRANTED),
-        measured: false,
-    };
-    let timeline = d.presence.timeline.clone();
-    let clock = std::time::Instant::now();
-    let projected = projection::project(
-        &settings,
-        &d.learner.history,
-        &timeline,
-        &machine,
-        utilization,
-        end,
+    // As `pilotd schedule` takes it: the ledger's CPU per computing second per CPU granted.
+    let utilization = Utilization::of(
+        &measured,
+        projection::granted_cpus(&settings.policy, &machine),
     );
+    assert!(utilization.measured, "{utilization:?}");
+    let timeline = d.presence.timeline.clone();
+    let project = |s: &Settings, timeline: &crate::volunteer::timeline::Timeline| {
+        projection::project(s, &d.learner.history, timeline, &machine, utilization, end).total
+    };
+    let clock = std::time::Instant::now();
+    let projected = project(&settings, &timeline);
     let replayed = clock.elapsed();
-    // The same month, projected by a policy that ignores logins: the owner's presence is
-    // most of what keeps this machine from computing, so it must not agree.
+    // Deterministic: the same history gives the same figures.
+    assert_eq!(project(&settings, &timeline), projected);
+
+    // The negative controls: projections that each leave out one thing the daemon obeyed
+    // this month. Each must fall outside the tolerance, or the tolerance could not tell.
+    let mut controls = Vec::new();
     let mut blind = settings.clone();
     blind.policy.sessions = SessionRule::Ignore;
-    let ignoring = projection::project(
-        &blind,
-        &d.learner.history,
-        &timeline,
-        &machine,
-        utilization,
-        end,
-    );
-    // Deterministic: the same history gives the same figures.
-    assert_eq!(
-        projection::project(
-            &settings,
-            &d.learner.history,
-            &timeline,
-            &machine,
-            utilization,
-            end
-        ),
-        projected
-    );
+    controls.push(("ignoring logins", project(&blind, &timeline)));
+    let mut no_cpu = timeline.clone();
+    for r in no_cpu.runs.iter_mut() {
+        r.seen.owner_cpu_pct = 0;
+    }
+    controls.push(("without the owner-CPU rule", project(&settings, &no_cpu)));
+    let mut no_snooze = timeline.clone();
+    for r in no_snooze.runs.iter_mut() {
+        r.seen.snoozed = false;
+    }
+    controls.push(("without the snoozes", project(&settings, &no_snooze)));
+    let mut eager = settings.clone();
+    eager.policy.free_for = Duration::ZERO;
+    controls.push(("without free_for", project(&eager, &timeline)));
 
     let h = |s: f64| s / 3600.0;
-    let cpu_off = (projected.total.cpu_seconds - measured.cpu_seconds) / measured.cpu_seconds;
-    let blind_off = (ignoring.total.cpu_seconds - measured.cpu_seconds) / measured.cpu_seconds;
     println!(
         "month lived: {cycles} cycles in {lived:?}; timeline: {} stretches, {:.1} days watched; replay {replayed:?}",
         timeline.runs.len(),
         timeline.watched().num_seconds() as f64 / 86_400.0
     );
     println!(
-        "measured : {:.1} CPU-h, {:.1} h computing, {:.1} h open, {:.1} h owner there, {} jobs ran",
+        "measured : {:.1} CPU-h, {:.1} h computing, {:.1} h open, {:.1} h owner there, {} jobs ran; utilization {:.1}%",
         h(measured.cpu_seconds),
         h(measured.computing_s as f64),
         h(measured.open_s as f64),
         h(measured.owner_present_s as f64),
-        measured.ended.ran_jobs
+        measured.ended.ran_jobs,
+        utilization.fraction * 100.0
     );
     println!(
-        "projected: {:.1} CPU-h, {:.1} h computing, {:.1} h open, {:.1} h owner there ({:+.1}% CPU)",
-        h(projected.total.cpu_seconds),
-        h(projected.total.computing_s),
-        h(projected.total.open_s),
-        h(projected.total.owner_s),
-        cpu_off * 100.0
+        "projected: {:.1} CPU-h, {:.1} h computing, {:.1} h open, {:.1} h owner there ({})",
+        h(projected.cpu_seconds),
+        h(projected.computing_s),
+        h(projected.open_s),
+        h(projected.owner_s),
+        describe(&projected, &measured)
     );
-    println!(
-        "ignoring logins: {:.1} CPU-h ({:+.1}%)",
-        h(ignoring.total.cpu_seconds),
-        blind_off * 100.0
-    );
+    for (name, c) in &controls {
+        println!("{name}: {}", describe(c, &measured));
+    }
     assert!(measured.ended.ran_jobs > 20, "{measured:?}");
     // The daemon kept the timeline on disk (hourly).
     let saved = crate::volunteer::timeline::peek(&settings.state_dir);
     assert!(saved.warning.is_none(), "{:?}", saved.warning);
     assert_eq!(saved.timeline.runs.first(), timeline.runs.first());
     assert!(saved.timeline.watched() > timeline.watched() - chrono::Duration::minutes(65));
+    let (what, gap) = worst(&projected, &measured);
     assert!(
-        cpu_off.abs() < 0.10,
-        "projected {projected:?}, measured {measured:?}"
+        gap.abs() < TOLERANCE,
+        "{what} {:+.2}%: projected {projected:?}, measured {measured:?}",
+        gap * 100.0
     );
-    assert!(blind_off.abs() > 0.10, "{ignoring:?}");
+    for (name, c) in &controls {
+        let (what, gap) = worst(c, &measured);
+        assert!(
+            gap.abs() > TOLERANCE,
+            "a projection {name} agrees within {}% ({what} {:+.2}%): {c:?}",
+            TOLERANCE * 100.0,
+            gap * 100.0
+        );
+    }
 }

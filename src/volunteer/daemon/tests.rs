@@ -161,7 +161,7 @@ async fn settle(d: &mut Daemon) {
     }
 }
 
-/// The projection against the daemon itself (issue 24's 10 % agreement test).
+/// The projection against the daemon itself (agreement within 1 %, with its negative controls).
 #[path = "agreement.rs"]
 mod agreement;
 
