@@ -431,15 +431,26 @@ fn curl(url: &str, cookie: Option<&str>, nobody: bool) -> PageAnswer {
     }
 }
 
-/// `pilotd run` with a status page on a free port, ready; (daemon, port, its log).
-fn with_page(s_extra: &str) -> (Setup, Child, u16, std::sync::mpsc::Receiver<String>) {
+/// A process a test started, killed when the test ends however it ends (a failed assertion
+/// too), so nothing it started outlives it.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `pilotd run` with a status page on a free port, ready; (setup, daemon, port).
+fn with_page() -> (Setup, Reaped, u16) {
     let port = free_port();
-    let s = Setup::new(&format!("{s_extra}[page]\nport = {port}\n"));
+    let s = Setup::new(&format!("[page]\nport = {port}\n"));
     let mut child = s.run();
     let log = lines(&mut child);
     let mut seen = Vec::new();
     wait_line(&log, "ready: ", &mut seen);
-    (s, child, port, log)
+    (s, Reaped(child), port)
 }
 
 /// The owner (root here) runs `pilotd open`; nobody, another local user, uses the address it
@@ -449,7 +460,7 @@ fn with_page(s_extra: &str) -> (Setup, Child, u16, std::sync::mpsc::Receiver<Str
 /// nothing from nobody's connection. (It used to give nobody a 12-hour session.)
 #[test]
 fn another_uid_gets_no_session_from_the_owners_open() {
-    let (s, mut child, port, _log) = with_page("");
+    let (s, mut child, port) = with_page();
     let out = s
         .cmd()
         .arg("open")
@@ -492,8 +503,8 @@ fn another_uid_gets_no_session_from_the_owners_open() {
     let replayed = curl(&page, Some(&cookie), true);
     assert_eq!(replayed.code, "401", "the cookie from nobody: {replayed:?}");
     assert!(!replayed.body.contains("Snooze"), "{replayed:?}");
-    signal(&child, nix::sys::signal::Signal::SIGTERM);
-    wait_exit(&mut child, Duration::from_secs(20));
+    signal(&child.0, nix::sys::signal::Signal::SIGTERM);
+    assert!(wait_exit(&mut child.0, Duration::from_secs(20)).success());
 }
 
 /// An opener that records its arguments (one a line) in `record` and then takes 3 s, as a
@@ -546,7 +557,7 @@ fn all_argv() -> Vec<(String, Vec<String>)> {
 /// to be `/?key=...`, good for a 12-hour session to whoever used it first.
 #[test]
 fn pilotd_open_puts_no_key_in_any_argv() {
-    let (s, mut child, port, _log) = with_page("");
+    let (s, mut child, port) = with_page();
     let record = s.path("opened");
     let path = recording_opener(&s.path(""), &record);
     let open = s
@@ -603,8 +614,8 @@ fn pilotd_open_puts_no_key_in_any_argv() {
         curl(&format!("http://{address}/open"), None, false).code,
         "303"
     );
-    signal(&child, nix::sys::signal::Signal::SIGTERM);
-    wait_exit(&mut child, Duration::from_secs(20));
+    signal(&child.0, nix::sys::signal::Signal::SIGTERM);
+    assert!(wait_exit(&mut child.0, Duration::from_secs(20)).success());
 }
 
 /// Listens on 127.0.0.1:PORT (it got there first, as during a pilotd restart) and answers
@@ -633,11 +644,11 @@ while True:
 #[test]
 fn pilotd_open_offers_nothing_for_a_port_it_does_not_hold() {
     let port = free_port();
-    let mut impostor = as_nobody(IMPOSTOR, &[&port.to_string()]);
-    let (_, _out) = until_line(&mut impostor, "listening");
+    let mut impostor = Reaped(as_nobody(IMPOSTOR, &[&port.to_string()]));
+    let (_, _out) = until_line(&mut impostor.0, "listening");
     let s = Setup::new(&format!("[page]\nport = {port}\n"));
-    let mut child = s.run();
-    let log = lines(&mut child);
+    let mut child = Reaped(s.run());
+    let log = lines(&mut child.0);
     let mut seen = Vec::new();
     let line = wait_line(&log, "cannot serve the status page", &mut seen);
     assert!(line.contains(&format!("127.0.0.1:{port}")), "{line}");
@@ -666,10 +677,8 @@ fn pilotd_open_offers_nothing_for_a_port_it_does_not_hold() {
     assert!(!said.contains("http://"), "an address offered: {said}");
     std::thread::sleep(Duration::from_millis(300));
     assert!(!record.exists(), "an opener ran");
-    signal(&child, nix::sys::signal::Signal::SIGTERM);
-    wait_exit(&mut child, Duration::from_secs(20));
-    let _ = impostor.kill();
-    let _ = impostor.wait();
+    signal(&child.0, nix::sys::signal::Signal::SIGTERM);
+    assert!(wait_exit(&mut child.0, Duration::from_secs(20)).success());
 }
 
 /// Session ids come from the kernel's CSPRNG (the getrandom syscall), not from a file that
