@@ -19,7 +19,8 @@
 //!
 //! Cross-site requests are refused three ways: the `Host` must be this listener (no DNS
 //! rebinding), a POST whose `Origin` or `Sec-Fetch-Site` says another site is refused, and
-//! every form carries the session's CSRF token.
+//! every form carries the session's CSRF token. A navigation to `/open` another site started
+//! (`Sec-Fetch-Site`) does not use up the owner's invitation.
 //!
 //! Its parts: `keys` (invitations and sessions, and the session cookie), `http` (routes,
 //! the cross-site checks and the headers of every answer, served through `service::http`
