@@ -82,7 +82,7 @@ pub enum Command {
     Snooze(SnoozeArgs),
     /// End a snooze: workers may start again when the policy allows
     Resume,
-    /// Open the status page on 127.0.0.1 with a one-time key (same users as snooze)
+    /// Open the status page on 127.0.0.1 in your browser (same users as snooze)
     Open,
     /// After pilotd ended abnormally (systemd's ExecStopPost, SERVICE_RESULT not "success"):
     /// pause this instance's workers until a pilotd decides again; --remove deletes them

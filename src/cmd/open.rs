@@ -1,6 +1,9 @@
-//! `pilotd open`: opens the owner's status page with a one-time key, which the daemon gives
-//! only to callers the control socket authorises (as for `snooze`). Prints the address too,
-//! for a machine without a desktop or a browser of its own.
+//! `pilotd open`: opens the owner's status page. The daemon, asked over the control socket
+//! (authorised as for `snooze`), invites the caller's uid and answers with the page's
+//! address, which carries no secret: what lets the browser in is that it runs as the same
+//! user (the page checks each connection's uid), so the address may be in any process's argv
+//! and any local user may read it. Prints the address too, for a machine without a desktop or
+//! a browser of its own.
 
 use super::{CmdError, ask_daemon};
 use crate::cli::Global;
@@ -18,11 +21,10 @@ pub fn run(g: &Global) -> Result<String, CmdError> {
             .stderr(std::process::Stdio::null())
             .status()
             .is_ok_and(|s| s.success());
+    let who = "a browser running as you, once, within 2 minutes";
     Ok(if opened {
-        format!("opened {url} (the key works once, within 2 minutes)\n")
+        format!("opened {url} (it lets in {who})\n")
     } else {
-        format!(
-            "open this address in a browser on this machine (it works once, within 2 minutes):\n{url}\n"
-        )
+        format!("open this address in a browser on this machine (it lets in {who}):\n{url}\n")
     })
 }

@@ -7,13 +7,13 @@
 //! drop a client that has not taken its answer by the deadline (slow or idle alike), and end
 //! the server on shutdown. The endpoint only turns a [`Request`] into a [`Response`].
 
-use super::listener::{self, Limits};
+use super::listener::{self, Limits, Listener, Peer};
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::future::Future;
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 /// A request head, or a body, past this size is dropped unanswered: neither endpoint takes
 /// more than a small form.
@@ -68,32 +68,38 @@ impl Response {
     }
 }
 
-/// Serves `listener` within `limits` until `shutdown` completes: `answer` turns each request
-/// into its response. `name` starts the server's log lines ("status page", "metrics").
-pub async fn serve<F>(
+/// Serves `listener` within `limits` until `shutdown` completes: `answer` turns each request,
+/// and who sent it as far as the listener tells, into its response. `name` starts the
+/// server's log lines ("status page", "metrics").
+pub async fn serve<L, F>(
     name: &'static str,
-    listener: TcpListener,
+    listener: L,
     limits: Limits,
     shutdown: impl Future<Output = ()>,
     answer: F,
 ) where
-    F: Fn(&Request) -> Response + Send + Sync + 'static,
+    L: Listener<Conn = TcpStream>,
+    F: Fn(&Request, Peer) -> Response + Send + Sync + 'static,
 {
     let answer = Arc::new(answer);
-    listener::serve(name, listener, limits, shutdown, move |sock, _| {
+    listener::serve(name, listener, limits, shutdown, move |sock, peer| {
         let answer = answer.clone();
-        async move { respond(sock, &*answer).await }
+        async move { respond(sock, peer, &*answer).await }
     })
     .await
 }
 
-async fn respond(mut sock: TcpStream, answer: &(impl Fn(&Request) -> Response + ?Sized)) {
+async fn respond(
+    mut sock: TcpStream,
+    peer: Peer,
+    answer: &(impl Fn(&Request, Peer) -> Response + ?Sized),
+) {
     // Bounded in size here, in time by the listener's deadline; a request cut short (or past
     // the bound) gets no answer.
     let Some(req) = read_request(&mut sock).await else {
         return;
     };
-    let wire = answer(&req).to_wire();
+    let wire = answer(&req, peer).to_wire();
     // A client that does not read its answer is dropped at the listener's deadline.
     let _ = sock.write_all(wire.as_bytes()).await;
     let _ = sock.shutdown().await;
@@ -198,7 +204,7 @@ mod tests {
 
     /// Sends `raw` to a server answering with the request it read, and returns the answer.
     async fn exchange(raw: &[u8]) -> String {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let stop = listener::Stop::new();
         let limits = Limits {
@@ -206,7 +212,7 @@ mod tests {
             per_peer: 2,
             deadline: Duration::from_secs(2),
         };
-        let server = tokio::spawn(serve("test", listener, limits, stop.signal(), |req| {
+        let server = tokio::spawn(serve("test", listener, limits, stop.signal(), |req, _| {
             let mut r = Response::new(
                 "200 OK",
                 "text/plain",

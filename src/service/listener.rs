@@ -7,9 +7,10 @@
 //! So each server here (after tokio's mini-redis):
 //! - takes a slot of its [`Limits::total`] before it accepts: past the cap, connections wait
 //!   in the kernel's backlog, which costs pilotd no descriptor;
-//! - where the socket tells who is on the other end (SO_PEERCRED on a unix socket), lets one
-//!   uid hold at most [`Limits::per_peer`] of them and closes the rest at once, so one local
-//!   user can never take the slots root and the owner need;
+//! - where the socket tells who is on the other end (SO_PEERCRED on a unix socket, sock_diag
+//!   for the status page's loopback TCP: `loopback`), lets one uid hold at most
+//!   [`Limits::per_peer`] of them and closes the rest at once, so one local user can never
+//!   take the slots root and the owner need;
 //! - gives each connection [`Limits::deadline`] from accept to its answer taken: a slow or
 //!   silent client is dropped after a few seconds;
 //! - pauses after a failed accept (out of descriptors: EMFILE/ENFILE) instead of spinning on
@@ -28,9 +29,10 @@ use tokio::task::JoinSet;
 /// Who is on the other end of a connection, as far as its socket tells.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Peer {
-    /// The kernel's word (a unix socket's peer credentials): no client can forge it.
+    /// The kernel's word (a unix socket's peer credentials, or the owner of a loopback TCP
+    /// connection's client socket: `loopback`): no client can forge it.
     Uid(u32),
-    /// A TCP connection: its uid is not told.
+    /// A connection whose uid is not told (TCP from elsewhere, or a client gone already).
     Unknown,
 }
 

@@ -303,7 +303,7 @@ pub async fn listen(
         .await
         .map_err(|source| MetricsError::Bind { addr, source })?;
     let bound = listener.local_addr().unwrap_or(addr);
-    let serve = http::serve("metrics", listener, LIMITS, shutdown, move |req| {
+    let serve = http::serve("metrics", listener, LIMITS, shutdown, move |req, _| {
         answer(req, &registry)
     });
     Ok((bound, serve))

@@ -157,7 +157,7 @@ async fn answer(stream: UnixStream, ctx: &Context, wake: &mpsc::Sender<()>) {
                         Reply::refused(why.to_string())
                     }
                     Ok(()) => {
-                        let reply = carry_out(&req, &peer.label(), ctx, Utc::now());
+                        let reply = carry_out(&req, &peer.label(), peer.uid, ctx, Utc::now());
                         if reply.ok && req != Request::Open {
                             tracing::info!(caller = %peer.label(), "{}", reply.message);
                             let _ = wake.try_send(());

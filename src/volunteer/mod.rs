@@ -14,8 +14,8 @@
 //! - act: `backend` (the Docker engine, and a recording fake for tests);
 //! - the owner's word: `owner` (the requests, who may ask them and what asking does, below
 //!   both doors), `control` (the socket `pilotd snooze`/`resume`/`open` talk to, authorised by
-//!   peer credentials), `page` (the status page on 127.0.0.1, entered with a key from the
-//!   socket) and `snooze` (the snooze kept in the state dir);
+//!   peer credentials), `page` (the status page on 127.0.0.1, entered by a browser of a uid
+//!   the socket invited) and `snooze` (the snooze kept in the state dir);
 //! - state and upkeep: `status` (the status file), `history` (learned availability),
 //!   `timeline` (when the owner was there, replayable), `contribution` (what the machine gave,
 //!   week by week), `manifest` (the pool's remote

@@ -2,11 +2,12 @@
 //! snooze`, `resume`, `open`) or the status page's buttons. What may be asked (`Request`),
 //! who may ask it (`authorise`: root, the users the policy's `[owner] users` names, members of
 //! the `pilotd` group) and what asking does (`carry_out`: a snooze recorded in the state dir,
-//! or its end, or a one-time key to the page).
+//! or its end, or an invitation to the page for the caller's uid).
 //!
 //! Below both doors, and importing neither: the control socket proves who asks by its peer
-//! credentials, the page by a session bought with a key from the socket; both then hand the
-//! request here. The page's keys are reached through [`PageKeys`], which the page implements.
+//! credentials, the page by a session its uid was invited to from the socket (and the uid of
+//! every connection that uses it); both then hand the request here. The page's invitations
+//! are reached through [`Invitations`], which the page implements.
 
 use crate::config::Evict;
 use crate::volunteer::snooze::{self, Snooze};
@@ -27,7 +28,8 @@ pub enum Request {
         seconds: u64,
     },
     Resume,
-    /// A one-time key to the status page (`pilotd open`); the reply's message is its URL.
+    /// An invitation to the status page for the caller's uid (`pilotd open`); the reply's
+    /// message is the page's address to open (it holds no secret).
     Open,
 }
 
@@ -123,22 +125,20 @@ pub fn group_now() -> Option<(u32, Vec<String>)> {
         .map(|g| (g.gid.as_raw(), g.mem))
 }
 
-/// The status page's one-time keys, as seen from here: the page makes and keeps them (and
-/// trades them for sessions); an `Open` only asks for a new one.
-pub trait PageKeys: std::fmt::Debug + Send + Sync {
-    /// A new one-time key for `who`; `Err` when no key can be made safely.
-    fn issue(
-        &self,
-        who: &str,
-        now: Instant,
-    ) -> Result<String, Box<dyn std::error::Error + Send + Sync>>;
+/// The status page's invitations, as seen from here: the page keeps them (and lets a browser
+/// of the invited uid in, once); an `Open` only asks for a new one.
+pub trait Invitations: std::fmt::Debug + Send + Sync {
+    /// Lets one browser connection of `uid` in, as `who`, within a short while.
+    fn invite(&self, who: &str, uid: u32, now: Instant);
 }
 
 /// The status page as an `Open` needs it.
 #[derive(Debug, Clone)]
 pub struct PageDoor {
     pub port: u16,
-    pub keys: Arc<dyn PageKeys>,
+    /// The page's invitations while pilotd holds the port; else why it does not (whatever
+    /// answers on that port then is not pilotd, and no one is sent there).
+    pub served: Result<Arc<dyn Invitations>, String>,
 }
 
 /// What carrying out a request needs from the daemon, kept current across reloads.
@@ -150,9 +150,9 @@ pub struct Context {
     pub page: Option<PageDoor>,
 }
 
-/// Records the snooze (or its end) in the state dir, for the next cycle to act on; or hands
-/// out a key to the status page. The caller is authorised already.
-pub fn carry_out(req: &Request, by: &str, ctx: &Context, now: DateTime<Utc>) -> Reply {
+/// Records the snooze (or its end) in the state dir, for the next cycle to act on; or invites
+/// the caller's `uid` to the status page. The caller (`by`, `uid`) is authorised already.
+pub fn carry_out(req: &Request, by: &str, uid: u32, ctx: &Context, now: DateTime<Utc>) -> Reply {
     let local = |t: DateTime<Utc>| {
         t.with_timezone(&ctx.policy.timezone)
             .format("%a %Y-%m-%d %H:%M %Z")
@@ -204,13 +204,22 @@ pub fn carry_out(req: &Request, by: &str, ctx: &Context, now: DateTime<Utc>) -> 
             None => Reply::refused(
                 "the status page is off on this machine\n  hint: set `port` under [page] in pilotd.toml (the package's file sets 8466) and restart pilotd".into(),
             ),
-            Some(page) => match page.keys.issue(by, Instant::now()) {
-                Ok(key) => Reply {
+            Some(PageDoor {
+                port,
+                served: Err(why),
+            }) => Reply::refused(format!(
+                "the status page is not served: pilotd does not hold 127.0.0.1:{port} ({why}); whatever answers there is not pilotd\n  hint: see `journalctl -u pilotd`; free the port (or choose another under [page] in pilotd.toml) and restart pilotd"
+            )),
+            Some(PageDoor {
+                port,
+                served: Ok(invitations),
+            }) => {
+                invitations.invite(by, uid, Instant::now());
+                Reply {
                     ok: true,
-                    message: format!("http://127.0.0.1:{}/?key={key}", page.port),
-                },
-                Err(e) => Reply::refused(e.to_string()),
-            },
+                    message: format!("http://127.0.0.1:{port}/open"),
+                }
+            }
         },
     }
 }
@@ -258,35 +267,54 @@ mod tests {
         assert!(authorise(&peer(1001, Some("bob"), &[990]), &no_group).is_err());
     }
 
-    /// Page keys whose random generator fails.
-    #[derive(Debug)]
-    struct Broken;
-    impl PageKeys for Broken {
-        fn issue(
-            &self,
-            _: &str,
-            _: Instant,
-        ) -> Result<String, Box<dyn std::error::Error + Send + Sync>> {
-            Err("no random generator".into())
+    /// Invitations, as the page keeps them: (who, uid) in order.
+    #[derive(Debug, Default)]
+    struct Guests(std::sync::Mutex<Vec<(String, u32)>>);
+    impl Invitations for Guests {
+        fn invite(&self, who: &str, uid: u32, _: Instant) {
+            self.0.lock().unwrap().push((who.into(), uid));
         }
     }
 
-    /// A page that is off, or keys that cannot be made, refuse an `Open` with the reason.
+    /// A page that is off, or whose port pilotd does not hold, refuses an `Open` with the
+    /// reason and invites no one; a page pilotd serves invites the caller's uid, and the
+    /// address it gives holds no secret.
     #[test]
-    fn an_open_without_a_page_or_its_keys_is_refused_with_why() {
+    fn an_open_invites_the_callers_uid_only_to_a_page_pilotd_holds() {
         let dir = tempfile::tempdir().unwrap();
         let mut ctx = Context {
             state_dir: dir.path().to_path_buf(),
             policy: crate::config::Policy::defaults(crate::zone::Zone::utc()),
             page: None,
         };
-        let r = carry_out(&Request::Open, "alice", &ctx, Utc::now());
+        let r = carry_out(&Request::Open, "alice", 1000, &ctx, Utc::now());
         assert!(!r.ok && r.message.contains("status page is off"), "{r:?}");
         ctx.page = Some(PageDoor {
             port: 8466,
-            keys: Arc::new(Broken),
+            served: Err("Address already in use".into()),
         });
-        let r = carry_out(&Request::Open, "alice", &ctx, Utc::now());
-        assert_eq!(r, Reply::refused("no random generator".into()));
+        let r = carry_out(&Request::Open, "alice", 1000, &ctx, Utc::now());
+        assert!(!r.ok, "{r:?}");
+        assert!(
+            r.message
+                .contains("does not hold 127.0.0.1:8466 (Address already in use)")
+                && r.message.contains("is not pilotd"),
+            "{r:?}"
+        );
+        assert!(!r.message.contains("http://"), "no address offered: {r:?}");
+        let guests = Arc::new(Guests::default());
+        ctx.page = Some(PageDoor {
+            port: 8466,
+            served: Ok(guests.clone()),
+        });
+        let r = carry_out(&Request::Open, "alice", 1000, &ctx, Utc::now());
+        assert_eq!(
+            r,
+            Reply {
+                ok: true,
+                message: "http://127.0.0.1:8466/open".into()
+            }
+        );
+        assert_eq!(*guests.0.lock().unwrap(), [("alice".to_string(), 1000)]);
     }
 }

@@ -1,7 +1,8 @@
 //! The owner's controls against another local user. `nobody` (uid 65534, no groups, made
 //! with util-linux's `setpriv`) floods the control socket and the status page with idle
-//! connections, squats the instance lock; a snooze that cannot be read; keys made while
-//! /dev/urandom gives nothing. Each against the real `pilotd run` (no engine: the Docker
+//! connections, squats the instance lock, uses the address `pilotd open` gives (which no
+//! argv holds a key in) and the owner's session cookie, and holds the page's port first; a
+//! snooze that cannot be read; session ids made while /dev/urandom gives nothing. Each against the real `pilotd run` (no engine: the Docker
 //! socket points nowhere, as in `service`), as root, with systemd's default descriptor limit.
 
 use crate::harness::{bin, free_port};
@@ -182,9 +183,9 @@ fn page_answer(port: u16) -> Option<Duration> {
 }
 
 /// About 1,000 idle connections by `nobody` to each of the control socket and the status
-/// page, held for 12 s against a daemon limited to 1,024 descriptors: `pilotd snooze` and
-/// `status` answer within 2 s all along, the daemon holds no more descriptors than the caps
-/// allow, and every cycle's decision counts the owner's snooze (it was once read as "no
+/// page, held for 12 s against a daemon limited to 1,024 descriptors: `pilotd snooze`,
+/// `status` and the page (for root) answer within 2 s all along, the daemon holds no more
+/// descriptors than the caps allow, and every cycle's decision counts the owner's snooze (it was once read as "no
 /// snooze" when the daemon ran out of descriptors, and workers could start).
 #[test]
 fn nobodys_idle_connections_starve_neither_the_owners_controls_nor_the_snooze() {
@@ -252,6 +253,13 @@ fn nobodys_idle_connections_starve_neither_the_owners_controls_nor_the_snooze() 
     assert!(
         slowest_status < Duration::from_secs(2),
         "status took {slowest_status:?}"
+    );
+    // The page's cap per uid (24 of 32) leaves root's GET a slot: it once waited 2.1-4.1 s.
+    assert!(
+        page_times
+            .iter()
+            .all(|t| t.is_some_and(|t| t < Duration::from_secs(2))),
+        "the page answered in {page_times:?}"
     );
     // The caps: 32 on the control socket (4 of them nobody's), 32 on the page.
     assert!(
@@ -370,23 +378,321 @@ fn a_snooze_that_cannot_be_read_counts_as_snoozed() {
     wait_exit(&mut child, Duration::from_secs(20));
 }
 
-/// Asks the daemon on its control socket for a status page key.
-fn page_key(s: &Setup) -> String {
+/// Asks the daemon on its control socket, as root, to invite root to the status page; the
+/// address it gives.
+fn page_invitation(s: &Setup) -> String {
     let mut c = std::os::unix::net::UnixStream::connect(s.path("control.sock")).unwrap();
     c.write_all(b"{\"command\":\"open\"}\n").unwrap();
     let mut reply = String::new();
     BufReader::new(c).read_line(&mut reply).unwrap();
     let v: serde_json::Value = serde_json::from_str(&reply).unwrap();
     assert_eq!(v["ok"], true, "{v}");
-    let url = v["message"].as_str().unwrap();
-    url.split("key=").nth(1).unwrap().to_string()
+    v["message"].as_str().unwrap().to_string()
 }
 
-/// Keys come from the kernel's CSPRNG (the getrandom syscall), not from a file that can be
-/// missing or empty: with /dev/null mounted over /dev/urandom in the daemon's mount namespace,
-/// keys are still random (they used to be 64 zeros).
+/// What the page answered a curl run as root, or (`nobody`) as uid 65534 with no groups.
+#[derive(Debug)]
+struct PageAnswer {
+    code: String,
+    /// The session cookie it set ("name=value"), if any.
+    session: Option<String>,
+    body: String,
+}
+
+/// GETs `url` with curl (its own process, as a browser's), as root or as nobody, sending
+/// `cookie` ("name=value") if given.
+fn curl(url: &str, cookie: Option<&str>, nobody: bool) -> PageAnswer {
+    let mut c = if nobody {
+        let mut c = Command::new("setpriv");
+        c.args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--",
+            "curl",
+        ]);
+        c
+    } else {
+        Command::new("curl")
+    };
+    c.args(["-s", "-i", "--max-time", "10"]);
+    if let Some(k) = cookie {
+        c.arg("-H").arg(format!("Cookie: {k}"));
+    }
+    let out = c.arg(url).current_dir("/").output().expect("curl runs");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or_else(|| panic!("no answer from {url}: {text:?}"))
+        .to_string();
+    let session = head.lines().find_map(|l| {
+        let v = l.strip_prefix("set-cookie: ")?;
+        v.split(';').next().map(str::to_string)
+    });
+    PageAnswer {
+        code,
+        session,
+        body: body.to_string(),
+    }
+}
+
+/// A process a test started, killed when the test ends however it ends (a failed assertion
+/// too), so nothing it started outlives it.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `pilotd run` with a status page on a free port, ready; (setup, daemon, port).
+fn with_page() -> (Setup, Reaped, u16) {
+    let port = free_port();
+    let s = Setup::new(&format!("[page]\nport = {port}\n"));
+    let mut child = s.run();
+    let log = lines(&mut child);
+    let mut seen = Vec::new();
+    wait_line(&log, "ready: ", &mut seen);
+    (s, Reaped(child), port)
+}
+
+/// The owner (root here) runs `pilotd open`; nobody, another local user, uses the address it
+/// gives first, as it could once read it in the opener's argv: it gets no session, and does
+/// not use up the owner's invitation, whose browser then gets in. The owner's session cookie,
+/// which the browser would also send to nobody's server on another port of 127.0.0.1, opens
+/// nothing from nobody's connection. (It used to give nobody a 12-hour session.)
 #[test]
-fn keys_are_random_without_dev_urandom() {
+fn another_uid_gets_no_session_from_the_owners_open() {
+    let (s, mut child, port) = with_page();
+    let out = s
+        .cmd()
+        .arg("open")
+        .env_remove("DISPLAY")
+        .env_remove("WAYLAND_DISPLAY")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let url = stdout
+        .split_whitespace()
+        .find(|w| w.starts_with(&format!("http://127.0.0.1:{port}/")))
+        .unwrap_or_else(|| panic!("no address in {stdout}"))
+        .to_string();
+
+    let stolen = curl(&url, None, true);
+    assert_eq!(stolen.session, None, "nobody got a session: {stolen:?}");
+    assert_eq!(stolen.code, "403", "{stolen:?}");
+    assert!(
+        stolen.body.contains("This browser runs as nobody"),
+        "{stolen:?}"
+    );
+
+    let owner = curl(&url, None, false);
+    assert_eq!(owner.code, "303", "the owner's browser gets in: {owner:?}");
+    let cookie = owner.session.expect("the owner's session cookie");
+    assert!(
+        cookie.starts_with(&format!("pilotd_session_{port}=")),
+        "{cookie}"
+    );
+    let page = format!("http://127.0.0.1:{port}/");
+    let mine = curl(&page, Some(&cookie), false);
+    assert_eq!(mine.code, "200", "{mine:?}");
+    assert!(mine.body.contains("Snooze"), "{mine:?}");
+
+    let replayed = curl(&page, Some(&cookie), true);
+    assert_eq!(replayed.code, "401", "the cookie from nobody: {replayed:?}");
+    assert!(!replayed.body.contains("Snooze"), "{replayed:?}");
+    signal(&child.0, nix::sys::signal::Signal::SIGTERM);
+    assert!(wait_exit(&mut child.0, Duration::from_secs(20)).success());
+}
+
+/// An opener that records its arguments (one a line) in `record` and then takes 3 s, as a
+/// browser starting does; `pilotd open` finds it as `xdg-open` on PATH.
+fn recording_opener(dir: &std::path::Path, record: &std::path::Path) -> std::ffi::OsString {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let opener = bin.join("xdg-open");
+    std::fs::write(
+        &opener,
+        format!(
+            "#!/bin/sh\nprintf '%s\\n' \"$@\" > {r}.tmp && mv {r}.tmp {r}\nsleep 3\n",
+            r = record.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&opener, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut path = std::ffi::OsString::from(bin.as_os_str());
+    path.push(":");
+    path.push(std::env::var_os("PATH").unwrap_or_default());
+    path
+}
+
+/// Every process's arguments, as any local user reads them in /proc/PID/cmdline.
+fn all_argv() -> Vec<(String, Vec<String>)> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter_map(|e| {
+            let raw = std::fs::read(e.path().join("cmdline")).ok()?;
+            let args = raw
+                .split(|b| *b == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).to_string())
+                .collect();
+            Some((e.file_name().to_string_lossy().to_string(), args))
+        })
+        .collect()
+}
+
+/// While `pilotd open` runs its opener (on a desktop: DISPLAY set), no process's argv holds
+/// anything that opens the page: the one address any argv has is the page's `/open`, with no
+/// query, which lets nobody in (`another_uid_gets_no_session_from_the_owners_open`). It used
+/// to be `/?key=...`, good for a 12-hour session to whoever used it first.
+#[test]
+fn pilotd_open_puts_no_key_in_any_argv() {
+    let (s, mut child, port) = with_page();
+    let record = s.path("opened");
+    let path = recording_opener(&s.path(""), &record);
+    let open = s
+        .cmd()
+        .arg("open")
+        .env("DISPLAY", ":99")
+        .env("PATH", path)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !record.exists() {
+        assert!(Instant::now() < deadline, "the opener never ran");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The opener is running (it sleeps): every argv on the machine now.
+    let argv = all_argv();
+    let address = format!("127.0.0.1:{port}");
+    let mentions: Vec<&(String, Vec<String>)> = argv
+        .iter()
+        .filter(|(_, a)| a.iter().any(|x| x.contains(&address)))
+        .collect();
+    assert!(
+        mentions
+            .iter()
+            .any(|(_, a)| a.iter().any(|x| x.ends_with("xdg-open"))),
+        "the opener is running with the address: {mentions:?}"
+    );
+    for (pid, args) in &mentions {
+        for a in args.iter().filter(|x| x.contains(&address)) {
+            assert_eq!(
+                a,
+                &format!("http://{address}/open"),
+                "pid {pid}'s argv holds more than the page's address: {args:?}"
+            );
+        }
+    }
+    assert!(
+        argv.iter()
+            .all(|(_, a)| a.iter().all(|x| !x.contains("key="))),
+        "a key in some argv"
+    );
+    let recorded = std::fs::read_to_string(&record).unwrap();
+    assert_eq!(recorded.trim(), format!("http://{address}/open"));
+    let out = open.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        said.starts_with(&format!("opened http://{address}/open")),
+        "{said}"
+    );
+    // The browser it opened (root's, like `pilotd open` here) gets in.
+    assert_eq!(
+        curl(&format!("http://{address}/open"), None, false).code,
+        "303"
+    );
+    signal(&child.0, nix::sys::signal::Signal::SIGTERM);
+    assert!(wait_exit(&mut child.0, Duration::from_secs(20)).success());
+}
+
+/// Listens on 127.0.0.1:PORT (it got there first, as during a pilotd restart) and answers
+/// every request with a page that looks like pilotd's, recording what it was sent.
+const IMPOSTOR: &str = r#"
+import socket, sys
+s = socket.socket()
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen(16)
+print("listening", flush=True)
+while True:
+    c, _ = s.accept()
+    c.settimeout(2)
+    try:
+        print(c.recv(4096).decode(errors="replace").replace("\r\n", " | "), flush=True)
+        c.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 18\r\nconnection: close\r\n\r\npilotd on this box")
+    except OSError:
+        pass
+    c.close()
+"#;
+
+/// Another user holds the page's port when pilotd starts: pilotd says it cannot serve the
+/// page, and `pilotd open` says pilotd does not hold the port, gives no address and runs no
+/// opener. (Invitations used to be offered for the port all the same, sending the owner to
+/// the other user's page.)
+#[test]
+fn pilotd_open_offers_nothing_for_a_port_it_does_not_hold() {
+    let port = free_port();
+    let mut impostor = Reaped(as_nobody(IMPOSTOR, &[&port.to_string()]));
+    let (_, _out) = until_line(&mut impostor.0, "listening");
+    let s = Setup::new(&format!("[page]\nport = {port}\n"));
+    let mut child = Reaped(s.run());
+    let log = lines(&mut child.0);
+    let mut seen = Vec::new();
+    let line = wait_line(&log, "cannot serve the status page", &mut seen);
+    assert!(line.contains(&format!("127.0.0.1:{port}")), "{line}");
+    wait_line(&log, "ready: ", &mut seen);
+
+    let record = s.path("opened");
+    let path = recording_opener(&s.path(""), &record);
+    let out = s
+        .cmd()
+        .arg("open")
+        .env("DISPLAY", ":99")
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains(&format!("pilotd does not hold 127.0.0.1:{port}"))
+            && said.contains("is not pilotd"),
+        "{said}"
+    );
+    assert!(!said.contains("http://"), "an address offered: {said}");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!record.exists(), "an opener ran");
+    signal(&child.0, nix::sys::signal::Signal::SIGTERM);
+    assert!(wait_exit(&mut child.0, Duration::from_secs(20)).success());
+}
+
+/// Session ids come from the kernel's CSPRNG (the getrandom syscall), not from a file that
+/// can be missing or empty: with /dev/null mounted over /dev/urandom in the daemon's mount
+/// namespace, they are still random (the page's keys once were 64 zeros).
+#[test]
+fn session_ids_are_random_without_dev_urandom() {
     let page = free_port();
     let s = Setup::new(&format!("[page]\nport = {page}\n"));
     let mut child = Command::new("unshare")
@@ -410,10 +716,19 @@ fn keys_are_random_without_dev_urandom() {
     let log = lines(&mut child);
     let mut seen = Vec::new();
     wait_line(&log, "ready: ", &mut seen);
-    let (a, b) = (page_key(&s), page_key(&s));
+    let session = |s: &Setup| {
+        let url = page_invitation(s);
+        let answer = curl(&url, None, false);
+        let cookie = answer
+            .session
+            .clone()
+            .unwrap_or_else(|| panic!("no session: {answer:?}"));
+        cookie.split_once('=').unwrap().1.to_string()
+    };
+    let (a, b) = (session(&s), session(&s));
     assert_eq!(a.len(), 64, "{a}");
-    assert_ne!(a, "0".repeat(64), "a predictable key");
-    assert_ne!(a, b, "two keys alike");
+    assert_ne!(a, "0".repeat(64), "a predictable session id");
+    assert_ne!(a, b, "two session ids alike");
     signal(&child, nix::sys::signal::Signal::SIGTERM);
     wait_exit(&mut child, Duration::from_secs(20));
 }

@@ -71,9 +71,34 @@ impl Daemon {
     /// Serves `pilotd snooze` and `resume` on the control socket. A socket that cannot be
     /// bound is logged and noted in the status; the daemon goes on without it (the owner's
     /// other protections do not depend on it).
-    /// The status page (when `[page] port` is set) is served beside it, on 127.0.0.1.
+    /// The status page (when `[page] port` is set) is served beside it, on 127.0.0.1; only a
+    /// port pilotd holds is offered to `pilotd open` (`self.page`).
     pub(super) async fn listen_for_the_owner(&mut self) {
-        let (tx, rx) = watch::channel(control_context(&self.s, &self.doors));
+        // The page first: whether pilotd holds its port decides what `pilotd open` answers.
+        let page = match self.s.page_port {
+            None => None,
+            Some(port) => match page::bind(port).await {
+                Ok(listener) => {
+                    let invitations: Arc<dyn owner::Invitations> = Arc::new(self.doors.clone());
+                    self.page = Some(owner::PageDoor {
+                        port,
+                        served: Ok(invitations),
+                    });
+                    Some((port, listener))
+                }
+                Err(e) => {
+                    tracing::error!(
+                        "{e}; the status page is unavailable, and `pilotd open` sends no one to that port"
+                    );
+                    self.page = Some(owner::PageDoor {
+                        port,
+                        served: Err(e.cause()),
+                    });
+                    None
+                }
+            },
+        };
+        let (tx, rx) = watch::channel(control_context(&self.s, &self.page));
         let (wake_tx, mut wake_rx) = mpsc::channel::<()>(4);
         let triggers = self.wakeups.tx.clone();
         self.watchers.spawn(async move {
@@ -94,21 +119,16 @@ impl Daemon {
             }
             Err(e) => tracing::error!("{e}; `pilotd snooze`, `resume` and `open` are unavailable"),
         }
-        if let Some(port) = self.s.page_port {
-            match page::bind(port).await {
-                Ok(listener) => {
-                    self.owner_servers.spawn(page::serve(
-                        listener,
-                        port,
-                        self.doors.clone(),
-                        rx,
-                        wake_tx,
-                        self.owner_stop.signal(),
-                    ));
-                    tracing::info!("status page on http://127.0.0.1:{port}/ (`pilotd open`)");
-                }
-                Err(e) => tracing::error!("{e}; the status page is unavailable"),
-            }
+        if let Some((port, listener)) = page {
+            self.owner_servers.spawn(page::serve(
+                listener,
+                port,
+                self.doors.clone(),
+                rx,
+                wake_tx,
+                self.owner_stop.signal(),
+            ));
+            tracing::info!("status page on http://127.0.0.1:{port}/ (`pilotd open`)");
         }
         self.control = Some(tx);
     }
@@ -123,14 +143,13 @@ pub(super) fn input_sysfs(power_supply: &Path) -> PathBuf {
         .join("input")
 }
 
-/// What carrying out the owner's requests (on the socket or the page) needs of the settings.
-pub(super) fn control_context(s: &Settings, doors: &Doors) -> owner::Context {
+/// What carrying out the owner's requests (on the socket or the page) needs of the settings,
+/// and the page as pilotd serves it (`page`: the port it tried at start, and whether it holds
+/// it; the page does not move on a reload).
+pub(super) fn control_context(s: &Settings, page: &Option<owner::PageDoor>) -> owner::Context {
     owner::Context {
         state_dir: s.state_dir.clone(),
         policy: s.policy.clone(),
-        page: s.page_port.map(|port| owner::PageDoor {
-            port,
-            keys: Arc::new(doors.clone()),
-        }),
+        page: page.clone(),
     }
 }

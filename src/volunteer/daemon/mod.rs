@@ -202,9 +202,12 @@ pub struct Daemon {
     /// What the control socket's and the page's servers carry the owner's requests out with
     /// (kept current across reloads); None before they are served.
     control: Option<watch::Sender<owner::Context>>,
-    /// The status page's one-time keys and sessions (shared with the control socket, which
-    /// hands out the keys).
+    /// The status page's invitations and sessions (shared with the control socket, which
+    /// hands out the invitations).
     doors: Doors,
+    /// The status page as served since start: its port, and whether pilotd holds it (None:
+    /// `[page] port` unset, or not listening yet).
+    page: Option<owner::PageDoor>,
     /// The control socket's and the status page's servers, and what ends them (`drain`).
     owner_servers: JoinSet<()>,
     owner_stop: Stop,
@@ -295,6 +298,7 @@ impl Daemon {
             advertised: None,
             control: None,
             doors: Doors::default(),
+            page: None,
             owner_servers: JoinSet::new(),
             owner_stop: Stop::new(),
             watchers: JoinSet::new(),
@@ -489,7 +493,12 @@ impl Reconciler for Daemon {
         }
         self.probe = probe;
         if let Some(c) = &self.control {
-            c.send_replace(control_context(&s, &self.doors));
+            c.send_replace(control_context(&s, &self.page));
+        }
+        if s.page_port != self.page.as_ref().map(|p| p.port) && self.control.is_some() {
+            tracing::warn!(
+                "reload: [page] port changed; the page is served as at start (and `pilotd open` sends browsers there) until a restart"
+            );
         }
         if s.control_socket != self.s.control_socket {
             tracing::warn!(

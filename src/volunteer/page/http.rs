@@ -1,13 +1,16 @@
-//! The page over HTTP: its listener and limits, the routes (`/?key=` trades a key for a
-//! session; `/` shows the page to a session; POST `/snooze` and `/resume` press the buttons),
-//! the checks that refuse forged requests (Host, Origin, Sec-Fetch-Site, CSRF token), and the
-//! headers every answer carries. Served through `service::http`, as the metrics are.
+//! The page over HTTP: its listener and limits, the routes (`/open` lets an invited uid's
+//! browser in; `/` shows the page to a session; POST `/snooze` and `/resume` press the
+//! buttons), the checks that refuse forged requests (Host, Origin, Sec-Fetch-Site, CSRF
+//! token, and the uid of the connection), and the headers every answer carries. Served
+//! through `service::http`, as the metrics are; its listener tells each connection's uid
+//! (`service::loopback`).
 
-use super::keys::{Doors, KeyError, random_hex, session_cookie};
+use super::keys::{Doors, INVITATION_LIFE, KeyError, random_hex, session_cookie};
 use super::markup::esc;
 use super::render::{locked, page_shell, render};
 use crate::service::http::{self, Request as HttpRequest, Response};
-use crate::service::listener::Limits;
+use crate::service::listener::{Limits, Peer};
+use crate::service::loopback::LoopbackListener;
 use crate::volunteer::owner::{self, Context, Request};
 use chrono::{DateTime, Utc};
 use std::time::{Duration, Instant};
@@ -25,12 +28,22 @@ pub enum PageError {
     Keys(#[from] KeyError),
 }
 
-/// Who may hold what: TCP tells no uid, so the total and a short deadline are what keep idle
-/// clients from holding more than 32 of pilotd's descriptors; a browser sends its request at
-/// once and takes a page of a few KiB.
+impl PageError {
+    /// Why the page is not served, in a few words (for `pilotd open`'s refusal).
+    pub fn cause(&self) -> String {
+        match self {
+            PageError::Bind { source, .. } => source.to_string(),
+            PageError::Keys(e) => e.to_string(),
+        }
+    }
+}
+
+/// Who may hold what: 32 connections at most, 24 of them one uid's (the listener tells it),
+/// so a user holding all it can leaves the owner's browser 8; and a short deadline: a browser
+/// sends its request at once and takes a page of a few KiB.
 pub const LIMITS: Limits = Limits {
     total: 32,
-    per_peer: 32,
+    per_peer: 24,
     deadline: Duration::from_secs(5),
 };
 
@@ -55,8 +68,8 @@ pub async fn bind(port: u16) -> Result<TcpListener, PageError> {
         .map_err(|source| PageError::Bind { port, source })
 }
 
-/// Serves the page until `shutdown` completes; `doors` are the keys the control socket hands
-/// out, `wake` starts an urgent cycle after a press.
+/// Serves the page until `shutdown` completes; `doors` are the invitations the control
+/// socket hands out and the sessions they open, `wake` starts an urgent cycle after a press.
 pub async fn serve(
     listener: TcpListener,
     port: u16,
@@ -66,13 +79,24 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     let page = Page { port, doors, wake };
-    http::serve("status page", listener, LIMITS, shutdown, move |req| {
-        let ctx = ctx.borrow().clone();
-        let mut r = page.decide(req, &ctx, Instant::now(), Utc::now());
-        let guards = GUARDS.iter().map(|(k, v)| (k.to_string(), v.to_string()));
-        r.headers.splice(0..0, guards);
-        r
-    })
+    let listener = LoopbackListener(listener);
+    http::serve(
+        "status page",
+        listener,
+        LIMITS,
+        shutdown,
+        move |req, peer| {
+            let ctx = ctx.borrow().clone();
+            let uid = match peer {
+                Peer::Uid(uid) => Some(uid),
+                Peer::Unknown => None,
+            };
+            let mut r = page.decide(req, uid, &ctx, Instant::now(), Utc::now());
+            let guards = GUARDS.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+            r.headers.splice(0..0, guards);
+            r
+        },
+    )
     .await
 }
 
@@ -86,8 +110,8 @@ fn redirect(to: &str) -> Response {
     r
 }
 
-/// What the page answers with: its port (the one Host and Origin it accepts), its keys and
-/// sessions, and the loop a press wakes.
+/// What the page answers with: its port (the one Host and Origin it accepts), its invitations
+/// and sessions, and the loop a press wakes.
 struct Page {
     port: u16,
     doors: Doors,
@@ -112,11 +136,30 @@ fn same_origin(req: &HttpRequest, port: u16) -> bool {
     origin_ok && site_ok
 }
 
+/// Whether a navigation to `/open` may use an invitation: one the user started (an address
+/// opened or typed: `Sec-Fetch-Site: none`), or from this page; never one another site
+/// started, which could use up the owner's invitation.
+fn user_started(req: &HttpRequest) -> bool {
+    req.headers
+        .get("sec-fetch-site")
+        .is_none_or(|s| s == "none" || s == "same-origin")
+}
+
+/// A uid as the user database names it.
+fn user_name(uid: u32) -> String {
+    nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+        .ok()
+        .flatten()
+        .map_or_else(|| format!("uid {uid}"), |u| u.name)
+}
+
 impl Page {
-    /// The answer to one request; `now` for keys and sessions, `wall` for the snooze.
+    /// The answer to one request that came on a connection of `uid` (None: not known); `now`
+    /// for invitations and sessions, `wall` for the snooze.
     fn decide(
         &self,
         req: &HttpRequest,
+        uid: Option<u32>,
         ctx: &Context,
         now: Instant,
         wall: DateTime<Utc>,
@@ -132,10 +175,27 @@ impl Page {
                 page_shell("pilotd", "<p>This page answers only at 127.0.0.1.</p>"),
             );
         }
-        let session = self.doors.session_of(req, now);
+        let session = self.doors.session_of(req, port, uid, now);
         match (req.method.as_str(), req.path.as_str()) {
-            ("GET", "/") if req.query.contains_key("key") => {
-                match self.doors.redeem(&req.query["key"], now) {
+            ("GET", "/open") if session.is_some() => redirect("/"),
+            ("GET", "/open") => {
+                let Some(uid) = uid else {
+                    return html(
+                        "403 Forbidden",
+                        locked(
+                            "pilotd cannot tell which user this browser runs as, so it lets no one in from it.",
+                        ),
+                    );
+                };
+                if !user_started(req) {
+                    return html(
+                        "403 Forbidden",
+                        locked(
+                            "Another site sent the browser here; open this page with pilotd open.",
+                        ),
+                    );
+                }
+                match self.doors.admit(uid, now) {
                     Err(e) => {
                         tracing::error!("{e}");
                         html(
@@ -143,12 +203,28 @@ impl Page {
                             page_shell("pilotd", &format!("<p>{}</p>", esc(&e.to_string()))),
                         )
                     }
-                    Ok(Some((sid, _))) => {
+                    Ok(Some(sid)) => {
                         let mut r = redirect("/");
-                        r.headers.push(("set-cookie".into(), session_cookie(&sid)));
+                        r.headers
+                            .push(("set-cookie".into(), session_cookie(&sid, port)));
                         r
                     }
-                    Ok(None) => html("403 Forbidden", locked("That key is used or expired.")),
+                    Ok(None) => {
+                        tracing::info!(
+                            uid,
+                            "status page: a browser of {} came to /open uninvited",
+                            user_name(uid)
+                        );
+                        html(
+                            "403 Forbidden",
+                            locked(&format!(
+                                "This browser runs as {}, and pilotd open was not run as {} in the last {} minutes (or its browser came in already): it lets in a browser of the user who runs it, once.",
+                                user_name(uid),
+                                user_name(uid),
+                                INVITATION_LIFE.as_secs() / 60
+                            )),
+                        )
+                    }
                 }
             }
             ("GET", "/") => match session {
@@ -193,8 +269,13 @@ impl Page {
                 } else {
                     Request::Resume
                 };
-                let reply =
-                    owner::carry_out(&command, &format!("{} (status page)", s.who), ctx, wall);
+                let reply = owner::carry_out(
+                    &command,
+                    &format!("{} (status page)", s.who),
+                    s.uid,
+                    ctx,
+                    wall,
+                );
                 if reply.ok {
                     tracing::info!("{}", reply.message);
                     let _ = self.wake.try_send(());

@@ -19,7 +19,7 @@ pub(super) fn locked(why: &str) -> String {
     page_shell(
         "pilotd",
         &format!(
-            "<h1>pilotd</h1><p>{}</p><p>To see this machine's page, run <code>pilotd open</code> as its owner: it opens this page with a key only you can get.</p>",
+            "<h1>pilotd</h1><p>{}</p><p>To see this machine's page, run <code>pilotd open</code> as its owner: it lets your browser in (a browser of the user who runs it), once, within 2 minutes.</p>",
             esc(why)
         ),
     )
@@ -366,6 +366,7 @@ mod tests {
         status::save(&status::path(&ctx.state_dir), &st).unwrap();
         let session = Session {
             who: "alice".into(),
+            uid: 1000,
             csrf: "0".repeat(64),
             until: Instant::now(),
         };
@@ -388,6 +389,7 @@ mod tests {
     fn page_at(ctx: &Context, now: DateTime<Utc>) -> String {
         let session = Session {
             who: "alice".into(),
+            uid: 1000,
             csrf: "0".repeat(64),
             until: Instant::now(),
         };

@@ -351,8 +351,9 @@ fn a_real_job_runs_on_a_worker_pilotd_started_with_its_defaults_then_a_fresh_wor
     );
     assert!(jobs["job_seconds"].as_u64().unwrap() >= 20, "{json:#}");
     assert!(text.contains("jobs: 1 finished, 0 vacated"), "{text}");
-    // The owner's page says the same: in through a one-time key from `pilotd open`, as the
-    // owner's browser does (the key becomes a session cookie).
+    // The owner's page says the same: in through `pilotd open`'s address, as the owner's
+    // browser gets in (root's curl, as root ran `open`; it follows to the page with the
+    // session cookie).
     let out = Command::new(bin())
         .arg("-c")
         .arg(m.path("pilotd.toml"))

@@ -1,6 +1,6 @@
 //! The status page in a real headless Chromium (Debian's `chromium`; tests/run.sh installs
-//! it), driven over the DevTools protocol: `pilotd open` gives the key, the browser loads the
-//! page, the decision text is checked, the Snooze button is pressed (a real form POST by the
+//! it), driven over the DevTools protocol: `pilotd open` invites the browser's user (root
+//! here), the browser loads the page, the decision text is checked, the Snooze button is pressed (a real form POST by the
 //! browser, with the browser's own Origin and Sec-Fetch-Site), and the worker on the real
 //! engine stops. The page loads with a ledger of several weeks written beforehand (in
 //! `contribution.json`'s own format), so the weekly chart of what the machine gave is drawn,
@@ -232,12 +232,9 @@ fn the_status_page_in_chromium_snoozes_and_the_worker_stops() {
     let text = b.wait_text("pilotd on this machine", Duration::from_secs(15));
     assert!(text.contains("Computing: 1 worker(s)"), "{text}");
     assert!(text.contains("host free"), "the reasons: {text}");
-    assert_eq!(
-        b.eval("location.search"),
-        "",
-        "the one-time key left the address bar"
-    );
-    // The key worked once: used again, it is refused.
+    assert!(url.ends_with("/open") && !url.contains('?'), "{url}");
+    assert_eq!(b.eval("location.pathname"), "/", "{url} led to the page");
+    // The invitation worked once: used again, even by the same user, it is refused.
     let (_, again) = sh(&format!("curl -s -o /dev/null -w '%{{http_code}}' '{url}'"));
     assert_eq!(again, "403");
 
@@ -259,7 +256,7 @@ fn the_status_page_in_chromium_snoozes_and_the_worker_stops() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|c| c["name"] == "pilotd_session")
+        .find(|c| c["name"] == format!("pilotd_session_{port}").as_str())
         .unwrap_or_else(|| panic!("no session cookie in {cookies}"))
         .clone();
     assert_eq!(session["httpOnly"], true, "{session}");
@@ -372,7 +369,7 @@ fn the_status_page_in_chromium_snoozes_and_the_worker_stops() {
     let post = |origin: &str, site: &str, csrf: Option<&str>| {
         let form = csrf.map(|c| format!("-d csrf={c}")).unwrap_or_default();
         let (_, code) = sh(&format!(
-            "curl -s -o /dev/null -w '%{{http_code}}' -H 'Cookie: pilotd_session={sid}' \
+            "curl -s -o /dev/null -w '%{{http_code}}' -H 'Cookie: pilotd_session_{port}={sid}' \
              -H '{origin}' -H '{site}' -d hours=1 {form} http://127.0.0.1:{port}/snooze"
         ));
         code

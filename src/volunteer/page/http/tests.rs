@@ -46,7 +46,7 @@ fn cross_site_requests_are_told_apart() {
 }
 
 /// A page on port 8466 with a state dir of its own, and an owner's session on it: the
-/// cookie the key was traded for and the CSRF token its page carries.
+/// cookie alice's browser (uid 1000) got at `/open` and the CSRF token its page carries.
 struct Signed {
     _dir: tempfile::TempDir,
     ctx: Context,
@@ -59,6 +59,24 @@ struct Signed {
 }
 
 const PORT: u16 = 8466;
+const ALICE: u32 = 1000;
+const NOBODY: u32 = 65534;
+
+/// A browser's navigation to `/open`, as one opened from `pilotd open` sends it.
+fn open_request() -> HttpRequest {
+    req(
+        "GET",
+        "/open",
+        &[("host", "127.0.0.1:8466"), ("sec-fetch-site", "none")],
+    )
+}
+
+fn set_cookie(r: &Response) -> Option<String> {
+    r.headers
+        .iter()
+        .find(|(k, _)| k == "set-cookie")
+        .map(|(_, v)| v.clone())
+}
 
 fn signed_in() -> Signed {
     let dir = tempfile::tempdir().unwrap();
@@ -73,21 +91,20 @@ fn signed_in() -> Signed {
         doors: Doors::default(),
         wake,
     };
-    let key = page.doors.new_key("alice", Instant::now()).unwrap();
-    let mut get = req("GET", "/", &[("host", "127.0.0.1:8466")]);
-    get.query.insert("key".into(), key);
-    let r = page.decide(&get, &ctx, Instant::now(), Utc::now());
+    page.doors.invite("alice", ALICE, Instant::now());
+    let r = page.decide(
+        &open_request(),
+        Some(ALICE),
+        &ctx,
+        Instant::now(),
+        Utc::now(),
+    );
     assert_eq!(r.status, "303 See Other");
-    let set_cookie = r
-        .headers
-        .iter()
-        .find(|(k, _)| k == "set-cookie")
-        .map(|(_, v)| v.clone())
-        .expect("a session cookie");
+    let set_cookie = set_cookie(&r).expect("a session cookie");
     let sid = set_cookie
         .split(';')
         .next()
-        .and_then(|kv| kv.strip_prefix("pilotd_session="))
+        .and_then(|kv| kv.strip_prefix("pilotd_session_8466="))
         .unwrap()
         .to_string();
     let csrf = page.doors.session(&sid, Instant::now()).unwrap().csrf;
@@ -103,9 +120,14 @@ fn signed_in() -> Signed {
 }
 
 impl Signed {
-    /// A snooze pressed on this page, as the browser sends it; `change` spoils one point.
+    /// A snooze pressed on this page, as alice's browser sends it; `change` spoils one point.
     fn snooze(&mut self, change: impl FnOnce(&mut HttpRequest)) -> Response {
-        let cookie = format!("pilotd_session={}", self.sid);
+        self.snooze_as(ALICE, change)
+    }
+
+    /// A snooze pressed with this session's cookie and token on a connection of `uid`.
+    fn snooze_as(&mut self, uid: u32, change: impl FnOnce(&mut HttpRequest)) -> Response {
+        let cookie = format!("pilotd_session_8466={}", self.sid);
         let mut r = req(
             "POST",
             "/snooze",
@@ -119,7 +141,20 @@ impl Signed {
         r.form.insert("hours".into(), "1".into());
         r.form.insert("csrf".into(), self.csrf.clone());
         change(&mut r);
-        self.page.decide(&r, &self.ctx, Instant::now(), Utc::now())
+        self.page
+            .decide(&r, Some(uid), &self.ctx, Instant::now(), Utc::now())
+    }
+
+    /// The page itself, with this session's cookie, on a connection of `uid` (None: unknown).
+    fn get(&self, uid: Option<u32>) -> Response {
+        let cookie = format!("pilotd_session_8466={}", self.sid);
+        let r = req(
+            "GET",
+            "/",
+            &[("host", "127.0.0.1:8466"), ("cookie", &cookie)],
+        );
+        self.page
+            .decide(&r, uid, &self.ctx, Instant::now(), Utc::now())
     }
 
     fn snoozed(&self) -> bool {
@@ -186,7 +221,11 @@ fn the_session_cookie_carries_its_flags() {
     let s = signed_in();
     let mut parts = s.set_cookie.split(';').map(str::trim);
     let first = parts.next().unwrap();
-    assert_eq!(first, format!("pilotd_session={}", s.sid));
+    assert_eq!(
+        first,
+        format!("pilotd_session_8466={}", s.sid),
+        "named for its port"
+    );
     assert_eq!(s.sid.len(), 64, "a 256-bit random id");
     let attrs: Vec<String> = parts.map(|p| p.to_ascii_lowercase()).collect();
     let has = |a: &str| attrs.iter().any(|x| x == a);
@@ -233,7 +272,7 @@ async fn a_served_answer_carries_the_guards() {
         let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
             .await
             .unwrap();
-        let head = format!("GET /?key=nope HTTP/1.1\r\nHost: {host}\r\n\r\n");
+        let head = format!("GET /open HTTP/1.1\r\nHost: {host}\r\n\r\n");
         s.write_all(head.as_bytes()).await.unwrap();
         let mut out = String::new();
         s.read_to_string(&mut out).await.unwrap();
@@ -251,10 +290,77 @@ async fn a_served_answer_carries_the_guards() {
     }
     assert!(lines.contains(&"content-type: text/html; charset=utf-8"));
     assert!(lines.contains(&format!("content-length: {}", body.len()).as_str()));
-    assert!(body.contains("That key is used or expired."), "{body}");
+    // This process's uid, told by the listener, was not invited.
+    let me = nix::unistd::geteuid().as_raw();
+    assert!(
+        body.contains(&format!("This browser runs as {}", user_name(me))),
+        "{body}"
+    );
     let out = get(format!("rebound.example:{port}")).await;
     assert!(out.starts_with("HTTP/1.1 421 Misdirected Request"), "{out}");
-    assert!(!out.contains("expired"), "{out}");
+    assert!(!out.contains("This browser"), "{out}");
     stop.stop();
     server.await.unwrap();
+}
+
+/// `pilotd open` invites alice (uid 1000): her invitation lets no other uid in, and is not
+/// used up by one; a connection whose uid is not known gets nothing; a navigation another
+/// site started does not use it up; alice's own browser then gets in, once.
+#[test]
+fn an_invitation_lets_in_its_uid_alone() {
+    let s = signed_in();
+    let now = Instant::now();
+    s.page.doors.invite("alice", ALICE, now);
+    let decide = |r: &HttpRequest, uid| s.page.decide(r, uid, &s.ctx, now, Utc::now());
+    for (what, uid) in [
+        ("nobody", Some(NOBODY)),
+        ("root", Some(0)),
+        ("unknown", None),
+    ] {
+        let r = decide(&open_request(), uid);
+        assert_eq!(r.status, "403 Forbidden", "{what}");
+        assert!(set_cookie(&r).is_none(), "{what}: no session");
+    }
+    let mut cross = open_request();
+    cross
+        .headers
+        .insert("sec-fetch-site".into(), "cross-site".into());
+    let r = decide(&cross, Some(ALICE));
+    assert_eq!(r.status, "403 Forbidden");
+    assert!(
+        r.body.contains("Another site sent the browser here"),
+        "{}",
+        r.body
+    );
+    // Still there for alice's own navigation; then used.
+    let r = decide(&open_request(), Some(ALICE));
+    assert_eq!(r.status, "303 See Other");
+    assert!(set_cookie(&r).is_some());
+    let r = decide(&open_request(), Some(ALICE));
+    assert_eq!(r.status, "403 Forbidden", "once");
+    assert!(r.body.contains("This browser runs as"), "{}", r.body);
+}
+
+/// Alice's session cookie, sent by her browser to another user's server on another port of
+/// 127.0.0.1 and replayed from there, opens nothing: not the page, not a press; from alice's
+/// own connection the same cookie and token work.
+#[test]
+fn a_session_serves_its_own_uid_alone() {
+    let mut s = signed_in();
+    for (what, uid) in [
+        ("nobody", Some(NOBODY)),
+        ("root", Some(0)),
+        ("unknown", None),
+    ] {
+        let r = s.get(uid);
+        assert_eq!(r.status, "401 Unauthorized", "{what}");
+        assert!(!r.body.contains("Snooze"), "{what}: {}", r.body);
+    }
+    let r = s.snooze_as(NOBODY, |_| {});
+    assert_eq!(r.status, "401 Unauthorized");
+    assert!(!s.snoozed(), "nothing recorded");
+    assert!(s.woken.try_recv().is_err(), "no cycle woken");
+    assert_eq!(s.get(Some(ALICE)).status, "200 OK");
+    assert_eq!(s.snooze(|_| {}).status, "303 See Other", "the control");
+    assert!(s.snoozed());
 }
