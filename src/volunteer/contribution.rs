@@ -169,13 +169,16 @@ pub struct Measured {
 }
 
 /// Slot-seconds per job start a report may claim: at most one start every 2 s on each CPU
-/// of the worker's life. A start is a claim activation (the StartLog's, `pilot::startlog`):
-/// condor's startd forks a new `condor_starter` for it, which reads condor's configuration,
-/// makes the job's sandbox, takes the job from the shadow on the access point over the
-/// network and, once the job exits, sends its final update and its output back before the
-/// slot is idle for the next activation. A slot of the real test pool took NN s from one
-/// activation to the next with jobs that do nothing (`/bin/true`, measured by the real-pool
-/// test); and a slot needs a CPU (condor's dynamic slots get at least one).
+/// of the machine for the worker's life. A start is a claim activation (the StartLog's,
+/// `pilot::startlog`): condor's startd forks a new `condor_starter` for it, which reads
+/// condor's configuration, makes the job's sandbox and takes the job from the shadow on the
+/// access point over the network, and once the job exits sends its final update and its
+/// output back before the slot can be activated again. condor 23.9's own records of a slot
+/// fed back to back (pilot/tests/fixtures/startd_history/personal-condor-23.9) show that
+/// cost: the shadow's start (`JobCurrentStartDate`) 1–2 s before the job's
+/// (`JobStartDate`), and a 5 s job 6 s in the slot (`RemoteWallClockTime`), so an empty job
+/// takes about 2 s of a slot. The bound counts every CPU of the machine, not the worker's
+/// share of them, so it is that or looser for any worker.
 pub const SECONDS_PER_START: u64 = 2;
 
 impl Claim {
