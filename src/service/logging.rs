@@ -3,8 +3,10 @@
 //!
 //! Text and JSON lines go through `redact::Redacting`: no URL credentials, and a newline in
 //! a logged value (a manifest's, a server's) is escaped, so each event is one line. The
-//! journal keeps fields apart by itself; what may carry credentials (the manifest URL) is
-//! redacted where it is logged.
+//! journal keeps fields apart by itself, and no writer stands between it and a logged value:
+//! what may carry credentials (the manifest URL) is redacted where it is logged, and what a
+//! worker wrote is escaped where it is read (a worker's output lines, `redact::line`; its
+//! job report's damaged key, `pilot_contract::ReportError`).
 
 /// Logs go to the journal when stderr is connected to it (systemd sets `JOURNAL_STREAM`), with
 /// structured fields; to stderr otherwise, as text or JSON. `RUST_LOG` wins over `[log] level`.

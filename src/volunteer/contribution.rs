@@ -9,7 +9,7 @@
 //! Measured, not guessed: the CPU time is the workers' own cgroup counters (the deltas the
 //! daemon's CPU meter reads every cycle), the times are the cycles' observations, the jobs
 //! are each pilot's own report at its end (`pilot_contract::JobReport`), held to what the
-//! worker's life could hold (`Claim::bound`). The
+//! worker's cgroup used and its life could hold (`Claim::bound`). The
 //! counters are pure data (`Contribution::record` takes `now` and the values); only `load`
 //! and `save` touch the filesystem. Nothing here leaves the machine unless the site scrapes
 //! pilotd's metrics.
@@ -133,15 +133,17 @@ impl Jobs {
     }
 }
 
-/// A worker's report held to what its life could hold. A job inside the worker could print a
-/// line that looks like the pilot's (its output goes to condor's files, but nothing stops a
-/// job from writing to the pilot's terminal), so a report is believed only up to what the
-/// worker could have done:
-/// - CPU: no more job CPU-seconds, nor job wall-seconds (a slot per CPU, a job per slot at a
-///   time), than the worker's lifetime × the machine's CPUs (nothing in a container uses
-///   more CPU than the machine has);
-/// - starts: at most one job start per CPU-second of that (condor's own activation of a job
-///   takes seconds);
+/// A worker's report held to what it could have done. A job inside the worker could print
+/// a line that looks like the pilot's (its output goes to condor's files, but nothing stops
+/// a job from writing to the pilot's terminal), so a report is believed only up to:
+/// - job CPU: the CPU the worker's own cgroup used. pilotd reads that counter every cycle
+///   (`Measured`); a worker's cgroup goes with its end, so what it used after the last
+///   reading is bounded by that stretch × the machine's CPUs (the whole life, for a worker
+///   never read). condor's figure for a job is that job's processes' CPU, which its
+///   container's cgroup counts too;
+/// - job wall-seconds: the worker's lifetime × the machine's CPUs (a slot per CPU, a job per
+///   slot at a time);
+/// - starts: one per `SECONDS_PER_START` of that (see there);
 /// - consistency: completed ≤ started, vacated ≤ started − completed, and the vacated jobs'
 ///   CPU ≤ all the jobs' CPU.
 ///
@@ -153,14 +155,43 @@ pub struct Claim {
     pub lifetime: std::time::Duration,
     /// The machine's CPUs.
     pub cpus: u32,
+    /// The worker's cgroup as pilotd last read it; `None` when never read (it lived less
+    /// than a cycle, or the engine gave no statistics).
+    pub measured: Option<Measured>,
 }
+
+/// What pilotd read of a worker's own cgroup: the CPU it had used, and how much of the
+/// worker's life came after that reading.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Measured {
+    pub cpu_seconds: f64,
+    pub after: std::time::Duration,
+}
+
+/// Slot-seconds per job start a report may claim: at most one start every 2 s on each CPU
+/// of the machine for the worker's life. A start is a claim activation (the StartLog's,
+/// `pilot::startlog`): condor's startd forks a new `condor_starter` for it, which reads
+/// condor's configuration, makes the job's sandbox and takes the job from the shadow on the
+/// access point over the network, and once the job exits sends its final update and its
+/// output back before the slot can be activated again. condor 23.9's own records of a slot
+/// fed back to back (pilot/tests/fixtures/startd_history/personal-condor-23.9) show that
+/// cost: the shadow's start (`JobCurrentStartDate`) 1–2 s before the job's
+/// (`JobStartDate`), and a 5 s job 6 s in the slot (`RemoteWallClockTime`), so an empty job
+/// takes about 2 s of a slot. The bound counts every CPU of the machine, not the worker's
+/// share of them, so it is that or looser for any worker.
+pub const SECONDS_PER_START: u64 = 2;
 
 impl Claim {
     /// The report as far as it is believable, and the names of the keys that were cut.
     pub fn bound(&self, r: &JobReport) -> (JobReport, Vec<&'static str>) {
+        let cpus = f64::from(self.cpus.max(1));
         // A second of slack: the creation label and the engine's end are whole seconds.
-        let capacity = (self.lifetime.as_secs_f64().ceil() + 1.0) * f64::from(self.cpus.max(1));
-        let whole = capacity as u64;
+        let slot_seconds = |d: std::time::Duration| (d.as_secs_f64().ceil() + 1.0) * cpus;
+        let wall = slot_seconds(self.lifetime) as u64;
+        let cpu = match self.measured {
+            Some(m) => m.cpu_seconds.max(0.0) + slot_seconds(m.after.min(self.lifetime)),
+            None => slot_seconds(self.lifetime),
+        };
         let mut out = *r;
         let mut cut = Vec::new();
         let mut cap_u = |v: &mut u64, max: u64, key: &'static str| {
@@ -169,21 +200,25 @@ impl Claim {
                 cut.push(key);
             }
         };
-        cap_u(&mut out.jobs_started, whole, "jobs_started");
+        cap_u(
+            &mut out.jobs_started,
+            wall / SECONDS_PER_START,
+            "jobs_started",
+        );
         cap_u(&mut out.jobs_completed, out.jobs_started, "jobs_completed");
         cap_u(
             &mut out.jobs_vacated,
             out.jobs_started - out.jobs_completed,
             "jobs_vacated",
         );
-        cap_u(&mut out.job_seconds, whole, "job_seconds");
+        cap_u(&mut out.job_seconds, wall, "job_seconds");
         let mut cap_f = |v: &mut f64, max: f64, key: &'static str| {
             if *v > max {
                 *v = max;
                 cut.push(key);
             }
         };
-        cap_f(&mut out.job_cpu_seconds, capacity, "job_cpu_seconds");
+        cap_f(&mut out.job_cpu_seconds, cpu, "job_cpu_seconds");
         cap_f(
             &mut out.vacated_cpu_seconds,
             out.job_cpu_seconds,

@@ -71,31 +71,118 @@ pub fn image_use(c: FsCounters) -> ScratchUse {
 /// from what was counted, which is already a lower bound of its use.
 pub const MAX_ENTRIES: usize = 1_000_000;
 
+/// A walk enters directories this deep at most (two descriptors each, held while below it;
+/// the unit allows pilotd 4096): a deeper directory counts as its own entry only, a lower
+/// bound as above. Real scratch trees (condor's execute dir, a conda env, node_modules) are
+/// a few dozen deep.
+pub const MAX_DEPTH: usize = 100;
+
 /// KiB allocated under `dir` (blocks on disk, links not followed, other filesystems not
 /// entered), counting at most `max_entries` entries. A missing dir uses nothing.
+///
+/// pilotd walks as root a tree the job writes to while it walks: every step is relative to
+/// the descriptor of the directory already open (`fstatat`, then `openat` with
+/// `O_NOFOLLOW | O_DIRECTORY`), never to a path. A job that swaps a directory for a symlink
+/// between the look and the open (to `/`, to make the figure the host's and have its worker
+/// stopped, or to make root read a directory it cannot) has the open fail, and the swapped
+/// entry counts as the link it is.
 pub fn usage_kib(dir: &Path, max_entries: usize) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(root) = std::fs::symlink_metadata(dir) else {
+    walk(dir, max_entries, &mut |_| {})
+}
+
+/// A directory being read: the descriptor the steps below it are relative to, and its
+/// entries (a second descriptor of the same directory: reading them is `readdir`'s).
+struct Open {
+    fd: std::os::fd::OwnedFd,
+    entries: nix::dir::OwningIter,
+    /// Below `dir`, for `between`.
+    rel: std::path::PathBuf,
+}
+
+const DIR_FLAGS: nix::fcntl::OFlag = nix::fcntl::OFlag::O_RDONLY
+    .union(nix::fcntl::OFlag::O_DIRECTORY)
+    .union(nix::fcntl::OFlag::O_NOFOLLOW)
+    .union(nix::fcntl::OFlag::O_CLOEXEC);
+
+impl Open {
+    /// `fd` as a directory being read, with what it is.
+    fn of(
+        fd: std::os::fd::OwnedFd,
+        rel: std::path::PathBuf,
+    ) -> Option<(Open, nix::sys::stat::FileStat)> {
+        let st = nix::sys::stat::fstat(&fd).ok()?;
+        let entries = nix::dir::Dir::from_fd(fd.try_clone().ok()?)
+            .ok()?
+            .into_iter();
+        Some((Open { fd, entries, rel }, st))
+    }
+
+    /// Its subdirectory `name`: a symlink (or anything not a directory) in its place is
+    /// refused.
+    fn child(
+        &self,
+        name: &std::ffi::CStr,
+        rel: std::path::PathBuf,
+    ) -> Option<(Open, nix::sys::stat::FileStat)> {
+        let fd =
+            nix::fcntl::openat(&self.fd, name, DIR_FLAGS, nix::sys::stat::Mode::empty()).ok()?;
+        Open::of(fd, rel)
+    }
+}
+
+/// The walk of `usage_kib`; `between` is called with a subdirectory's place below `dir`
+/// after it was looked at and before it is opened (the tests swap it for a symlink there).
+fn walk(dir: &Path, max_entries: usize, between: &mut dyn FnMut(&Path)) -> u64 {
+    use nix::fcntl::AtFlags;
+    use nix::sys::stat::{SFlag, fstatat};
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::OpenOptionsExt;
+    let Some((root, st)) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(DIR_FLAGS.bits())
+        .open(dir)
+        .ok()
+        .and_then(|f| Open::of(f.into(), std::path::PathBuf::new()))
+    else {
         return 0;
     };
-    let device = root.dev();
-    let mut blocks: u64 = root.blocks();
+    let device = st.st_dev;
+    let mut blocks = st.st_blocks.max(0) as u64;
     let mut seen = 1usize;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
+    let mut stack = vec![root];
+    loop {
+        let depth = stack.len();
+        let Some(top) = stack.last_mut() else { break };
+        let Some(entry) = top.entries.next() else {
+            stack.pop();
             continue;
         };
-        for e in entries.flatten() {
-            if seen >= max_entries {
-                return blocks / 2;
-            }
-            seen += 1;
-            let Ok(m) = e.metadata() else { continue };
-            blocks = blocks.saturating_add(m.blocks());
-            if m.is_dir() && m.dev() == device {
-                stack.push(e.path());
-            }
+        let Ok(entry) = entry else { continue };
+        let name = entry.file_name();
+        if name == c"." || name == c".." {
+            continue;
+        }
+        if seen >= max_entries {
+            break;
+        }
+        seen += 1;
+        let Ok(m) = fstatat(&top.fd, name, AtFlags::AT_SYMLINK_NOFOLLOW) else {
+            continue;
+        };
+        blocks = blocks.saturating_add(m.st_blocks.max(0) as u64);
+        let is_dir = SFlag::from_bits_truncate(m.st_mode) & SFlag::S_IFMT == SFlag::S_IFDIR;
+        if !is_dir || m.st_dev != device || depth > MAX_DEPTH {
+            continue;
+        }
+        let rel = top.rel.join(std::ffi::OsStr::from_bytes(name.to_bytes()));
+        between(&rel);
+        let top = stack.last().expect("the directory just read");
+        // What is open is what is counted below: another filesystem (a mount swapped in
+        // between) is not entered either.
+        if let Some((child, st)) = top.child(name, rel)
+            && st.st_dev == device
+        {
+            stack.push(child);
         }
     }
     // st_blocks counts 512-byte units.
@@ -178,6 +265,74 @@ mod tests {
         let m = measure(dir.path(), &[("id1".into(), "w".into())]);
         assert_eq!(m["id1"].used_kib, kib);
         assert!(!m["id1"].full);
+    }
+
+    /// A tree with a directory `a` (1 MiB inside) beside an outside directory of 8 MiB.
+    fn tree_beside_a_big_dir() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let w = dir.path().join("w");
+        std::fs::create_dir_all(w.join("a/deeper")).unwrap();
+        std::fs::write(w.join("a/deeper/f"), vec![7u8; 1 << 20]).unwrap();
+        let big = dir.path().join("host");
+        std::fs::create_dir(&big).unwrap();
+        std::fs::write(big.join("data"), vec![1u8; 8 << 20]).unwrap();
+        (dir, w, big)
+    }
+
+    /// A job swaps a directory for a symlink to a host directory between pilotd's look at
+    /// it and its open: the walk, relative to the descriptors it holds, refuses to open the
+    /// link and never counts what it points to.
+    #[test]
+    fn a_directory_swapped_for_a_symlink_mid_walk_is_not_followed() {
+        let (_dir, w, big) = tree_beside_a_big_dir();
+        let before = usage_kib(&w, MAX_ENTRIES);
+        assert!((1024..1200).contains(&before), "{before} KiB");
+        let mut swapped = Vec::new();
+        let kib = walk(&w, MAX_ENTRIES, &mut |rel| {
+            if rel == Path::new("a") {
+                std::fs::rename(w.join("a"), w.join("moved")).unwrap();
+                std::os::unix::fs::symlink(&big, w.join("a")).unwrap();
+                swapped.push(rel.to_path_buf());
+            }
+        });
+        assert_eq!(
+            swapped,
+            [Path::new("a")],
+            "the hook ran between look and open"
+        );
+        assert!(
+            kib < 2048,
+            "{kib} KiB: the 8 MiB behind the link were counted"
+        );
+        // A symlink planted before the walk is not followed either, nor is a symlinked
+        // scratch dir itself.
+        let _ = std::fs::remove_file(w.join("a"));
+        std::os::unix::fs::symlink(&big, w.join("b")).unwrap();
+        assert!(usage_kib(&w, MAX_ENTRIES) < 2048);
+        let link = w.parent().unwrap().join("link");
+        std::os::unix::fs::symlink(&big, &link).unwrap();
+        assert_eq!(usage_kib(&link, MAX_ENTRIES), 0);
+    }
+
+    /// Past `MAX_DEPTH` directories count as themselves only; nothing runs out of descriptors.
+    #[test]
+    fn a_deep_tree_is_walked_to_the_depth_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = dir.path().join("w");
+        for _ in 0..MAX_DEPTH - 1 {
+            p.push("d");
+        }
+        std::fs::create_dir_all(&p).unwrap();
+        std::fs::write(p.join("shallow"), vec![1u8; 1 << 20]).unwrap();
+        let shallow = usage_kib(&dir.path().join("w"), MAX_ENTRIES);
+        assert!(shallow >= 1024, "{shallow} KiB");
+        for _ in 0..3 {
+            p.push("d");
+        }
+        std::fs::create_dir_all(&p).unwrap();
+        std::fs::write(p.join("deep"), vec![1u8; 1 << 20]).unwrap();
+        let deep = usage_kib(&dir.path().join("w"), MAX_ENTRIES);
+        assert!(deep < shallow + 1024, "{deep} KiB against {shallow} KiB");
     }
 
     #[test]

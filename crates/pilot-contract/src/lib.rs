@@ -143,10 +143,30 @@ pub struct JobReport {
 }
 
 /// A report line that names itself but cannot be read: which key, and why.
+///
+/// Both come from the worker's output, which a job can write to: pilotd logs them as root,
+/// to the journal too, where no escaping writer stands in between. So the key is at most 40
+/// characters of what was read with each control character escaped (`\u{1b}`, `\n`), and
+/// `why` quotes the value as Rust's `{:?}` does: neither can carry a terminal escape or
+/// break a log line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReportError {
     pub key: String,
     pub why: String,
+}
+
+/// At most 40 characters of `text`, each control character escaped (as the logs do, crate
+/// `redact`, which this crate does not link: it has no dependencies).
+fn quoted_key(text: &str) -> String {
+    let mut out = String::new();
+    for c in text.chars().take(40) {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 impl fmt::Display for ReportError {
@@ -192,12 +212,12 @@ impl JobReport {
         for token in rest.split_ascii_whitespace() {
             let Some((key, value)) = token.split_once('=') else {
                 return Some(Err(ReportError {
-                    key: token.chars().take(40).collect(),
+                    key: quoted_key(token),
                     why: "expected key=value".into(),
                 }));
             };
             let err = |why: &str| ReportError {
-                key: key.chars().take(40).collect(),
+                key: quoted_key(key),
                 why: format!(
                     "{why}, got {:?}",
                     value.chars().take(40).collect::<String>()
@@ -262,13 +282,25 @@ mod report_tests {
     proptest! {
         // A worker's output is the job's side of the boundary: pilotd reads it as root, so
         // every line must end in a report, an error or "not a report", never a panic, and an
-        // error names at most 40 characters of what it read.
+        // error names at most 40 characters of what it read, none a control character.
         #[test]
-        fn any_line_reads_without_panic(line in ".{0,300}", tail in "[ -~]{0,200}") {
-            for l in [line.clone(), format!("pilot-report {tail}"), format!("pilot-report v=1 {line}")] {
+        fn any_line_reads_without_panic(
+            line in ".{0,300}",
+            tail in "[ -~]{0,200}",
+            noise in "[\\x00-\\x1f\\x7f\\u{80}-\\u{9f}a-z=]{0,80}",
+        ) {
+            for l in [
+                line.clone(),
+                format!("pilot-report {tail}"),
+                format!("pilot-report v=1 {line}"),
+                format!("pilot-report v=1 {noise}"),
+            ] {
                 if let Some(Err(e)) = JobReport::parse_line(&l) {
-                    prop_assert!(e.key.chars().count() <= 40);
-                    prop_assert!(e.to_string().chars().count() <= 200, "{e}");
+                    // Escaped, a character is at most six (`\u{9f}`).
+                    prop_assert!(e.key.chars().count() <= 40 * 6);
+                    let shown = e.to_string();
+                    prop_assert!(!shown.chars().any(char::is_control), "{shown:?}");
+                    prop_assert!(shown.chars().count() <= 600, "{shown}");
                 }
             }
         }
@@ -354,6 +386,33 @@ mod report_tests {
             let e = JobReport::parse_line(line).unwrap().unwrap_err();
             assert_eq!(e.key, key, "{line}: {e}");
         }
+    }
+
+    /// A job that prints a report line of its own chooses the key pilotd names in its log
+    /// line: a terminal escape or a newline in it arrives escaped.
+    #[test]
+    fn a_damaged_reports_key_carries_no_control_character() {
+        for (line, key) in [
+            (
+                "pilot-report v=1 \u{1b}]0;owned\u{7}\u{1b}[2J",
+                "\\u{1b}]0;owned\\u{7}\\u{1b}[2J",
+            ),
+            ("pilot-report v=1 a\u{1b}[31mred", "a\\u{1b}[31mred"),
+            ("pilot-report v=1 x\u{b}y\u{85}z", "x\\u{b}y\\u{85}z"),
+        ] {
+            let e = JobReport::parse_line(line).unwrap().unwrap_err();
+            assert_eq!(e.key, key, "{line:?}");
+            let shown = e.to_string();
+            assert!(!shown.chars().any(char::is_control), "{shown:?}");
+        }
+        // The value is quoted too.
+        let e = JobReport::parse_line("pilot-report v=1 jobs_started=\u{1b}[2J")
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "pilot report: jobs_started: expected a whole number, got \"\\u{1b}[2J\""
+        );
     }
 
     #[test]

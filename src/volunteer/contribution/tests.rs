@@ -300,6 +300,7 @@ fn a_report_is_held_to_what_the_workers_life_could_hold() {
     let claim = Claim {
         lifetime: std::time::Duration::from_secs(3600),
         cpus: 2,
+        measured: None,
     };
     // Plausible: an hour on two CPUs, 7000 CPU-seconds of jobs.
     let fine = report(3, 2, 1, 7000.0, 600.0);
@@ -314,12 +315,10 @@ fn a_report_is_held_to_what_the_workers_life_could_hold() {
         vacated_cpu_seconds: 4.0e7,
     };
     let capacity = (3600 + 1) * 2;
+    let starts = capacity / SECONDS_PER_START;
     let (held, cut) = claim.bound(&forged);
-    assert_eq!(held.jobs_started, capacity);
-    assert_eq!(
-        held.jobs_completed, capacity,
-        "no more finished than started"
-    );
+    assert_eq!(held.jobs_started, starts);
+    assert_eq!(held.jobs_completed, starts, "no more finished than started");
     assert_eq!(held.jobs_vacated, 0, "none left to vacate");
     assert_eq!(held.job_seconds, capacity);
     assert_eq!(held.job_cpu_seconds, capacity as f64);
@@ -341,6 +340,77 @@ fn a_report_is_held_to_what_the_workers_life_could_hold() {
         (held.vacated_cpu_seconds, cut),
         (50.0, vec!["vacated_cpu_seconds"])
     );
+}
+
+/// A one-CPU worker on a 2-CPU machine burned 1000 CPU-seconds in its hour, read 30 s
+/// before its end: a report of more job CPU than that (and than the last 30 s could add on
+/// the whole machine) is cut, whatever the lifetime would allow.
+#[test]
+fn job_cpu_is_held_to_what_the_workers_cgroup_used() {
+    let claim = Claim {
+        lifetime: std::time::Duration::from_secs(3600),
+        cpus: 2,
+        measured: Some(Measured {
+            cpu_seconds: 1000.0,
+            after: std::time::Duration::from_secs(30),
+        }),
+    };
+    // The cgroup's 1000, and 31 s (a second of slack) on both CPUs after the reading.
+    let bound = 1000.0 + 31.0 * 2.0;
+    let at = report(4, 4, 0, bound, 0.0);
+    assert_eq!(claim.bound(&at), (at, vec![]), "at the bound: believed");
+    let (held, cut) = claim.bound(&report(4, 4, 0, bound + 1.0, 0.0));
+    assert_eq!(held.job_cpu_seconds, bound);
+    assert_eq!(cut, ["job_cpu_seconds"]);
+    // The whole machine for the hour, which the lifetime alone allowed: cut to the cgroup's.
+    let (held, cut) = claim.bound(&report(4, 4, 0, 7200.0, 0.0));
+    assert_eq!(
+        (held.job_cpu_seconds, cut),
+        (bound, vec!["job_cpu_seconds"])
+    );
+    // Read after the end (a reading's instant is the cycle's): no tail but the slack.
+    let late = Claim {
+        measured: Some(Measured {
+            cpu_seconds: 1000.0,
+            after: std::time::Duration::ZERO,
+        }),
+        ..claim
+    };
+    assert_eq!(
+        late.bound(&report(1, 1, 0, 1003.0, 0.0)).0.job_cpu_seconds,
+        1002.0
+    );
+}
+
+/// Job starts: one per `SECONDS_PER_START` slot-seconds of the worker's life. An hour on 2
+/// CPUs (and the second of slack) holds 3601; 7202, which one per CPU-second allowed, no.
+#[test]
+fn job_starts_are_held_to_what_a_pool_could_activate() {
+    let claim = Claim {
+        lifetime: std::time::Duration::from_secs(3600),
+        cpus: 2,
+        measured: None,
+    };
+    let bound = (3600 + 1) * 2 / SECONDS_PER_START;
+    assert_eq!(bound, 3601);
+    let at = report(bound, bound, 0, 10.0, 0.0);
+    let at = JobReport {
+        job_seconds: 100,
+        ..at
+    };
+    assert_eq!(claim.bound(&at), (at, vec![]), "at the bound: believed");
+    let over = JobReport {
+        jobs_started: bound + 1,
+        ..at
+    };
+    let (held, cut) = claim.bound(&over);
+    assert_eq!(held.jobs_started, bound);
+    assert_eq!(cut, ["jobs_started"]);
+    let (held, _) = claim.bound(&JobReport {
+        jobs_started: 7202,
+        ..at
+    });
+    assert_eq!(held.jobs_started, bound);
 }
 
 /// A ledger written before the job reports (no `jobs` anywhere) loads as it was, with no

@@ -34,6 +34,11 @@ pub(super) struct CpuMeter {
     /// each sampled worker's counter delta once; a new worker's counter whole, an adopted
     /// one's from its first sample (its counter covers time a previous pilotd counted).
     given_ns: u64,
+    /// Each listed worker's highest CPU counter read and when it was read, kept after the
+    /// worker ended (its cgroup is gone then, and the engine reads a stopped worker as 0)
+    /// until its container is: what it used bounds its pilot's job report
+    /// (`contribution::Claim`).
+    used: HashMap<String, (u64, DateTime<Utc>)>,
 }
 
 /// The shortest window CPU shares are measured over (see `CpuMeter`).
@@ -56,6 +61,15 @@ impl CpuMeter {
         let judged = !std::mem::take(&mut self.acted) || self.skipped;
         self.skipped = !judged;
         judged
+    }
+
+    /// The CPU worker `id`'s cgroup had used at the last reading, in CPU-seconds, and when
+    /// that reading was; `None` when it was never read.
+    pub(super) fn used(&self, id: &str) -> Option<(f64, DateTime<Utc>)> {
+        self.used
+            .get(id)
+            .filter(|(ns, _)| *ns > 0)
+            .map(|(ns, at)| (*ns as f64 / 1e9, *at))
     }
 
     /// The workers' CPU time measured since the last call, in CPU-seconds (the contribution).
@@ -104,12 +118,20 @@ impl CpuMeter {
                         }
                         self.given_ns = self.given_ns.saturating_add(s.worker_ns);
                     }
+                    // Zero: a worker that ended just before the reading (its entrypoint
+                    // alone used some CPU). The counter only grows, so the highest stands.
+                    let used = self.used.entry(w.id.clone()).or_insert((0, now));
+                    if s.worker_ns > 0 && s.worker_ns >= used.0 {
+                        *used = (s.worker_ns, now);
+                    }
                     next.insert(w.id.clone(), s);
                 }
                 Err(e) => tracing::debug!(worker = %w.name, "{e}"),
             }
         }
         self.prev = next;
+        self.used
+            .retain(|id, _| workers.iter().any(|w| &w.id == id));
         self.last = Some(now);
         f64::min(total, 1.0)
     }

@@ -5,7 +5,7 @@
 use super::Daemon;
 use super::executor::Executed;
 use crate::volunteer::backend::{AnyBackend, Backend};
-use crate::volunteer::contribution::{self, Claim, Ended};
+use crate::volunteer::contribution::{self, Claim, Ended, Measured};
 use crate::volunteer::history;
 use crate::volunteer::outcome::Outcome;
 use crate::volunteer::plan::{Action, Reason};
@@ -87,7 +87,7 @@ impl Daemon {
                 ) => {
                     if !self.status.reported.iter().any(|r| r == id) {
                         let gone = Report::Unread("removed before its output was read".into());
-                        self.record_report(id, name, Default::default(), gone, now);
+                        self.record_report(id, name, (Default::default(), now), gone, now);
                     }
                     self.record_outcome(id, name, o.clone(), Vec::new(), now)
                 }
@@ -163,7 +163,7 @@ impl Daemon {
                     },
                     Err(e) => Report::Unread(e.to_string()),
                 };
-                self.record_report(&w.id, &w.name, lifetime(w, now), report, now);
+                self.record_report(&w.id, &w.name, life(w, now), report, now);
             }
             if recorded {
                 continue;
@@ -186,14 +186,14 @@ impl Daemon {
     }
 
     /// A finished worker's job report, counted once per container into the contribution (and
-    /// the metrics), held to what the worker's life could hold (`Claim`). A report that is
+    /// the metrics), held to what the worker's cgroup used and its life could hold (`Claim`). A report that is
     /// missing, damaged or unreadable counts the worker as one without a report; a damaged
     /// one is logged with its worker, as is a claim cut to its bound.
     fn record_report(
         &mut self,
         id: &str,
         name: &str,
-        lifetime: std::time::Duration,
+        (lifetime, end): (std::time::Duration, DateTime<Utc>),
         report: Report,
         now: DateTime<Utc>,
     ) {
@@ -205,13 +205,27 @@ impl Daemon {
                         .last_snapshot
                         .as_ref()
                         .map_or_else(host_cpus, |h| h.cpus),
+                    measured: self.cpu.used(id).map(|(cpu_seconds, at)| Measured {
+                        cpu_seconds,
+                        after: end.signed_duration_since(at).to_std().unwrap_or_default(),
+                    }),
                 };
                 let (r, cut) = claim.bound(&r);
                 if !cut.is_empty() {
+                    let used = claim.measured.map_or_else(
+                        || "never read".to_string(),
+                        |m| {
+                            format!(
+                                "{:.1} CPU-s read {}s before its end",
+                                m.cpu_seconds,
+                                m.after.as_secs()
+                            )
+                        },
+                    );
                     tracing::warn!(
                         worker = name,
                         "the job report claims more than the worker's {}s on {} CPU(s) could \
-                         hold; counted up to that: {}",
+                         hold (its cgroup: {used}); counted up to that: {}",
                         claim.lifetime.as_secs(),
                         claim.cpus,
                         cut.join(", ")
@@ -448,14 +462,16 @@ impl Daemon {
     }
 }
 
-/// A finished worker's life, from its creation to its end (`now` when the engine gave no
-/// end); zero when its creation is unknown, so a report of a worker of unknown age is held
-/// to the one second of slack `Claim` gives.
-fn lifetime(w: &Worker, now: DateTime<Utc>) -> std::time::Duration {
+/// A finished worker's life, from its creation to its end, and that end (`now` when the
+/// engine gave none); zero when its creation is unknown, so a report of a worker of unknown
+/// age is held to the one second of slack `Claim` gives.
+fn life(w: &Worker, now: DateTime<Utc>) -> (std::time::Duration, DateTime<Utc>) {
     let end = w.finished_at.unwrap_or(now);
-    w.created
+    let lifetime = w
+        .created
         .and_then(|c| end.signed_duration_since(c).to_std().ok())
-        .unwrap_or_default()
+        .unwrap_or_default();
+    (lifetime, end)
 }
 
 /// The machine's CPUs when no host observation is at hand.

@@ -1216,6 +1216,84 @@ async fn a_forged_report_is_held_to_the_workers_life() {
     );
 }
 
+/// A report from a worker whose cgroup pilotd read: its job CPU is held to what that cgroup
+/// had used (and what the stretch after the last reading could add), not to the whole
+/// machine for the worker's life; a report at that bound is believed whole.
+#[tokio::test]
+async fn a_forged_report_is_held_to_what_the_workers_cgroup_used() {
+    use crate::volunteer::worker::CpuSample;
+    for (claimed, counted) in [(1e6, None), (0.0, Some(0.0))] {
+        let m = Machine::new();
+        let t0 = Utc::now();
+        let t = |s: i64| t0 + chrono::Duration::seconds(s);
+        {
+            let mut w = m.engine.lock();
+            w.workers.push(Worker {
+                state: WorkerState::Running,
+                created: Some(t(-3600)),
+                finished_at: None,
+                exit_code: None,
+                ..exited("burner1", 0)
+            });
+            w.cpu.insert(
+                "burner1".into(),
+                CpuSample {
+                    worker_ns: 100_000_000_000,
+                    system_ns: 1_000_000_000_000,
+                },
+            );
+        }
+        let mut d = m.daemon();
+        // Read at t0: 100 CPU-seconds in its hour.
+        d.cycle(t0, false).await;
+        settle(&mut d).await;
+        let cpus = f64::from(d.last_snapshot.as_ref().unwrap().cpus);
+        // 100 CPU-s, and its last 10 s (and the second of slack) on every CPU.
+        let bound = 100.0 + 11.0 * cpus;
+        let claimed = if claimed == 0.0 { bound } else { claimed };
+        let report = pilot_contract::JobReport {
+            jobs_started: 1,
+            jobs_completed: 1,
+            job_seconds: 60,
+            job_cpu_seconds: claimed,
+            ..Default::default()
+        };
+        {
+            let mut w = m.engine.lock();
+            let b = w.workers.iter_mut().find(|w| w.id == "burner1").unwrap();
+            b.state = WorkerState::Exited;
+            b.exit_code = Some(0);
+            b.finished_at = Some(t(10));
+            w.output.insert("burner1".into(), vec![report.to_line()]);
+            // The engine reads an ended worker as 0.
+            w.cpu.remove("burner1");
+        }
+        let logged = Logged::default();
+        {
+            let _g = logged.capture();
+            d.cycle(t(30), false).await;
+        }
+        let jobs = d.contribution.ledger.all_time.jobs;
+        assert_eq!(jobs.workers_reported, 1);
+        let log = logged.text();
+        match counted {
+            None => {
+                assert_eq!(jobs.cpu_seconds, bound, "{log}");
+                assert!(
+                    log.lines().any(|l| l.contains("burner1")
+                        && l.contains("its cgroup: 100.0 CPU-s read 10s before its end")
+                        && l.contains("job_cpu_seconds")),
+                    "{log}"
+                );
+            }
+            Some(_) => {
+                assert_eq!(jobs.cpu_seconds, bound, "at the bound, whole: {log}");
+                assert!(!log.contains("claims more"), "{log}");
+            }
+        }
+    }
+}
+
 /// The owner comes back: the worker is stopped gracefully, condor vacates its job, and the
 /// pilot prints its report before it exits. The vacated job's CPU is counted as work lost,
 /// in the ledger and in what `status` shows.

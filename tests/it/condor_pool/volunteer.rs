@@ -286,15 +286,63 @@ fn a_real_job_runs_on_a_worker_pilotd_started_with_its_defaults_then_a_fresh_wor
     let pool = Pool::from_env();
     // The owner's page too ([page] is the file's last table, after [worker.env]).
     let port = crate::harness::free_port();
+    // The pilot's idle timeout outlasts pilotd's interval (60 s): after the job, pilotd reads
+    // the worker's cgroup at least once more, so what it counted holds all of the burn.
     let m = Machine::with(
         &pool,
         "vjob",
         "graceful",
-        "20s",
+        "90s",
         "",
         &format!("[page]\nport = {port}"),
     );
     let first = m.running_worker();
+    // The CPU the worker's cgroup used, read by the test itself every 500 ms until the
+    // container is gone (its cgroup goes with it): the highest reading.
+    let cgroup_cpu = {
+        let id = super::pool::docker(&["inspect", "-f", "{{.Id}}", &first])
+            .trim()
+            .to_owned();
+        // CPU-seconds from cgroup v1's cpuacct (ns) or v2's cpu.stat (usage_usec), as the
+        // engine's cgroup driver placed the container.
+        let read = move || -> Option<f64> {
+            let v1 = format!("/sys/fs/cgroup/cpuacct/docker/{id}/cpuacct.usage");
+            if let Ok(ns) = std::fs::read_to_string(&v1) {
+                return ns.trim().parse::<f64>().ok().map(|ns| ns / 1e9);
+            }
+            [
+                format!("/sys/fs/cgroup/system.slice/docker-{id}.scope/cpu.stat"),
+                format!("/sys/fs/cgroup/docker/{id}/cpu.stat"),
+            ]
+            .iter()
+            .find_map(|p| std::fs::read_to_string(p).ok())?
+            .lines()
+            .find_map(|l| l.strip_prefix("usage_usec "))?
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .map(|us| us / 1e6)
+        };
+        assert!(
+            read().is_some(),
+            "the worker's cgroup is not where the test looks for it"
+        );
+        let last = std::sync::Arc::new(std::sync::Mutex::new(0.0f64));
+        let keep = last.clone();
+        std::thread::spawn(move || {
+            let end = std::time::Instant::now() + 3 * LONG;
+            while let Some(s) = read() {
+                let mut l = keep.lock().unwrap();
+                *l = l.max(s);
+                drop(l);
+                if std::time::Instant::now() > end {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        });
+        last
+    };
     let host = Machine::hostname(&first);
     wait_for(
         &format!("{first}'s slot in the pool\n{}", m.diagnose()),
@@ -351,6 +399,29 @@ fn a_real_job_runs_on_a_worker_pilotd_started_with_its_defaults_then_a_fresh_wor
     );
     assert!(jobs["job_seconds"].as_u64().unwrap() >= 20, "{json:#}");
     assert!(text.contains("jobs: 1 finished, 0 vacated"), "{text}");
+    // The CPU-hours given: what pilotd read of the worker's cgroup, against what the test
+    // read of it (its last reading before the end). The ledger on disk was written when the
+    // first worker's end was recorded, before any reading of the fresh one (the next save is
+    // 15 min later); pilotd's last reading of the first was at most one interval before its
+    // end, the job long over, condor idle.
+    let given = json["contribution"]["all_time"]["cpu_seconds"]
+        .as_f64()
+        .unwrap();
+    let used = *cgroup_cpu.lock().unwrap();
+    println!("CPU given: pilotd counted {given:.2} CPU-s, the worker's cgroup used {used:.2}");
+    // The job's CPU was the cgroup's too (condor samples it: at most a little less).
+    assert!(
+        used >= job_cpu,
+        "the cgroup used {used} CPU-s, the job alone {job_cpu}"
+    );
+    assert!(
+        given <= used + 0.5 && given >= used - f64::max(3.0, used * 0.1),
+        "pilotd counted {given} CPU-s; the worker's cgroup used {used}: {json:#}"
+    );
+    assert!(
+        job_cpu <= given + 0.5,
+        "the job's {job_cpu} CPU-s inside the {given} given"
+    );
     // The owner's page says the same: in through `pilotd open`'s address, as the owner's
     // browser gets in (root's curl, as root ran `open`; it follows to the page with the
     // session cookie).

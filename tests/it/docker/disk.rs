@@ -6,8 +6,9 @@
 //!
 //! "Host usage" here is what the test's state dir holds on the host (`du`), plus what files
 //! the worker deleted but keeps open hold on the host's filesystem (seen through
-//! /proc/PID/fd, which `du` cannot see). Each test's negative control is the owner's
-//! `disk_limit = "measured"`, under which the same worker passes its share.
+//! /proc/PID/fd, which `du` cannot see). The negative control is the owner's
+//! `disk_limit = "measured"`, under which the same attack passes the share as measured here
+//! (`the_measured_limit_lets_a_file_deleted_but_kept_open_pass_the_share`).
 
 use super::docker;
 use super::volunteer::{Harness, P, image, policy};
@@ -56,12 +57,38 @@ fn writer_image(dockerfile: &str) -> String {
 /// host blocks of files the instance's workers deleted but keep open.
 fn host_use_kib(h: &Harness) -> u64 {
     let dir = h.path("");
-    let du: u64 = sh(&format!("du -sk {} | cut -f1", dir.display()))
-        .1
-        .trim()
-        .parse()
-        .unwrap_or(0);
-    du + deleted_open_kib(h, std::fs::metadata(&dir).unwrap().dev())
+    du_kib(&dir) + deleted_open_kib(h, std::fs::metadata(&dir).unwrap().dev())
+}
+
+/// `du -sk dir`, which must work: a failure read as 0 KiB would pass every bound here. A
+/// file that vanished while `du` walked (a worker's removal) holds nothing, and `du` still
+/// prints the rest's total; anything else it says fails the test.
+fn du_kib(dir: &Path) -> u64 {
+    let out = std::process::Command::new("du")
+        .arg("-sk")
+        .arg(dir)
+        .output()
+        .expect("du runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let vanished = stderr
+        .lines()
+        .all(|l| l.contains("No such file or directory"));
+    assert!(
+        out.status.success() || vanished,
+        "du -sk {} failed: {stderr}",
+        dir.display()
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    stdout
+        .split('\t')
+        .next()
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "du -sk {} printed no size: {stdout:?} {stderr}",
+                dir.display()
+            )
+        })
 }
 
 fn deleted_open_kib(h: &Harness, host_dev: u64) -> u64 {
@@ -126,19 +153,11 @@ fn disk_harness(tag: &str, limit: &'static str, probe: &str) -> Harness {
     Harness::new(tag, &limited(limit), "", &worker)
 }
 
-fn limit_from_env() -> &'static str {
-    // The negative control: PILOTD_TEST_DISK_LIMIT=measured runs the same attack unlimited.
-    match std::env::var("PILOTD_TEST_DISK_LIMIT").as_deref() {
-        Ok("measured") => "measured",
-        _ => "enforced",
-    }
-}
-
 #[test]
 #[ignore = "needs the Docker engine and root (loop devices)"]
 fn a_fast_writer_ignoring_sigterm_never_holds_more_than_its_share() {
     let _ = NEEDS;
-    let mut h = disk_harness("diskfast", limit_from_env(), "fast");
+    let mut h = disk_harness("diskfast", "enforced", "fast");
     h.start();
     let first = h.wait_for("a worker", Duration::from_secs(60), || h.running().pop());
     // Through the writing, the stop (SIGTERM ignored: it writes on through the grace) and
@@ -168,7 +187,7 @@ fn a_fast_writer_ignoring_sigterm_never_holds_more_than_its_share() {
 #[test]
 #[ignore = "needs the Docker engine and root (loop devices)"]
 fn a_file_deleted_but_kept_open_stays_inside_the_share() {
-    let mut h = disk_harness("diskdel", limit_from_env(), "deleted");
+    let mut h = disk_harness("diskdel", "enforced", "deleted");
     h.start();
     let w = h.wait_for("a worker", Duration::from_secs(60), || h.running().pop());
     let written = || {
@@ -190,10 +209,36 @@ fn a_file_deleted_but_kept_open_stays_inside_the_share() {
     h.term();
 }
 
+/// The negative control of the tests above: with the owner's `disk_limit = "measured"`, the
+/// same deleted-but-open file grows past the share (to the writer's 160 MiB cap), which this
+/// file's measure of the host sees and pilotd's walk cannot; the worker is never found full.
+#[test]
+#[ignore = "needs the Docker engine and root (loop devices)"]
+fn the_measured_limit_lets_a_file_deleted_but_kept_open_pass_the_share() {
+    let mut h = disk_harness("diskmeas", "measured", "deleted");
+    h.start();
+    let w = h.wait_for("a worker", Duration::from_secs(60), || h.running().pop());
+    let written = || {
+        sh(&format!("docker logs {} 2>&1", w.id))
+            .1
+            .contains("deleted file written")
+    };
+    let peak = peak_while(&h, Duration::from_secs(60), written);
+    assert!(written(), "the writer finished writing within 60 s");
+    assert!(
+        peak > SHARE_KIB + SLACK_KIB + (64 << 10),
+        "the host held only {peak} KiB: the measure of the host misses the attack\n{}",
+        h.log()
+    );
+    assert!(!h.path("scratch").join(format!("{}.img", w.name)).exists());
+    assert!(!h.log().contains("its scratch is full"), "{}", h.log());
+    h.term();
+}
+
 #[test]
 #[ignore = "needs the Docker engine and root (loop devices)"]
 fn an_inode_flood_ends_inside_the_share() {
-    let mut h = disk_harness("diskinode", limit_from_env(), "entries");
+    let mut h = disk_harness("diskinode", "enforced", "entries");
     h.start();
     let w = h.wait_for("a worker", Duration::from_secs(60), || h.running().pop());
     let done = || {
