@@ -627,6 +627,17 @@ scenario_lock() {
   all_paused || fail "the worker resumed on a reload while alice is there"
   set_hint alice "$alice_session" Locked true
   local lock_ns=$hint_ns
+  # The real logind, as the login1 stand-in of the tests behaves
+  # (sessions::bus::the_login1_stand_in_serves_seats_and_announces_values_as_logind_does):
+  # a lock's PropertiesChanged carries the value and invalidates nothing, and a session
+  # without a seat has Seat = ("", "/").
+  local path
+  path=$(session_path "$alice_session")
+  grep -F "\"path\":\"$path\"" <<<"$(c cat "$signals")" \
+    | grep -qF '{"LockedHint":{"type":"b","data":true}},[]]' \
+    || fail "logind's PropertiesChanged for the lock is not (value sent, nothing invalidated): the stand-in differs; $(c cat "$signals" | tail -n 3)"
+  [ "$(c busctl get-property org.freedesktop.login1 "$path" org.freedesktop.login1.Session Seat)" = '(so) "" "/"' ] \
+    || fail "alice's ssh session's Seat is not (so) \"\" \"/\" as the stand-in serves it"
   sleep 6
   all_paused || fail "the worker resumed within 6 s of alice's lock, before lock_grace = 10s"
   wait_for 30 "alice's locked session to count as away after lock_grace" running_is "$first_worker"
@@ -653,7 +664,7 @@ scenario_lock() {
   wait_for 10 "alice's unlock to pause the worker" all_paused
   unlock_ms=$(latency_ms "$hint_ns" pause)
   within_bound "$unlock_ms" "alice's unlock (lock_grace = 0s) -> the pause event"
-  ok "alice's SetLockedHint(true) as alice over the system bus: with lock_grace = 10s still paused 6 s on, resumed $grace_ms ms after the lock; unlock -> paused in $unlock1_ms ms; lock_grace = 0s: lock -> resumed in $lock_ms ms, unlock -> paused in $unlock_ms ms (her manager session open throughout)"
+  ok "alice's SetLockedHint(true) as alice over the system bus: with lock_grace = 10s still paused 6 s on, resumed $grace_ms ms after the lock; unlock -> paused in $unlock1_ms ms; lock_grace = 0s: lock -> resumed in $lock_ms ms, unlock -> paused in $unlock_ms ms (her manager session open throughout); logind's signal and Seat as the tests' stand-in serves them"
 }
 
 scenario_desktop() {
