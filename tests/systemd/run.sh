@@ -270,11 +270,11 @@ ssh_alice() {
     -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes \
     alice@127.0.0.1 'exec cat >/dev/null' <$alice_keys >/root/ssh-alice.log 2>&1"
 }
+alice_on_tty() { [ -n "$(alice_tty)" ]; }
 alice_types() { c sh -c "printf 'x\\n' >$alice_keys"; } # a key and Enter, through ssh
-# alice_tty: her terminal as her remote command holds it (pts/N).
+# alice_tty: her remote command's controlling terminal (pts/N), as ps reads it from /proc.
 alice_tty() {
-  c sh -c 'for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = cat ] && [ "$(stat -c %U $p)" = alice ] \
-    && readlink $p/fd/0; done; true' | sed -n 's|^/dev/||p' | head -n 1
+  c ps -u alice -o comm=,tty= | awk '$1 == "cat" && $2 ~ /^pts\// { print $2; exit }'
 }
 # Her ssh client ends; sshd closes her session.
 ssh_alice_leaves() {
@@ -639,9 +639,9 @@ scenario_ssh_idle() {
   local tty
   tty=$(session_prop "$alice_session" TTY)
   [ -z "$tty" ] || fail "logind names alice's terminal ($tty): this scenario is about a session whose terminal it does not name"
+  wait_for 10 "alice's remote command to run on her terminal" alice_on_tty
   local pts
   pts=$(alice_tty)
-  [ -n "$pts" ] || fail "alice's remote command holds no terminal"
   set_owner session_idle '"10s"'
   # Away once her terminal has not been used for 10 s, not before.
   local t0=$EPOCHREALTIME used
