@@ -58,7 +58,10 @@ fn a_read_from_a_sessions_terminal_is_its_last_use() {
     tty.set_times(std::fs::FileTimes::new().set_accessed(hour_ago))
         .unwrap();
     while used(pid).is_none() {
-        assert!(Instant::now() < deadline, "{pid} never had {slave} as its terminal");
+        assert!(
+            Instant::now() < deadline,
+            "{pid} never had {slave} as its terminal"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let idle = (chrono::Utc::now() - used(pid).unwrap()).num_seconds();
