@@ -122,7 +122,11 @@ pub fn observe_once(probe: &ProbeSettings, carry: Carry) -> Result<HostSnapshot,
 /// dated it: logind tells only *that* a session is locked, so without the daemon's record (no
 /// daemon, a stale status file, or one this user cannot read) every lock is dated to this
 /// look, and the snapshot says so (`lock_instants_unknown`).
-pub fn lay_on_logind(h: &mut HostSnapshot, state_dir: &std::path::Path) -> Result<(), CmdError> {
+pub fn lay_on_logind(
+    h: &mut HostSnapshot,
+    state_dir: &std::path::Path,
+    probe: &crate::volunteer::settings::ProbeSettings,
+) -> Result<(), CmdError> {
     use crate::volunteer::status;
     let record = status::load(&status::path(state_dir))
         .ok()
@@ -137,7 +141,8 @@ pub fn lay_on_logind(h: &mut HostSnapshot, state_dir: &std::path::Path) -> Resul
         });
     let known = record.is_some();
     let mut logind =
-        crate::volunteer::logind::Logind::remembering(record.map(|s| s.locks).unwrap_or_default());
+        crate::volunteer::logind::Logind::remembering(record.map(|s| s.locks).unwrap_or_default())
+            .looking_in(&probe.proc, &probe.dev);
     let seen = block_on(logind.observe(h.taken_at))?;
     crate::volunteer::logind::lay_on(h, seen);
     h.lock_instants_unknown = !known;

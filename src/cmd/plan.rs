@@ -81,7 +81,7 @@ pub fn run(g: &Global, a: &PlanArgs) -> Result<String, CmdError> {
                 _ => {
                     let s = Settings::resolve(&cfg);
                     let mut h = observe_once(&s.probe, Carry::default())?;
-                    super::lay_on_logind(&mut h, &s.state_dir)?;
+                    super::lay_on_logind(&mut h, &s.state_dir, &s.probe)?;
                     // The owner's snooze, as the daemon would lay it on this observation.
                     snooze::lay_on(&mut h, &s.state_dir);
                     h

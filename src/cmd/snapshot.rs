@@ -38,7 +38,7 @@ pub fn run(g: &Global) -> Result<String, CmdError> {
         ..Carry::default()
     };
     let mut snap = observe_once(&s.probe, carry)?;
-    super::lay_on_logind(&mut snap, &s.state_dir)?;
+    super::lay_on_logind(&mut snap, &s.state_dir, &s.probe)?;
     crate::volunteer::snooze::lay_on(&mut snap, &s.state_dir);
     serde_json::to_string_pretty(&snap)
         .map(|s| s + "\n")

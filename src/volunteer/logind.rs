@@ -8,7 +8,16 @@
 //! lock on sleep; a block lock on idle when the owner asks to keep the machine awake), the
 //! `PrepareForSleep` signal, and for each session the `org.freedesktop.login1.Session`
 //! properties `Name`, `Class`, `State`, `Type`, `Remote`, `RemoteHost`, `TTY`, `Display`,
-//! `Seat`, `Timestamp`, `IdleHint`, `IdleSinceHint` and `LockedHint` (one `GetAll`).
+//! `Seat`, `Timestamp`, `IdleHint`, `IdleSinceHint`, `LockedHint`, `Leader` and `Scope` (one
+//! `GetAll`).
+//!
+//! Idle: a graphical session's is its desktop's word (`IdleHint`, `IdleSinceHint`). Any other
+//! session (a text login, ssh) is judged by its terminals, as utmp's lines are: the most recent
+//! use (atime) of its `TTY` and of the controlling terminals of its processes (`terminals`:
+//! its leader and every process in its scope cgroup). logind cannot say it: it refuses idle
+//! hints from text sessions, and an ssh session's `TTY` is empty (sshd opens the PAM session
+//! before it allocates the pty), so its `IdleHint` stays false for good. A session none of
+//! whose processes has a terminal falls back to logind's hint, and without one is in use.
 //!
 //! Observation only: every user-class session that is not closing is reported; deciding which
 //! users matter, and whether a locked or idle session is away, is the policy's job. logind that
@@ -26,9 +35,11 @@
 use crate::backoff::Backoff;
 use crate::volunteer::bus::BusWatch;
 use crate::volunteer::snapshot::{HostSnapshot, Session, Sessions};
+use crate::volunteer::terminals;
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
+use std::path::PathBuf;
 use std::time::Duration;
 use zbus::zvariant::{OwnedObjectPath, OwnedValue};
 
@@ -48,6 +59,8 @@ const SESSION: &str = "org.freedesktop.login1.Session";
 #[derive(Default)]
 pub struct Logind {
     conn: Option<zbus::Connection>,
+    /// Where text sessions' terminals are looked for (`terminals`).
+    roots: Roots,
     /// Session id → the first observation that found it locked (logind has no lock time).
     locked: HashMap<String, DateTime<Utc>>,
     /// Consecutive failures, and the last one's reason, for the back-off.
@@ -58,6 +71,22 @@ pub struct Logind {
     sleep_lock: Option<OwnedFd>,
     /// The block lock on idle (the owner's `keep_awake`), held while workers compute.
     awake_lock: Option<OwnedFd>,
+}
+
+/// The process and device directories a text session's terminals are found in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Roots {
+    proc: PathBuf,
+    dev: PathBuf,
+}
+
+impl Default for Roots {
+    fn default() -> Roots {
+        Roots {
+            proc: "/proc".into(),
+            dev: "/dev".into(),
+        }
+    }
 }
 
 /// What logind said: its sessions, or why it could not be asked.
@@ -95,6 +124,18 @@ impl Logind {
         }
     }
 
+    /// This client, finding text sessions' terminals under `proc` and `dev` (the probe's
+    /// settings; /proc and /dev by default).
+    pub fn looking_in(self, proc: impl Into<PathBuf>, dev: impl Into<PathBuf>) -> Logind {
+        Logind {
+            roots: Roots {
+                proc: proc.into(),
+                dev: dev.into(),
+            },
+            ..self
+        }
+    }
+
     /// Since when each session has been seen locked, by session id ("when" only).
     pub fn locks(&self) -> std::collections::BTreeMap<String, DateTime<Utc>> {
         self.locked.iter().map(|(k, v)| (k.clone(), *v)).collect()
@@ -129,17 +170,19 @@ impl Logind {
         }
     }
 
-    /// The raw answers as sessions, with each locked one's first sighting carried over.
+    /// The raw answers as sessions, with each locked one's first sighting carried over and
+    /// each text session's terminals looked at.
     fn seen(&mut self, list: Vec<Raw>, now: DateTime<Utc>) -> Vec<LogindSession> {
+        let used = self.terminals_used(&list);
         let mut out = Vec::with_capacity(list.len());
         let mut locked = HashMap::new();
-        for r in list {
+        for (r, used) in list.into_iter().zip(used) {
             let since = (boolean(&r.props, "LockedHint") == Some(true))
                 .then(|| *self.locked.get(&r.id).unwrap_or(&now));
             if let Some(t) = since {
                 locked.insert(r.id.clone(), t);
             }
-            if let Some(mut s) = session_of(&r.id, r.uid, &r.user, &r.props, now) {
+            if let Some(mut s) = session_of(&r.id, r.uid, &r.user, &r.props, used, now) {
                 s.locked_since = since;
                 out.push(LogindSession {
                     id: r.id,
@@ -149,6 +192,39 @@ impl Logind {
         }
         self.locked = locked;
         out
+    }
+
+    /// For each session (same order), the last use of its terminals: its `TTY` and its
+    /// processes' controlling terminals. None for graphical sessions (their desktop says when
+    /// they were used) and for sessions without a terminal. /proc is walked only when a text
+    /// session is there.
+    fn terminals_used(&self, list: &[Raw]) -> Vec<Option<DateTime<Utc>>> {
+        let text: Vec<bool> = list.iter().map(|r| text_session(&r.props)).collect();
+        if !text.contains(&true) {
+            return vec![None; list.len()];
+        }
+        let wanted: Vec<terminals::Wanted> = list
+            .iter()
+            .zip(&text)
+            .map(|(r, text)| match text {
+                true => terminals::Wanted {
+                    scope: string(&r.props, "Scope").filter(|s| !s.is_empty()),
+                    leader: all_u32(&r.props, "Leader").filter(|p| *p > 0),
+                },
+                false => terminals::Wanted::default(),
+            })
+            .collect();
+        let by_process = terminals::last_use(&self.roots.proc, &self.roots.dev, &wanted);
+        list.iter()
+            .zip(text)
+            .zip(by_process)
+            .map(|((r, text), by_process)| {
+                let tty = string(&r.props, "TTY")
+                    .filter(|t| text && !t.is_empty())
+                    .and_then(|t| terminals::line_atime(&self.roots.dev, &t));
+                by_process.max(tty)
+            })
+            .collect()
     }
 
     async fn connection(&mut self) -> zbus::Result<zbus::Connection> {
@@ -334,6 +410,16 @@ fn boolean(all: &HashMap<String, OwnedValue>, key: &str) -> Option<bool> {
     all.get(key).and_then(|v| bool::try_from(v).ok())
 }
 
+fn all_u32(all: &HashMap<String, OwnedValue>, key: &str) -> Option<u32> {
+    all.get(key).and_then(|v| u32::try_from(v).ok())
+}
+
+/// A session of a known type that is not graphical (`tty`, `unspecified`...): no desktop
+/// tells logind when it is idle, its terminals do. A missing type keeps logind's hints.
+fn text_session(all: &HashMap<String, OwnedValue>) -> bool {
+    string(all, "Type").is_some_and(|t| !matches!(t.as_str(), "x11" | "wayland" | "mir"))
+}
+
 fn micros(all: &HashMap<String, OwnedValue>, key: &str) -> Option<u64> {
     all.get(key).and_then(|v| u64::try_from(v).ok())
 }
@@ -351,12 +437,15 @@ fn instant(us: u64) -> Option<DateTime<Utc>> {
 }
 
 /// One logind session as pilotd's `Session`, or None for what is not a person's session
-/// (greeters, lock screens, the user's service manager, a session that is closing). Pure.
+/// (greeters, lock screens, the user's service manager, a session that is closing).
+/// `terminal_used`: the last use of a text session's terminals (`Logind::terminals_used`).
+/// Pure.
 fn session_of(
     id: &str,
     uid: u32,
     user: &str,
     all: &HashMap<String, OwnedValue>,
+    terminal_used: Option<DateTime<Utc>>,
     now: DateTime<Utc>,
 ) -> Option<Session> {
     // Only a person's session: not `greeter`, `lock-screen`, `manager` (systemd --user) or
@@ -385,11 +474,26 @@ fn session_of(
             || matches!(kind.as_str(), "x11" | "wayland" | "mir")
             || tty.starts_with("tty"));
     let login = micros(all, "Timestamp").and_then(instant).unwrap_or(now);
-    // Idle as logind says: not idle is idle for 0 s; idle since an instant is idle for that
-    // long; a missing hint is unknown, which the policy counts as active (fail safe).
-    let idle_s = match (boolean(all, "IdleHint"), micros(all, "IdleSinceHint")) {
-        (Some(false), _) => Some(0),
-        (Some(true), Some(since)) if since > 0 => {
+    // A text session is as idle as its most recently used terminal: logind's hint of it
+    // only turns true after its IdleActionSec (30 min by default), and is false for good when
+    // logind cannot find the terminal (an ssh session, whose `TTY` is empty). Its
+    // `IdleSinceHint` is that terminal's atime where logind found it.
+    let text = text_session(all);
+    let terminal_used = match (text, micros(all, "IdleSinceHint").filter(|us| *us > 0)) {
+        (true, Some(us)) => terminal_used.max(instant(us)),
+        (true, None) => terminal_used,
+        (false, _) => None,
+    };
+    // Otherwise idle as logind says: not idle is idle for 0 s; idle since an instant is idle
+    // for that long; a missing hint is unknown, which the policy counts as active (fail safe).
+    let idle_s = match (
+        terminal_used,
+        boolean(all, "IdleHint"),
+        micros(all, "IdleSinceHint"),
+    ) {
+        (Some(t), ..) => Some(crate::volunteer::sessions::idle_seconds(now, t)),
+        (None, Some(false), _) => Some(0),
+        (None, Some(true), Some(since)) if since > 0 => {
             instant(since).map(|t| (now - t).num_seconds().max(0) as u64)
         }
         _ => None,
@@ -463,7 +567,7 @@ mod tests {
             ("IdleHint", Value::Bool(true)),
             ("IdleSinceHint", us(now - chrono::Duration::minutes(20))),
         ]);
-        let s = session_of("3", 1000, "alice", &desk, now).unwrap();
+        let s = session_of("3", 1000, "alice", &desk, None, now).unwrap();
         assert_eq!(s.user, "alice");
         assert_eq!(s.line, "logind session 3");
         assert_eq!(s.idle_s, Some(20 * 60));
@@ -474,19 +578,23 @@ mod tests {
             ("IdleHint", Value::Bool(false)),
         ]);
         assert_eq!(
-            session_of("4", 1000, "alice", &busy, now).unwrap().idle_s,
+            session_of("4", 1000, "alice", &busy, None, now)
+                .unwrap()
+                .idle_s,
             Some(0)
         );
         let bare = props(&[]);
         assert_eq!(
-            session_of("5", 1000, "alice", &bare, now).unwrap().idle_s,
+            session_of("5", 1000, "alice", &bare, None, now)
+                .unwrap()
+                .idle_s,
             None
         );
         // A greeter and a closing session are no one at the desk.
         let greeter = props(&[("Class", Value::from("greeter"))]);
-        assert_eq!(session_of("c1", 120, "gdm", &greeter, now), None);
+        assert_eq!(session_of("c1", 120, "gdm", &greeter, None, now), None);
         let closing = props(&[("State", Value::from("closing"))]);
-        assert_eq!(session_of("6", 1000, "alice", &closing, now), None);
+        assert_eq!(session_of("6", 1000, "alice", &closing, None, now), None);
     }
 
     fn person(user: &str, line: &str, now: DateTime<Utc>) -> Session {
@@ -620,7 +728,7 @@ mod tests {
         let local = |pairs: &[(&str, Value<'_>)]| {
             let mut all = vec![("Class", Value::from("user"))];
             all.extend(pairs.iter().cloned());
-            session_of("1", 1000, "alice", &props(&all), now)
+            session_of("1", 1000, "alice", &props(&all), None, now)
                 .unwrap()
                 .local
         };
@@ -641,6 +749,71 @@ mod tests {
         assert!(!local(&[("TTY", Value::from("pts/3"))]));
     }
 
+    /// A text session is judged by its terminals (an ssh login: empty `TTY`, its shell on
+    /// pts/0 in its scope), a graphical one by its desktop's hint whatever its processes hold.
+    #[test]
+    fn text_sessions_are_as_idle_as_their_terminals() {
+        use std::time::{Duration, SystemTime};
+        let dir = tempfile::tempdir().unwrap();
+        let (proc, dev) = (dir.path().join("proc"), dir.path().join("dev"));
+        let at = |line: &str, ago: u64| {
+            let path = dev.join(line);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            let f = std::fs::File::create(&path).unwrap();
+            let t = SystemTime::now() - Duration::from_secs(ago);
+            f.set_times(std::fs::FileTimes::new().set_accessed(t))
+                .unwrap();
+        };
+        let process = |pid: u32, tty_nr: u32, scope: &str| {
+            let d = proc.join(pid.to_string());
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(
+                d.join("stat"),
+                format!("{pid} (sh) S 1 {pid} {pid} {tty_nr} {pid} 0 0 0 0\n"),
+            )
+            .unwrap();
+            std::fs::write(
+                d.join("cgroup"),
+                format!("0::/user.slice/user-1000.slice/{scope}\n"),
+            )
+            .unwrap();
+        };
+        at("pts/0", 120);
+        at("pts/1", 40);
+        process(100, 0, "session-3.scope"); // sshd's leader: no terminal
+        process(101, 136 << 8, "session-3.scope"); // her shell on pts/0
+        process(200, (136 << 8) | 1, "session-9.scope"); // a desktop's terminal window
+        let raw = |id: &str, kind: &str, tty: &str, leader: u32| Raw {
+            id: id.into(),
+            uid: 1000,
+            user: "alice".into(),
+            props: props(&[
+                ("Class", Value::from("user")),
+                ("Type", Value::from(kind)),
+                ("TTY", Value::from(tty)),
+                ("Scope", Value::from(format!("session-{id}.scope"))),
+                ("Leader", Value::U32(leader)),
+                ("IdleHint", Value::Bool(false)),
+                ("IdleSinceHint", Value::U64(0)),
+            ]),
+        };
+        let mut l = Logind::default().looking_in(&proc, &dev);
+        let idle = |l: &mut Logind, r: Raw| l.seen(vec![r], Utc::now())[0].session.idle_s;
+        let near = |got: Option<u64>, want: u64| got.is_some_and(|g| g.abs_diff(want) <= 2);
+        let ssh = idle(&mut l, raw("3", "tty", "", 100));
+        assert!(near(ssh, 120), "ssh session by its shell's pts/0: {ssh:?}");
+        // logind's TTY, when it names one, counts too (the more recent use wins).
+        let named = idle(&mut l, raw("3", "tty", "pts/1", 100));
+        assert!(near(named, 40), "{named:?}");
+        // A graphical session: the desktop's hint (not idle), not its processes' terminals.
+        assert_eq!(idle(&mut l, raw("9", "wayland", "", 200)), Some(0));
+        // No process with a terminal: logind's hint (not idle, i.e. in use).
+        assert_eq!(idle(&mut l, raw("5", "tty", "", 0)), Some(0));
+        // Looking in the real /proc finds no such scope: in use too.
+        let mut real = Logind::default();
+        assert_eq!(idle(&mut real, raw("pilotd-none", "tty", "", 0)), Some(0));
+    }
+
     #[test]
     fn manager_and_background_sessions_are_no_one() {
         let now = Utc::now();
@@ -652,7 +825,11 @@ mod tests {
             "greeter",
         ] {
             let p = props(&[("Class", Value::from(class))]);
-            assert_eq!(session_of("9", 1000, "alice", &p, now), None, "{class}");
+            assert_eq!(
+                session_of("9", 1000, "alice", &p, None, now),
+                None,
+                "{class}"
+            );
         }
     }
 }

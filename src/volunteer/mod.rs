@@ -61,5 +61,6 @@ pub mod snapshot;
 pub mod snooze;
 pub mod splay;
 pub mod status;
+pub mod terminals;
 pub mod timeline;
 pub mod worker;

@@ -15,6 +15,9 @@
 #   ssh-login  a real user's ssh login through the real sshd (pam_systemd: a logind session of
 #              class user) pauses the worker; write->pause latency from logind's session
 #              timestamp to the engine's pause event (a hint's, from logind's signal on the bus)
+#   ssh-idle   the same ssh session, whose terminal logind does not name: away once her pts
+#              (found through her processes in /proc) is idle past session_idle; a key typed
+#              through ssh makes her present again (plan at once, the daemon within a cycle)
 #   lock       the session's owner sets LockedHint over the system bus: away after lock_grace
 #              (not before), the worker resumes; unlock -> paused again (latency measured)
 #   desktop    a graphical-type (x11) session through PAM (systemd-run -p PAMName=): present;
@@ -257,11 +260,21 @@ set_hint() {
   hint_ns=${us}000
 }
 # alice logs in through the real sshd with a pty (-tt: a tty-type session of class user) and
-# stays; stdin is a pipe that never ends, so ssh never sends EOF.
+# stays, running a quiet command that reads her terminal as a shell's prompt would. Her keys
+# are what is written to the FIFO $alice_keys (alice_types), which a writer holds open so
+# that ssh never sends EOF.
+alice_keys=/root/alice.keys
 ssh_alice() {
-  docker exec -d "$ctr" sh -c 'sleep infinity | exec ssh -tt -i /root/.ssh/id_alice \
+  docker exec -d "$ctr" sh -c "rm -f $alice_keys && mkfifo $alice_keys && { sleep infinity >$alice_keys & }
+    exec ssh -tt -i /root/.ssh/id_alice \
     -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes \
-    alice@127.0.0.1 "exec sleep infinity" >/root/ssh-alice.log 2>&1'
+    alice@127.0.0.1 'exec cat >/dev/null' <$alice_keys >/root/ssh-alice.log 2>&1"
+}
+alice_on_tty() { [ -n "$(alice_tty)" ]; }
+alice_types() { c sh -c "printf 'x\\n' >$alice_keys"; } # a key and Enter, through ssh
+# alice_tty: her remote command's controlling terminal (pts/N), as ps reads it from /proc.
+alice_tty() {
+  c ps -u alice -o comm=,tty= | awk '$1 == "cat" && $2 ~ /^pts\// { print $2; exit }'
 }
 # Her ssh client ends; sshd closes her session.
 ssh_alice_leaves() {
@@ -616,6 +629,44 @@ scenario_ssh_login() {
   sources_named "$st" || fail "status does not say sessions come from logind with utmp absent: $st"
   c test ! -e /run/utmp || fail "something created /run/utmp"
   ok "alice ssh'd in through sshd (logind session $alice_session: class user, type tty, remote; no utmp): worker paused $lat ms after logind created the session, $t_pause s after ssh was started"
+}
+
+# Debian 13's ssh session: logind names no terminal (sshd opens the PAM session before it
+# allocates the pty) and there is no utmp; her processes' terminals say when she was there.
+scenario_ssh_idle() {
+  begin ssh-idle
+  all_paused || fail "the worker is not paused while alice is logged in"
+  local tty
+  tty=$(session_prop "$alice_session" TTY)
+  [ -z "$tty" ] || fail "logind names alice's terminal ($tty): this scenario is about a session whose terminal it does not name"
+  wait_for 10 "alice's remote command to run on her terminal" alice_on_tty
+  local pts
+  pts=$(alice_tty)
+  set_owner session_idle '"10s"'
+  # Away once her terminal has not been used for 10 s, not before.
+  local t0=$EPOCHREALTIME used
+  wait_for 40 "alice's idle ssh session to count as away (session_idle = 10s)" running_is "$first_worker"
+  used=$(c stat -c %X "/dev/$pts")
+  local idle_at_resume=$(( $(date +%s) - used ))
+  [ "$idle_at_resume" -ge 10 ] || fail "the worker resumed when alice's $pts was idle for only $idle_at_resume s"
+  local plan
+  plan=$(c pilotd plan 2>&1) || true
+  grep -qF "alice is away (idle for 10s or more)" <<<"$plan" || fail "pilotd plan does not say alice is idle: $plan"
+  wait_for 10 "pilotd status to say alice is idle" status_has "alice is away (idle for 10s or more)"
+  # She types: a key through her ssh session, read by her command on $pts.
+  local key_ns
+  key_ns=$(date +%s%N)
+  alice_types
+  plan=$(c pilotd plan 2>&1) || true
+  local t_plan
+  t_plan=$(awk -v a="${key_ns:0:10}.${key_ns:10}" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
+  grep -qF "alice logged in and in use (not locked, not idle)" <<<"$plan" || fail "pilotd plan right after alice typed does not say she is in use: $plan"
+  wait_for "${PILOTD_SYSTEMD_KEY_S:-7}" "alice's key press to pause the worker" all_paused
+  local key_ms
+  key_ms=$(latency_ms "$key_ns" pause)
+  set_owner session_idle '"15m"'
+  all_paused || fail "the worker resumed when session_idle went back to 15m"
+  ok "alice's ssh session (logind TTY empty, no utmp; her command on $pts): away after $(elapsed "$t0") s with session_idle = 10s ($pts idle $idle_at_resume s), plan and status say 'idle for 10s or more'; a key through ssh: plan says in use after $t_plan s, the daemon paused the worker $key_ms ms after it (cycle 5s)"
 }
 
 scenario_lock() {
@@ -1012,6 +1063,7 @@ scenario_install
 scenario_hardening
 scenario_cgroup
 scenario_ssh_login
+scenario_ssh_idle
 scenario_lock
 scenario_desktop
 scenario_logind_restart

@@ -302,7 +302,7 @@ impl Daemon {
             owner_servers: JoinSet::new(),
             owner_stop: Stop::new(),
             watchers: JoinSet::new(),
-            logind: Default::default(),
+            logind: Logind::default().looking_in(&s.probe.proc, &s.probe.dev),
             sleeping: false,
             last_image: None,
             input: {

@@ -35,8 +35,11 @@ fn said(v: &serde_json::Value) -> String {
 }
 
 /// A policy that computes whenever nobody is in use, and a site file pointing at `dir`.
+/// The ssh session's terminal (`Kind::Ssh`: TTY pts/0) is a file of the test's own, just used.
 fn setup(dir: &Path, lock_grace: &str) {
     std::fs::write(dir.join("utmp"), b"").unwrap();
+    std::fs::create_dir_all(dir.join("dev/pts")).unwrap();
+    std::fs::write(dir.join("dev/pts/0"), b"").unwrap();
     std::fs::write(
         dir.join("policy.toml"),
         format!("timezone = \"UTC\"\n[schedule]\nwindows = [ {{ days = \"daily\", from = \"00:00\", to = \"24:00\" }} ]\n[owner]\nsessions = \"active\"\nsession_idle = \"5m\"\nlock_grace = \"{lock_grace}\"\nfree_for = \"0s\"\nmax_owner_cpu = \"100%\"\non_battery = \"ignore\"\n"),
@@ -45,7 +48,7 @@ fn setup(dir: &Path, lock_grace: &str) {
     std::fs::write(
         dir.join("pilotd.toml"),
         format!(
-            "splay = \"0s\"\npolicy = \"{d}/policy.toml\"\nstate_dir = \"{d}/state\"\n[host]\nutmp = \"{d}/utmp\"\nscratch = \"{d}\"\n[docker]\nsocket = \"unix://{d}/no-engine.sock\"\n",
+            "splay = \"0s\"\npolicy = \"{d}/policy.toml\"\nstate_dir = \"{d}/state\"\n[host]\nutmp = \"{d}/utmp\"\ndev = \"{d}/dev\"\nscratch = \"{d}\"\n[docker]\nsocket = \"unix://{d}/no-engine.sock\"\n",
             d = dir.display()
         ),
     )

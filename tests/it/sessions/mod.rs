@@ -8,6 +8,7 @@ pub(crate) mod login1;
 mod logind;
 mod pure;
 mod robustness;
+mod terminals;
 mod utmp;
 
 #[path = "../../fixtures/utmp/record.rs"]
