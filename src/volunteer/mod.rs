@@ -5,7 +5,8 @@
 //! - data: `settings` (pilotd.toml and the policy, resolved once), `snapshot` (the host as
 //!   observed), `worker` (workers, specs, images), `outcome` (how a worker ended, the start
 //!   back-off);
-//! - observe: `host`, `sessions` (utmp) and `logind` (probes: CPU, memory, battery, who is
+//! - observe: `host`, `sessions` (utmp), `terminals` (a text session's terminals through its
+//!   processes) and `logind` (probes: CPU, memory, battery, who is
 //!   logged in and how long idle); `bus` (signals on the system bus, believed only from the
 //!   service that owns the name, and paced);
 //! - decide, pure: `policy` (may the machine compute, how much, until when), `plan` (the
