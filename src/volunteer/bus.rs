@@ -16,9 +16,10 @@
 //!   passed a forgery on (a rule resolved otherwise, a future client library) still has it
 //!   dropped here.
 //!
-//! And what a signal sets off is paced: of each kind of announcement, the first is passed at
-//! once and the rest of a burst as one, the latest, at the end of `pace`; so even the real
-//! service, flooding, sets off at most one action of a kind per `pace` (plus the first).
+//! And what a signal sets off is paced: of each kind of announcement, up to `BURST` pass at
+//! once (an owner's unlock right after a lock never waits), and once a flood has used them, one
+//! per `pace`, the latest; so even the real service, flooding, sets off at most `BURST`
+//! actions of a kind and then one per `pace`.
 //!
 //! Every watch of the daemon on the system bus is one `BusWatch`: logind's (`logind`),
 //! firewalld's (`egress::firewalld`), and those to come get both for nothing.
@@ -260,8 +261,16 @@ impl Owner {
     }
 }
 
-/// Pacing of what a watch sets off: per kind of announcement, the first at once, then at most
-/// one per `gap`, the latest of those that came meanwhile. Pure (the instant is given).
+/// How many announcements of a kind pass at once before pacing holds them back: an owner's
+/// return (an unlock just after a lock, a login just after logind restarted) must never wait
+/// for a pace, only a flood does.
+pub const BURST: u32 = 4;
+
+/// Pacing of what a watch sets off, per kind of announcement: a bucket of `BURST` passes,
+/// refilled at one per `gap`. While the bucket holds a pass, an announcement passes at once;
+/// once a flood has emptied it, the latest announcement waits for the next pass, so a flood
+/// of any length sets off at most `BURST` actions and then one per `gap`. Pure (the instant is
+/// given).
 #[derive(Debug)]
 pub struct Pace<T> {
     gap: Duration,
@@ -271,8 +280,24 @@ pub struct Pace<T> {
 #[derive(Debug)]
 struct Paced<T> {
     kind: Discriminant<T>,
-    last: Instant,
+    /// Passes in the bucket at `at` (0..=BURST).
+    passes: f64,
+    at: Instant,
     waiting: Option<T>,
+}
+
+impl<T> Paced<T> {
+    /// The bucket as it is at `now`.
+    fn refill(&mut self, now: Instant, gap: Duration) {
+        let earned = now.saturating_duration_since(self.at).as_secs_f64() / gap.as_secs_f64();
+        self.passes = (self.passes + earned).min(f64::from(BURST));
+        self.at = now.max(self.at);
+    }
+
+    /// When the bucket next holds a whole pass.
+    fn whole_at(&self, gap: Duration) -> Instant {
+        self.at + gap.mul_f64((1.0 - self.passes).max(0.0))
+    }
 }
 
 impl<T: Copy> Pace<T> {
@@ -283,27 +308,32 @@ impl<T: Copy> Pace<T> {
         }
     }
 
-    /// `t` was announced at `now`: passed at once (Some), or kept to pass at the end of the
-    /// gap, replacing one of its kind already waiting.
+    /// `t` was announced at `now`: passed at once (Some), or kept to pass when the bucket
+    /// holds a pass again, replacing one of its kind already waiting (the latest word wins).
     pub fn offer(&mut self, t: T, now: Instant) -> Option<T> {
         let kind = std::mem::discriminant(&t);
-        match self.kinds.iter_mut().find(|k| k.kind == kind) {
-            Some(k) if now < k.last + self.gap => {
-                k.waiting = Some(t);
-                None
-            }
-            Some(k) => {
-                k.last = now;
-                Some(t)
-            }
+        let gap = self.gap;
+        let k = match self.kinds.iter().position(|k| k.kind == kind) {
+            Some(i) => &mut self.kinds[i],
             None => {
                 self.kinds.push(Paced {
                     kind,
-                    last: now,
+                    passes: f64::from(BURST),
+                    at: now,
                     waiting: None,
                 });
-                Some(t)
+                self.kinds.last_mut().expect("just pushed")
             }
+        };
+        k.refill(now, gap);
+        if k.passes >= 1.0 {
+            k.passes -= 1.0;
+            // Newer than anything of its kind still waiting: that one is said by this.
+            k.waiting = None;
+            Some(t)
+        } else {
+            k.waiting = Some(t);
+            None
         }
     }
 
@@ -312,21 +342,23 @@ impl<T: Copy> Pace<T> {
         self.kinds
             .iter()
             .filter(|k| k.waiting.is_some())
-            .map(|k| k.last + self.gap)
+            .map(|k| k.whole_at(self.gap))
             .min()
     }
 
     /// The waiting announcements due at `now`, to pass now.
     pub fn due(&mut self, now: Instant) -> Vec<T> {
         let gap = self.gap;
-        self.kinds
-            .iter_mut()
-            .filter(|k| k.waiting.is_some() && now >= k.last + gap)
-            .filter_map(|k| {
-                k.last = now;
-                k.waiting.take()
-            })
-            .collect()
+        let mut out = Vec::new();
+        for k in self.kinds.iter_mut().filter(|k| k.waiting.is_some()) {
+            k.refill(now, gap);
+            // A timer may wake a hair early: a pass within a millisecond counts.
+            if k.passes + 1e-3 >= 1.0 {
+                k.passes = (k.passes - 1.0).max(0.0);
+                out.extend(k.waiting.take());
+            }
+        }
+        out
     }
 }
 
@@ -341,35 +373,40 @@ mod tests {
     }
 
     #[test]
-    fn the_first_passes_at_once_and_a_burst_as_its_latest_at_the_end_of_the_gap() {
+    fn a_few_pass_at_once_and_a_flood_as_its_latest_one_gap_later() {
         let t0 = Instant::now();
         let gap = Duration::from_secs(1);
         let ms = |n: u64| t0 + Duration::from_millis(n);
         let mut p = Pace::new(gap);
-        assert_eq!(p.offer(Said::Sleep(true), t0), Some(Said::Sleep(true)));
+        // An owner's lock, unlock, lock...: BURST of them pass at once.
+        for n in 0..u64::from(BURST) {
+            let said = Said::Sleep(n % 2 == 0);
+            assert_eq!(p.offer(said, ms(n * 10)), Some(said), "{n}");
+        }
         assert_eq!(p.next_due(), None);
         // Another kind is not held back by the first.
-        assert_eq!(p.offer(Said::Sessions, ms(10)), Some(Said::Sessions));
-        // Within the gap: kept, the latest of its kind replacing the one waiting.
+        assert_eq!(p.offer(Said::Sessions, ms(50)), Some(Said::Sessions));
+        // The bucket is empty: kept, the latest of its kind replacing the one waiting, due
+        // when a pass has been earned (a gap after the first of the burst).
         assert_eq!(p.offer(Said::Sleep(true), ms(100)), None);
         assert_eq!(p.offer(Said::Sleep(false), ms(200)), None);
         assert_eq!(p.next_due(), Some(ms(1000)));
-        assert_eq!(p.due(ms(999)), vec![]);
+        assert_eq!(p.due(ms(990)), vec![]);
         assert_eq!(p.due(ms(1000)), vec![Said::Sleep(false)]);
         assert_eq!(p.next_due(), None);
-        // The gap counts from that pass.
+        // Still flooding: one per gap.
         assert_eq!(p.offer(Said::Sleep(true), ms(1500)), None);
         assert_eq!(p.next_due(), Some(ms(2000)));
-        // A quiet gap later, the first passes at once again.
         assert_eq!(p.due(ms(2000)), vec![Said::Sleep(true)]);
-        assert_eq!(
-            p.offer(Said::Sleep(false), ms(3001)),
-            Some(Said::Sleep(false))
-        );
+        // Quiet for a while: the bucket fills again and passes at once.
+        for n in 0..u64::from(BURST) {
+            assert!(p.offer(Said::Sleep(false), ms(10_000 + n)).is_some(), "{n}");
+        }
+        assert_eq!(p.offer(Said::Sleep(false), ms(10_100)), None);
     }
 
     #[test]
-    fn a_flood_passes_one_per_gap() {
+    fn a_flood_passes_its_burst_then_one_per_gap() {
         let t0 = Instant::now();
         let gap = Duration::from_millis(500);
         let mut p = Pace::new(gap);
@@ -381,7 +418,8 @@ mod tests {
             passed += usize::from(p.offer(Said::Sessions, now).is_some());
         }
         passed += p.due(t0 + Duration::from_secs(11)).len();
-        assert!((20..=21).contains(&passed), "{passed}");
+        let burst = BURST as usize;
+        assert!((burst + 19..=burst + 21).contains(&passed), "{passed}");
     }
 
     fn signal(sender: &str) -> zbus::Message {
