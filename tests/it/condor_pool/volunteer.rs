@@ -639,6 +639,12 @@ fn the_pool_sees_pilotds_attributes_and_a_cvmfs_repository_mounted_after_the_sta
         image.trim()
     ));
     let _control = RemoveOnDrop(control.clone());
+    // The control must be able to look at all: it sees the bound directory itself.
+    let (ok, listed) = crate::harness::sh(&format!("docker exec {control} ls -d /cvmfs"));
+    assert!(
+        ok,
+        "the private-bind control cannot look at /cvmfs: {listed}"
+    );
 
     // A repository appears below the host's directory after the worker started: the worker
     // sees it through its rslave mount, and the pilot's next probe advertises it.

@@ -45,16 +45,15 @@ impl Drop for Container {
     }
 }
 
-#[test]
-#[ignore = "needs the Docker engine and the local registry: tests/run.sh sets them up and runs it"]
-fn the_engines_refusals_are_read_in_its_own_words() {
-    let instance = format!("refusals-{}", std::process::id());
+/// The test engine for `instance`: pilotd's backend, a runtime to drive it, and the socket's
+/// path (for requests the backend does not make).
+fn engine(instance: &str) -> (DockerBackend, tokio::runtime::Runtime, String) {
     let socket =
         std::env::var("PILOTD_TEST_ENGINE_SOCKET").unwrap_or("unix:///var/run/docker.sock".into());
     let path = socket.trim_start_matches("unix://").to_string();
     let engine = EngineSettings {
         socket,
-        instance: instance.clone(),
+        instance: instance.to_string(),
         timeout: Duration::from_secs(10),
     };
     let b = DockerBackend::connect(&engine).unwrap();
@@ -62,6 +61,14 @@ fn the_engines_refusals_are_read_in_its_own_words() {
         .enable_all()
         .build()
         .unwrap();
+    (b, rt, path)
+}
+
+#[test]
+#[ignore = "needs the Docker engine and the local registry: tests/run.sh sets them up and runs it"]
+fn the_engines_refusals_are_read_in_its_own_words() {
+    let instance = format!("refusals-{}", std::process::id());
+    let (b, rt, path) = engine(&instance);
     let worker = Container::start(&instance);
     let id = worker.0.clone();
     let c = |path: &str| format!("/containers/{id}{path}");
@@ -171,19 +178,7 @@ fn the_engines_refusals_are_read_in_its_own_words() {
 #[ignore = "needs the Docker engine and the local registry: tests/run.sh sets them up and runs it"]
 fn a_paused_worker_that_honours_sigterm_is_resumed_and_ends_143() {
     let instance = format!("paused-stop-{}", std::process::id());
-    let socket =
-        std::env::var("PILOTD_TEST_ENGINE_SOCKET").unwrap_or("unix:///var/run/docker.sock".into());
-    let path = socket.trim_start_matches("unix://").to_string();
-    let engine = EngineSettings {
-        socket,
-        instance: instance.clone(),
-        timeout: Duration::from_secs(10),
-    };
-    let b = DockerBackend::connect(&engine).unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let (b, rt, path) = engine(&instance);
     // PID 1 gets no signal it has no handler for: the trap is its SIGTERM handler (a worker
     // has the engine's init for that), and `wait` returns as soon as the signal arrives.
     let honours_term = || {
