@@ -1,7 +1,7 @@
 //! The command line (a contract: install scripts and owners type it). Parsing only.
 
-use crate::config::units::{UnitError, parse_duration};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use pilotd_core::config::units::{UnitError, parse_duration};
 use std::path::PathBuf;
 use std::time::Duration;
 

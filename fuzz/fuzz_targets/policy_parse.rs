@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use pilotd::config::{SiteConfig, parse_policy};
+use pilotd_core::config::{SiteConfig, parse_policy};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(src) = std::str::from_utf8(data) {
@@ -14,7 +14,7 @@ fuzz_target!(|data: &[u8]| {
             src,
             &SiteConfig::defaults(),
             None,
-            pilotd::zone::Zone::utc(),
+            pilotd_core::zone::Zone::utc(),
         );
     }
 });

@@ -2,11 +2,11 @@
 
 use super::{CmdError, load_config};
 use crate::cli::Global;
-use crate::config::diag::line_col;
-use crate::config::{MAX_FILE_BYTES, Mode, SiteFile, read_bounded};
-use crate::volunteer::host::this_machine;
-use crate::volunteer::manifest::{self, ManifestError};
-use crate::volunteer::settings::Settings;
+use pilotd_core::config::diag::line_col;
+use pilotd_core::config::{MAX_FILE_BYTES, Mode, SiteFile, read_bounded};
+use pilotd_volunteer::host::this_machine;
+use pilotd_volunteer::manifest::{self, ManifestError};
+use pilotd_volunteer::settings::Settings;
 use std::fmt::Write as _;
 
 pub fn run(g: &Global) -> Result<String, CmdError> {

@@ -14,10 +14,10 @@
 
 use super::{CmdError, block_on};
 use crate::cli::{FailsafeArgs, Global};
-use crate::config::{self, Mode, SiteConfig, SiteFile};
-use crate::volunteer::failsafe::{self, Order, ServiceEnd};
-use crate::volunteer::settings::{EngineSettings, WorkerSettings};
-use crate::volunteer::status;
+use pilotd_core::config::{self, Mode, SiteConfig, SiteFile};
+use pilotd_volunteer::failsafe::{self, Order, ServiceEnd};
+use pilotd_volunteer::settings::{EngineSettings, WorkerSettings};
+use pilotd_volunteer::status;
 use std::path::Path;
 
 pub fn run(g: &Global, a: &FailsafeArgs) -> Result<String, CmdError> {
@@ -52,7 +52,7 @@ pub fn run(g: &Global, a: &FailsafeArgs) -> Result<String, CmdError> {
 
 /// pilotd.toml, or what is needed to find this instance's workers without it.
 fn site_or_fallback(path: &Path) -> (SiteConfig, Option<String>) {
-    match config::load_site(path, SiteFile::Optional) {
+    match config::load_site(path, SiteFile::Optional, super::MODES) {
         Ok((site, _)) => (site, None),
         Err(e) => {
             let mut site = SiteConfig::defaults();

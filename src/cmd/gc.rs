@@ -7,14 +7,14 @@
 
 use super::{CmdError, block_on, load_config};
 use crate::cli::{GcArgs, Global};
-use crate::config::SiteFile;
-use crate::volunteer::backend::{self, Backend};
-use crate::volunteer::gc;
-use crate::volunteer::manifest;
-use crate::volunteer::settings::Settings;
-use crate::volunteer::status as state;
-use crate::volunteer::worker::split_reference;
 use chrono::Utc;
+use pilotd_core::config::SiteFile;
+use pilotd_volunteer::backend::{self, Backend};
+use pilotd_volunteer::gc;
+use pilotd_volunteer::manifest;
+use pilotd_volunteer::settings::Settings;
+use pilotd_volunteer::status as state;
+use pilotd_volunteer::worker::split_reference;
 use std::fmt::Write;
 
 pub fn run(g: &Global, a: &GcArgs) -> Result<String, CmdError> {

@@ -6,7 +6,7 @@ use crate::cli::ImportIniArgs;
 
 #[cfg(feature = "kubernetes")]
 pub fn run(a: &ImportIniArgs) -> Result<String, CmdError> {
-    Ok(crate::kubernetes::ini::import_file(&a.file)?)
+    Ok(pilotd_kubernetes::ini::import_file(&a.file)?)
 }
 
 #[cfg(not(feature = "kubernetes"))]

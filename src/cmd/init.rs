@@ -6,11 +6,11 @@
 
 use super::{CmdError, schedule};
 use crate::cli::{Global, InitArgs};
-use crate::config::units::{
+use chrono::Utc;
+use pilotd_core::config::units::{
     ShareUnit, StrOrInt, UnitError, parse_days, parse_duration, parse_share, parse_time_of_day,
 };
-use crate::config::{self, SiteFile};
-use chrono::Utc;
+use pilotd_core::config::{self, SiteFile};
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 
@@ -125,7 +125,7 @@ const QUESTIONS: &[Question] = &[
         prompt: "Your time zone? (IANA name)",
         default: |a| a.timezone.clone(),
         apply: |a, s| {
-            s.parse::<crate::zone::Zone>()
+            s.parse::<pilotd_core::zone::Zone>()
                 .map_err(|_| AnswerError::TimeZone(s.to_string()))?;
             a.timezone = s.into();
             Ok(())
@@ -324,7 +324,7 @@ pub fn apply_flags(mut a: Answers, args: &InitArgs) -> Result<Answers, CmdError>
 }
 
 pub fn run(g: &Global, args: &InitArgs) -> Result<String, CmdError> {
-    let (site, _) = config::load_site(&g.config, SiteFile::Optional)?;
+    let (site, _) = config::load_site(&g.config, SiteFile::Optional, super::MODES)?;
     let path: PathBuf = args
         .output
         .clone()
@@ -351,7 +351,7 @@ pub fn run(g: &Global, args: &InitArgs) -> Result<String, CmdError> {
         &path,
         &text,
         &site,
-        crate::volunteer::host::this_machine(),
+        pilotd_volunteer::host::this_machine(),
         config::local_timezone(),
     )?;
     // The policy being replaced, to compare with: read before it is overwritten. One that
@@ -361,7 +361,7 @@ pub fn run(g: &Global, args: &InitArgs) -> Result<String, CmdError> {
             &path,
             &old,
             &site,
-            crate::volunteer::host::this_machine(),
+            pilotd_volunteer::host::this_machine(),
             config::local_timezone(),
         )
     });
@@ -400,7 +400,7 @@ pub fn run(g: &Global, args: &InitArgs) -> Result<String, CmdError> {
 
 /// Atomic write (temp file + rename) with mode 0644, keeping the previous file as `.bak`.
 fn write_policy(path: &Path, text: &str) -> Result<(), CmdError> {
-    use crate::service::state_file::write_atomically_with_mode;
+    use pilotd_core::service::state_file::write_atomically_with_mode;
     let fail = |e: std::io::Error| {
         CmdError::Runtime(format!(
             "cannot write {}: {e}\n  hint: run as root for /etc/pilotd, or pass --output FILE",
@@ -467,12 +467,15 @@ mod tests {
             &text,
             &config::SiteConfig::defaults(),
             None,
-            crate::zone::Zone::utc(),
+            pilotd_core::zone::Zone::utc(),
         )
         .unwrap();
         assert_eq!(p.on_return, config::Evict::Pause);
         assert_eq!(p.longest_job, std::time::Duration::from_secs(4 * 3600));
-        assert_eq!(p.timezone, crate::zone::Zone::named("Europe/Rome").unwrap());
+        assert_eq!(
+            p.timezone,
+            pilotd_core::zone::Zone::named("Europe/Rome").unwrap()
+        );
     }
 
     #[test]

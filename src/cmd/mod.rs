@@ -23,11 +23,11 @@ pub mod snooze;
 pub mod status;
 
 use crate::cli::Global;
-use crate::config::{self, Config, ConfigError, Machine, SiteFile};
-use crate::volunteer::host::{Carry, HostProbe, ProbeError};
-use crate::volunteer::settings::ProbeSettings;
-use crate::volunteer::snapshot::HostSnapshot;
 use chrono::{DateTime, Utc};
+use pilotd_core::config::{self, Config, ConfigError, Machine, SiteFile};
+use pilotd_volunteer::host::{Carry, HostProbe, ProbeError};
+use pilotd_volunteer::settings::ProbeSettings;
+use pilotd_volunteer::snapshot::HostSnapshot;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CmdError {
@@ -47,20 +47,20 @@ pub enum CmdError {
     Json(#[from] serde_json::Error),
     #[cfg(feature = "kubernetes")]
     #[error(transparent)]
-    ImportIni(#[from] crate::kubernetes::ini::IniError),
+    ImportIni(#[from] pilotd_kubernetes::ini::IniError),
     #[cfg(feature = "kubernetes")]
     #[error(transparent)]
-    KubernetesSettings(#[from] crate::kubernetes::settings::SettingsError),
+    KubernetesSettings(#[from] pilotd_kubernetes::settings::SettingsError),
     #[cfg(feature = "kubernetes")]
     #[error(transparent)]
-    Snapshot(#[from] crate::kubernetes::snapshot::SnapshotError),
+    Snapshot(#[from] pilotd_kubernetes::snapshot::SnapshotError),
     #[cfg(feature = "kubernetes")]
     #[error(transparent)]
-    Provisioner(#[from] crate::kubernetes::provisioner::ProvisionerError),
+    Provisioner(#[from] pilotd_kubernetes::provisioner::ProvisionerError),
     #[error(transparent)]
-    Daemon(#[from] crate::volunteer::daemon::DaemonError),
+    Daemon(#[from] pilotd_volunteer::daemon::DaemonError),
     #[error(transparent)]
-    Control(#[from] crate::volunteer::control::ControlError),
+    Control(#[from] pilotd_volunteer::control::ControlError),
     /// The daemon refused the owner's request (not authorised, or a bad duration).
     #[error("{0}")]
     Refused(String),
@@ -68,7 +68,7 @@ pub enum CmdError {
     #[error("{note}{source}")]
     Failsafe {
         note: String,
-        source: Box<crate::volunteer::failsafe::FailsafeError>,
+        source: Box<pilotd_volunteer::failsafe::FailsafeError>,
     },
 }
 
@@ -102,13 +102,38 @@ pub fn without_kubernetes() -> CmdError {
     )
 }
 
+/// The mode tables this build checks in pilotd.toml, beyond the core's keys.
+#[cfg(feature = "kubernetes")]
+pub const MODES: &config::ModeTables = &[pilotd_kubernetes::config::check_table];
+#[cfg(not(feature = "kubernetes"))]
+pub const MODES: &config::ModeTables = &[refuse_kubernetes];
+
+/// A build without kubernetes mode refuses `mode = "kubernetes"` where the file is checked;
+/// the `[kubernetes]` table itself stays valid and unread.
+#[cfg(not(feature = "kubernetes"))]
+fn refuse_kubernetes(site: &config::SiteConfig, _: &str, d: &mut config::Diagnostics) {
+    if site.mode == config::Mode::Kubernetes {
+        d.error(
+            0..0,
+            "mode = \"kubernetes\" is not in this build of pilotd (built without the `kubernetes` feature)",
+            "this package runs volunteer mode only; run kubernetes mode from the provisioner image",
+        );
+    }
+}
+
 /// Loads the configuration for a command that may run without pilotd.toml.
 pub fn load_config(
     g: &Global,
     site: SiteFile,
     machine: Option<Machine>,
 ) -> Result<Config, CmdError> {
-    Ok(config::load(&g.config, site, g.policy.as_deref(), machine)?)
+    Ok(config::load(
+        &g.config,
+        site,
+        MODES,
+        g.policy.as_deref(),
+        machine,
+    )?)
 }
 
 /// One observation of this host for a one-shot command: samples CPU over a short interval.
@@ -125,9 +150,9 @@ pub fn observe_once(probe: &ProbeSettings, carry: Carry) -> Result<HostSnapshot,
 pub fn lay_on_logind(
     h: &mut HostSnapshot,
     state_dir: &std::path::Path,
-    probe: &crate::volunteer::settings::ProbeSettings,
+    probe: &pilotd_volunteer::settings::ProbeSettings,
 ) -> Result<(), CmdError> {
-    use crate::volunteer::status;
+    use pilotd_volunteer::status;
     let record = status::load(&status::path(state_dir))
         .ok()
         .flatten()
@@ -136,15 +161,17 @@ pub fn lay_on_logind(
             // miss an unlock and a new lock since.
             s.updated_at.is_some_and(|at| {
                 h.taken_at.signed_duration_since(at)
-                    <= crate::horizon::delta(status::HEARTBEAT + std::time::Duration::from_secs(60))
+                    <= pilotd_core::horizon::delta(
+                        status::HEARTBEAT + std::time::Duration::from_secs(60),
+                    )
             })
         });
     let known = record.is_some();
     let mut logind =
-        crate::volunteer::logind::Logind::remembering(record.map(|s| s.locks).unwrap_or_default())
+        pilotd_volunteer::logind::Logind::remembering(record.map(|s| s.locks).unwrap_or_default())
             .looking_in(&probe.proc, &probe.dev);
     let seen = block_on(logind.observe(h.taken_at))?;
-    crate::volunteer::logind::lay_on(h, seen);
+    pilotd_volunteer::logind::lay_on(h, seen);
     h.lock_instants_unknown = !known;
     Ok(())
 }
@@ -179,7 +206,7 @@ pub fn parse_now(s: Option<&str>) -> Result<Option<DateTime<Utc>>, CmdError> {
                 ))
             })?
     };
-    if !crate::horizon::in_range(t) {
+    if !pilotd_core::horizon::in_range(t) {
         return Err(out_of_range());
     }
     Ok(Some(t))
@@ -187,9 +214,9 @@ pub fn parse_now(s: Option<&str>) -> Result<Option<DateTime<Utc>>, CmdError> {
 
 /// Sends the owner's request to the daemon's control socket (pilotd.toml `control_socket`;
 /// only pilotd.toml is read, which owners may read, not the policy).
-pub fn ask_daemon(g: &Global, req: crate::volunteer::owner::Request) -> Result<String, CmdError> {
-    let (site, _) = config::load_site(&g.config, SiteFile::Optional)?;
-    let reply = block_on(crate::volunteer::control::ask(&site.control_socket, &req))??;
+pub fn ask_daemon(g: &Global, req: pilotd_volunteer::owner::Request) -> Result<String, CmdError> {
+    let (site, _) = config::load_site(&g.config, SiteFile::Optional, MODES)?;
+    let reply = block_on(pilotd_volunteer::control::ask(&site.control_socket, &req))??;
     if reply.ok {
         Ok(reply.message + "\n")
     } else {
@@ -204,4 +231,51 @@ pub fn describe_sources(cfg: &Config) -> String {
         None => "built-in defaults (no pilotd.toml)".into(),
     };
     format!("config: {site}; policy: {}", cfg.policy_path.display())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    /// The build's mode tables are checked where pilotd.toml is read, with the core's keys.
+    #[cfg(feature = "kubernetes")]
+    #[test]
+    fn a_broken_kubernetes_table_is_reported_at_its_line() {
+        let e = config::parse_site_with(
+            Path::new("pilotd.toml"),
+            "interval = \"30s\"\n[kubernetes]\nnamespace = \"Not_A_Label\"\n",
+            MODES,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.starts_with("pilotd.toml:3:"), "{e}");
+        assert!(e.contains("namespace"), "{e}");
+        // The core alone does not look into a mode's table.
+        config::parse_site(
+            Path::new("pilotd.toml"),
+            "[kubernetes]\nnamespace = \"Not_A_Label\"\n",
+        )
+        .unwrap();
+    }
+
+    #[cfg(not(feature = "kubernetes"))]
+    #[test]
+    fn a_build_without_kubernetes_mode_refuses_it_and_says_so() {
+        let e = config::parse_site_with(
+            Path::new("pilotd.toml"),
+            "mode = \"kubernetes\"\n[kubernetes]\nnamespace = \"osg\"\n",
+            MODES,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("not in this build of pilotd"), "{e}");
+        // A volunteer file with a [kubernetes] table (shared by both modes) stays valid.
+        config::parse_site_with(
+            Path::new("pilotd.toml"),
+            "[kubernetes]\nnamespace = \"osg\"\n",
+            MODES,
+        )
+        .unwrap();
+    }
 }

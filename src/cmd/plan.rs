@@ -3,19 +3,19 @@
 
 use super::{CmdError, block_on, describe_sources, load_config, observe_once, parse_now};
 use crate::cli::{Format, Global, PlanArgs};
-use crate::config::{Config, Machine, Mode, SiteFile};
-use crate::volunteer::backend;
-use crate::volunteer::history::{self, History, Outlook};
-use crate::volunteer::host::Carry;
-use crate::volunteer::host::this_machine;
-use crate::volunteer::inspect;
-use crate::volunteer::manifest;
-use crate::volunteer::policy::{self, Supply};
-use crate::volunteer::settings::Settings;
-use crate::volunteer::snapshot::HostSnapshot;
-use crate::volunteer::snooze;
-use crate::volunteer::status;
 use chrono::{DateTime, Utc};
+use pilotd_core::config::{Config, Machine, Mode, SiteFile};
+use pilotd_volunteer::backend;
+use pilotd_volunteer::history::{self, History, Outlook};
+use pilotd_volunteer::host::Carry;
+use pilotd_volunteer::host::this_machine;
+use pilotd_volunteer::inspect;
+use pilotd_volunteer::manifest;
+use pilotd_volunteer::policy::{self, Supply};
+use pilotd_volunteer::settings::Settings;
+use pilotd_volunteer::snapshot::HostSnapshot;
+use pilotd_volunteer::snooze;
+use pilotd_volunteer::status;
 use serde::Serialize;
 use std::path::Path;
 
@@ -109,11 +109,11 @@ fn kubernetes_plan(
     now: DateTime<Utc>,
     format: Format,
 ) -> Result<String, CmdError> {
-    use crate::kubernetes::plan::decide;
-    use crate::kubernetes::provisioner::live_snapshot;
-    use crate::kubernetes::report;
-    use crate::kubernetes::settings::Settings;
-    use crate::kubernetes::snapshot::ClusterSnapshot;
+    use pilotd_kubernetes::plan::decide;
+    use pilotd_kubernetes::provisioner::live_snapshot;
+    use pilotd_kubernetes::report;
+    use pilotd_kubernetes::settings::Settings;
+    use pilotd_kubernetes::snapshot::ClusterSnapshot;
     let s = Settings::resolve(cfg)?;
     let snap = match snapshot {
         Some((path, bytes)) => {
@@ -345,8 +345,8 @@ pub fn limit_lines(
     live: Option<usize>,
     local: impl Fn(DateTime<Utc>) -> String,
 ) -> Vec<String> {
-    use crate::config::Evict;
-    use crate::config::units::format_duration;
+    use pilotd_core::config::Evict;
+    use pilotd_core::config::units::format_duration;
     let mut lines = Vec::new();
     match (s.evict, live) {
         (_, Some(0)) => lines.push("running workers: none".to_string()),
@@ -375,8 +375,8 @@ pub fn limit_lines(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Evict;
-    use crate::volunteer::policy::Resources;
+    use pilotd_core::config::Evict;
+    use pilotd_volunteer::policy::Resources;
 
     fn at(s: &str) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)

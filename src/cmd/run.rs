@@ -4,15 +4,15 @@
 
 use super::{CmdError, load_config};
 use crate::cli::{Global, LogFormat, RunArgs};
-use crate::config::{self, Mode, SiteFile};
-use crate::service::detach::{self, Detached, Role};
-use crate::service::lifecycle::{Hooks, Reload};
-use crate::service::listener::Stop;
-use crate::service::logging;
-use crate::service::metrics::Metrics;
-use crate::service::notify;
-use crate::volunteer::host::this_machine;
-use crate::volunteer::{self, daemon};
+use pilotd_core::config::{self, Mode, SiteFile};
+use pilotd_core::service::detach::{self, Detached, Role};
+use pilotd_core::service::lifecycle::{Hooks, Reload};
+use pilotd_core::service::listener::Stop;
+use pilotd_core::service::logging;
+use pilotd_core::service::metrics::Metrics;
+use pilotd_core::service::notify;
+use pilotd_volunteer::host::this_machine;
+use pilotd_volunteer::{self as volunteer, daemon};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use tokio::signal::unix::{Signal, SignalKind, signal};
@@ -103,7 +103,7 @@ pub fn run(g: &Global, a: &RunArgs) -> Result<String, CmdError> {
             }
             #[cfg(feature = "kubernetes")]
             Mode::Kubernetes => {
-                use crate::kubernetes::{provisioner, settings::Settings};
+                use pilotd_kubernetes::{provisioner, settings::Settings};
                 // kube's TLS uses ring; installing it twice is harmless, two providers panic.
                 let _ = rustls::crypto::ring::default_provider().install_default();
                 let s = Settings::resolve(&cfg)?;
@@ -143,7 +143,7 @@ enum Prepared {
 }
 
 /// Detaching (`--daemon`) and the pid file, both before any runtime or thread exists.
-fn prepare_process(cfg: &crate::config::Config, a: &RunArgs) -> Result<Prepared, CmdError> {
+fn prepare_process(cfg: &pilotd_core::config::Config, a: &RunArgs) -> Result<Prepared, CmdError> {
     let err = |e: detach::DetachError| match e {
         detach::DetachError::AlreadyRunning { .. } => CmdError::Usage(e.to_string()),
         _ => CmdError::Runtime(e.to_string()),
@@ -205,7 +205,7 @@ async fn start_metrics(
 ) -> Result<(Metrics, tokio::task::JoinHandle<()>), CmdError> {
     let (metrics, registry) = Metrics::new();
     let registry = Arc::new(Mutex::new(registry));
-    let (bound, serve) = crate::service::metrics::listen(addr, registry, stop.signal())
+    let (bound, serve) = pilotd_core::service::metrics::listen(addr, registry, stop.signal())
         .await
         .map_err(|e| CmdError::Runtime(e.to_string()))?;
     tracing::info!(%bound, "serving Prometheus metrics on /metrics");
@@ -245,7 +245,13 @@ fn reload_on_hangup(
     let (tx, rx) = mpsc::channel(1);
     tokio::spawn(async move {
         while hup.recv().await.is_some() {
-            let reload = config::load(&site, SiteFile::Required, policy.as_deref(), this_machine());
+            let reload = config::load(
+                &site,
+                SiteFile::Required,
+                super::MODES,
+                policy.as_deref(),
+                this_machine(),
+            );
             if tx.send(reload).await.is_err() {
                 return;
             }

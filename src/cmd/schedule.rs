@@ -4,12 +4,12 @@
 
 use super::{CmdError, load_config, parse_now};
 use crate::cli::{Global, ScheduleArgs};
-use crate::config::units::{Share, format_duration, format_size};
-use crate::config::{Config, Machine, Policy, SiteConfig, SiteFile};
-use crate::volunteer::host::this_machine;
-use crate::volunteer::policy::calendar::{Cell, cell_at};
-use crate::volunteer::settings::Settings;
 use chrono::{DateTime, Duration, TimeZone, Utc};
+use pilotd_core::config::units::{Share, format_duration, format_size};
+use pilotd_core::config::{Config, Machine, Policy, SiteConfig, SiteFile};
+use pilotd_volunteer::host::this_machine;
+use pilotd_volunteer::policy::calendar::{Cell, cell_at};
+use pilotd_volunteer::settings::Settings;
 use std::fmt::Write;
 use std::path::PathBuf;
 
@@ -17,7 +17,7 @@ pub fn run(g: &Global, a: &ScheduleArgs) -> Result<String, CmdError> {
     let cfg = load_config(g, SiteFile::Optional, this_machine())?;
     let now = parse_now(a.now.as_deref())?.unwrap_or_else(Utc::now);
     // What the daemon learned on this machine, when it has run here.
-    let learned = crate::volunteer::history::peek(&cfg.site.state_dir, &cfg.policy.timezone);
+    let learned = pilotd_volunteer::history::peek(&cfg.site.state_dir, &cfg.policy.timezone);
     let mut out = render(
         &cfg.policy,
         now,
@@ -26,7 +26,7 @@ pub fn run(g: &Global, a: &ScheduleArgs) -> Result<String, CmdError> {
     );
     if learned.history.overall().is_some() {
         out.push('\n');
-        out.push_str(&crate::volunteer::history::render(
+        out.push_str(&pilotd_volunteer::history::render(
             &learned.history,
             &cfg.policy.timezone,
         ));
@@ -52,7 +52,7 @@ pub fn expected(
     running: &Policy,
     now: DateTime<Utc>,
 ) -> Vec<String> {
-    use crate::volunteer::{contribution, history, projection, timeline};
+    use pilotd_volunteer::{contribution, history, projection, timeline};
     let s = Settings::resolve(&Config {
         site: site.clone(),
         site_path: None,
@@ -69,7 +69,7 @@ pub fn expected(
     });
     // Scratch that cannot be measured yet (no dir): the share decides, not the disk.
     let scratch =
-        crate::volunteer::host::scratch_free_kib(&s.probe.scratch).unwrap_or(u64::MAX >> 10);
+        pilotd_volunteer::host::scratch_free_kib(&s.probe.scratch).unwrap_or(u64::MAX >> 10);
     let machine = projection::machine(size.cpus, size.memory_kib, scratch, now);
     let utilization = projection::Utilization::of(
         &ledger.ledger.all_time,
@@ -101,7 +101,10 @@ pub fn render(p: &Policy, now: DateTime<Utc>, days: u32, source: &str) -> String
     );
     // `--now` is checked, but a caller may pass any instant: past the range local dates may
     // not exist (chrono panics), so the grid starts at the nearest accepted instant.
-    let now = now.clamp(crate::horizon::earliest(), crate::horizon::latest());
+    let now = now.clamp(
+        pilotd_core::horizon::earliest(),
+        pilotd_core::horizon::latest(),
+    );
     let today = now.with_timezone(tz).date_naive();
     let mut compute_halfhours = 0u32;
     for d in 0..days {
@@ -150,12 +153,12 @@ pub fn render(p: &Policy, now: DateTime<Utc>, days: u32, source: &str) -> String
         format_duration(p.longest_job)
     );
     let who = match p.sessions {
-        crate::config::policy::SessionRule::Any => "anyone logs in".to_string(),
-        crate::config::policy::SessionRule::Active => format!(
+        pilotd_core::config::policy::SessionRule::Any => "anyone logs in".to_string(),
+        pilotd_core::config::policy::SessionRule::Active => format!(
             "someone uses a session (idle under {})",
             format_duration(p.session_idle)
         ),
-        crate::config::policy::SessionRule::Ignore => "never for logins".to_string(),
+        pilotd_core::config::policy::SessionRule::Ignore => "never for logins".to_string(),
     };
     let _ = writeln!(
         out,
@@ -171,8 +174,8 @@ pub fn render(p: &Policy, now: DateTime<Utc>, days: u32, source: &str) -> String
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::policy::Window;
-    use crate::config::units::{parse_days, parse_time_of_day};
+    use pilotd_core::config::policy::Window;
+    use pilotd_core::config::units::{parse_days, parse_time_of_day};
     use proptest::strategy::Strategy;
 
     fn utc(s: &str) -> DateTime<Utc> {
@@ -181,7 +184,7 @@ mod tests {
 
     #[test]
     fn grid_marks_compute_guard_and_off() {
-        let mut p = Policy::defaults(crate::zone::Zone::named("Europe/Rome").unwrap());
+        let mut p = Policy::defaults(pilotd_core::zone::Zone::named("Europe/Rome").unwrap());
         p.windows = vec![Window {
             days: parse_days("mon-fri").unwrap(),
             from: parse_time_of_day("19:00").unwrap(),
@@ -213,12 +216,12 @@ mod tests {
         fn the_grid_is_total_at_extreme_instants(
             secs in proptest::prop_oneof![
                 DateTime::<Utc>::MIN_UTC.timestamp()..=DateTime::<Utc>::MAX_UTC.timestamp(),
-                (crate::horizon::latest().timestamp() - 30 * 86_400)..=crate::horizon::latest().timestamp(),
+                (pilotd_core::horizon::latest().timestamp() - 30 * 86_400)..=pilotd_core::horizon::latest().timestamp(),
                 (DateTime::<Utc>::MAX_UTC.timestamp() - 86_400)..=DateTime::<Utc>::MAX_UTC.timestamp(),
             ],
             guard in proptest::prop_oneof![proptest::prelude::any::<u64>(), 0u64..86_400],
-            tz in proptest::sample::select(crate::zone::Zone::available())
-                .prop_map(|name| crate::zone::Zone::named(&name).expect("a zone the database lists")),
+            tz in proptest::sample::select(pilotd_core::zone::Zone::available())
+                .prop_map(|name| pilotd_core::zone::Zone::named(&name).expect("a zone the database lists")),
             days in 1u32..=28,
         ) {
             let mut p = Policy::defaults(tz);
@@ -236,7 +239,7 @@ mod tests {
 
     #[test]
     fn dst_gap_is_blank() {
-        let p = Policy::defaults(crate::zone::Zone::named("Europe/Rome").unwrap());
+        let p = Policy::defaults(pilotd_core::zone::Zone::named("Europe/Rome").unwrap());
         let out = render(&p, utc("2026-03-29T10:00:00Z"), 1, "x");
         let row = out.lines().find(|l| l.starts_with("Sun 29 Mar")).unwrap();
         let cells: Vec<char> = row.chars().skip(12).collect();

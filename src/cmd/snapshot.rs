@@ -2,10 +2,10 @@
 
 use super::{CmdError, block_on, load_config, observe_once};
 use crate::cli::Global;
-use crate::config::{self, Config, ConfigError, Mode, Policy, SiteFile};
-use crate::volunteer::host::Carry;
-use crate::volunteer::settings::Settings;
-use crate::volunteer::{backend, inspect};
+use pilotd_core::config::{self, Config, ConfigError, Mode, Policy, SiteFile};
+use pilotd_volunteer::host::Carry;
+use pilotd_volunteer::settings::Settings;
+use pilotd_volunteer::{backend, inspect};
 use std::time::Duration;
 
 pub fn run(g: &Global) -> Result<String, CmdError> {
@@ -14,7 +14,7 @@ pub fn run(g: &Global) -> Result<String, CmdError> {
         Err(CmdError::Config(ConfigError::Read { path, .. }))
             if g.policy.as_ref().is_none_or(|p| *p != path) && path != g.config =>
         {
-            let (site, site_path) = config::load_site(&g.config, SiteFile::Optional)?;
+            let (site, site_path) = config::load_site(&g.config, SiteFile::Optional, super::MODES)?;
             Config {
                 policy: Policy::defaults(config::local_timezone()),
                 policy_path: site.policy.clone(),
@@ -39,7 +39,7 @@ pub fn run(g: &Global) -> Result<String, CmdError> {
     };
     let mut snap = observe_once(&s.probe, carry)?;
     super::lay_on_logind(&mut snap, &s.state_dir, &s.probe)?;
-    crate::volunteer::snooze::lay_on(&mut snap, &s.state_dir);
+    pilotd_volunteer::snooze::lay_on(&mut snap, &s.state_dir);
     serde_json::to_string_pretty(&snap)
         .map(|s| s + "\n")
         .map_err(|e| CmdError::Runtime(format!("cannot encode the snapshot: {e}")))
@@ -48,8 +48,8 @@ pub fn run(g: &Global) -> Result<String, CmdError> {
 /// Kubernetes mode: the live observation of the pool and the namespace.
 #[cfg(feature = "kubernetes")]
 fn kubernetes_snapshot(cfg: &Config) -> Result<String, CmdError> {
-    use crate::kubernetes::provisioner::live_snapshot;
-    use crate::kubernetes::settings::Settings;
+    use pilotd_kubernetes::provisioner::live_snapshot;
+    use pilotd_kubernetes::settings::Settings;
     let s = Settings::resolve(cfg)?;
     let snap = block_on(live_snapshot(&s, chrono::Utc::now()))??;
     Ok(serde_json::to_string_pretty(&snap)? + "\n")

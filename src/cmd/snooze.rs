@@ -3,8 +3,8 @@
 
 use super::{CmdError, ask_daemon};
 use crate::cli::{Global, SnoozeArgs};
-use crate::config::units::parse_duration;
-use crate::volunteer::owner::Request;
+use pilotd_core::config::units::parse_duration;
+use pilotd_volunteer::owner::Request;
 
 pub fn run(g: &Global, a: &SnoozeArgs) -> Result<String, CmdError> {
     let d = parse_duration(&a.duration).map_err(|e| {

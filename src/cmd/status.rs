@@ -4,13 +4,13 @@
 
 use super::{CmdError, block_on, load_config};
 use crate::cli::{Format, Global, StatusArgs};
-use crate::config::{Mode, SiteFile};
-use crate::volunteer::settings::Settings;
-use crate::volunteer::status as state;
-use crate::volunteer::worker::{Worker, WorkerState};
-use crate::volunteer::{backend, inspect};
-use crate::volunteer::{contribution, history, manifest};
 use chrono::{DateTime, Utc};
+use pilotd_core::config::{Mode, SiteFile};
+use pilotd_volunteer::settings::Settings;
+use pilotd_volunteer::status as state;
+use pilotd_volunteer::worker::{Worker, WorkerState};
+use pilotd_volunteer::{backend, inspect};
+use pilotd_volunteer::{contribution, history, manifest};
 use serde::Serialize;
 use std::fmt::Write;
 
@@ -35,7 +35,7 @@ struct StatusView<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     contribution_unreadable: Option<String>,
     /// The owner's snooze in force (`pilotd snooze`), if any.
-    snooze: Option<crate::volunteer::snooze::Snooze>,
+    snooze: Option<pilotd_volunteer::snooze::Snooze>,
     /// Why the owner's snooze cannot be read, when it cannot: counted as snoozed.
     #[serde(skip_serializing_if = "Option::is_none")]
     snooze_unreadable: Option<String>,
@@ -92,7 +92,7 @@ pub fn run(g: &Global, a: &StatusArgs) -> Result<String, CmdError> {
     let now = Utc::now();
     // Alive: the pid exists and the file was written recently (an unchanged status is
     // rewritten only every `HEARTBEAT`).
-    let stale_after = crate::horizon::delta(
+    let stale_after = pilotd_core::horizon::delta(
         s.interval
             .saturating_mul(3)
             .max(state::HEARTBEAT)
@@ -131,7 +131,7 @@ pub fn run(g: &Global, a: &StatusArgs) -> Result<String, CmdError> {
     });
     let ledger = contribution::peek(&s.state_dir);
     let given = contribution::Summary::of(&ledger.ledger, &s.policy.timezone, now);
-    let snooze = crate::volunteer::snooze::active(&s.state_dir, now);
+    let snooze = pilotd_volunteer::snooze::active(&s.state_dir, now);
     let view = StatusView {
         contribution: given,
         contribution_unreadable: ledger.warning,
@@ -160,11 +160,14 @@ pub fn run(g: &Global, a: &StatusArgs) -> Result<String, CmdError> {
 
 /// Kubernetes mode: the live table by shape, with back-off.
 #[cfg(feature = "kubernetes")]
-fn kubernetes_status(cfg: &crate::config::Config, format: Format) -> Result<String, CmdError> {
-    use crate::kubernetes::plan::decide;
-    use crate::kubernetes::provisioner::live_snapshot;
-    use crate::kubernetes::report;
-    use crate::kubernetes::settings::Settings as KubernetesSettings;
+fn kubernetes_status(
+    cfg: &pilotd_core::config::Config,
+    format: Format,
+) -> Result<String, CmdError> {
+    use pilotd_kubernetes::plan::decide;
+    use pilotd_kubernetes::provisioner::live_snapshot;
+    use pilotd_kubernetes::report;
+    use pilotd_kubernetes::settings::Settings as KubernetesSettings;
     let s = KubernetesSettings::resolve(cfg)?;
     let now = Utc::now();
     let snap = block_on(live_snapshot(&s, now))??;
@@ -176,7 +179,7 @@ fn kubernetes_status(cfg: &crate::config::Config, format: Format) -> Result<Stri
 }
 
 #[cfg(not(feature = "kubernetes"))]
-fn kubernetes_status(_: &crate::config::Config, _: Format) -> Result<String, CmdError> {
+fn kubernetes_status(_: &pilotd_core::config::Config, _: Format) -> Result<String, CmdError> {
     Err(super::without_kubernetes())
 }
 
@@ -208,7 +211,7 @@ fn render(
     v: &StatusView<'_>,
     now: DateTime<Utc>,
     path: &std::path::Path,
-    tz: &crate::zone::Zone,
+    tz: &pilotd_core::zone::Zone,
 ) -> String {
     let s = v.status;
     let mut out = String::new();
@@ -286,7 +289,7 @@ fn render(
             match (d.evict, live) {
                 // No eviction is announced when nothing runs.
                 (_, Some(0)) => "none".to_string(),
-                (crate::config::Evict::None, _) => "keep".to_string(),
+                (pilotd_core::config::Evict::None, _) => "keep".to_string(),
                 (e, _) => format!("evict ({})", e.as_str()),
             }
         );
@@ -314,7 +317,7 @@ fn render(
             for w in list {
                 let exit = match (w.state, w.exit_code) {
                     (WorkerState::Exited | WorkerState::Dead, Some(c)) => {
-                        crate::volunteer::outcome::Outcome::from_exit(Some(c), w.oom_killed)
+                        pilotd_volunteer::outcome::Outcome::from_exit(Some(c), w.oom_killed)
                             .to_string()
                     }
                     _ => "-".into(),
@@ -435,7 +438,7 @@ mod tests {
             history: None,
             contribution: contribution::Summary::of(
                 &contribution::Ledger::default(),
-                &crate::zone::Zone::utc(),
+                &pilotd_core::zone::Zone::utc(),
                 Utc::now(),
             ),
             contribution_unreadable: None,
@@ -459,8 +462,8 @@ mod tests {
     /// "nothing recorded yet" before the first cycle counted anything.
     #[test]
     fn what_the_machine_gave_shows_this_week_and_all_time() {
-        use crate::volunteer::contribution::{Contribution, Ledger, Observed};
-        let rome = crate::zone::Zone::named("Europe/Rome").unwrap();
+        use pilotd_volunteer::contribution::{Contribution, Ledger, Observed};
+        let rome = pilotd_core::zone::Zone::named("Europe/Rome").unwrap();
         let at = |s: &str| s.parse::<DateTime<Utc>>().unwrap();
         let mut c = Contribution::new(Ledger::default());
         let busy = Observed {
@@ -478,7 +481,7 @@ mod tests {
         c.ended(
             &rome,
             at("2026-11-30T09:00:00Z"),
-            &crate::volunteer::outcome::Outcome::Exited(pilot_contract::PilotExit::RanJobs),
+            &pilotd_volunteer::outcome::Outcome::Exited(pilot_contract::PilotExit::RanJobs),
         );
         // Its pilot reported 12 jobs finished and one vacated, 0.2 CPU-hours of it lost.
         c.reported(
@@ -558,7 +561,7 @@ mod tests {
         older.ended(
             &rome,
             now,
-            &crate::volunteer::outcome::Outcome::Exited(pilot_contract::PilotExit::RanJobs),
+            &pilotd_volunteer::outcome::Outcome::Exited(pilot_contract::PilotExit::RanJobs),
         );
         older.reported(&rome, now, None);
         view.contribution = contribution::Summary::of(&older.ledger, &rome, now);
@@ -593,7 +596,7 @@ mod tests {
         let mut status = state::Status::default();
         status.scratch_use.insert(
             "a".into(),
-            crate::volunteer::disk::ScratchUse {
+            pilotd_volunteer::disk::ScratchUse {
                 used_kib: 300 * 1024,
                 full: true,
             },
@@ -611,7 +614,7 @@ mod tests {
             history: None,
             contribution: contribution::Summary::of(
                 &contribution::Ledger::default(),
-                &crate::zone::Zone::utc(),
+                &pilotd_core::zone::Zone::utc(),
                 Utc::now(),
             ),
             contribution_unreadable: None,
@@ -624,7 +627,7 @@ mod tests {
             &view,
             now,
             std::path::Path::new("/nonexistent"),
-            &crate::zone::Zone::utc(),
+            &pilotd_core::zone::Zone::utc(),
         );
         let line = |name: &str| {
             text.lines()

@@ -8,12 +8,12 @@
 use super::pool::{Pool, Tag, WorkerRun, wait_for};
 use crate::kubernetes::fake_api::FakeKube;
 use chrono::Utc;
-use pilotd::config::kubernetes::KubernetesConfig;
-use pilotd::kubernetes::backoff::BackoffBook;
-use pilotd::kubernetes::client::KubeBackend;
-use pilotd::kubernetes::plan::ClusterDecision;
-use pilotd::kubernetes::provisioner::cycle;
-use pilotd::kubernetes::settings::Settings;
+use pilotd_kubernetes::backoff::BackoffBook;
+use pilotd_kubernetes::client::KubeBackend;
+use pilotd_kubernetes::config::KubernetesConfig;
+use pilotd_kubernetes::plan::ClusterDecision;
+use pilotd_kubernetes::provisioner::cycle;
+use pilotd_kubernetes::settings::Settings;
 use serde_json::Value;
 use std::time::Duration;
 

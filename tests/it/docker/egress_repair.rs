@@ -15,7 +15,7 @@
 use super::docker;
 use super::volunteer::{Harness, image, policy};
 use crate::harness::{sh, sh_ok};
-use pilotd::volunteer::egress;
+use pilotd_volunteer::egress;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

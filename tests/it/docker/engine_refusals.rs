@@ -1,10 +1,10 @@
 //! The engine's refusals of a state change, asked of the real engine: the status and words
 //! the Docker backend's `already_there` reads as "already done", and those it must keep as
-//! errors. The recording fake (src/volunteer/backend/fake.rs) answers with these same words.
+//! errors. The recording fake (crates/volunteer/src/backend/fake.rs) answers with these same words.
 
 use super::docker;
-use pilotd::volunteer::backend::{Backend, BackendError, docker::DockerBackend};
-use pilotd::volunteer::settings::EngineSettings;
+use pilotd_volunteer::backend::{Backend, BackendError, docker::DockerBackend};
+use pilotd_volunteer::settings::EngineSettings;
 use std::time::{Duration, Instant};
 
 const REPO: &str = "127.0.0.1:5000/pilotd-test/worker";
@@ -173,7 +173,7 @@ fn the_engines_refusals_are_read_in_its_own_words() {
 /// before it signals it (Docker 20.10 and later), so the process gets the SIGTERM and ends at
 /// once with 143, long before the grace; the Docker backend thaws a worker it froze through
 /// the cgroup itself before it asks the engine, with the same end. The recording fake
-/// (src/volunteer/backend/fake.rs) stops a paused worker this way.
+/// (crates/volunteer/src/backend/fake.rs) stops a paused worker this way.
 #[test]
 #[ignore = "needs the Docker engine and the local registry: tests/run.sh sets them up and runs it"]
 fn a_paused_worker_that_honours_sigterm_is_resumed_and_ends_143() {

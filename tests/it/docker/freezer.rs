@@ -4,9 +4,9 @@
 //! older pilotd's) still resumes through the engine.
 
 use super::docker;
-use pilotd::volunteer::backend::{Backend, docker::DockerBackend};
-use pilotd::volunteer::settings::EngineSettings;
-use pilotd::volunteer::worker::WorkerState;
+use pilotd_volunteer::backend::{Backend, docker::DockerBackend};
+use pilotd_volunteer::settings::EngineSettings;
+use pilotd_volunteer::worker::WorkerState;
 use std::time::{Duration, Instant};
 
 struct Burner {

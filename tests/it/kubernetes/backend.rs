@@ -4,9 +4,9 @@
 
 use super::fake_api::FakeKube;
 use k8s_openapi::api::batch::v1::Job;
-use pilotd::config::kubernetes::KubernetesConfig;
-use pilotd::kubernetes::client::{Connection, KubeBackend, KubeError};
-use pilotd::kubernetes::settings::Settings;
+use pilotd_kubernetes::client::{Connection, KubeBackend, KubeError};
+use pilotd_kubernetes::config::KubernetesConfig;
+use pilotd_kubernetes::settings::Settings;
 use serde_json::json;
 
 const NS: &str = "ns1";

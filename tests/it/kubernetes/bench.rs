@@ -2,10 +2,10 @@
 //! judge them): the kubernetes-mode replay path alone — read the snapshot file, parse it,
 //! decide, render the JSON plan — with its wall time and the process's peak RSS.
 
-use pilotd::config::kubernetes::KubernetesConfig;
-use pilotd::kubernetes::plan::decide;
-use pilotd::kubernetes::settings::Settings;
-use pilotd::kubernetes::snapshot::ClusterSnapshot;
+use pilotd_kubernetes::config::KubernetesConfig;
+use pilotd_kubernetes::plan::decide;
+use pilotd_kubernetes::settings::Settings;
+use pilotd_kubernetes::snapshot::ClusterSnapshot;
 use std::time::Instant;
 
 fn peak_rss_kib() -> u64 {

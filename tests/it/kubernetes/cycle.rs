@@ -4,12 +4,12 @@
 
 use super::fake_api::FakeKube;
 use chrono::{DateTime, Utc};
-use pilotd::config::kubernetes::KubernetesConfig;
-use pilotd::kubernetes::backoff::BackoffBook;
-use pilotd::kubernetes::client::KubeBackend;
-use pilotd::kubernetes::provisioner::{cycle, load_book, run};
-use pilotd::kubernetes::settings::Settings;
-use pilotd::service::lifecycle::Hooks;
+use pilotd_core::service::lifecycle::Hooks;
+use pilotd_kubernetes::backoff::BackoffBook;
+use pilotd_kubernetes::client::KubeBackend;
+use pilotd_kubernetes::config::KubernetesConfig;
+use pilotd_kubernetes::provisioner::{cycle, load_book, run};
+use pilotd_kubernetes::settings::Settings;
 use serde_json::Value;
 use std::path::PathBuf;
 

@@ -205,8 +205,12 @@ fn the_image_and_every_manifest_start_pilotd_run_with_a_config_the_configmap_hol
             let toml = cm["data"][key]
                 .as_str()
                 .unwrap_or_else(|| panic!("ConfigMap {cm_name} has no key {key}"));
-            let site = pilotd::config::parse_site(Path::new(key), toml)
-                .unwrap_or_else(|e| panic!("{cm_name}/{key}: {e}"));
+            let site = pilotd_core::config::parse_site_with(
+                Path::new(key),
+                toml,
+                &[pilotd_kubernetes::config::check_table],
+            )
+            .unwrap_or_else(|e| panic!("{cm_name}/{key}: {e}"));
             assert!(
                 site.kubernetes.is_some(),
                 "{cm_name}/{key} is kubernetes mode"
@@ -344,10 +348,10 @@ fn rbac_of(
 #[tokio::test]
 async fn the_role_grants_exactly_what_the_client_asks() {
     use super::fake_api::FakeKube;
-    use pilotd::kubernetes::client::KubeBackend;
+    use pilotd_kubernetes::client::KubeBackend;
     use std::collections::BTreeSet;
     // The client's public calls, read from its source: a new one must be made below too.
-    let source = std::fs::read_to_string(harness::repo("src/kubernetes/client.rs")).unwrap();
+    let source = std::fs::read_to_string(harness::repo("crates/kubernetes/src/client.rs")).unwrap();
     let calls: BTreeSet<&str> = source
         .lines()
         .filter_map(|l| l.trim().strip_prefix("pub async fn "))
@@ -360,12 +364,12 @@ async fn the_role_grants_exactly_what_the_client_asks() {
         "a new call of the client: make it below so the role is checked against it"
     );
     let fake = FakeKube::start().await;
-    let table = pilotd::config::kubernetes::KubernetesConfig::from_table_text(
+    let table = pilotd_kubernetes::config::KubernetesConfig::from_table_text(
         "namespace = \"ns1\"\napp_name = \"osg-direct\"\n",
     )
     .unwrap();
     let settings =
-        pilotd::kubernetes::settings::Settings::from_table(&table, Path::new("/nonexistent"))
+        pilotd_kubernetes::settings::Settings::from_table(&table, Path::new("/nonexistent"))
             .unwrap();
     let b = KubeBackend::from_client(fake.client("ns1"), &settings.connection);
     let job: k8s_openapi::api::batch::v1::Job = serde_json::from_value(serde_json::json!({

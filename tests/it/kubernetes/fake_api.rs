@@ -951,11 +951,11 @@ enum Requirement {
 }
 
 fn valid_key(k: &str) -> bool {
-    pilotd::config::kubernetes::is_label_key(k)
+    pilotd_kubernetes::config::is_label_key(k)
 }
 
 fn valid_value(v: &str) -> bool {
-    pilotd::config::kubernetes::is_label_value(v)
+    pilotd_kubernetes::config::is_label_value(v)
 }
 
 /// Parses a label selector as the API server does (`labels.Parse`): terms separated by

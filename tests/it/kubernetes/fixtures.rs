@@ -5,7 +5,7 @@
 
 use crate::harness;
 use assert_cmd::Command;
-use pilotd::config::kubernetes::KubernetesConfig;
+use pilotd_kubernetes::config::KubernetesConfig;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -41,9 +41,8 @@ fn import_ini_output_is_a_valid_pilotd_toml_with_the_ini_settings() {
     let dir = tempfile::tempdir().unwrap();
     let path = converted(dir.path());
     let text = std::fs::read_to_string(&path).unwrap();
-    let site = pilotd::config::parse_site(&path, &text).unwrap_or_else(|e| panic!("{e}\n{text}"));
-    assert_eq!(site.mode, pilotd::config::Mode::Kubernetes);
-    let k: &KubernetesConfig = site.kubernetes.as_ref().unwrap();
+    let (site, k) = read_site(&path, &text);
+    assert_eq!(site.mode, pilotd_core::config::Mode::Kubernetes);
     assert_eq!(k.namespace.get_ref(), "osg-opportunistic");
     assert_eq!(k.app_name.get_ref(), "osg-direct");
     assert_eq!(*k.max_submit_pods_per_cluster.get_ref(), 300);
@@ -125,7 +124,7 @@ fn plan_replays_a_snapshot_offline_with_the_json_contract() {
         .map(|c| c["key"].as_str().unwrap())
         .collect();
     let mut sorted = keys.clone();
-    sorted.sort_by_key(|k| k.parse::<pilotd::kubernetes::shape::ShapeKey>().unwrap());
+    sorted.sort_by_key(|k| k.parse::<pilotd_kubernetes::shape::ShapeKey>().unwrap());
     assert_eq!(keys, sorted, "rows in key order");
     let mut submit = 0;
     for c in clusters {
@@ -184,12 +183,11 @@ fn the_deployment_configmap_holds_a_valid_pilotd_toml() {
         .map(|l| l.strip_prefix("    ").unwrap_or(l))
         .collect::<Vec<_>>()
         .join("\n");
-    let site = pilotd::config::parse_site(&path, &toml).unwrap_or_else(|e| panic!("{e}"));
-    let k = site.kubernetes.unwrap();
+    let (_, k) = read_site(&path, &toml);
     assert_eq!(k.namespace.get_ref(), "osg-opportunistic");
     assert_eq!(
         *k.client.get_ref(),
-        pilotd::config::kubernetes::ClientSource::InCluster
+        pilotd_kubernetes::config::ClientSource::InCluster
     );
 }
 
@@ -210,14 +208,13 @@ fn import_ini_follows_the_upstream_provisioner_on_an_upstream_style_ini() {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8(out.stdout).unwrap();
-    let site = pilotd::config::parse_site(&ini, &text).unwrap_or_else(|e| panic!("{e}\n{text}"));
-    let k = site.kubernetes.as_ref().unwrap();
+    let (_, k) = read_site(&ini, &text);
     assert_eq!(k.app_name.get_ref(), "osg-wn", "{text}");
     assert_eq!(k.env.get_ref()["ICECUBE_FLAGS"], "a&b");
     assert_eq!(k.env.get_ref()["SQUID"], "10.1.2.3:3128");
     assert_eq!(k.env.get_ref()["SITES"], "a,b");
     let s =
-        pilotd::kubernetes::settings::Settings::from_table(k, Path::new("/nonexistent")).unwrap();
+        pilotd_kubernetes::settings::Settings::from_table(&k, Path::new("/nonexistent")).unwrap();
     assert_eq!(
         s.condor.job_constraint,
         "(JobStatus=?=1) && regexp(RequestK8SNamespace,\"osg-icecube\") && ((RequestGPUs>0)&&(!isUndefined(ProjectName)))",
@@ -242,4 +239,15 @@ fn import_ini_follows_the_upstream_provisioner_on_an_upstream_style_ini() {
     let text = String::from_utf8(pod_conf.stdout).unwrap();
     assert!(text.contains("app_name = \"osg-wn\""), "{text}");
     assert!(!text.contains("worker_additional_requirements"), "{text}");
+}
+
+/// A kubernetes-mode pilotd.toml as `pilotd` reads it: the core's keys and the `[kubernetes]`
+/// table, checked together, then the table resolved.
+fn read_site(path: &Path, text: &str) -> (pilotd_core::config::SiteConfig, KubernetesConfig) {
+    let site =
+        pilotd_core::config::parse_site_with(path, text, &[pilotd_kubernetes::config::check_table])
+            .unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let k = KubernetesConfig::of_table(site.kubernetes.as_ref().expect("a [kubernetes] table"))
+        .unwrap_or_else(|e| panic!("{e}\n{text}"));
+    (site, k)
 }

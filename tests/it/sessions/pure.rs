@@ -7,8 +7,8 @@ use std::path::Path;
 
 use super::record::{self, LOGIN_PROCESS, Record};
 use chrono::{DateTime, TimeZone, Utc};
-use pilotd::volunteer::sessions::{HostLookup, SessionsError, sessions_from_entries};
-use pilotd::volunteer::snapshot::Session;
+use pilotd_volunteer::sessions::{HostLookup, SessionsError, sessions_from_entries};
+use pilotd_volunteer::snapshot::Session;
 use utmp_rs::UtmpParser;
 
 /// 2024-01-10 12:00:00 UTC.

@@ -8,8 +8,8 @@ use std::path::Path;
 
 use super::record::{self, BOOT_TIME, RECORD_SIZE, Record};
 use chrono::{DateTime, TimeZone, Utc};
-use pilotd::volunteer::sessions::{HostLookup, read_sessions, sessions_from_entries};
-use pilotd::volunteer::snapshot::Sessions;
+use pilotd_volunteer::sessions::{HostLookup, read_sessions, sessions_from_entries};
+use pilotd_volunteer::snapshot::Sessions;
 use proptest::prelude::*;
 use utmp_rs::UtmpParser;
 

@@ -1,0 +1,320 @@
+//! `pilotd.toml`: the daemon's and the site's settings (mode, paths, worker image and
+//! container settings). Keys are a contract: install scripts and tests write them.
+//!
+//! Files: this one holds the keys (serde's shape and defaults) and the resolved paths;
+//! `worker` the `[worker]` table and who a worker runs as; `validate` what serde cannot check,
+//! each error at its key's FILE:LINE:COL; `values` the checks of single values (images and
+//! patterns, URLs, instance ids, env names) that other modules use too.
+
+mod validate;
+mod values;
+mod worker;
+
+pub use values::{
+    SiteValueError, beyond_loopback, check_image_pattern, image_allowed, is_env_name,
+    is_fully_qualified, secure_url, transport_allowed, valid_instance,
+};
+pub use worker::{PROXY_ENV, WorkerConfig, WorkerUser};
+
+use super::units::HumanDuration;
+use serde::Deserialize;
+use std::path::PathBuf;
+use std::time::Duration;
+use toml::Spanned;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    #[default]
+    Volunteer,
+    Kubernetes,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Volunteer => "volunteer",
+            Mode::Kubernetes => "kubernetes",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SiteConfig {
+    #[serde(default)]
+    pub mode: Mode,
+    #[serde(default = "default_policy")]
+    pub policy: PathBuf,
+    #[serde(default = "default_state_dir")]
+    pub state_dir: PathBuf,
+    #[serde(default = "default_interval")]
+    pub interval: HumanDuration,
+    /// The fleet's spread: each host moves its first start after a window opens (or pilotd
+    /// starts), its pre-window pull, its manifest refreshes and its back-off retries by a
+    /// stable offset in `[0, splay)` (`volunteer::splay`); "0s" turns it off.
+    #[serde(default = "default_splay")]
+    pub splay: Spanned<HumanDuration>,
+    /// The unix socket on which the daemon takes the owner's `snooze` and `resume`; its
+    /// directory must be reachable by the owner (the unit's RuntimeDirectory, 0755).
+    #[serde(default = "default_control_socket")]
+    pub control_socket: PathBuf,
+    #[serde(default)]
+    pub host: HostConfig,
+    #[serde(default)]
+    pub docker: DockerConfig,
+    #[serde(default)]
+    pub worker: WorkerConfig,
+    /// Kubernetes mode's table, kept as read: its keys belong to that mode's crate, which
+    /// checks them through a [`ModeTables`](crate::config::ModeTables) check and resolves them.
+    /// A build without kubernetes mode still accepts the table (the file stays valid).
+    pub kubernetes: Option<toml::Table>,
+    #[serde(default)]
+    pub log: LogConfig,
+    #[serde(default)]
+    pub remote: RemoteConfig,
+    #[serde(default)]
+    pub metrics: MetricsConfig,
+    #[serde(default)]
+    pub history: HistoryConfig,
+    #[serde(default)]
+    pub page: PageConfig,
+    #[serde(default)]
+    pub slot_ad: SlotAdConfig,
+}
+
+/// What pilotd adds to the slot-ad file its workers' pilots publish (`volunteer::slot_ad`).
+/// The machine's state (version, window, snooze, causes) is always there; what it gave is
+/// the donor's, and leaves the machine only when the site turns it on.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct SlotAdConfig {
+    /// This ISO week's contribution (`PILOTD_CPU_HOURS_WEEK`, `PILOTD_JOBS_WEEK`, ...); off
+    /// when unset.
+    pub contribution: Option<Spanned<bool>>,
+}
+
+impl SlotAdConfig {
+    pub fn contribution(&self) -> bool {
+        self.contribution.as_ref().is_some_and(|c| *c.get_ref())
+    }
+}
+
+/// The owner's status page on 127.0.0.1 (volunteer mode); off unless `port` is set (the
+/// Debian package's pilotd.toml sets it).
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct PageConfig {
+    /// Served on 127.0.0.1 only, whatever the port.
+    pub port: Option<u16>,
+}
+
+/// The pool organisers' remote manifest (see `service::manifest`). Off unless `url` is set.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteConfig {
+    /// https URL of the manifest (plain http only on loopback).
+    pub url: Option<Spanned<String>>,
+    #[serde(default = "default_remote_refresh")]
+    pub refresh: HumanDuration,
+    #[serde(default = "default_remote_timeout")]
+    pub timeout: HumanDuration,
+    /// Larger manifests are refused.
+    #[serde(default = "default_remote_max_bytes")]
+    pub max_bytes: u64,
+}
+
+impl Default for RemoteConfig {
+    fn default() -> Self {
+        RemoteConfig {
+            url: None,
+            refresh: default_remote_refresh(),
+            timeout: default_remote_timeout(),
+            max_bytes: default_remote_max_bytes(),
+        }
+    }
+}
+
+fn default_remote_refresh() -> HumanDuration {
+    HumanDuration(Duration::from_secs(3600))
+}
+fn default_remote_timeout() -> HumanDuration {
+    HumanDuration(Duration::from_secs(30))
+}
+fn default_remote_max_bytes() -> u64 {
+    64 * 1024
+}
+
+/// Prometheus metrics listener; off unless `listen` is set.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// e.g. "127.0.0.1:9464". Loopback unless the site decides otherwise (`check` warns).
+    pub listen: Option<Spanned<std::net::SocketAddr>>,
+}
+/// The availability history kept in the state dir.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryConfig {
+    /// An hour of the week counts as "usually free" when it was free at least this share of
+    /// the time it was watched.
+    #[serde(default = "default_free_threshold")]
+    pub free_threshold: f64,
+    /// When true, a worker's `die_at` is also capped by how long the host is usually free from
+    /// now on (useful with always-open schedules, where only the owner's habits end a period).
+    #[serde(default)]
+    pub predict_die_at: bool,
+}
+
+impl Default for HistoryConfig {
+    fn default() -> Self {
+        HistoryConfig {
+            free_threshold: default_free_threshold(),
+            predict_die_at: false,
+        }
+    }
+}
+
+fn default_free_threshold() -> f64 {
+    0.8
+}
+
+fn default_policy() -> PathBuf {
+    "/etc/pilotd/policy.toml".into()
+}
+fn default_control_socket() -> PathBuf {
+    "/run/pilotd/control.sock".into()
+}
+fn default_state_dir() -> PathBuf {
+    "/var/lib/pilotd".into()
+}
+fn default_splay() -> Spanned<HumanDuration> {
+    Spanned::new(0..0, HumanDuration(Duration::from_secs(300)))
+}
+/// Wider would hold a first start for more than an hour (`volunteer::splay`).
+pub const MAX_SPLAY: Duration = Duration::from_secs(3600);
+fn default_interval() -> HumanDuration {
+    HumanDuration(Duration::from_secs(30))
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostConfig {
+    /// utmp file read for logged-in users.
+    #[serde(default = "default_utmp")]
+    pub utmp: PathBuf,
+    /// Where workers' scratch dirs live; its filesystem's free space is the disk budget.
+    /// Default: `<state_dir>/scratch`.
+    pub scratch: Option<PathBuf>,
+    /// sysfs power-supply class, for the battery probe.
+    #[serde(default = "default_power_supply")]
+    pub power_supply: PathBuf,
+    /// /dev, where tty atimes give session idle times.
+    #[serde(default = "default_dev")]
+    pub dev: PathBuf,
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        HostConfig {
+            utmp: default_utmp(),
+            scratch: None,
+            power_supply: default_power_supply(),
+            dev: default_dev(),
+        }
+    }
+}
+
+fn default_utmp() -> PathBuf {
+    "/var/run/utmp".into()
+}
+fn default_power_supply() -> PathBuf {
+    "/sys/class/power_supply".into()
+}
+fn default_dev() -> PathBuf {
+    "/dev".into()
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DockerConfig {
+    #[serde(default = "default_socket")]
+    pub socket: String,
+    /// Value of the `pilotd.instance` label: pilotd only ever sees and touches containers that
+    /// carry it, so two daemons (or test runs) can share one engine.
+    #[serde(default = "default_instance")]
+    pub instance: Spanned<String>,
+    /// Deadline for one Docker API request (not for a whole pull).
+    #[serde(default = "default_docker_timeout")]
+    pub timeout: HumanDuration,
+}
+
+impl Default for DockerConfig {
+    fn default() -> Self {
+        DockerConfig {
+            socket: default_socket(),
+            instance: default_instance(),
+            timeout: default_docker_timeout(),
+        }
+    }
+}
+
+fn default_instance() -> Spanned<String> {
+    Spanned::new(0..0, "default".into())
+}
+fn default_docker_timeout() -> HumanDuration {
+    HumanDuration(Duration::from_secs(30))
+}
+
+/// What SIGTERM does to running workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum OnShutdown {
+    /// Leave them running; the next pilotd adopts them by their labels.
+    #[default]
+    Keep,
+    /// Stop them gracefully (within the policy's grace) before exiting.
+    Stop,
+}
+
+fn default_socket() -> String {
+    "unix:///var/run/docker.sock".into()
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct LogConfig {
+    /// tracing filter, e.g. "info" or "pilotd=debug"; `RUST_LOG` wins when set.
+    pub level: Option<Spanned<String>>,
+}
+
+impl SiteConfig {
+    /// Built-in defaults, used by `check`, `plan`, `snapshot` and `schedule` when there is
+    /// no pilotd.toml.
+    pub fn defaults() -> SiteConfig {
+        toml::from_str("").expect("an empty pilotd.toml is valid")
+    }
+
+    pub fn scratch(&self) -> PathBuf {
+        self.host
+            .scratch
+            .clone()
+            .unwrap_or_else(|| self.state_dir.join("scratch"))
+    }
+
+    /// `[worker] allowed_images`, without positions.
+    pub fn allowed_images(&self) -> Vec<String> {
+        self.worker
+            .allowed_images
+            .iter()
+            .map(|p| p.get_ref().clone())
+            .collect()
+    }
+
+    pub fn max_lifetime(&self) -> Duration {
+        self.worker.max_lifetime.get_ref().0
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,178 @@
+//! The Docker Engine backend (bollard 0.21; Podman's Docker-compatible socket works too).
+//!
+//! Facts this backend is shaped by (see the reference notes on bollard):
+//! - a pull is always by digest (a tag-less pull would fetch every tag);
+//! - digests come from `inspect_image().repo_digests`, and the registry's current digest of a
+//!   tag from one HEAD to the registry (`volunteer::registry`); `/distribution/{ref}/json`
+//!   (four registry requests) only when pilotd cannot reach the registry itself;
+//! - remove may answer 409 "already in progress": that is done, not failed;
+//! - the request timeout covers "request sent → headers received", so `docker stop` with a
+//!   long grace needs a client with a longer timeout;
+//! - a list that fails to decode fails as a whole and is reported as an error, never as empty.
+//!
+//! Files by concern: `workers` (list, start, pause through the cgroup freezer, stop, kill,
+//! remove), `images` (resolve, pull, list, remove), `network` (pilotd's bridge), `observe`
+//! (engine version, output, CPU, exit events), `container` (the container body and its
+//! hardening; pure) and `errors` (bollard's errors mapped, and "already done" refusals). This
+//! file holds the client and the `Backend` impl, which only hands each call to its file.
+
+mod container;
+mod errors;
+mod images;
+mod network;
+mod observe;
+mod workers;
+
+pub use container::container_body;
+pub use errors::{Change, already_there, map_error};
+
+use super::freezer::Freezers;
+use super::{Backend, BackendError, BackendEvent};
+use crate::settings::EngineSettings;
+use crate::worker::{CpuSample, LocalImage, Worker, WorkerSpec, labels};
+use bollard::Docker;
+use bollard::errors::Error as DockerError;
+use std::collections::HashMap;
+use std::time::Duration;
+
+#[derive(Clone)]
+pub struct DockerBackend {
+    docker: Docker,
+    /// The socket or URL, for error messages.
+    endpoint: String,
+    instance: String,
+    timeout: Duration,
+    /// The freshness check's own registry client (one HEAD per check).
+    resolver: std::sync::Arc<crate::registry::Resolver>,
+    /// Workers' cgroup freezers: pilotd pauses through them (`freezer.rs`).
+    freezers: std::sync::Arc<Freezers>,
+}
+
+impl DockerBackend {
+    /// Connects (lazily: no request is made) to `socket`, a `unix://` path or `tcp://`/`http://`
+    /// URL. A missing socket file is reported here, with what to check.
+    pub fn connect(engine: &EngineSettings) -> Result<DockerBackend, BackendError> {
+        let (socket, timeout) = (engine.socket.as_str(), engine.timeout);
+        let secs = timeout.as_secs().max(1);
+        let result = if let Some(rest) = socket
+            .strip_prefix("tcp://")
+            .or_else(|| socket.strip_prefix("http://"))
+        {
+            Docker::connect_with_http(rest, secs, bollard::API_DEFAULT_VERSION)
+        } else {
+            let path = socket.strip_prefix("unix://").unwrap_or(socket);
+            Docker::connect_with_unix(path, secs, bollard::API_DEFAULT_VERSION)
+        };
+        let docker = result.map_err(|e| map_error("connecting", socket, e))?;
+        Ok(DockerBackend {
+            docker,
+            endpoint: socket.to_string(),
+            instance: engine.instance.clone(),
+            timeout,
+            resolver: std::sync::Arc::new(crate::registry::Resolver::new(timeout)),
+            freezers: std::sync::Arc::default(),
+        })
+    }
+
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    fn err(&self, what: impl Into<String>, e: DockerError) -> BackendError {
+        map_error(what, &self.endpoint, e)
+    }
+
+    fn label_filter(&self) -> HashMap<String, Vec<String>> {
+        HashMap::from([(
+            "label".to_string(),
+            vec![
+                format!("{}=true", labels::MANAGED),
+                format!("{}={}", labels::INSTANCE, self.instance),
+            ],
+        )])
+    }
+}
+
+// Inherent methods of the same names, in the files by concern, take precedence over the
+// trait's: each arm below is the call of its file's method, not a recursion.
+impl Backend for DockerBackend {
+    async fn describe_engine(&self) -> Result<String, BackendError> {
+        DockerBackend::describe_engine(self).await
+    }
+
+    async fn list_workers(&self) -> Result<Vec<Worker>, BackendError> {
+        DockerBackend::list_workers(self).await
+    }
+
+    async fn resolve_image(&self, reference: &str) -> Result<String, BackendError> {
+        DockerBackend::resolve_image(self, reference).await
+    }
+
+    async fn local_image(&self, reference: &str) -> Result<Option<LocalImage>, BackendError> {
+        DockerBackend::local_image(self, reference).await
+    }
+
+    async fn pull_image(&self, repository: &str, digest: &str) -> Result<LocalImage, BackendError> {
+        DockerBackend::pull_image(self, repository, digest).await
+    }
+
+    async fn list_images(&self, repository: &str) -> Result<Vec<LocalImage>, BackendError> {
+        DockerBackend::list_images(self, repository).await
+    }
+
+    async fn remove_image(&self, id: &str) -> Result<(), BackendError> {
+        DockerBackend::remove_image(self, id).await
+    }
+
+    async fn start(&self, spec: &WorkerSpec) -> Result<String, BackendError> {
+        DockerBackend::start(self, spec).await
+    }
+
+    async fn pause(&self, id: &str) -> Result<(), BackendError> {
+        DockerBackend::pause(self, id).await
+    }
+
+    async fn unpause(&self, id: &str) -> Result<(), BackendError> {
+        DockerBackend::unpause(self, id).await
+    }
+
+    async fn stop(&self, id: &str, grace: Duration) -> Result<(), BackendError> {
+        DockerBackend::stop(self, id, grace).await
+    }
+
+    async fn kill(&self, id: &str) -> Result<(), BackendError> {
+        DockerBackend::kill(self, id).await
+    }
+
+    async fn remove(&self, id: &str) -> Result<(), BackendError> {
+        DockerBackend::remove(self, id).await
+    }
+
+    async fn ensure_network(&self, name: &str, interface: &str) -> Result<(), BackendError> {
+        DockerBackend::ensure_network(self, name, interface).await
+    }
+
+    async fn remove_volume(&self, name: &str) -> Result<(), BackendError> {
+        DockerBackend::remove_volume(self, name).await
+    }
+
+    async fn remove_network(&self, name: &str) -> Result<(), BackendError> {
+        DockerBackend::remove_network(self, name).await
+    }
+
+    async fn output_tail(&self, id: &str, lines: usize) -> Result<Vec<String>, BackendError> {
+        DockerBackend::output_tail(self, id, lines).await
+    }
+
+    async fn cpu_sample(&self, id: &str) -> Result<CpuSample, BackendError> {
+        DockerBackend::cpu_sample(self, id).await
+    }
+
+    async fn watch(&self, tx: tokio::sync::mpsc::Sender<BackendEvent>) -> Result<(), BackendError> {
+        DockerBackend::watch(self, tx).await
+    }
+}

@@ -1,0 +1,225 @@
+//! Backends: the only code that changes the world. A backend is told *what* to do (start this
+//! `WorkerSpec`, stop that worker within this grace) and reports what it observes (`Worker`);
+//! it never decides *whether*. Decisions live in `policy` and `plan`.
+//!
+//! The trait uses native `async fn`-style methods spelled as `-> impl Future + Send`, so the
+//! daemon's futures can move between tokio worker threads; such traits are not dyn-compatible,
+//! hence the `AnyBackend` enum (one arm per backend, dispatch by `match`).
+//!
+//! State lives in the runtime: everything pilotd needs to rebuild its view after a crash is in
+//! the labels of the containers it created (`pilotd.*`, see `worker::labels`).
+//!
+//! Imports: `volunteer::worker` and `settings` (the data it carries out and reports); never the
+//! plan, the policy or the daemon.
+
+pub mod docker;
+#[cfg(test)]
+pub mod fake;
+pub mod freezer;
+
+use crate::settings::EngineSettings;
+use crate::worker::{CpuSample, LocalImage, Worker, WorkerSpec};
+use std::future::Future;
+use std::time::Duration;
+
+/// Why a backend call failed. The variants are what the caller acts on: `Unavailable` means
+/// "nothing is known" (skip GC and starts this cycle), never "there is nothing".
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("{what}: not found")]
+    NotFound { what: String },
+    #[error("{what}: conflict: {message}")]
+    Conflict { what: String, message: String },
+    #[error("{what}: the engine at {endpoint} is unavailable: {message}\n  hint: {hint}")]
+    Unavailable {
+        what: String,
+        endpoint: String,
+        message: String,
+        hint: String,
+    },
+    #[error("{what}: rejected: {message}")]
+    Rejected { what: String, message: String },
+    /// A registry could not be reached or refused (resolve or pull).
+    #[error("{what}: registry error: {message}")]
+    Registry { what: String, message: String },
+}
+
+/// Something that happened in the runtime and deserves a cycle now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BackendEvent {
+    /// A managed worker stopped (died, was killed, or exited on its own).
+    WorkerExited { id: String, name: String },
+}
+
+pub trait Backend: Send + Sync {
+    /// Engine name and version, for the log line when it is first reached.
+    fn describe_engine(&self) -> impl Future<Output = Result<String, BackendError>> + Send;
+
+    /// Workers carrying this daemon's labels, in every state. An error is never an empty list.
+    fn list_workers(&self) -> impl Future<Output = Result<Vec<Worker>, BackendError>> + Send;
+
+    /// Asks the image's registry which digest `reference` (tag form) points at now, without
+    /// pulling. Returns `sha256:…`.
+    fn resolve_image(
+        &self,
+        reference: &str,
+    ) -> impl Future<Output = Result<String, BackendError>> + Send;
+
+    /// The local image for a reference (tag or digest form), `None` when absent.
+    fn local_image(
+        &self,
+        reference: &str,
+    ) -> impl Future<Output = Result<Option<LocalImage>, BackendError>> + Send;
+
+    /// Pulls `repository@digest` (always a digest: never a tag-less pull of every tag).
+    fn pull_image(
+        &self,
+        repository: &str,
+        digest: &str,
+    ) -> impl Future<Output = Result<LocalImage, BackendError>> + Send;
+
+    /// Local images of one repository (`host/path`, no tag).
+    fn list_images(
+        &self,
+        repository: &str,
+    ) -> impl Future<Output = Result<Vec<LocalImage>, BackendError>> + Send;
+
+    /// Removes an image by id; an image still used by a container is a `Conflict`.
+    fn remove_image(&self, id: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// Creates and starts a worker; returns its id. A failed start leaves no container behind.
+    fn start(&self, spec: &WorkerSpec)
+    -> impl Future<Output = Result<String, BackendError>> + Send;
+
+    fn pause(&self, id: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
+    fn unpause(&self, id: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// SIGTERM, then SIGKILL after `grace`. Returns once the worker has stopped.
+    fn stop(
+        &self,
+        id: &str,
+        grace: Duration,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    fn kill(&self, id: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// Removes a finished worker; "not found" and "removal already in progress" are success.
+    fn remove(&self, id: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// Cumulative CPU counters of a running or paused worker.
+    fn cpu_sample(&self, id: &str) -> impl Future<Output = Result<CpuSample, BackendError>> + Send;
+
+    /// Makes sure pilotd's own bridge network for this instance exists: created with traffic
+    /// between containers off and the given interface name, labelled as pilotd's. A network of
+    /// that name that is not pilotd's is an error, never touched.
+    fn ensure_network(
+        &self,
+        name: &str,
+        interface: &str,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// Removes the volume named `name` (a worker's disk, after its container is gone) if it
+    /// carries this instance's labels; absent, or not pilotd's, is left alone and fine.
+    fn remove_volume(&self, name: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// Removes pilotd's own network (after its workers are gone); absent is fine.
+    fn remove_network(&self, name: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// The last `lines` lines a worker printed (stdout and stderr, in order): what remains
+    /// to say why it failed once the container is removed.
+    fn output_tail(
+        &self,
+        id: &str,
+        lines: usize,
+    ) -> impl Future<Output = Result<Vec<String>, BackendError>> + Send;
+
+    /// Streams events about this daemon's workers into `tx` until the stream breaks; the
+    /// caller reconnects.
+    fn watch(
+        &self,
+        tx: tokio::sync::mpsc::Sender<BackendEvent>,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send;
+}
+
+/// Connects the engine pilotd.toml names (no request is made yet).
+pub fn connect(engine: &EngineSettings) -> Result<AnyBackend, BackendError> {
+    docker::DockerBackend::connect(engine).map(AnyBackend::Docker)
+}
+
+/// Enum dispatch over the backends (the trait is not dyn-compatible).
+#[derive(Clone)]
+pub enum AnyBackend {
+    Docker(docker::DockerBackend),
+    #[cfg(test)]
+    Fake(fake::FakeBackend),
+}
+
+macro_rules! dispatch {
+    ($self:ident, $b:ident => $e:expr) => {
+        match $self {
+            AnyBackend::Docker($b) => $e,
+            #[cfg(test)]
+            AnyBackend::Fake($b) => $e,
+        }
+    };
+}
+
+impl Backend for AnyBackend {
+    async fn describe_engine(&self) -> Result<String, BackendError> {
+        dispatch!(self, b => b.describe_engine().await)
+    }
+    async fn list_workers(&self) -> Result<Vec<Worker>, BackendError> {
+        dispatch!(self, b => b.list_workers().await)
+    }
+    async fn resolve_image(&self, reference: &str) -> Result<String, BackendError> {
+        dispatch!(self, b => b.resolve_image(reference).await)
+    }
+    async fn local_image(&self, reference: &str) -> Result<Option<LocalImage>, BackendError> {
+        dispatch!(self, b => b.local_image(reference).await)
+    }
+    async fn pull_image(&self, repository: &str, digest: &str) -> Result<LocalImage, BackendError> {
+        dispatch!(self, b => b.pull_image(repository, digest).await)
+    }
+    async fn list_images(&self, repository: &str) -> Result<Vec<LocalImage>, BackendError> {
+        dispatch!(self, b => b.list_images(repository).await)
+    }
+    async fn remove_image(&self, id: &str) -> Result<(), BackendError> {
+        dispatch!(self, b => b.remove_image(id).await)
+    }
+    async fn start(&self, spec: &WorkerSpec) -> Result<String, BackendError> {
+        dispatch!(self, b => b.start(spec).await)
+    }
+    async fn output_tail(&self, id: &str, lines: usize) -> Result<Vec<String>, BackendError> {
+        dispatch!(self, b => b.output_tail(id, lines).await)
+    }
+    async fn ensure_network(&self, name: &str, interface: &str) -> Result<(), BackendError> {
+        dispatch!(self, b => b.ensure_network(name, interface).await)
+    }
+    async fn remove_volume(&self, name: &str) -> Result<(), BackendError> {
+        dispatch!(self, b => b.remove_volume(name).await)
+    }
+    async fn remove_network(&self, name: &str) -> Result<(), BackendError> {
+        dispatch!(self, b => b.remove_network(name).await)
+    }
+    async fn pause(&self, id: &str) -> Result<(), BackendError> {
+        dispatch!(self, b => b.pause(id).await)
+    }
+    async fn unpause(&self, id: &str) -> Result<(), BackendError> {
+        dispatch!(self, b => b.unpause(id).await)
+    }
+    async fn stop(&self, id: &str, grace: Duration) -> Result<(), BackendError> {
+        dispatch!(self, b => b.stop(id, grace).await)
+    }
+    async fn kill(&self, id: &str) -> Result<(), BackendError> {
+        dispatch!(self, b => b.kill(id).await)
+    }
+    async fn remove(&self, id: &str) -> Result<(), BackendError> {
+        dispatch!(self, b => b.remove(id).await)
+    }
+    async fn cpu_sample(&self, id: &str) -> Result<CpuSample, BackendError> {
+        dispatch!(self, b => b.cpu_sample(id).await)
+    }
+    async fn watch(&self, tx: tokio::sync::mpsc::Sender<BackendEvent>) -> Result<(), BackendError> {
+        dispatch!(self, b => b.watch(tx).await)
+    }
+}

@@ -1,0 +1,105 @@
+//! What the one-shot commands (`plan`, `snapshot`, `status`, `gc`) ask the engine: the workers
+//! within a short deadline, how much CPU they use, and the plan the daemon's next cycle would
+//! make. Acts on nothing; a command's answer never waits long for an engine that hangs.
+
+use crate::backend::{AnyBackend, Backend, BackendError};
+use crate::image;
+use crate::outcome::StartBackoff;
+use crate::plan::{self, InFlight, Observed, Plan};
+use crate::policy::Supply;
+use crate::settings::{Settings, WorkerSettings};
+use crate::status::ImageRecord;
+use crate::worker::{ImageState, Worker, WorkerState};
+use chrono::{DateTime, Utc};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// How long a command waits for the engine's list.
+pub const LIST_DEADLINE: Duration = Duration::from_secs(5);
+
+#[derive(Debug, thiserror::Error)]
+pub enum InspectError {
+    #[error("the engine at {socket} did not answer within {}s", LIST_DEADLINE.as_secs())]
+    Timeout { socket: String },
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}
+
+/// The workers as the engine lists them now, within `LIST_DEADLINE`.
+pub async fn workers(b: &AnyBackend, socket: &str) -> Result<Vec<Worker>, InspectError> {
+    tokio::time::timeout(LIST_DEADLINE, b.list_workers())
+        .await
+        .map_err(|_| InspectError::Timeout {
+            socket: socket.to_string(),
+        })?
+        .map_err(InspectError::from)
+}
+
+/// Own-load accounting for one-shot commands: two CPU samples of every running worker `gap`
+/// apart, as a fraction of the whole machine. `None` when the engine cannot be asked.
+pub async fn own_cpu(backend: &AnyBackend, gap: Duration) -> Option<f64> {
+    let workers = backend.list_workers().await.ok()?;
+    let running: Vec<&Worker> = workers
+        .iter()
+        .filter(|w| w.state == WorkerState::Running)
+        .collect();
+    if running.is_empty() {
+        return Some(0.0);
+    }
+    let sample =
+        || futures_util::future::join_all(running.iter().map(|w| backend.cpu_sample(&w.id)));
+    let first = sample().await;
+    tokio::time::sleep(gap).await;
+    let second = sample().await;
+    let total: f64 = first
+        .into_iter()
+        .zip(second)
+        .filter_map(|(a, b)| b.ok()?.fraction_since(a.ok()?))
+        .sum();
+    Some(total.clamp(0.0, 1.0))
+}
+
+/// The plan the daemon's next cycle would make: workers listed from the engine now, the
+/// daemon's worker template (`worker`: `manifest::stored_template`), the image and back-off
+/// as the daemon's status file has them (the image resolved at the registry only when the
+/// file knows nothing of it), with how many workers run or are paused now (what an eviction
+/// would act on). `Err` says why the workers are unknown.
+pub async fn next_plan(
+    b: &AnyBackend,
+    s: &Settings,
+    worker: &WorkerSettings,
+    recorded: (&ImageRecord, &StartBackoff),
+    supply: &Supply,
+    now: DateTime<Utc>,
+) -> Result<(Plan, usize), InspectError> {
+    let list = workers(b, &s.engine.socket).await?;
+    let live = list
+        .iter()
+        .filter(|w| matches!(w.state, WorkerState::Running | WorkerState::Paused))
+        .count();
+    let (image, backoff) = recorded;
+    let mut record = image.clone();
+    if record.reference != worker.image || record.digest.is_none() {
+        image::refresh(b, &mut record, &worker.image, now, &s.image).await;
+    }
+    let image_state = image::state(b, &record, &s.image, None, now)
+        .await
+        .unwrap_or_else(|e| ImageState::Unavailable {
+            reason: e.to_string(),
+        });
+    let plan = plan::plan(
+        supply,
+        Observed {
+            scratch_use: &BTreeMap::new(),
+            workers: &list,
+            in_flight: &InFlight::default(),
+            backoff,
+            image: &image_state,
+            free_hours: None,
+            filter_down: None,
+        },
+        worker,
+        now,
+    );
+    Ok((plan, live))
+}

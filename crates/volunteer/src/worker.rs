@@ -1,0 +1,321 @@
+//! What a worker is, as data shared by the plan (pure), the backends and the status file:
+//! the worker as observed (`Worker`, rebuilt from the runtime's labels), the spec of a new one
+//! (`WorkerSpec`, built by the plan, executed verbatim by a backend), local images, CPU samples,
+//! the label names and image references.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// Label names. A container without `managed` and the daemon's `instance` is never touched.
+pub mod labels {
+    pub const MANAGED: &str = "pilotd.managed";
+    pub const INSTANCE: &str = "pilotd.instance";
+    pub const CREATED: &str = "pilotd.created";
+    pub const ACCEPT_UNTIL: &str = "pilotd.accept-until";
+    pub const DIE_AT: &str = "pilotd.die-at";
+    pub const IMAGE_DIGEST: &str = "pilotd.image-digest";
+    pub const SPEC_HASH: &str = "pilotd.spec-hash";
+    /// The image reference as configured (tag form), for `status`.
+    pub const IMAGE: &str = "pilotd.image";
+    /// The GPU indices given to the worker ("0,1"), so no two workers share one.
+    pub const GPUS: &str = "pilotd.gpus";
+    /// The worker's disk share in KiB, which its scratch dir may not exceed.
+    pub const DISK_KIB: &str = "pilotd.disk-kib";
+}
+
+/// A worker's state as the runtime reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkerState {
+    /// Created but never started (pilotd died between create and start).
+    Created,
+    Running,
+    Paused,
+    Restarting,
+    /// Being removed by the engine.
+    Removing,
+    Exited,
+    Dead,
+    /// A state string this build does not know (newer engine, Podman's "stopped").
+    Unknown,
+}
+
+impl WorkerState {
+    pub fn parse(s: &str) -> WorkerState {
+        match s {
+            "created" => WorkerState::Created,
+            "running" => WorkerState::Running,
+            "paused" => WorkerState::Paused,
+            "restarting" => WorkerState::Restarting,
+            "removing" => WorkerState::Removing,
+            "exited" | "stopped" => WorkerState::Exited,
+            "dead" => WorkerState::Dead,
+            _ => WorkerState::Unknown,
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkerState::Created => "created",
+            WorkerState::Running => "running",
+            WorkerState::Paused => "paused",
+            WorkerState::Restarting => "restarting",
+            WorkerState::Removing => "removing",
+            WorkerState::Exited => "exited",
+            WorkerState::Dead => "dead",
+            WorkerState::Unknown => "unknown",
+        }
+    }
+    /// Finished: its outcome can be recorded and the container removed.
+    pub fn is_finished(self) -> bool {
+        matches!(self, WorkerState::Exited | WorkerState::Dead)
+    }
+}
+
+/// A worker as observed, rebuilt from the runtime and its labels.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Worker {
+    pub id: String,
+    pub name: String,
+    pub state: WorkerState,
+    /// From the `pilotd.created` label (the engine's own time when the label is unreadable).
+    pub created: Option<DateTime<Utc>>,
+    pub accept_until: Option<DateTime<Utc>>,
+    pub die_at: Option<DateTime<Utc>>,
+    /// The configured reference it was started from.
+    pub image: String,
+    pub image_digest: String,
+    pub spec_hash: String,
+    /// Only for finished workers.
+    pub exit_code: Option<i64>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub oom_killed: bool,
+    /// GPU indices given to it (from its label).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<u32>,
+    /// Its disk share (from its label); `None` for workers of older pilotds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_kib: Option<u64>,
+}
+
+#[cfg(any(test, feature = "test-support"))]
+impl Worker {
+    /// A test worker `pilotd-t-ID` in `state`, nothing else known; set the rest with struct
+    /// update syntax.
+    pub fn test(id: &str, state: WorkerState) -> Worker {
+        Worker {
+            id: id.into(),
+            name: format!("pilotd-t-{id}"),
+            state,
+            created: None,
+            accept_until: None,
+            die_at: None,
+            image: String::new(),
+            image_digest: String::new(),
+            spec_hash: String::new(),
+            exit_code: None,
+            finished_at: None,
+            oom_killed: false,
+            gpus: vec![],
+            disk_kib: None,
+        }
+    }
+}
+
+/// GPU indices as a label value ("0,1") and back; anything unreadable is dropped.
+pub fn gpus_label(ids: &[u32]) -> String {
+    ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+}
+
+pub fn parse_gpus_label(v: Option<&String>) -> Vec<u32> {
+    v.map(|v| v.split(',').filter_map(|i| i.trim().parse().ok()).collect())
+        .unwrap_or_default()
+}
+
+/// Everything needed to create one worker container. Built by the plan (pure), executed
+/// verbatim by a backend.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WorkerSpec {
+    pub name: String,
+    /// The configured reference (tag form), recorded in a label for `status`.
+    pub image: String,
+    /// `repo@sha256:…`: workers always run the exact image that was resolved and pulled.
+    pub image_pinned: String,
+    pub image_digest: String,
+    pub labels: BTreeMap<String, String>,
+    pub env: BTreeMap<String, String>,
+    pub nano_cpus: i64,
+    pub memory_bytes: i64,
+    /// GPUs requested from the engine's NVIDIA device driver, by index: each worker its own.
+    pub gpu_ids: Vec<u32>,
+    /// The root filesystem is read-only (tmpfs at /tmp and /var/tmp); the worker writes only
+    /// to its scratch dir.
+    pub read_only_rootfs: bool,
+    pub pids_limit: i64,
+    /// Host path bind-mounted read-only at `token_mount`: this worker's own copy of the
+    /// site's token, readable by the worker's uid. Never in env.
+    pub token_file: Option<PathBuf>,
+    /// The site's token file the copy is made from (root's, 0600; never mounted itself).
+    pub token_source: Option<PathBuf>,
+    /// The ids the scratch dir and the token copy are given to (`None`: the image's user,
+    /// unknown to pilotd).
+    pub owner: Option<(u32, u32)>,
+    pub token_mount: PathBuf,
+    /// Host path of this worker's scratch dir, mounted at `scratch_mount` when its disk share
+    /// is only measured (`disk_image` is `None`).
+    pub scratch_dir: PathBuf,
+    /// The disk image whose filesystem is the worker's scratch, of exactly its disk share:
+    /// the kernel enforces the share (`scratch`). `None`: the owner chose a measured share.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_image: Option<DiskImage>,
+    /// The loop device the image is attached to, filled in by the executor just before the
+    /// start (the engine mounts it as a `local` volume named after the worker).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scratch_device: Option<PathBuf>,
+    pub scratch_mount: PathBuf,
+    pub cvmfs: Option<PathBuf>,
+    /// Host directory of the machine's slot-ad file (`slot_ad`), bind-mounted read-only at
+    /// `slot_ad::MOUNT`.
+    pub ad_dir: Option<PathBuf>,
+    pub cap_add: Vec<String>,
+    pub user: Option<String>,
+    pub network: Option<String>,
+}
+
+/// A worker's disk image: where it lives and how big it is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DiskImage {
+    pub path: PathBuf,
+    pub bytes: u64,
+}
+
+/// A local image, as the engine has it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LocalImage {
+    /// Config digest (`sha256:…`), the engine's image id.
+    pub id: String,
+    /// `repo@sha256:…` entries: present for pulled or pushed images.
+    pub repo_digests: Vec<String>,
+    pub repo_tags: Vec<String>,
+    pub labels: BTreeMap<String, String>,
+    pub created: Option<DateTime<Utc>>,
+    /// Bytes on disk as the engine reports them (0 when unknown).
+    pub size: u64,
+}
+
+/// Cumulative CPU counters of one worker, from the engine's stats. The fraction of the whole
+/// machine between two samples is `Δworker / Δsystem` (both in ns, system over all CPUs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct CpuSample {
+    pub worker_ns: u64,
+    pub system_ns: u64,
+}
+
+impl CpuSample {
+    /// The fraction of the whole machine the worker used since `prev`; `None` when the
+    /// counters went backwards (the engine restarted) or no time passed.
+    pub fn fraction_since(self, prev: CpuSample) -> Option<f64> {
+        let worker = self.worker_ns.checked_sub(prev.worker_ns)?;
+        let system = self.system_ns.checked_sub(prev.system_ns)?;
+        (system > 0).then(|| (worker as f64 / system as f64).clamp(0.0, 1.0))
+    }
+}
+
+/// What the daemon knows about the worker image.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum ImageState {
+    /// Resolved and present locally: new workers use `pinned` (`repo@sha256:…`).
+    Ready { digest: String, pinned: String },
+    /// The registry points the tag at `digest`, which is not here yet.
+    NeedsPull { repository: String, digest: String },
+    /// A pull of `digest` is running.
+    Pulling { digest: String },
+    /// Nothing usable (registry unreachable and no fresh local image, reference not allowed…).
+    Unavailable { reason: String },
+}
+
+/// Splits a fully qualified reference into repository and tag or digest:
+/// `host:5000/a/b:tag` → (`host:5000/a/b`, Some(tag), None); `host/a@sha256:…` → digest.
+pub fn split_reference(reference: &str) -> (String, Option<String>, Option<String>) {
+    if let Some((repo, digest)) = reference.split_once('@') {
+        let repo = strip_tag(repo);
+        return (repo.to_string(), None, Some(digest.to_string()));
+    }
+    let repo = strip_tag(reference);
+    let tag = reference
+        .get(repo.len() + 1..)
+        .filter(|t| !t.is_empty())
+        .map(str::to_string);
+    (repo.to_string(), tag, None)
+}
+
+fn strip_tag(s: &str) -> &str {
+    // A ':' after the last '/' is a tag; one before it is a registry port.
+    let slash = s.rfind('/').map(|i| i + 1).unwrap_or(0);
+    match s[slash..].rfind(':') {
+        Some(i) => &s[..slash + i],
+        None => s,
+    }
+}
+
+/// Parses an RFC 3339 label value; a malformed label reads as absent (never a panic).
+pub fn parse_instant(s: Option<&String>) -> Option<DateTime<Utc>> {
+    s.and_then(|v| DateTime::parse_from_rfc3339(v).ok())
+        .map(|t| t.with_timezone(&Utc))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn references_split_into_repository_tag_and_digest() {
+        assert_eq!(
+            split_reference("127.0.0.1:5000/pilotd-test/worker:1"),
+            (
+                "127.0.0.1:5000/pilotd-test/worker".into(),
+                Some("1".into()),
+                None
+            )
+        );
+        assert_eq!(
+            split_reference("hub.example.org/a/b@sha256:abc"),
+            (
+                "hub.example.org/a/b".into(),
+                None,
+                Some("sha256:abc".into())
+            )
+        );
+        assert_eq!(
+            split_reference("localhost:5000/w"),
+            ("localhost:5000/w".into(), None, None)
+        );
+    }
+
+    #[test]
+    fn cpu_fraction_is_a_share_of_the_machine() {
+        let a = CpuSample {
+            worker_ns: 1_000,
+            system_ns: 10_000,
+        };
+        let b = CpuSample {
+            worker_ns: 3_000,
+            system_ns: 18_000,
+        };
+        assert_eq!(b.fraction_since(a), Some(0.25));
+        assert_eq!(
+            a.fraction_since(b),
+            None,
+            "counters went backwards (restart)"
+        );
+        assert_eq!(a.fraction_since(a), None);
+    }
+
+    #[test]
+    fn unknown_states_are_not_errors() {
+        assert_eq!(WorkerState::parse("stopped"), WorkerState::Exited);
+        assert_eq!(WorkerState::parse("weird"), WorkerState::Unknown);
+    }
+}
