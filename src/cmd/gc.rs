@@ -8,7 +8,7 @@
 use super::{CmdError, block_on, load_config};
 use crate::cli::{GcArgs, Global};
 use crate::config::SiteFile;
-use crate::volunteer::backend::{self, Backend};
+use crate::volunteer::backend::{self, Images, Workers};
 use crate::volunteer::gc;
 use crate::volunteer::manifest;
 use crate::volunteer::settings::Settings;

@@ -3,7 +3,7 @@
 //! errors. The recording fake (src/volunteer/backend/fake.rs) answers with these same words.
 
 use super::docker;
-use pilotd::volunteer::backend::{Backend, BackendError, docker::DockerBackend};
+use pilotd::volunteer::backend::{BackendError, Workers, docker::DockerBackend};
 use pilotd::volunteer::settings::EngineSettings;
 use std::time::{Duration, Instant};
 

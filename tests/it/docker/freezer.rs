@@ -4,7 +4,7 @@
 //! older pilotd's) still resumes through the engine.
 
 use super::docker;
-use pilotd::volunteer::backend::{Backend, docker::DockerBackend};
+use pilotd::volunteer::backend::{Workers, docker::DockerBackend};
 use pilotd::volunteer::settings::EngineSettings;
 use pilotd::volunteer::worker::WorkerState;
 use std::time::{Duration, Instant};

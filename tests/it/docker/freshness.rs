@@ -2,7 +2,7 @@
 //! (tests/setup-docker.sh starts Debian's docker-registry with its access log on): an
 //! unchanged tag costs pilotd one HEAD of the manifest, and no blob (config or layer) at all.
 
-use pilotd::volunteer::backend::{Backend, docker::DockerBackend};
+use pilotd::volunteer::backend::{Images, docker::DockerBackend};
 use pilotd::volunteer::registry::USER_AGENT;
 use pilotd::volunteer::settings::EngineSettings;
 use std::path::PathBuf;
