@@ -9,7 +9,7 @@ use super::{CmdError, block_on, load_config};
 use crate::cli::{GcArgs, Global};
 use chrono::Utc;
 use pilotd_core::config::SiteFile;
-use pilotd_volunteer::backend::{self, Backend};
+use pilotd_volunteer::backend::{self, Images, Workers};
 use pilotd_volunteer::gc;
 use pilotd_volunteer::manifest;
 use pilotd_volunteer::settings::Settings;

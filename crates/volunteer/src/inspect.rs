@@ -2,7 +2,7 @@
 //! within a short deadline, how much CPU they use, and the plan the daemon's next cycle would
 //! make. Acts on nothing; a command's answer never waits long for an engine that hangs.
 
-use crate::backend::{AnyBackend, Backend, BackendError};
+use crate::backend::{Backend, BackendError};
 use crate::image;
 use crate::outcome::StartBackoff;
 use crate::plan::{self, InFlight, Observed, Plan};
@@ -26,7 +26,7 @@ pub enum InspectError {
 }
 
 /// The workers as the engine lists them now, within `LIST_DEADLINE`.
-pub async fn workers(b: &AnyBackend, socket: &str) -> Result<Vec<Worker>, InspectError> {
+pub async fn workers(b: &impl Backend, socket: &str) -> Result<Vec<Worker>, InspectError> {
     tokio::time::timeout(LIST_DEADLINE, b.list_workers())
         .await
         .map_err(|_| InspectError::Timeout {
@@ -37,7 +37,7 @@ pub async fn workers(b: &AnyBackend, socket: &str) -> Result<Vec<Worker>, Inspec
 
 /// Own-load accounting for one-shot commands: two CPU samples of every running worker `gap`
 /// apart, as a fraction of the whole machine. `None` when the engine cannot be asked.
-pub async fn own_cpu(backend: &AnyBackend, gap: Duration) -> Option<f64> {
+pub async fn own_cpu(backend: &impl Backend, gap: Duration) -> Option<f64> {
     let workers = backend.list_workers().await.ok()?;
     let running: Vec<&Worker> = workers
         .iter()
@@ -65,7 +65,7 @@ pub async fn own_cpu(backend: &AnyBackend, gap: Duration) -> Option<f64> {
 /// file knows nothing of it), with how many workers run or are paused now (what an eviction
 /// would act on). `Err` says why the workers are unknown.
 pub async fn next_plan(
-    b: &AnyBackend,
+    b: &impl Backend,
     s: &Settings,
     worker: &WorkerSettings,
     recorded: (&ImageRecord, &StartBackoff),

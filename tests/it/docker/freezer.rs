@@ -4,7 +4,7 @@
 //! older pilotd's) still resumes through the engine.
 
 use super::docker;
-use pilotd_volunteer::backend::{Backend, docker::DockerBackend};
+use pilotd_volunteer::backend::{Workers, docker::DockerBackend};
 use pilotd_volunteer::settings::EngineSettings;
 use pilotd_volunteer::worker::WorkerState;
 use std::time::{Duration, Instant};

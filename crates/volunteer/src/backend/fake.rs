@@ -5,7 +5,7 @@
 //! `already_there`, so a daemon that leans on a lenient engine fails here too.
 
 use super::docker::{Change, already_there};
-use super::{Backend, BackendError, BackendEvent};
+use super::{BackendError, BackendEvent, Images, Network, Observe, Workers};
 use crate::worker::{CpuSample, LocalImage, Worker, WorkerSpec, WorkerState, split_reference};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -161,21 +161,7 @@ impl FakeWorld {
     }
 }
 
-impl Backend for FakeBackend {
-    async fn describe_engine(&self) -> Result<String, BackendError> {
-        let _world = self.call("version".into())?;
-        Ok("fake engine".into())
-    }
-
-    async fn list_workers(&self) -> Result<Vec<Worker>, BackendError> {
-        let delay = self.call("list".into())?.list_delay;
-        if let Some(d) = delay {
-            tokio::time::sleep(d).await;
-            self.lock().calls.push("listed".into());
-        }
-        Ok(self.lock().workers.clone())
-    }
-
+impl Images for FakeBackend {
     async fn resolve_image(&self, reference: &str) -> Result<String, BackendError> {
         let hangs = self.call(format!("resolve {reference}"))?.registry_hangs;
         if hangs {
@@ -245,6 +231,17 @@ impl Backend for FakeBackend {
         let mut w = self.call(format!("rmi {id}"))?;
         w.images.retain(|i| i.id != id);
         Ok(())
+    }
+}
+
+impl Workers for FakeBackend {
+    async fn list_workers(&self) -> Result<Vec<Worker>, BackendError> {
+        let delay = self.call("list".into())?.list_delay;
+        if let Some(d) = delay {
+            tokio::time::sleep(d).await;
+            self.lock().calls.push("listed".into());
+        }
+        Ok(self.lock().workers.clone())
     }
 
     async fn start(&self, spec: &WorkerSpec) -> Result<String, BackendError> {
@@ -340,19 +337,28 @@ impl Backend for FakeBackend {
         self.change(id, Change::Remove, format!("remove {id}"))
     }
 
-    async fn ensure_network(&self, name: &str, interface: &str) -> Result<(), BackendError> {
-        let _w = self.call(format!("network {name} {interface}"))?;
-        Ok(())
-    }
-
     async fn remove_volume(&self, name: &str) -> Result<(), BackendError> {
         let _w = self.call(format!("volume-rm {name}"))?;
+        Ok(())
+    }
+}
+
+impl Network for FakeBackend {
+    async fn ensure_network(&self, name: &str, interface: &str) -> Result<(), BackendError> {
+        let _w = self.call(format!("network {name} {interface}"))?;
         Ok(())
     }
 
     async fn remove_network(&self, name: &str) -> Result<(), BackendError> {
         let _w = self.call(format!("network-rm {name}"))?;
         Ok(())
+    }
+}
+
+impl Observe for FakeBackend {
+    async fn describe_engine(&self) -> Result<String, BackendError> {
+        let _world = self.call("version".into())?;
+        Ok("fake engine".into())
     }
 
     async fn output_tail(&self, id: &str, lines: usize) -> Result<Vec<String>, BackendError> {

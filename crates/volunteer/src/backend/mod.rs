@@ -2,9 +2,9 @@
 //! `WorkerSpec`, stop that worker within this grace) and reports what it observes (`Worker`);
 //! it never decides *whether*. Decisions live in `policy` and `plan`.
 //!
-//! The trait uses native `async fn`-style methods spelled as `-> impl Future + Send`, so the
+//! The traits use native `async fn`-style methods spelled as `-> impl Future + Send`, so the
 //! daemon's futures can move between tokio worker threads; such traits are not dyn-compatible,
-//! hence the `AnyBackend` enum (one arm per backend, dispatch by `match`).
+//! so the daemon is generic over its `Backend` (Docker in production, the fake in tests).
 //!
 //! State lives in the runtime: everything pilotd needs to rebuild its view after a crash is in
 //! the labels of the containers it created (`pilotd.*`, see `worker::labels`).
@@ -51,13 +51,47 @@ pub enum BackendEvent {
     WorkerExited { id: String, name: String },
 }
 
-pub trait Backend: Send + Sync {
-    /// Engine name and version, for the log line when it is first reached.
-    fn describe_engine(&self) -> impl Future<Output = Result<String, BackendError>> + Send;
+/// A container engine, as the daemon uses it. One trait per concern, so that each is
+/// implemented in the Docker backend's file for it (`docker/workers.rs`, `images.rs`,
+/// `network.rs`, `observe.rs`) with no layer handing calls on: Rust takes one `impl` block per
+/// trait and type. The recording fake implements the same four. A new engine call is declared
+/// in its trait here and written in its Docker file (and the fake). `Clone + 'static`: the
+/// daemon keeps the engine and hands a copy to each task beside its loop.
+pub trait Backend: Workers + Images + Network + Observe + Clone + Send + Sync + 'static {}
 
+impl<T: Workers + Images + Network + Observe + Clone + Send + Sync + 'static> Backend for T {}
+
+/// Workers: listing them and changing their state.
+pub trait Workers {
     /// Workers carrying this daemon's labels, in every state. An error is never an empty list.
     fn list_workers(&self) -> impl Future<Output = Result<Vec<Worker>, BackendError>> + Send;
 
+    /// Creates and starts a worker; returns its id. A failed start leaves no container behind.
+    fn start(&self, spec: &WorkerSpec)
+    -> impl Future<Output = Result<String, BackendError>> + Send;
+
+    fn pause(&self, id: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
+    fn unpause(&self, id: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// SIGTERM, then SIGKILL after `grace`. Returns once the worker has stopped.
+    fn stop(
+        &self,
+        id: &str,
+        grace: Duration,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    fn kill(&self, id: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// Removes a finished worker; "not found" and "removal already in progress" are success.
+    fn remove(&self, id: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// Removes the volume named `name` (a worker's disk, after its container is gone) if it
+    /// carries this instance's labels; absent, or not pilotd's, is left alone and fine.
+    fn remove_volume(&self, name: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
+}
+
+/// Images: the freshness check, pulls, and the local images of a repository.
+pub trait Images {
     /// Asks the image's registry which digest `reference` (tag form) points at now, without
     /// pulling. Returns `sha256:…`.
     fn resolve_image(
@@ -86,29 +120,10 @@ pub trait Backend: Send + Sync {
 
     /// Removes an image by id; an image still used by a container is a `Conflict`.
     fn remove_image(&self, id: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
+}
 
-    /// Creates and starts a worker; returns its id. A failed start leaves no container behind.
-    fn start(&self, spec: &WorkerSpec)
-    -> impl Future<Output = Result<String, BackendError>> + Send;
-
-    fn pause(&self, id: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
-    fn unpause(&self, id: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
-
-    /// SIGTERM, then SIGKILL after `grace`. Returns once the worker has stopped.
-    fn stop(
-        &self,
-        id: &str,
-        grace: Duration,
-    ) -> impl Future<Output = Result<(), BackendError>> + Send;
-
-    fn kill(&self, id: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
-
-    /// Removes a finished worker; "not found" and "removal already in progress" are success.
-    fn remove(&self, id: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
-
-    /// Cumulative CPU counters of a running or paused worker.
-    fn cpu_sample(&self, id: &str) -> impl Future<Output = Result<CpuSample, BackendError>> + Send;
-
+/// pilotd's own bridge network for workers.
+pub trait Network {
     /// Makes sure pilotd's own bridge network for this instance exists: created with traffic
     /// between containers off and the given interface name, labelled as pilotd's. A network of
     /// that name that is not pilotd's is an error, never touched.
@@ -118,12 +133,14 @@ pub trait Backend: Send + Sync {
         interface: &str,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
 
-    /// Removes the volume named `name` (a worker's disk, after its container is gone) if it
-    /// carries this instance's labels; absent, or not pilotd's, is left alone and fine.
-    fn remove_volume(&self, name: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
-
     /// Removes pilotd's own network (after its workers are gone); absent is fine.
     fn remove_network(&self, name: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
+}
+
+/// What the engine tells about itself and its workers.
+pub trait Observe {
+    /// Engine name and version, for the log line when it is first reached.
+    fn describe_engine(&self) -> impl Future<Output = Result<String, BackendError>> + Send;
 
     /// The last `lines` lines a worker printed (stdout and stderr, in order): what remains
     /// to say why it failed once the container is removed.
@@ -132,6 +149,9 @@ pub trait Backend: Send + Sync {
         id: &str,
         lines: usize,
     ) -> impl Future<Output = Result<Vec<String>, BackendError>> + Send;
+
+    /// Cumulative CPU counters of a running or paused worker.
+    fn cpu_sample(&self, id: &str) -> impl Future<Output = Result<CpuSample, BackendError>> + Send;
 
     /// Streams events about this daemon's workers into `tx` until the stream breaks; the
     /// caller reconnects.
@@ -142,84 +162,6 @@ pub trait Backend: Send + Sync {
 }
 
 /// Connects the engine pilotd.toml names (no request is made yet).
-pub fn connect(engine: &EngineSettings) -> Result<AnyBackend, BackendError> {
-    docker::DockerBackend::connect(engine).map(AnyBackend::Docker)
-}
-
-/// Enum dispatch over the backends (the trait is not dyn-compatible).
-#[derive(Clone)]
-pub enum AnyBackend {
-    Docker(docker::DockerBackend),
-    #[cfg(test)]
-    Fake(fake::FakeBackend),
-}
-
-macro_rules! dispatch {
-    ($self:ident, $b:ident => $e:expr) => {
-        match $self {
-            AnyBackend::Docker($b) => $e,
-            #[cfg(test)]
-            AnyBackend::Fake($b) => $e,
-        }
-    };
-}
-
-impl Backend for AnyBackend {
-    async fn describe_engine(&self) -> Result<String, BackendError> {
-        dispatch!(self, b => b.describe_engine().await)
-    }
-    async fn list_workers(&self) -> Result<Vec<Worker>, BackendError> {
-        dispatch!(self, b => b.list_workers().await)
-    }
-    async fn resolve_image(&self, reference: &str) -> Result<String, BackendError> {
-        dispatch!(self, b => b.resolve_image(reference).await)
-    }
-    async fn local_image(&self, reference: &str) -> Result<Option<LocalImage>, BackendError> {
-        dispatch!(self, b => b.local_image(reference).await)
-    }
-    async fn pull_image(&self, repository: &str, digest: &str) -> Result<LocalImage, BackendError> {
-        dispatch!(self, b => b.pull_image(repository, digest).await)
-    }
-    async fn list_images(&self, repository: &str) -> Result<Vec<LocalImage>, BackendError> {
-        dispatch!(self, b => b.list_images(repository).await)
-    }
-    async fn remove_image(&self, id: &str) -> Result<(), BackendError> {
-        dispatch!(self, b => b.remove_image(id).await)
-    }
-    async fn start(&self, spec: &WorkerSpec) -> Result<String, BackendError> {
-        dispatch!(self, b => b.start(spec).await)
-    }
-    async fn output_tail(&self, id: &str, lines: usize) -> Result<Vec<String>, BackendError> {
-        dispatch!(self, b => b.output_tail(id, lines).await)
-    }
-    async fn ensure_network(&self, name: &str, interface: &str) -> Result<(), BackendError> {
-        dispatch!(self, b => b.ensure_network(name, interface).await)
-    }
-    async fn remove_volume(&self, name: &str) -> Result<(), BackendError> {
-        dispatch!(self, b => b.remove_volume(name).await)
-    }
-    async fn remove_network(&self, name: &str) -> Result<(), BackendError> {
-        dispatch!(self, b => b.remove_network(name).await)
-    }
-    async fn pause(&self, id: &str) -> Result<(), BackendError> {
-        dispatch!(self, b => b.pause(id).await)
-    }
-    async fn unpause(&self, id: &str) -> Result<(), BackendError> {
-        dispatch!(self, b => b.unpause(id).await)
-    }
-    async fn stop(&self, id: &str, grace: Duration) -> Result<(), BackendError> {
-        dispatch!(self, b => b.stop(id, grace).await)
-    }
-    async fn kill(&self, id: &str) -> Result<(), BackendError> {
-        dispatch!(self, b => b.kill(id).await)
-    }
-    async fn remove(&self, id: &str) -> Result<(), BackendError> {
-        dispatch!(self, b => b.remove(id).await)
-    }
-    async fn cpu_sample(&self, id: &str) -> Result<CpuSample, BackendError> {
-        dispatch!(self, b => b.cpu_sample(id).await)
-    }
-    async fn watch(&self, tx: tokio::sync::mpsc::Sender<BackendEvent>) -> Result<(), BackendError> {
-        dispatch!(self, b => b.watch(tx).await)
-    }
+pub fn connect(engine: &EngineSettings) -> Result<docker::DockerBackend, BackendError> {
+    docker::DockerBackend::connect(engine)
 }

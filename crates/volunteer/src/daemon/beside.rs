@@ -5,7 +5,7 @@
 
 use super::*;
 
-impl Daemon {
+impl<B: Backend> Daemon<B> {
     /// Serves until `shutdown` completes: the watchers beside the loop (utmp, logind, input
     /// devices, firewalld), the owner's doors, then the service skeleton's loop. Every task
     /// started here is the daemon's (`watchers`) and ends with the drain, so a loop driven

@@ -1,6 +1,6 @@
 //! pilotd's own workers' share of the machine's CPU, measured cycle to cycle.
 
-use crate::backend::{AnyBackend, Backend};
+use crate::backend::Backend;
 use crate::worker::{CpuSample, Worker, WorkerState};
 use chrono::{DateTime, SubsecRound, Utc};
 use std::collections::HashMap;
@@ -81,7 +81,7 @@ impl CpuMeter {
     /// CPUs (`None` before the host was first observed).
     pub(super) async fn measure(
         &mut self,
-        b: &AnyBackend,
+        b: &impl Backend,
         workers: &[Worker],
         now: DateTime<Utc>,
         cpus: Option<u32>,

@@ -9,7 +9,7 @@ use super::cpu::MIN_CPU_WINDOW;
 use super::executor::{self, Executed};
 use super::record::Record;
 use super::triggers::Interrupt;
-use crate::backend::{AnyBackend, Backend};
+use crate::backend::Backend;
 use crate::gc;
 use crate::history::Outlook;
 use crate::host::Carry;
@@ -28,8 +28,8 @@ use std::collections::HashMap;
 const DISK_CHECK_MIN: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What a cycle observed before it decides.
-struct Observation {
-    backend: Option<AnyBackend>,
+struct Observation<B> {
+    backend: Option<B>,
     workers: Option<Vec<Worker>>,
     own_cpu: f64,
     /// The host's CPU counters are read anew (the window is long enough).
@@ -43,7 +43,7 @@ struct Observation {
     early_host: Option<HostSnapshot>,
 }
 
-impl Daemon {
+impl<B: Backend> Daemon<B> {
     /// One cycle at `now`, with nothing to interrupt it; returns a one-line summary. An
     /// `urgent` cycle (a login) decides on the CPU share measured last time instead of
     /// waiting for the engine's statistics.
@@ -87,7 +87,7 @@ impl Daemon {
         now: DateTime<Utc>,
         urgent: bool,
         errors: &mut Vec<String>,
-    ) -> Observation {
+    ) -> Observation<B> {
         let backend = self.connected(errors).await;
         // The engine's list and logind's sessions, asked together.
         let (listed, logind, (early, early_host)) = {
@@ -175,7 +175,7 @@ impl Daemon {
     /// lines and the host observation, which the cycle then decides on too.
     async fn evict_early(
         &mut self,
-        b: &AnyBackend,
+        b: &B,
         now: DateTime<Utc>,
         logind: &logind::Seen,
         errors: &mut Vec<String>,
@@ -430,7 +430,7 @@ impl Daemon {
 
     /// The engine, described in the log once per connection; `None` (and why, once per
     /// distinct failure) when it cannot be reached.
-    async fn connected(&mut self, errors: &mut Vec<String>) -> Option<AnyBackend> {
+    async fn connected(&mut self, errors: &mut Vec<String>) -> Option<B> {
         let b = match self.backend() {
             Ok(b) => b,
             Err(e) => {
@@ -530,7 +530,7 @@ impl Daemon {
     }
 
     /// Collects finished scratch dirs and old images every `gc_interval`.
-    async fn gc_if_due(&mut self, b: &AnyBackend, list: &[Worker], now: DateTime<Utc>) {
+    async fn gc_if_due(&mut self, b: &B, list: &[Worker], now: DateTime<Utc>) {
         let every = chrono::Duration::from_std(self.s.gc_interval).unwrap_or_default();
         if self.last_gc.is_some_and(|t| now - t < every) {
             return;

@@ -8,7 +8,7 @@
 use super::Work;
 use super::tasks;
 use super::triggers::Interrupt;
-use crate::backend::{AnyBackend, Backend, BackendError};
+use crate::backend::{Backend, BackendError};
 use crate::egress::{EgressError, Filter, Guard};
 use crate::plan::Action;
 use crate::scratch::{self, RemovalError, ScratchError};
@@ -55,7 +55,7 @@ pub struct Executed {
 /// to the workers — starts, resumes, pulls — and lets an urgent cycle decide them again;
 /// evictions still run.
 pub async fn execute(
-    b: &AnyBackend,
+    b: &impl Backend,
     actions: &[Action],
     worker: &WorkerSettings,
     work: &mut Work,
@@ -108,7 +108,7 @@ pub async fn execute(
 const PAUSE_TRIES: u32 = 3;
 
 /// A pause or a kill, which needs nothing but the engine.
-async fn evict_now(b: &AnyBackend, action: &Action) -> Result<Done, ExecError> {
+async fn evict_now(b: &impl Backend, action: &Action) -> Result<Done, ExecError> {
     match action {
         Action::Pause { id, name, why } => {
             // runc can fail to freeze a busy container ("unable to freeze") and expects the
@@ -135,7 +135,7 @@ async fn evict_now(b: &AnyBackend, action: &Action) -> Result<Done, ExecError> {
 }
 
 async fn execute_one(
-    b: &AnyBackend,
+    b: &impl Backend,
     action: &Action,
     worker: &WorkerSettings,
     work: &mut Work,
@@ -181,14 +181,14 @@ async fn execute_one(
 /// pilotd's own network and its filter, in place before any worker joins it: the filter is
 /// checked whole, and rebuilt without a gap when it is not (a firewall reload may have flushed
 /// it); when that fails, the start fails, so no worker ever runs unfiltered.
-async fn ensure_isolation(b: &AnyBackend, f: &Filter, guard: &Guard) -> Result<(), ExecError> {
+async fn ensure_isolation(b: &impl Backend, f: &Filter, guard: &Guard) -> Result<(), ExecError> {
     b.ensure_network(&f.network, &f.interface).await?;
     guard.ensure(f).await?;
     Ok(())
 }
 
 async fn start(
-    b: &AnyBackend,
+    b: &impl Backend,
     spec: &WorkerSpec,
     worker: &WorkerSettings,
     guard: &Guard,
@@ -241,7 +241,7 @@ async fn start(
 
 /// A worker's scratch, disk image and token copy go (`scratch::remove`); what fails is left
 /// to GC, which finds it again by its name.
-pub(crate) async fn remove_scratch(b: &AnyBackend, worker: &WorkerSettings, name: &str) {
+pub(crate) async fn remove_scratch(b: &impl Backend, worker: &WorkerSettings, name: &str) {
     if let Err(e) = scratch::remove(b, worker, name).await {
         leftovers_to_gc(name, &e);
     }

@@ -35,7 +35,7 @@ mod tasks;
 mod tests;
 pub mod triggers;
 
-use crate::backend::{AnyBackend, Backend, BackendError};
+use crate::backend::{Backend, BackendError};
 use crate::contribution::{self, Contribution};
 use crate::control;
 use crate::egress;
@@ -84,7 +84,7 @@ pub(super) type SyntheticHost =
     Box<dyn FnMut(DateTime<Utc>, crate::host::Carry) -> HostSnapshot + Send>;
 
 /// Makes the engine client from its settings (no request is made yet).
-pub type Connector = Box<dyn Fn(&EngineSettings) -> Result<AnyBackend, BackendError> + Send>;
+pub type Connector<B> = Box<dyn Fn(&EngineSettings) -> Result<B, BackendError> + Send>;
 
 /// Runs the daemon for `s` until `shutdown` completes: readiness, watchdog, reloads and the
 /// drain are the service skeleton's. Needs a tokio runtime with IO and time enabled.
@@ -109,9 +109,9 @@ pub async fn run(
 
 /// The container engine: connected when first needed, and again after a reload that changed
 /// its settings.
-struct Engine {
-    connect: Connector,
-    backend: Option<AnyBackend>,
+struct Engine<B> {
+    connect: Connector<B>,
+    backend: Option<B>,
     /// The engine's event watch of `backend` (ended when the engine changes).
     events: Option<AbortHandle>,
 }
@@ -149,12 +149,12 @@ struct Saved {
 }
 
 /// The daemon's state between cycles, by part.
-pub struct Daemon {
+pub struct Daemon<B> {
     /// pilotd.toml's settings.
     s: Settings,
     /// The worker template in force: pilotd.toml's, with the pool's manifest laid over it.
     worker: WorkerSettings,
-    engine: Engine,
+    engine: Engine<B>,
     probe: HostProbe,
     /// The last good observation: a failing probe decides on it as if the owner were here.
     last_snapshot: Option<HostSnapshot>,
@@ -211,15 +211,15 @@ pub struct Daemon {
     watchers: JoinSet<()>,
 }
 
-impl Daemon {
+impl<B: Backend> Daemon<B> {
     /// A daemon for `s`, taking back what the state dir remembers (status, history, the last
     /// good manifest) as of `now`. Spawns nothing: `run` starts the watchers.
     pub fn new(
         s: Settings,
-        connect: Connector,
+        connect: Connector<B>,
         metrics: Option<Metrics>,
         now: DateTime<Utc>,
-    ) -> Result<Daemon, DaemonError> {
+    ) -> Result<Daemon<B>, DaemonError> {
         let mut probe = HostProbe::new(s.probe.clone())?;
         probe.prime();
         let status_path = status::path(&s.state_dir);
@@ -315,7 +315,7 @@ impl Daemon {
     }
 
     /// The engine client, connecting (and starting its event watch) when there is none.
-    fn backend(&mut self) -> Result<AnyBackend, BackendError> {
+    fn backend(&mut self) -> Result<B, BackendError> {
         if let Some(b) = &self.engine.backend {
             return Ok(b.clone());
         }
@@ -336,7 +336,7 @@ impl Daemon {
 /// then the service loop gets its turn (a reload, the shutdown).
 const BACK_TO_BACK: usize = 3;
 
-impl Daemon {
+impl<B: Backend> Daemon<B> {
     /// logind said the machine goes to sleep (true) or woke up (false).
     fn sleep_announced(&mut self, going: bool) {
         if going != self.sleeping {
@@ -392,7 +392,7 @@ async fn next_trigger(rx: &mut Option<mpsc::Receiver<Trigger>>) -> Option<Trigge
 /// How long a sleep waits for graceful stops to be under way (see `let_the_sleep_go`).
 const SLEEP_HOLD: Duration = Duration::from_secs(3);
 
-impl Reconciler for Daemon {
+impl<B: Backend> Reconciler for Daemon<B> {
     async fn wake(&mut self) -> Wake {
         if let Some(w) = self.wakeups.again.take() {
             return w;

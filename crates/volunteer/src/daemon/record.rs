@@ -4,7 +4,7 @@
 
 use super::Daemon;
 use super::executor::Executed;
-use crate::backend::{AnyBackend, Backend};
+use crate::backend::Backend;
 use crate::contribution::{self, Claim, Ended, Measured};
 use crate::history;
 use crate::outcome::Outcome;
@@ -55,7 +55,7 @@ pub(super) struct Record<'a> {
     pub(super) workers: Option<Vec<Worker>>,
 }
 
-impl Daemon {
+impl<B: Backend> Daemon<B> {
     /// Counts evictions, records outcomes (a removed worker's, a start that failed) and
     /// returns the status file's action lines.
     pub(super) fn record_executed(
@@ -135,12 +135,7 @@ impl Daemon {
     /// ran out of jobs, one evicted by pilotd's signal (condor's graceful stop lets it print
     /// its report first), one stopped for a full scratch (its outcome recorded when the stop
     /// was sent, its report once it has ended), one that failed.
-    pub(super) async fn record_finished(
-        &mut self,
-        b: &AnyBackend,
-        list: &[Worker],
-        now: DateTime<Utc>,
-    ) {
+    pub(super) async fn record_finished(&mut self, b: &B, list: &[Worker], now: DateTime<Utc>) {
         for w in list {
             let recorded = self.status.recorded.iter().any(|r| r == &w.id);
             let reported = self.status.reported.iter().any(|r| r == &w.id);

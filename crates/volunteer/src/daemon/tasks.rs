@@ -3,7 +3,7 @@
 //! wakes for each completion, so a finished stop or pull is acted on at once.
 
 use super::Daemon;
-use crate::backend::{AnyBackend, Backend, BackendError};
+use crate::backend::{Backend, BackendError};
 use crate::disk;
 use crate::image;
 use crate::manifest::{self, Manifest};
@@ -52,7 +52,7 @@ pub fn spawn_measure(tasks: &mut JoinSet<TaskDone>, root: &Path, workers: Vec<(S
 
 /// Asks the image's registry beside the loop: a slow or unreachable registry must never delay
 /// an eviction (a login's cycle runs at once, whatever the registry is doing).
-pub fn spawn_check(tasks: &mut JoinSet<TaskDone>, b: &AnyBackend, reference: &str) {
+pub fn spawn_check(tasks: &mut JoinSet<TaskDone>, b: &impl Backend, reference: &str) {
     let (b, reference) = (b.clone(), reference.to_string());
     tasks.spawn(async move {
         let answer = b.resolve_image(&reference).await;
@@ -62,7 +62,7 @@ pub fn spawn_check(tasks: &mut JoinSet<TaskDone>, b: &AnyBackend, reference: &st
 
 pub fn spawn_stop(
     tasks: &mut JoinSet<TaskDone>,
-    b: &AnyBackend,
+    b: &impl Backend,
     id: &str,
     name: &str,
     grace: Duration,
@@ -74,7 +74,7 @@ pub fn spawn_stop(
     });
 }
 
-pub fn spawn_pull(tasks: &mut JoinSet<TaskDone>, b: &AnyBackend, repository: &str, digest: &str) {
+pub fn spawn_pull(tasks: &mut JoinSet<TaskDone>, b: &impl Backend, repository: &str, digest: &str) {
     let (b, repository, digest) = (b.clone(), repository.to_string(), digest.to_string());
     tasks.spawn(async move {
         let result = b.pull_image(&repository, &digest).await;
@@ -101,7 +101,7 @@ pub fn spawn_manifest_fetch(
     });
 }
 
-impl Daemon {
+impl<B: Backend> Daemon<B> {
     /// A manifest that is not taken: what stays in force first, so the first line of the log
     /// says it all.
     fn keeping(&self, e: &manifest::ManifestError) {

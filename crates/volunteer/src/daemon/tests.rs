@@ -17,6 +17,9 @@ use std::collections::BTreeMap;
 #[allow(dead_code)]
 mod record;
 
+/// The daemon on the recording fake engine.
+type Daemon = super::Daemon<FakeBackend>;
+
 const IMAGE: &str = "127.0.0.1:5000/pilotd-test/worker:1";
 const DIGEST: &str = "sha256:aa";
 
@@ -101,7 +104,7 @@ impl Machine {
         let engine = self.engine.clone();
         Daemon::new(
             settings,
-            Box::new(move |_| Ok(AnyBackend::Fake(engine.clone()))),
+            Box::new(move |_| Ok(engine.clone())),
             None,
             Utc::now(),
         )
@@ -114,7 +117,7 @@ impl Machine {
         let engine = self.engine.clone();
         let d = Daemon::new(
             self.settings(),
-            Box::new(move |_| Ok(AnyBackend::Fake(engine.clone()))),
+            Box::new(move |_| Ok(engine.clone())),
             Some(metrics),
             Utc::now(),
         )
@@ -594,7 +597,7 @@ async fn own_cpu_counts_a_new_worker_in_its_first_window() {
     let t0: chrono::DateTime<Utc> = "2026-12-01T12:00:00.400Z".parse().unwrap();
     let t = |s: i64| t0 + chrono::Duration::seconds(s);
     let engine = FakeBackend::new();
-    let b = AnyBackend::Fake(engine.clone());
+    let b = engine.clone();
     let at = |id: &str, state: WorkerState, created: chrono::DateTime<Utc>| Worker {
         state,
         created: Some(created),
@@ -685,7 +688,7 @@ async fn the_cpu_given_is_each_counter_delta_once() {
     let t0: chrono::DateTime<Utc> = "2026-12-01T12:00:00Z".parse().unwrap();
     let t = |s: i64| t0 + chrono::Duration::seconds(s);
     let engine = FakeBackend::new();
-    let b = AnyBackend::Fake(engine.clone());
+    let b = engine.clone();
     let set = |id: &str, worker_s: u64| {
         engine.lock().cpu.insert(
             id.into(),

@@ -4,7 +4,7 @@
 //! watches) the file's mtime and size are polled every 250 ms instead — still well under the
 //! one-second goal, at the cost of a few stat calls per second.
 
-use crate::backend::{AnyBackend, Backend, BackendEvent};
+use crate::backend::{Backend, BackendEvent};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use pilotd_core::backoff::Backoff;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
@@ -229,7 +229,7 @@ const RECONNECT_CLEAN: Duration = Duration::from_secs(1);
 
 /// Forwards "a worker exited" from the engine, reconnecting with a delay when the stream
 /// breaks (engine restart). Missing an event only delays the reaction to the next tick.
-pub async fn watch_workers(backend: AnyBackend, tx: mpsc::Sender<Trigger>) {
+pub async fn watch_workers(backend: impl Backend, tx: mpsc::Sender<Trigger>) {
     let mut failures = 0u32;
     loop {
         let (etx, mut erx) = mpsc::channel::<BackendEvent>(16);

@@ -4,7 +4,7 @@
 
 use super::DockerBackend;
 use super::errors::registry_error;
-use crate::backend::BackendError;
+use crate::backend::{BackendError, Images};
 use crate::worker::{LocalImage, parse_instant};
 use bollard::query_parameters::{
     CreateImageOptionsBuilder, ListImagesOptionsBuilder, RemoveImageOptionsBuilder,
@@ -13,8 +13,8 @@ use chrono::DateTime;
 use futures_util::StreamExt;
 use std::collections::HashMap;
 
-impl DockerBackend {
-    async fn inspect_local(&self, reference: &str) -> Result<Option<LocalImage>, BackendError> {
+impl Images for DockerBackend {
+    async fn local_image(&self, reference: &str) -> Result<Option<LocalImage>, BackendError> {
         match self.docker.inspect_image(reference).await {
             Ok(i) => Ok(Some(LocalImage {
                 size: i.size.unwrap_or_default().max(0) as u64,
@@ -36,7 +36,7 @@ impl DockerBackend {
         }
     }
 
-    pub(super) async fn resolve_image(&self, reference: &str) -> Result<String, BackendError> {
+    async fn resolve_image(&self, reference: &str) -> Result<String, BackendError> {
         let what = format!("resolving {reference} at its registry");
         let direct = match self.resolver.digest(reference).await {
             Ok(d) => return Ok(d),
@@ -80,18 +80,7 @@ impl DockerBackend {
             })
     }
 
-    pub(super) async fn local_image(
-        &self,
-        reference: &str,
-    ) -> Result<Option<LocalImage>, BackendError> {
-        self.inspect_local(reference).await
-    }
-
-    pub(super) async fn pull_image(
-        &self,
-        repository: &str,
-        digest: &str,
-    ) -> Result<LocalImage, BackendError> {
+    async fn pull_image(&self, repository: &str, digest: &str) -> Result<LocalImage, BackendError> {
         let pinned = format!("{repository}@{digest}");
         let what = format!("pulling {pinned}");
         let opts = CreateImageOptionsBuilder::default()
@@ -121,7 +110,7 @@ impl DockerBackend {
                 _ => {}
             }
         }
-        self.inspect_local(&pinned)
+        self.local_image(&pinned)
             .await?
             .ok_or(BackendError::Registry {
                 what,
@@ -129,10 +118,7 @@ impl DockerBackend {
             })
     }
 
-    pub(super) async fn list_images(
-        &self,
-        repository: &str,
-    ) -> Result<Vec<LocalImage>, BackendError> {
+    async fn list_images(&self, repository: &str) -> Result<Vec<LocalImage>, BackendError> {
         let opts = ListImagesOptionsBuilder::default().all(false).build();
         let list = self
             .docker
@@ -157,7 +143,7 @@ impl DockerBackend {
             .collect())
     }
 
-    pub(super) async fn remove_image(&self, id: &str) -> Result<(), BackendError> {
+    async fn remove_image(&self, id: &str) -> Result<(), BackendError> {
         let opts = RemoveImageOptionsBuilder::default()
             .force(false)
             .noprune(false)

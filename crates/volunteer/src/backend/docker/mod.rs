@@ -13,8 +13,8 @@
 //! Files by concern: `workers` (list, start, pause through the cgroup freezer, stop, kill,
 //! remove), `images` (resolve, pull, list, remove), `network` (pilotd's bridge), `observe`
 //! (engine version, output, CPU, exit events), `container` (the container body and its
-//! hardening; pure) and `errors` (bollard's errors mapped, and "already done" refusals). This
-//! file holds the client and the `Backend` impl, which only hands each call to its file.
+//! hardening; pure) and `errors` (bollard's errors mapped, and "already done" refusals). Each of
+//! the first four implements its own trait of `Backend`; this file holds the client.
 
 mod container;
 mod errors;
@@ -26,10 +26,10 @@ mod workers;
 pub use container::container_body;
 pub use errors::{Change, already_there, map_error};
 
+use super::BackendError;
 use super::freezer::Freezers;
-use super::{Backend, BackendError, BackendEvent};
 use crate::settings::EngineSettings;
-use crate::worker::{CpuSample, LocalImage, Worker, WorkerSpec, labels};
+use crate::worker::labels;
 use bollard::Docker;
 use bollard::errors::Error as DockerError;
 use std::collections::HashMap;
@@ -94,85 +94,5 @@ impl DockerBackend {
                 format!("{}={}", labels::INSTANCE, self.instance),
             ],
         )])
-    }
-}
-
-// Inherent methods of the same names, in the files by concern, take precedence over the
-// trait's: each arm below is the call of its file's method, not a recursion.
-impl Backend for DockerBackend {
-    async fn describe_engine(&self) -> Result<String, BackendError> {
-        DockerBackend::describe_engine(self).await
-    }
-
-    async fn list_workers(&self) -> Result<Vec<Worker>, BackendError> {
-        DockerBackend::list_workers(self).await
-    }
-
-    async fn resolve_image(&self, reference: &str) -> Result<String, BackendError> {
-        DockerBackend::resolve_image(self, reference).await
-    }
-
-    async fn local_image(&self, reference: &str) -> Result<Option<LocalImage>, BackendError> {
-        DockerBackend::local_image(self, reference).await
-    }
-
-    async fn pull_image(&self, repository: &str, digest: &str) -> Result<LocalImage, BackendError> {
-        DockerBackend::pull_image(self, repository, digest).await
-    }
-
-    async fn list_images(&self, repository: &str) -> Result<Vec<LocalImage>, BackendError> {
-        DockerBackend::list_images(self, repository).await
-    }
-
-    async fn remove_image(&self, id: &str) -> Result<(), BackendError> {
-        DockerBackend::remove_image(self, id).await
-    }
-
-    async fn start(&self, spec: &WorkerSpec) -> Result<String, BackendError> {
-        DockerBackend::start(self, spec).await
-    }
-
-    async fn pause(&self, id: &str) -> Result<(), BackendError> {
-        DockerBackend::pause(self, id).await
-    }
-
-    async fn unpause(&self, id: &str) -> Result<(), BackendError> {
-        DockerBackend::unpause(self, id).await
-    }
-
-    async fn stop(&self, id: &str, grace: Duration) -> Result<(), BackendError> {
-        DockerBackend::stop(self, id, grace).await
-    }
-
-    async fn kill(&self, id: &str) -> Result<(), BackendError> {
-        DockerBackend::kill(self, id).await
-    }
-
-    async fn remove(&self, id: &str) -> Result<(), BackendError> {
-        DockerBackend::remove(self, id).await
-    }
-
-    async fn ensure_network(&self, name: &str, interface: &str) -> Result<(), BackendError> {
-        DockerBackend::ensure_network(self, name, interface).await
-    }
-
-    async fn remove_volume(&self, name: &str) -> Result<(), BackendError> {
-        DockerBackend::remove_volume(self, name).await
-    }
-
-    async fn remove_network(&self, name: &str) -> Result<(), BackendError> {
-        DockerBackend::remove_network(self, name).await
-    }
-
-    async fn output_tail(&self, id: &str, lines: usize) -> Result<Vec<String>, BackendError> {
-        DockerBackend::output_tail(self, id, lines).await
-    }
-
-    async fn cpu_sample(&self, id: &str) -> Result<CpuSample, BackendError> {
-        DockerBackend::cpu_sample(self, id).await
-    }
-
-    async fn watch(&self, tx: tokio::sync::mpsc::Sender<BackendEvent>) -> Result<(), BackendError> {
-        DockerBackend::watch(self, tx).await
     }
 }

@@ -2,18 +2,14 @@
 //! not make.
 
 use super::DockerBackend;
-use crate::backend::BackendError;
+use crate::backend::{BackendError, Network};
 use crate::worker::labels;
 use bollard::models::NetworkCreateRequest;
 use bollard::query_parameters::InspectNetworkOptions;
 use std::collections::HashMap;
 
-impl DockerBackend {
-    pub(super) async fn ensure_network(
-        &self,
-        name: &str,
-        interface: &str,
-    ) -> Result<(), BackendError> {
+impl Network for DockerBackend {
+    async fn ensure_network(&self, name: &str, interface: &str) -> Result<(), BackendError> {
         let what = format!("pilotd's network {name}");
         match self
             .docker
@@ -79,7 +75,7 @@ impl DockerBackend {
             },
         }
     }
-    pub(super) async fn remove_network(&self, name: &str) -> Result<(), BackendError> {
+    async fn remove_network(&self, name: &str) -> Result<(), BackendError> {
         match self.docker.remove_network(name).await {
             Ok(()) => Ok(()),
             Err(e) => match self.err(format!("removing pilotd's network {name}"), e) {

@@ -2,16 +2,16 @@
 //! CPU time, and the stream of workers' exits.
 
 use super::DockerBackend;
-use crate::backend::{BackendError, BackendEvent};
+use crate::backend::{BackendError, BackendEvent, Observe};
 use crate::worker::CpuSample;
 use bollard::query_parameters::{EventsOptionsBuilder, LogsOptionsBuilder, StatsOptionsBuilder};
 use futures_util::StreamExt;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-impl DockerBackend {
+impl Observe for DockerBackend {
     /// Tells Docker from Podman in the log.
-    pub(super) async fn describe_engine(&self) -> Result<String, BackendError> {
+    async fn describe_engine(&self) -> Result<String, BackendError> {
         let v = self
             .docker
             .version()
@@ -34,11 +34,7 @@ impl DockerBackend {
             v.api_version.unwrap_or_default()
         ))
     }
-    pub(super) async fn output_tail(
-        &self,
-        id: &str,
-        lines: usize,
-    ) -> Result<Vec<String>, BackendError> {
+    async fn output_tail(&self, id: &str, lines: usize) -> Result<Vec<String>, BackendError> {
         let opts = LogsOptionsBuilder::default()
             .stdout(true)
             .stderr(true)
@@ -56,7 +52,7 @@ impl DockerBackend {
         Ok(all[all.len().saturating_sub(lines)..].to_vec())
     }
 
-    pub(super) async fn cpu_sample(&self, id: &str) -> Result<CpuSample, BackendError> {
+    async fn cpu_sample(&self, id: &str) -> Result<CpuSample, BackendError> {
         // one_shot: one reading without the engine's own 1 s second sample; the caller
         // differences two readings over its own interval.
         let opts = StatsOptionsBuilder::default()
@@ -82,10 +78,7 @@ impl DockerBackend {
         })
     }
 
-    pub(super) async fn watch(
-        &self,
-        tx: tokio::sync::mpsc::Sender<BackendEvent>,
-    ) -> Result<(), BackendError> {
+    async fn watch(&self, tx: tokio::sync::mpsc::Sender<BackendEvent>) -> Result<(), BackendError> {
         let mut filters = self.label_filter();
         filters.insert("type".into(), vec!["container".into()]);
         filters.insert("event".into(), vec!["die".into(), "oom".into()]);

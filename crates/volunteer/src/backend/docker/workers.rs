@@ -4,8 +4,8 @@
 use super::DockerBackend;
 use super::container::{container_body, uncovered_volumes};
 use super::errors::{Change, already_there};
-use crate::backend::BackendError;
 use crate::backend::freezer::Freezer;
+use crate::backend::{BackendError, Workers};
 use crate::worker::parse_gpus_label;
 use crate::worker::{Worker, WorkerSpec, WorkerState, labels, parse_instant};
 use bollard::errors::Error as DockerError;
@@ -85,7 +85,10 @@ impl DockerBackend {
             ),
         })
     }
-    pub(super) async fn list_workers(&self) -> Result<Vec<Worker>, BackendError> {
+}
+
+impl Workers for DockerBackend {
+    async fn list_workers(&self) -> Result<Vec<Worker>, BackendError> {
         let opts = ListContainersOptionsBuilder::default()
             .all(true)
             .filters(&self.label_filter())
@@ -169,7 +172,7 @@ impl DockerBackend {
             .retain(&workers.iter().map(|w| w.id.as_str()).collect());
         Ok(workers)
     }
-    pub(super) async fn start(&self, spec: &WorkerSpec) -> Result<String, BackendError> {
+    async fn start(&self, spec: &WorkerSpec) -> Result<String, BackendError> {
         self.refuse_volumes(spec).await?;
         let body = container_body(spec);
         let opts = CreateContainerOptionsBuilder::default()
@@ -189,7 +192,7 @@ impl DockerBackend {
         Ok(created.id)
     }
 
-    pub(super) async fn pause(&self, id: &str) -> Result<(), BackendError> {
+    async fn pause(&self, id: &str) -> Result<(), BackendError> {
         if let Some(f) = self.freezer(id).await {
             // Frozen, and not by pilotd: the engine paused it (an older pilotd did), and the
             // engine must resume it.
@@ -227,7 +230,7 @@ impl DockerBackend {
         }
     }
 
-    pub(super) async fn unpause(&self, id: &str) -> Result<(), BackendError> {
+    async fn unpause(&self, id: &str) -> Result<(), BackendError> {
         if self.freezers.frozen_here(id)
             && let Some(Some(f)) = self.freezers.get(id)
             && f.thaw().is_ok()
@@ -244,7 +247,7 @@ impl DockerBackend {
         }
     }
 
-    pub(super) async fn stop(&self, id: &str, grace: Duration) -> Result<(), BackendError> {
+    async fn stop(&self, id: &str, grace: Duration) -> Result<(), BackendError> {
         self.thaw_if_frozen_here(id);
         let t = i32::try_from(grace.as_secs()).unwrap_or(i32::MAX);
         // The engine answers only once the container has stopped, up to `grace` later.
@@ -259,7 +262,7 @@ impl DockerBackend {
         }
     }
 
-    pub(super) async fn kill(&self, id: &str) -> Result<(), BackendError> {
+    async fn kill(&self, id: &str) -> Result<(), BackendError> {
         self.thaw_if_frozen_here(id);
         let opts = KillContainerOptionsBuilder::default()
             .signal("SIGKILL")
@@ -270,7 +273,7 @@ impl DockerBackend {
         }
     }
 
-    pub(super) async fn remove(&self, id: &str) -> Result<(), BackendError> {
+    async fn remove(&self, id: &str) -> Result<(), BackendError> {
         self.thaw_if_frozen_here(id);
         let opts = RemoveContainerOptionsBuilder::default()
             .force(false)
@@ -281,7 +284,7 @@ impl DockerBackend {
             Err(e) => already_there(Change::Remove, self.err(format!("removing worker {id}"), e)),
         }
     }
-    pub(super) async fn remove_volume(&self, name: &str) -> Result<(), BackendError> {
+    async fn remove_volume(&self, name: &str) -> Result<(), BackendError> {
         let what = format!("the disk volume of worker {name}");
         let volume = match self.docker.inspect_volume(name).await {
             Ok(v) => v,
