@@ -15,7 +15,7 @@ use chrono::{DateTime, Utc};
 use pilotd_core::config::{Config, Mode};
 use pilotd_core::service::lifecycle::{self, Hooks, Reconciler, Reload, Wake};
 use pilotd_core::service::metrics::Metrics;
-use pilotd_core::service::state_file::write_atomically;
+use pilotd_core::service::state_file::Store;
 use std::collections::BTreeSet;
 use std::future::Future;
 use std::path::Path;
@@ -29,22 +29,20 @@ pub enum ProvisionerError {
     Kube(#[from] KubeError),
 }
 
-/// Reads the back-off book; a missing file is an empty book, a damaged one is reported and
-/// replaced (losing back-off history only delays back-off, it never stops workers).
-pub fn load_book(path: &Path) -> BackoffBook {
-    match std::fs::read_to_string(path) {
-        Ok(text) => serde_json::from_str(&text).unwrap_or_else(|e| {
-            tracing::warn!(file = %path.display(), error = %e, "back-off state unreadable; starting afresh");
-            BackoffBook::default()
-        }),
-        Err(_) => BackoffBook::default(),
-    }
+/// The book's file, indented for the operator who reads it.
+fn book(path: &Path) -> Store<BackoffBook> {
+    Store::new(path.to_path_buf(), "back-off book").pretty()
 }
 
-/// Writes the book whole (see `service::state_file`).
-pub fn save_book(path: &Path, book: &BackoffBook) -> std::io::Result<()> {
-    let body = serde_json::to_vec_pretty(book).map_err(std::io::Error::other)?;
-    write_atomically(path, &body)
+/// Reads the back-off book; a missing file is an empty book, a damaged or unreadable one is
+/// reported and replaced (losing back-off history only delays back-off, it never stops
+/// workers).
+pub fn load_book(path: &Path) -> BackoffBook {
+    let (b, warning) = book(path).peek_or(BackoffBook::default);
+    if let Some(w) = warning {
+        tracing::warn!("{w}");
+    }
+    b
 }
 
 /// One live observation: the pool first (all schedds failing fails the cycle), then the
@@ -226,9 +224,8 @@ impl Reconciler for Provisioner {
                     requests = self.backend.requests(),
                     "cycle done"
                 );
-                let state = &self.s.state_file;
-                if let Err(e) = save_book(state, &self.book) {
-                    tracing::warn!(file = %state.display(), error = %e, "cannot save back-off state");
+                if let Err(e) = book(&self.s.state_file).save(&self.book) {
+                    tracing::warn!("{e}");
                 }
                 format!(
                     "{} shape(s); created {} Job(s), deleted {}",

@@ -18,7 +18,7 @@ use crate::history::CycleClock;
 use crate::outcome::Outcome;
 use chrono::{DateTime, Datelike, Utc};
 use pilot_contract::{JobReport, PilotExit};
-use pilotd_core::service::state_file::{read_json_or, write_atomically};
+use pilotd_core::service::state_file::{StateFileError, Store};
 use pilotd_core::zone::Zone;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -26,15 +26,6 @@ use std::path::{Path, PathBuf};
 const FILE: &str = "contribution.json";
 /// Weeks kept besides the all-time total: a quarter.
 pub const WEEKS_KEPT: usize = 12;
-
-#[derive(Debug, thiserror::Error)]
-pub enum ContributionError {
-    #[error("cannot write the contribution ledger {}: {source}\n  hint: check that the state dir is writable by pilotd", path.display())]
-    Write {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-}
 
 /// How the workers that ended, ended (from `Outcome`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -392,46 +383,30 @@ pub fn path(state_dir: &Path) -> PathBuf {
     state_dir.join(FILE)
 }
 
+fn store(state_dir: &Path) -> Store<Ledger> {
+    Store::new(path(state_dir), "contribution ledger").checked(|l| {
+        (l.version == 1 && l.weeks.len() <= WEEKS_KEPT)
+            .then_some(())
+            .ok_or_else(|| "unexpected version or size".to_string())
+    })
+}
+
 /// Reads the ledger (for the daemon). Missing → empty. Unreadable or corrupted → empty, the
 /// bad file renamed to `contribution.json.corrupt`.
 pub fn load(state_dir: &Path) -> Loaded {
-    read(state_dir, true)
+    let (ledger, warning) = store(state_dir).load_or(Ledger::default);
+    Loaded { ledger, warning }
 }
 
 /// Reads the ledger without changing anything (for `status` and the page).
 pub fn peek(state_dir: &Path) -> Loaded {
-    read(state_dir, false)
-}
-
-fn read(state_dir: &Path, set_aside: bool) -> Loaded {
-    let p = path(state_dir);
-    let check = |l: &Ledger| {
-        (l.version == 1 && l.weeks.len() <= WEEKS_KEPT)
-            .then_some(())
-            .ok_or_else(|| "unexpected version or size".to_string())
-    };
-    let (ledger, warning) = read_json_or(
-        &p,
-        check,
-        set_aside,
-        Ledger::default,
-        (
-            "contribution ledger",
-            "counting the contribution from scratch",
-        ),
-    );
+    let (ledger, warning) = store(state_dir).peek_or(Ledger::default);
     Loaded { ledger, warning }
 }
 
 /// Writes the ledger atomically: a crash leaves the old or the new file.
-pub fn save(state_dir: &Path, l: &Ledger) -> Result<(), ContributionError> {
-    let p = path(state_dir);
-    let err = |source| ContributionError::Write {
-        path: p.clone(),
-        source,
-    };
-    let body = serde_json::to_vec(l).map_err(|e| err(std::io::Error::other(e)))?;
-    write_atomically(&p, &body).map_err(err)
+pub fn save(state_dir: &Path, l: &Ledger) -> Result<(), StateFileError> {
+    store(state_dir).save(l)
 }
 
 /// What `status` and the page show: this week's figures and all time's.

@@ -8,22 +8,13 @@
 use crate::policy::Limits;
 use crate::settings::Settings;
 use chrono::{DateTime, Datelike, Duration, Timelike, Utc};
-use pilotd_core::service::state_file::{read_json_or, write_atomically};
+use pilotd_core::service::state_file::{StateFileError, Store};
 use pilotd_core::zone::Zone;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 pub const HOURS_PER_WEEK: usize = 168;
 const FILE: &str = "history.json";
-
-#[derive(Debug, thiserror::Error)]
-pub enum HistoryError {
-    #[error("cannot write availability history {}: {source}\n  hint: check that the state dir is writable by pilotd", path.display())]
-    Write {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-}
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Bucket {
@@ -212,43 +203,31 @@ pub fn path(state_dir: &Path) -> PathBuf {
     state_dir.join(FILE)
 }
 
+fn store(state_dir: &Path) -> Store<History> {
+    Store::new(path(state_dir), "availability history").checked(|h| {
+        (h.version == 1 && h.buckets.len() == HOURS_PER_WEEK)
+            .then_some(())
+            .ok_or_else(|| "unexpected version or size".to_string())
+    })
+}
+
 /// Reads the history from the state dir (for the daemon). Missing → empty. Unreadable or
 /// corrupted → empty, with the bad file renamed to `history.json.corrupt` so nothing is lost.
 pub fn load(state_dir: &Path, tz: &Zone) -> Loaded {
-    read(state_dir, tz, true)
+    let (history, warning) = store(state_dir).load_or(|| History::new(tz));
+    Loaded { history, warning }
 }
 
 /// Reads the history without changing anything (for `schedule` and `status`).
 pub fn peek(state_dir: &Path, tz: &Zone) -> Loaded {
-    read(state_dir, tz, false)
-}
-
-fn read(state_dir: &Path, tz: &Zone, set_aside: bool) -> Loaded {
-    let check = |h: &History| {
-        (h.version == 1 && h.buckets.len() == HOURS_PER_WEEK)
-            .then_some(())
-            .ok_or_else(|| "unexpected version or size".to_string())
-    };
-    let (history, warning) = read_json_or(
-        &path(state_dir),
-        check,
-        set_aside,
-        || History::new(tz),
-        ("availability history", "counting availability from scratch"),
-    );
+    let (history, warning) = store(state_dir).peek_or(|| History::new(tz));
     Loaded { history, warning }
 }
 
 /// Writes the history atomically (temp file, fsync, rename): a crash leaves the old or the new
 /// file, never half of one.
-pub fn save(state_dir: &Path, h: &History) -> Result<(), HistoryError> {
-    let p = path(state_dir);
-    let err = |source| HistoryError::Write {
-        path: p.clone(),
-        source,
-    };
-    let body = serde_json::to_vec(h).map_err(|e| err(std::io::Error::other(e)))?;
-    write_atomically(&p, &body).map_err(err)
+pub fn save(state_dir: &Path, h: &History) -> Result<(), StateFileError> {
+    store(state_dir).save(h)
 }
 
 /// One line per day for `pilotd schedule`: each hour's free share as a shade.

@@ -6,30 +6,9 @@
 
 use crate::snapshot::HostSnapshot;
 use chrono::{DateTime, Utc};
-use pilotd_core::service::state_file::write_atomically;
+use pilotd_core::service::state_file::{StateFileError, Store};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-
-#[derive(Debug, thiserror::Error)]
-pub enum SnoozeError {
-    #[error("cannot write {}: {source}\n  hint: pilotd needs a writable state_dir (pilotd.toml `state_dir`)", path.display())]
-    Write {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("cannot remove {}: {source}", path.display())]
-    Remove {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("cannot read the owner's snooze in {}: {source}", path.display())]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("the owner's snooze in {} is damaged: {why}", path.display())]
-    Damaged { path: PathBuf, why: String },
-}
 
 /// One snooze: until when, who asked, and when.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,25 +26,16 @@ pub fn path(state_dir: &Path) -> PathBuf {
     state_dir.join("snooze.json")
 }
 
+fn store(state_dir: &Path) -> Store<Snooze> {
+    Store::new(path(state_dir), "owner's snooze").pretty()
+}
+
 /// The snooze in force at `now`, if any. A file that is there but cannot be read or makes no
 /// sense is an error, never "no snooze": the owner said "not now" and pilotd cannot tell until
 /// when, so callers count it as snoozed (`lay_on`) and say why. (Out of descriptors, this
 /// once read as "no snooze", and workers started while the owner had snoozed.)
-pub fn active(state_dir: &Path, now: DateTime<Utc>) -> Result<Option<Snooze>, SnoozeError> {
-    let p = path(state_dir);
-    let text = match std::fs::read_to_string(&p) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => return Err(SnoozeError::Read { path: p, source }),
-    };
-    match serde_json::from_str::<Snooze>(&text) {
-        Ok(s) if s.until > now => Ok(Some(s)),
-        Ok(_) => Ok(None),
-        Err(e) => Err(SnoozeError::Damaged {
-            path: p,
-            why: e.to_string(),
-        }),
-    }
+pub fn active(state_dir: &Path, now: DateTime<Utc>) -> Result<Option<Snooze>, StateFileError> {
+    Ok(store(state_dir).peek()?.filter(|s| s.until > now))
 }
 
 /// Lays the owner's snooze on an observation, as the policy decides on it: the instant it
@@ -80,22 +50,14 @@ pub fn lay_on(h: &mut HostSnapshot, state_dir: &Path) {
     };
 }
 
-pub fn save(state_dir: &Path, s: &Snooze) -> Result<(), SnoozeError> {
-    let p = path(state_dir);
-    let mut body = serde_json::to_vec_pretty(s).unwrap_or_default();
-    body.push(b'\n');
-    write_atomically(&p, &body).map_err(|source| SnoozeError::Write { path: p, source })
+pub fn save(state_dir: &Path, s: &Snooze) -> Result<(), StateFileError> {
+    store(state_dir).save(s)
 }
 
 /// Ends any snooze, a damaged one included; whether one was in force at `now`.
-pub fn clear(state_dir: &Path, now: DateTime<Utc>) -> Result<bool, SnoozeError> {
+pub fn clear(state_dir: &Path, now: DateTime<Utc>) -> Result<bool, StateFileError> {
     let was = !matches!(active(state_dir, now), Ok(None));
-    let p = path(state_dir);
-    match std::fs::remove_file(&p) {
-        Ok(()) => Ok(was),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(was),
-        Err(source) => Err(SnoozeError::Remove { path: p, source }),
-    }
+    store(state_dir).remove().map(|()| was)
 }
 
 #[cfg(test)]

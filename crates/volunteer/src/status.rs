@@ -12,29 +12,10 @@ use crate::policy::Supply;
 use crate::worker::Worker;
 use chrono::{DateTime, Utc};
 use pilotd_core::config::Evict;
-use pilotd_core::service::state_file::write_atomically;
+use pilotd_core::service::state_file::{StateFileError, Store};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-
-#[derive(Debug, thiserror::Error)]
-pub enum StateError {
-    #[error("cannot write {}: {source}\n  hint: pilotd needs a writable state_dir (pilotd.toml `state_dir`)", path.display())]
-    Write {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("cannot read {}: {source}", path.display())]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{} is not a pilotd status file: {source}\n  hint: it is rewritten by the next cycle of a running pilotd", path.display())]
-    Decode {
-        path: PathBuf,
-        source: serde_json::Error,
-    },
-}
 
 /// The decision as recorded (a `Supply` without the parts that are not data).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -180,30 +161,18 @@ pub fn path(state_dir: &Path) -> PathBuf {
     state_dir.join("status.json")
 }
 
-pub fn load(path: &Path) -> Result<Option<Status>, StateError> {
-    match std::fs::read_to_string(path) {
-        Ok(s) => serde_json::from_str(&s)
-            .map(Some)
-            .map_err(|source| StateError::Decode {
-                path: path.to_path_buf(),
-                source,
-            }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(StateError::Read {
-            path: path.to_path_buf(),
-            source,
-        }),
-    }
+fn store(path: &Path) -> Store<Status> {
+    Store::new(path.to_path_buf(), "daemon's status").pretty()
 }
 
-pub fn save(path: &Path, status: &Status) -> Result<(), StateError> {
-    let err = |source| StateError::Write {
-        path: path.to_path_buf(),
-        source,
-    };
-    let mut body = serde_json::to_vec_pretty(status).map_err(|e| err(std::io::Error::other(e)))?;
-    body.push(b'\n');
-    write_atomically(path, &body).map_err(err)
+/// The status at `path`, `None` when there is none; a damaged one is an error, left for the
+/// daemon's next write to replace.
+pub fn load(path: &Path) -> Result<Option<Status>, StateFileError> {
+    store(path).peek()
+}
+
+pub fn save(path: &Path, status: &Status) -> Result<(), StateFileError> {
+    store(path).save(status)
 }
 
 #[cfg(test)]

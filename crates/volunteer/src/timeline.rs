@@ -15,7 +15,7 @@
 use crate::snapshot::{HostSnapshot, Session, Sessions};
 use chrono::{DateTime, Duration, DurationRound, Utc};
 use pilotd_core::config::Policy;
-use pilotd_core::service::state_file::{read_json_or, write_atomically};
+use pilotd_core::service::state_file::{StateFileError, Store};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -37,15 +37,6 @@ pub const CPU_FOLD: Duration = Duration::minutes(2);
 /// the last 10 days of it at the default 30 s interval rather than 35, and its file stays
 /// under 3 MB.
 pub const MAX_RUNS: usize = 30_000;
-
-#[derive(Debug, thiserror::Error)]
-pub enum TimelineError {
-    #[error("cannot write the presence timeline {}: {source}\n  hint: check that the state dir is writable by pilotd", path.display())]
-    Write {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-}
 
 /// Who was at the machine, as the policy's session rules need it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -368,37 +359,26 @@ pub fn path(state_dir: &Path) -> PathBuf {
     state_dir.join(FILE)
 }
 
+fn store(state_dir: &Path) -> Store<Timeline> {
+    Store::new(path(state_dir), "presence timeline").checked(Timeline::check)
+}
+
 /// Reads the timeline (for the daemon). Missing → empty. Unreadable or corrupted → empty,
 /// the bad file renamed to `timeline.json.corrupt`.
 pub fn load(state_dir: &Path) -> Loaded {
-    read(state_dir, true)
+    let (timeline, warning) = store(state_dir).load_or(Timeline::default);
+    Loaded { timeline, warning }
 }
 
 /// Reads the timeline without changing anything (for `schedule` and `init`).
 pub fn peek(state_dir: &Path) -> Loaded {
-    read(state_dir, false)
-}
-
-fn read(state_dir: &Path, set_aside: bool) -> Loaded {
-    let (timeline, warning) = read_json_or(
-        &path(state_dir),
-        Timeline::check,
-        set_aside,
-        Timeline::default,
-        ("presence timeline", "recording presence from scratch"),
-    );
+    let (timeline, warning) = store(state_dir).peek_or(Timeline::default);
     Loaded { timeline, warning }
 }
 
 /// Writes the timeline atomically: a crash leaves the old or the new file.
-pub fn save(state_dir: &Path, t: &Timeline) -> Result<(), TimelineError> {
-    let p = path(state_dir);
-    let err = |source| TimelineError::Write {
-        path: p.clone(),
-        source,
-    };
-    let body = serde_json::to_vec(t).map_err(|e| err(std::io::Error::other(e)))?;
-    write_atomically(&p, &body).map_err(err)
+pub fn save(state_dir: &Path, t: &Timeline) -> Result<(), StateFileError> {
+    store(state_dir).save(t)
 }
 
 #[cfg(test)]
