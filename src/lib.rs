@@ -1,5 +1,4 @@
-//! The `pilotd` binary's library: the command line (`cli`) and one file per subcommand
-//! (`cmd`), the edge above both modes. ARCHITECTURE.md lists the crates and who imports whom.
+//! The `pilotd` binary: the command line and one file per subcommand, the edge above both modes.
 
 pub mod cli;
 pub mod cmd;

@@ -1,10 +1,4 @@
-//! One file per subcommand (youki style): the edge of the program. Each loads the
-//! configuration, resolves the mode's settings, does its one thing and returns what it prints,
-//! or a `CmdError` that `main` maps to an exit code; nothing here calls `process::exit`. `run`
-//! is where the process becomes a service: detaching, logging, the runtime, signal handlers,
-//! the metrics listener, then the mode's loop.
-//!
-//! Imports: everything below it (`volunteer`, `kubernetes`, `service`, `config`, `cli`).
+//! One file per subcommand: the edge of the program.
 
 pub mod check;
 pub mod completions;
@@ -29,6 +23,11 @@ use pilotd_volunteer::host::{Carry, HostProbe, ProbeError};
 use pilotd_volunteer::settings::ProbeSettings;
 use pilotd_volunteer::snapshot::HostSnapshot;
 
+/// One file per subcommand (youki style): the edge of the program. Each loads the
+/// configuration, resolves the mode's settings, does its one thing and returns what it prints,
+/// or a `CmdError` that `main` maps to an exit code; nothing here calls `process::exit`. `run`
+/// is where the process becomes a service: detaching, logging, the runtime, signal handlers,
+/// the metrics listener, then the mode's loop.
 #[derive(Debug, thiserror::Error)]
 pub enum CmdError {
     #[error(transparent)]

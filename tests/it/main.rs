@@ -3,6 +3,7 @@
 //!
 //! - `cli`: the commands an owner types (`check`, `plan`, `snapshot`, `schedule`, `init`);
 //! - `docs`: every `pilotd` command README.md and docs/*.md show, run as shown;
+//! - `house`: ARCHITECTURE.md's crates, modules and imports against the code;
 //! - `sessions`: the utmp probe against real and damaged files;
 //! - `manifest`: the pool's manifest fetched from a real HTTP server;
 //! - `service`: `pilotd run` as a system service (systemd notify, reload, `--daemon`, metrics);
@@ -22,6 +23,7 @@ mod controls;
 mod docker;
 mod docs;
 mod harness;
+mod house;
 #[cfg(feature = "kubernetes")]
 mod kubernetes;
 mod manifest;

@@ -1,6 +1,4 @@
-//! What both modes stand on: time (`horizon`, `zone`, `backoff`), the two files read and
-//! diagnosed (`config`), and the process as a system service with its state files
-//! (`service`). It names no mode; ARCHITECTURE.md lists the modules and who imports whom.
+//! What both modes stand on: time, the two files, the process as a service, its state files.
 
 pub mod backoff;
 pub mod config;

@@ -189,7 +189,9 @@ impl WorkerSettings {
             token_mount: w.token_mount.clone(),
             scratch_root: site.scratch(),
             tokens_root: site.state_dir.join("tokens"),
-            ad_dir: crate::slot_ad::dir(&site.state_dir),
+            // Workers see it at `slot_ad::MOUNT`; named here, where the settings are made,
+            // so that no lower module is needed to know it.
+            ad_dir: site.state_dir.join("ad"),
             scratch_mount: w.scratch_mount.clone(),
             disk_limit: DiskLimit::Enforced,
             cvmfs: w.cvmfs.clone(),

@@ -42,11 +42,6 @@ pub enum SlotAdError {
     },
 }
 
-/// The directory below `state_dir` that workers see at [`MOUNT`].
-pub fn dir(state_dir: &Path) -> PathBuf {
-    state_dir.join("ad")
-}
-
 /// The file as workers see it (the `{ad_file}` template value).
 pub fn file_in_worker() -> String {
     format!("{MOUNT}/{FILE}")
@@ -380,7 +375,7 @@ mod tests {
     fn save_replaces_the_file_whole_and_leaves_it_world_readable() {
         use std::os::unix::fs::PermissionsExt;
         let tmp = tempfile::tempdir().unwrap();
-        let d = dir(tmp.path());
+        let d = tmp.path().join("ad");
         save(&d, "PILOTD_A = 1\n").unwrap();
         save(&d, "PILOTD_A = 2\n").unwrap();
         assert_eq!(
@@ -410,7 +405,7 @@ mod tests {
     fn links_planted_in_the_directory_redirect_no_write() {
         use std::os::unix::fs::symlink;
         let tmp = tempfile::tempdir().unwrap();
-        let d = dir(tmp.path());
+        let d = tmp.path().join("ad");
         std::fs::create_dir_all(&d).unwrap();
         let victim = tmp.path().join("victim");
         std::fs::write(&victim, "precious\n").unwrap();

@@ -1,14 +1,4 @@
-//! The two files pilotd reads: the site's `pilotd.toml` and the owner's `policy.toml`. Loading
-//! reads them; parsing and validation are pure and report every problem at once, each as
-//! `FILE:LINE:COL` with a hint (`diag`). The typed leaves (`units`: durations, sizes, shares,
-//! days) and the `[worker.env]` template language (`template`) live here because the files are
-//! checked against them.
-//!
-//! This is where file structure ends: spans, defaults and tables stay here. Each mode resolves
-//! what it needs into plain settings once (`volunteer::settings`, `kubernetes::settings`).
-//!
-//! Imports: `horizon` and `zone` only, the layer below it (`backoff` shares its layer), and the
-//! `durations` and `redact` crates.
+//! The two files pilotd reads, `pilotd.toml` and `policy.toml`, loaded and diagnosed.
 
 pub mod diag;
 pub mod ownership;
@@ -78,6 +68,15 @@ pub enum SiteFile {
 /// and every problem is reported at once, each at its FILE:LINE:COL.
 pub type ModeTables = [fn(&SiteConfig, &str, &mut Diagnostics)];
 
+/// The two files pilotd reads: the site's `pilotd.toml` and the owner's `policy.toml`. Loading
+/// reads them; parsing and validation are pure and report every problem at once, each as
+/// `FILE:LINE:COL` with a hint (`diag`). The typed leaves (`units`: durations, sizes, shares,
+/// days) and the `[worker.env]` template language (`template`) live here because the files are
+/// checked against them.
+///
+/// This is where file structure ends: spans, defaults and tables stay here. Each mode resolves
+/// what it needs into plain settings once (`volunteer::settings`, `kubernetes::settings`).
+///
 /// Loads pilotd.toml (or the defaults), then the policy it names (or `policy_override`).
 /// In kubernetes mode the owner policy is not used and not read.
 pub fn load(

@@ -1,12 +1,4 @@
-//! The process as a system service, the same for both modes: the loop skeleton both modes run
-//! in (`lifecycle`: readiness, watchdog, reload, drain), detaching from the terminal on hosts
-//! without systemd (before any tokio runtime exists), systemd's notify protocol, where logs
-//! go, the Prometheus listener, how local endpoints are served within limits (`listener`), whose
-//! process is on the other end of a loopback TCP connection (`loopback`), the one small HTTP
-//! responder of the status page and the metrics (`http`, through `listener`),
-//! and replacing state files whole.
-//!
-//! Imports: `config` only (a reload hands a loaded configuration to the loop).
+//! The process as a system service, the same for both modes.
 
 pub mod detach;
 pub mod http;

@@ -1,8 +1,4 @@
-//! The `[kubernetes]` table of pilotd.toml: every setting of the NRP provisioner
-//! (`osg_provisioner.conf` + `pod.conf`), with the provisioner's defaults, as typed leaves so
-//! that serde reports a wrong value at its line and column. Settings the provisioner did not
-//! have (client source, back-off, cleanup, condor tool paths) are pilotd's fixes of its
-//! defects and carry conservative defaults.
+//! The `[kubernetes]` table of pilotd.toml, every key of the NRP provisioner, typed.
 
 pub mod names;
 
@@ -125,6 +121,11 @@ impl KubernetesConfig {
     }
 }
 
+/// The `[kubernetes]` table of pilotd.toml: every setting of the NRP provisioner
+/// (`osg_provisioner.conf` + `pod.conf`), with the provisioner's defaults, as typed leaves so
+/// that serde reports a wrong value at its line and column. Settings the provisioner did not
+/// have (client source, back-off, cleanup, condor tool paths) are pilotd's fixes of its
+/// defects and carry conservative defaults.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KubernetesConfig {

@@ -1,13 +1,4 @@
-//! `pilotd import-ini`: reads the NRP provisioner's `osg_provisioner.conf` with Python
-//! `configparser` semantics (sections, `[DEFAULT]` inheritance, lowercase keys, `=`/`:`
-//! delimiters, indented continuation lines, `%%` and `%(name)s` interpolation) and the
-//! provisioner's own list/dict encoding (`,` and `:` separators, then `&colon;` `&comma;`
-//! `&amp;` decoded in that order, `^` = NotIn, `|` = value list, `!`/`#` mount prefixes), and
-//! writes the equivalent commented pilotd.toml in kubernetes mode. Every error names the file
-//! and the line of the offending value.
-//!
-//! This file reads the INI (`IniFile`); `convert` writes the pilotd.toml, one step a group of
-//! keys, with `config::kubernetes::defaults` for what the INI leaves out.
+//! `pilotd import-ini`: the NRP provisioner's INI read as Python's configparser does.
 
 mod convert;
 
@@ -56,6 +47,14 @@ pub struct IniValue {
     pub line: usize,
 }
 
+/// `pilotd import-ini`: reads the NRP provisioner's `osg_provisioner.conf` with Python
+/// `configparser` semantics (sections, `[DEFAULT]` inheritance, lowercase keys, `=`/`:`
+/// delimiters, indented continuation lines, `%%` and `%(name)s` interpolation) and the
+/// provisioner's own list/dict encoding (`,` and `:` separators, then `&colon;` `&comma;`
+/// `&amp;` decoded in that order, `^` = NotIn, `|` = value list, `!`/`#` mount prefixes), and
+/// writes the equivalent commented pilotd.toml in kubernetes mode. Every error names the file
+/// and the line of the offending value.
+///
 /// A parsed INI file: `[DEFAULT]` plus named sections, keys lowercased.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct IniFile {

@@ -1,16 +1,4 @@
-//! Backends: the only code that changes the world. A backend is told *what* to do (start this
-//! `WorkerSpec`, stop that worker within this grace) and reports what it observes (`Worker`);
-//! it never decides *whether*. Decisions live in `policy` and `plan`.
-//!
-//! The traits use native `async fn`-style methods spelled as `-> impl Future + Send`, so the
-//! daemon's futures can move between tokio worker threads; such traits are not dyn-compatible,
-//! so the daemon is generic over its `Backend` (Docker in production, the fake in tests).
-//!
-//! State lives in the runtime: everything pilotd needs to rebuild its view after a crash is in
-//! the labels of the containers it created (`pilotd.*`, see `worker::labels`).
-//!
-//! Imports: `volunteer::worker` and `settings` (the data it carries out and reports); never the
-//! plan, the policy or the daemon.
+//! Backends: the only code that changes the world; told what to do, never whether.
 
 pub mod docker;
 #[cfg(test)]
@@ -51,6 +39,17 @@ pub enum BackendEvent {
     WorkerExited { id: String, name: String },
 }
 
+/// Backends: the only code that changes the world. A backend is told *what* to do (start this
+/// `WorkerSpec`, stop that worker within this grace) and reports what it observes (`Worker`);
+/// it never decides *whether*. Decisions live in `policy` and `plan`.
+///
+/// The traits use native `async fn`-style methods spelled as `-> impl Future + Send`, so the
+/// daemon's futures can move between tokio worker threads; such traits are not dyn-compatible,
+/// so the daemon is generic over its `Backend` (Docker in production, the fake in tests).
+///
+/// State lives in the runtime: everything pilotd needs to rebuild its view after a crash is in
+/// the labels of the containers it created (`pilotd.*`, see `worker::labels`).
+///
 /// A container engine, as the daemon uses it. One trait per concern, so that each is
 /// implemented in the Docker backend's file for it (`docker/workers.rs`, `images.rs`,
 /// `network.rs`, `observe.rs`) with no layer handing calls on: Rust takes one `impl` block per

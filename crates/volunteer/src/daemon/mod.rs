@@ -1,29 +1,4 @@
-//! The volunteer daemon: volunteer mode's reconcile loop, driven by the service skeleton
-//! (`service::lifecycle::serve`). Every `interval`, and at once when the utmp file changes, a
-//! worker exits, a long operation finishes or the decision's `next_change` arrives, it runs
-//! one cycle (`cycle.rs`): observe (host probe, workers from the engine, their CPU) → decide
-//! (`policy::decide`, pure) → plan (`plan::plan`, pure) → execute (`executor.rs`) → record
-//! (`record.rs`: outcomes and back-off, the status file, the history, the contribution).
-//! `cpu.rs` measures the workers' own share of the CPU that the owner's load is computed
-//! without, and the CPU time they gave.
-//!
-//! Crash safety: nothing about workers is kept in memory across cycles that the engine does
-//! not also hold; each cycle starts from `list_workers`, so a restarted daemon adopts every
-//! labelled container as it is. A failed list is not an empty list: the cycle then starts
-//! nothing, removes nothing and says why in the status file.
-//!
-//! Long operations (a graceful stop may take the whole `grace`, a pull minutes, a manifest
-//! fetch its timeout) run as tasks beside the loop (`tasks.rs`), so an owner logging in is
-//! never stuck behind them. The watchers beside the loop (`beside.rs`: utmp, logind, input
-//! devices, firewalld, the engine's events) are the daemon's own (`watchers`, a `JoinSet`):
-//! the drain ends them, so `serve` returns with nothing of its left running.
-//!
-//! The engine is injected (`Connector`): Docker in production, the recording fake in the
-//! tests below. Signals are the edge's business (`cmd/run`): the loop only sees a shutdown
-//! future and a stream of reloaded configurations.
-//!
-//! Imports: `volunteer`'s parts, `config` (reloads), `service` (metrics, lifecycle). Nothing
-//! imports the daemon but `cmd/run`.
+//! Volunteer mode's reconcile loop: observe, decide, act, record.
 
 mod beside;
 mod cpu;
@@ -148,6 +123,30 @@ struct Saved {
     timeline: Option<DateTime<Utc>>,
 }
 
+/// The volunteer daemon: volunteer mode's reconcile loop, driven by the service skeleton
+/// (`service::lifecycle::serve`). Every `interval`, and at once when the utmp file changes, a
+/// worker exits, a long operation finishes or the decision's `next_change` arrives, it runs
+/// one cycle (`cycle.rs`): observe (host probe, workers from the engine, their CPU) → decide
+/// (`policy::decide`, pure) → plan (`plan::plan`, pure) → execute (`executor.rs`) → record
+/// (`record.rs`: outcomes and back-off, the status file, the history, the contribution).
+/// `cpu.rs` measures the workers' own share of the CPU that the owner's load is computed
+/// without, and the CPU time they gave.
+///
+/// Crash safety: nothing about workers is kept in memory across cycles that the engine does
+/// not also hold; each cycle starts from `list_workers`, so a restarted daemon adopts every
+/// labelled container as it is. A failed list is not an empty list: the cycle then starts
+/// nothing, removes nothing and says why in the status file.
+///
+/// Long operations (a graceful stop may take the whole `grace`, a pull minutes, a manifest
+/// fetch its timeout) run as tasks beside the loop (`tasks.rs`), so an owner logging in is
+/// never stuck behind them. The watchers beside the loop (`beside.rs`: utmp, logind, input
+/// devices, firewalld, the engine's events) are the daemon's own (`watchers`, a `JoinSet`):
+/// the drain ends them, so `serve` returns with nothing of its left running.
+///
+/// The engine is injected (`Connector`): Docker in production, the recording fake in the
+/// tests below. Signals are the edge's business (`cmd/run`): the loop only sees a shutdown
+/// future and a stream of reloaded configurations.
+///
 /// The daemon's state between cycles, by part.
 pub struct Daemon<B> {
     /// pilotd.toml's settings.

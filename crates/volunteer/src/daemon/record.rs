@@ -450,7 +450,7 @@ impl<B: Backend> Daemon<B> {
         if self.advertised.as_deref() == Some(text.as_str()) {
             return;
         }
-        match slot_ad::save(&slot_ad::dir(&self.s.state_dir), &text) {
+        match slot_ad::save(&self.s.worker.ad_dir, &text) {
             Ok(()) => self.advertised = Some(text),
             Err(e) => tracing::warn!("{e}"),
         }

@@ -1,33 +1,4 @@
-//! Where a worker's traffic may go. Unless the site names a network of its own, workers sit
-//! on pilotd's own bridge (`pilotd-<instance>`, interface `pd-<hash>`), with traffic between
-//! containers off, and a filter that refuses whatever they send to the owner's side: private
-//! and link-local addresses (the owner's LAN, the cloud metadata service at 169.254.169.254,
-//! other containers' networks) and the host itself — except the destinations the site allows
-//! (`[worker] egress_allow`, e.g. a pool's collector on a campus network). The internet stays
-//! reachable: that is where the pool is.
-//!
-//! The rules go into iptables as Docker's own do: a jump from `DOCKER-USER` (forwarded
-//! traffic, evaluated before Docker's accept rules) and from `INPUT` (traffic to the host's
-//! own addresses, e.g. the bridge's gateway) into chains of pilotd's that only ever match this
-//! bridge's interface.
-//!
-//! The filter must stay whole while workers run, whatever else changes the firewall (a
-//! firewall manager's reload flushes the jumps; a script may edit a chain). So:
-//! - it is checked every cycle while this instance has workers, and before every start: the
-//!   whole filter table is read once (`iptables -S`) and judged here, purely (`diagnose`):
-//!   each jump there exactly once, with only other pilotd filters' jumps before it, and the
-//!   chains holding exactly their rules;
-//! - it is never emptied in place: a repair builds a new generation of the chains
-//!   (`PILOTD-<hash>-F<n>`, `-I<n>`), then puts its jumps in front and deletes the old ones,
-//!   all in one `iptables-restore --noflush` transaction (`rebuild_script`), which the kernel
-//!   commits whole or not at all. At no moment does a worker's packet find no filter;
-//! - when it cannot be restored, the daemon pauses this instance's workers and starts none
-//!   (`guard.rs`; the plan's `filter_down`), and takes pilotd's bridge down until it is back
-//!   (`link.rs`), so a worker the engine failed to pause reaches nothing either;
-//! - a reload firewalld announces on the bus is checked at once (`firewalld.rs`); one no one
-//!   announces (`iptables-restore`, `nft flush ruleset`) is found by the next cycle's check.
-//!
-//! `iptables.rs` runs the programs; `guard.rs` is the daemon's keeper of the filter.
+//! Where a worker's traffic may go: pilotd's own bridge and the filter that guards it.
 
 pub mod firewalld;
 mod guard;
@@ -42,6 +13,35 @@ pub use pilotd_core::config::units::Ipv4Net;
 
 pub use pilotd_core::config::units::REFUSED;
 
+/// Where a worker's traffic may go. Unless the site names a network of its own, workers sit
+/// on pilotd's own bridge (`pilotd-<instance>`, interface `pd-<hash>`), with traffic between
+/// containers off, and a filter that refuses whatever they send to the owner's side: private
+/// and link-local addresses (the owner's LAN, the cloud metadata service at 169.254.169.254,
+/// other containers' networks) and the host itself — except the destinations the site allows
+/// (`[worker] egress_allow`, e.g. a pool's collector on a campus network). The internet stays
+/// reachable: that is where the pool is.
+///
+/// The rules go into iptables as Docker's own do: a jump from `DOCKER-USER` (forwarded
+/// traffic, evaluated before Docker's accept rules) and from `INPUT` (traffic to the host's
+/// own addresses, e.g. the bridge's gateway) into chains of pilotd's that only ever match this
+/// bridge's interface.
+///
+/// The filter must stay whole while workers run, whatever else changes the firewall (a
+/// firewall manager's reload flushes the jumps; a script may edit a chain). So:
+/// - it is checked every cycle while this instance has workers, and before every start: the
+///   whole filter table is read once (`iptables -S`) and judged here, purely (`diagnose`):
+///   each jump there exactly once, with only other pilotd filters' jumps before it, and the
+///   chains holding exactly their rules;
+/// - it is never emptied in place: a repair builds a new generation of the chains
+///   (`PILOTD-<hash>-F<n>`, `-I<n>`), then puts its jumps in front and deletes the old ones,
+///   all in one `iptables-restore --noflush` transaction (`rebuild_script`), which the kernel
+///   commits whole or not at all. At no moment does a worker's packet find no filter;
+/// - when it cannot be restored, the daemon pauses this instance's workers and starts none
+///   (`guard.rs`; the plan's `filter_down`), and takes pilotd's bridge down until it is back
+///   (`link.rs`), so a worker the engine failed to pause reaches nothing either;
+/// - a reload firewalld announces on the bus is checked at once (`firewalld.rs`); one no one
+///   announces (`iptables-restore`, `nft flush ruleset`) is found by the next cycle's check.
+///
 /// pilotd's own network for one instance, and its filter.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Filter {

@@ -1,11 +1,4 @@
-//! The owner's policy engine: `(Policy, HostSnapshot, limits, now) -> Supply`. May this
-//! machine run workers now, how many, how big, until when, and why. Pure: no I/O, no clock.
-//!
-//! The two latches (owner CPU busy since, host free since) arrive in the snapshot and leave in
-//! the `Supply`, so the daemon carries them between cycles and a replay of a saved snapshot
-//! decides exactly what the daemon decided.
-//!
-//! Imports: `config` (the policy, as validated) and `volunteer::snapshot`.
+//! The owner's policy engine, pure: `(Policy, HostSnapshot, limits, now) -> Supply`.
 
 pub mod calendar;
 
@@ -178,6 +171,13 @@ fn hms(t: DateTime<Utc>, p: &Policy) -> String {
         .to_string()
 }
 
+/// The owner's policy engine: `(Policy, HostSnapshot, limits, now) -> Supply`. May this
+/// machine run workers now, how many, how big, until when, and why. Pure: no I/O, no clock.
+///
+/// The two latches (owner CPU busy since, host free since) arrive in the snapshot and leave in
+/// the `Supply`, so the daemon carries them between cycles and a replay of a saved snapshot
+/// decides exactly what the daemon decided.
+///
 /// Decides what the machine may do at `now`.
 pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) -> Supply {
     let mut f = Findings::default();

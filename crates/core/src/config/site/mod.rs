@@ -1,10 +1,4 @@
-//! `pilotd.toml`: the daemon's and the site's settings (mode, paths, worker image and
-//! container settings). Keys are a contract: install scripts and tests write them.
-//!
-//! Files: this one holds the keys (serde's shape and defaults) and the resolved paths;
-//! `worker` the `[worker]` table and who a worker runs as; `validate` what serde cannot check,
-//! each error at its key's FILE:LINE:COL; `values` the checks of single values (images and
-//! patterns, URLs, instance ids, env names) that other modules use too.
+//! `pilotd.toml`: the daemon's and the site's keys (a contract), their shape and defaults.
 
 mod validate;
 mod values;
@@ -39,6 +33,8 @@ impl Mode {
     }
 }
 
+/// `pilotd.toml`: the daemon's and the site's settings (mode, paths, worker image and
+/// container settings). Keys are a contract: install scripts and tests write them.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SiteConfig {

@@ -1,20 +1,4 @@
-//! The Docker Engine backend (bollard 0.21; Podman's Docker-compatible socket works too).
-//!
-//! Facts this backend is shaped by (see the reference notes on bollard):
-//! - a pull is always by digest (a tag-less pull would fetch every tag);
-//! - digests come from `inspect_image().repo_digests`, and the registry's current digest of a
-//!   tag from one HEAD to the registry (`volunteer::registry`); `/distribution/{ref}/json`
-//!   (four registry requests) only when pilotd cannot reach the registry itself;
-//! - remove may answer 409 "already in progress": that is done, not failed;
-//! - the request timeout covers "request sent → headers received", so `docker stop` with a
-//!   long grace needs a client with a longer timeout;
-//! - a list that fails to decode fails as a whole and is reported as an error, never as empty.
-//!
-//! Files by concern: `workers` (list, start, pause through the cgroup freezer, stop, kill,
-//! remove), `images` (resolve, pull, list, remove), `network` (pilotd's bridge), `observe`
-//! (engine version, output, CPU, exit events), `container` (the container body and its
-//! hardening; pure) and `errors` (bollard's errors mapped, and "already done" refusals). Each of
-//! the first four implements its own trait of `Backend`; this file holds the client.
+//! The Docker Engine backend (bollard; Podman's Docker-compatible socket works too).
 
 mod container;
 mod errors;
@@ -35,6 +19,17 @@ use bollard::errors::Error as DockerError;
 use std::collections::HashMap;
 use std::time::Duration;
 
+/// The Docker Engine backend (bollard 0.21; Podman's Docker-compatible socket works too).
+///
+/// Facts this backend is shaped by (see the reference notes on bollard):
+/// - a pull is always by digest (a tag-less pull would fetch every tag);
+/// - digests come from `inspect_image().repo_digests`, and the registry's current digest of a
+///   tag from one HEAD to the registry (`volunteer::registry`); `/distribution/{ref}/json`
+///   (four registry requests) only when pilotd cannot reach the registry itself;
+/// - remove may answer 409 "already in progress": that is done, not failed;
+/// - the request timeout covers "request sent → headers received", so `docker stop` with a
+///   long grace needs a client with a longer timeout;
+/// - a list that fails to decode fails as a whole and is reported as an error, never as empty.
 #[derive(Clone)]
 pub struct DockerBackend {
     docker: Docker,
