@@ -16,7 +16,7 @@ use std::time::Duration;
 /// What one pod counts as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum PodState {
+pub(crate) enum PodState {
     /// Pending, or running before its startd advertised, or in an odd phase for a while.
     Waiting,
     /// Running with a startd that is not claimed.
@@ -46,7 +46,7 @@ pub struct Accounting {
 }
 
 impl Accounting {
-    pub fn add(&mut self, state: PodState) {
+    pub(crate) fn add(&mut self, state: PodState) {
         match state {
             PodState::Waiting => self.waiting += 1,
             PodState::Unmatched => self.unmatched += 1,
@@ -58,18 +58,14 @@ impl Accounting {
     }
 
     /// Pods that can still take a job: waiting + unmatched.
-    pub fn unclaimed(&self) -> u64 {
+    pub(crate) fn unclaimed(&self) -> u64 {
         self.waiting + self.unmatched
     }
 
     /// Pods alive for the submit cap: waiting + unmatched + claimed (failed and unknown are
     /// not, as in the provisioner).
-    pub fn live(&self) -> u64 {
+    pub(crate) fn live(&self) -> u64 {
         self.unclaimed() + self.claimed
-    }
-
-    pub fn is_zero(&self) -> bool {
-        *self == Accounting::default()
     }
 }
 
@@ -98,7 +94,7 @@ fn older_than(since: Option<DateTime<Utc>>, now: DateTime<Utc>, limit: Duration)
 }
 
 /// Classifies one pod given its startd ad (if its worker advertised one).
-pub fn classify(
+pub(crate) fn classify(
     pod: &WorkerPod,
     startd: Option<&StartdAd>,
     now: DateTime<Utc>,
@@ -146,7 +142,7 @@ pub fn classify(
 
 /// A Job none of whose pods is listed: it stands for its pod (the Job controller has not made
 /// it yet, a quota refuses it, or it is gone), so its shape is not given another pod for it.
-pub fn classify_podless_job(job: &WorkerJob, now: DateTime<Utc>, ages: &Ages) -> PodState {
+pub(crate) fn classify_podless_job(job: &WorkerJob, now: DateTime<Utc>, ages: &Ages) -> PodState {
     if job.metadata.deletion_timestamp.is_some() {
         return PodState::Terminating;
     }
@@ -166,7 +162,7 @@ pub fn classify_podless_job(job: &WorkerJob, now: DateTime<Utc>, ages: &Ages) ->
 /// has the pslot's ad, always `Unclaimed`, next to its claimed dynamic slots, and the
 /// provisioner's "last wins" then counted a busy pod as idle or a claimed one by chance (seen
 /// with real condor in tests/it/condor_pool).
-pub fn observe_pods(
+pub(crate) fn observe_pods(
     pods: &[WorkerPod],
     jobs: &[WorkerJob],
     startds: &[StartdAd],
@@ -218,7 +214,7 @@ pub fn observe_pods(
 }
 
 /// Totals per shape.
-pub fn account(observations: &[PodObservation]) -> BTreeMap<ShapeKey, Accounting> {
+pub(crate) fn account(observations: &[PodObservation]) -> BTreeMap<ShapeKey, Accounting> {
     let mut out: BTreeMap<ShapeKey, Accounting> = BTreeMap::new();
     for o in observations {
         out.entry(o.key.clone()).or_default().add(o.state);

@@ -23,7 +23,7 @@ pub enum AdValue {
 impl AdValue {
     /// The value as a whole number, as HTCondor converts to int (reals truncate toward zero,
     /// booleans are 0/1); None for undefined, strings and non-finite reals.
-    pub fn as_int(&self) -> Option<i64> {
+    pub(crate) fn as_int(&self) -> Option<i64> {
         match self {
             AdValue::Int(i) => Some(*i),
             AdValue::Real(r) if r.is_finite() => Some(r.trunc() as i64),
@@ -34,7 +34,7 @@ impl AdValue {
 
     /// The value as key text: strings as they are, numbers printed, undefined as None.
     /// The string "Undefined" counts as undefined, as the provisioner's `str(eval())` did.
-    pub fn as_text(&self) -> Option<String> {
+    pub(crate) fn as_text(&self) -> Option<String> {
         match self {
             AdValue::Undefined => None,
             AdValue::Str(s) if s.eq_ignore_ascii_case("undefined") => None,
@@ -120,7 +120,7 @@ pub struct JobAd {
 
 /// Canonical attribute names, in the order the snapshot prints them; `ScheddName` must stay
 /// first (the condor probe queries the rest).
-pub const JOB_ATTRS: [&str; 12] = [
+pub(crate) const JOB_ATTRS: [&str; 12] = [
     "ScheddName",
     "ClusterId",
     "ProcId",
@@ -139,7 +139,8 @@ pub const JOB_ATTRS: [&str; 12] = [
 /// `RequireGPUs` evaluates to undefined in the job's own ad (it refers to the machine's GPUs),
 /// so the job's Requirements text is searched (condor_submit puts `require_gpus` there as
 /// `countMatches(MY.RequireGPUs, TARGET.AvailableGPUs)`; checked on HTCondor 23.9).
-pub const GPU_CONSTRAINT: &str = r#"regexp("RequireGPUs|GPUs_Capability", unparse(Requirements))"#;
+pub(crate) const GPU_CONSTRAINT: &str =
+    r#"regexp("RequireGPUs|GPUs_Capability", unparse(Requirements))"#;
 
 impl JobAd {
     fn slot(&mut self, attr: &str) -> Option<&mut AdValue> {
@@ -158,7 +159,7 @@ impl JobAd {
     }
 
     /// Sets an attribute by its ClassAd name (case-insensitive); unknown names are ignored.
-    pub fn set(&mut self, attr: &str, value: AdValue) {
+    pub(crate) fn set(&mut self, attr: &str, value: AdValue) {
         match attr.to_ascii_lowercase().as_str() {
             "scheddname" => self.schedd_name = value.as_text().unwrap_or_default(),
             "clusterid" => self.cluster_id = value.as_int().unwrap_or(0),
@@ -204,7 +205,7 @@ impl JobAd {
         *slot = value;
     }
 
-    pub fn is_idle(&self) -> bool {
+    pub(crate) fn is_idle(&self) -> bool {
         self.job_status.as_int() == Some(1)
     }
 }
@@ -267,7 +268,7 @@ impl<'de> Deserialize<'de> for JobAd {
 }
 
 /// Canonical startd attribute names, in the order the condor probe queries them.
-pub const STARTD_ATTRS: [&str; 4] = ["Name", "State", "Activity", "K8SPodName"];
+pub(crate) const STARTD_ATTRS: [&str; 4] = ["Name", "State", "Activity", "K8SPodName"];
 
 /// A map key resolved to the index of a known attribute (case-insensitively) without
 /// allocating, or None for attributes pilotd does not read.
@@ -310,7 +311,7 @@ pub struct StartdAd {
 }
 
 impl StartdAd {
-    pub fn set(&mut self, attr: &str, value: AdValue) {
+    pub(crate) fn set(&mut self, attr: &str, value: AdValue) {
         let text = value.as_text();
         match attr.to_ascii_lowercase().as_str() {
             "name" => self.name = text.unwrap_or_default(),

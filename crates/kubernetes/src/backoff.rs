@@ -50,7 +50,7 @@ pub struct BackoffBook {
 
 /// What the back-off allows a shape this cycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Gate {
+pub(crate) enum Gate {
     /// No restriction.
     Open,
     /// On trial and a trial pod may start now (at most one).
@@ -61,7 +61,7 @@ pub enum Gate {
 
 impl Gate {
     /// Caps a number of new pods.
-    pub fn cap(self, n: u64) -> u64 {
+    pub(crate) fn cap(self, n: u64) -> u64 {
         match self {
             Gate::Open => n,
             Gate::Trial => n.min(1),
@@ -71,13 +71,13 @@ impl Gate {
 }
 
 impl KeyBackoff {
-    pub fn on_trial(&self, p: &TrialPolicy) -> bool {
+    pub(crate) fn on_trial(&self, p: &TrialPolicy) -> bool {
         self.failures >= p.after
     }
 
     /// When the next trial pod may start: the last failure plus the policy's delay for the
     /// shape's strikes.
-    pub fn next_trial_at(&self, p: &TrialPolicy) -> Option<DateTime<Utc>> {
+    pub(crate) fn next_trial_at(&self, p: &TrialPolicy) -> Option<DateTime<Utc>> {
         if !self.on_trial(p) {
             return None;
         }
@@ -88,7 +88,7 @@ impl KeyBackoff {
 impl BackoffBook {
     /// Folds one cycle's pod observations into the book. Pods no longer listed are forgotten
     /// (their outcome was counted while they were visible).
-    pub fn observe(&mut self, pods: &[PodObservation], now: DateTime<Utc>, p: &TrialPolicy) {
+    pub(crate) fn observe(&mut self, pods: &[PodObservation], now: DateTime<Utc>, p: &TrialPolicy) {
         let mut by_key: BTreeMap<&ShapeKey, Vec<&PodObservation>> = BTreeMap::new();
         for p in pods {
             by_key.entry(&p.key).or_default().push(p);
@@ -162,7 +162,7 @@ impl BackoffBook {
     }
 
     /// The gate for one shape; `outstanding` = its waiting + unmatched pods.
-    pub fn gate(
+    pub(crate) fn gate(
         &self,
         key: &ShapeKey,
         outstanding: u64,

@@ -104,7 +104,7 @@ pub struct KubeBackend {
 impl KubeBackend {
     /// Connects as the config says: the in-cluster account, or a kubeconfig (path and
     /// context optional).
-    pub async fn connect(cfg: &Connection) -> Result<KubeBackend, KubeError> {
+    pub(crate) async fn connect(cfg: &Connection) -> Result<KubeBackend, KubeError> {
         let config = match cfg.source {
             ClientSource::InCluster => {
                 kube::Config::incluster().map_err(|e| KubeError::InCluster(e.to_string()))?

@@ -67,7 +67,7 @@ pub enum CondorError {
 
 /// The job attributes queried, in output order: the snapshot's attributes without
 /// `ScheddName`, which condor_q does not print (the probe knows which schedd it asked).
-pub const JOB_ATTRS: &[&str] = super::ads::JOB_ATTRS.split_first().expect("non-empty").1;
+pub(crate) const JOB_ATTRS: &[&str] = super::ads::JOB_ATTRS.split_first().expect("non-empty").1;
 
 /// A schedd ad from the collector.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,7 +88,7 @@ pub struct PoolObservation {
 /// `(JobStatus=?=1)` + the namespace clause unless matching is off + the site's extra
 /// requirements, exactly as the provisioner built it. `namespace` is `None` when the site
 /// turned namespace matching off.
-pub fn job_constraint(namespace: Option<&str>, additional_requirements: &str) -> String {
+pub(crate) fn job_constraint(namespace: Option<&str>, additional_requirements: &str) -> String {
     let mut c = String::from("(JobStatus=?=1)");
     if let Some(ns) = namespace {
         c.push_str(&format!(" && regexp(RequestK8SNamespace,\"{ns}\")"));
@@ -100,7 +100,7 @@ pub fn job_constraint(namespace: Option<&str>, additional_requirements: &str) ->
 }
 
 /// Selects the startds of this provisioner's own workers.
-pub fn startd_constraint(app_name: &str, namespace: &str, k8s_domain: &str) -> String {
+pub(crate) fn startd_constraint(app_name: &str, namespace: &str, k8s_domain: &str) -> String {
     format!(
         "(K8SProvisionerType=?=\"{PROVISIONER_TYPE}\")&&(K8SProvisionerName=?=\"{app_name}\")&&(K8SNamespace=?=\"{namespace}\")&&(K8SDomain=?=\"{k8s_domain}\")"
     )
@@ -118,7 +118,7 @@ pub enum AfLineError {
 }
 
 /// Parses one `-af:V` line into exactly `n` values.
-pub fn parse_af_line(line: &str, n: usize) -> Result<Vec<AdValue>, AfLineError> {
+pub(crate) fn parse_af_line(line: &str, n: usize) -> Result<Vec<AdValue>, AfLineError> {
     let mut out = Vec::with_capacity(n);
     let b = line.as_bytes();
     let mut i = 0;
@@ -239,7 +239,7 @@ pub struct CondorProbe {
 /// schedd that offers no authentication, encryption or integrity (what the upstream
 /// provisioner's multi-user client configuration did for pools that need it). Read-only
 /// queries only: the provisioner sends nothing a daemon acts on.
-pub const INSECURE_QUERY_ENV: [(&str, &str); 3] = [
+pub(crate) const INSECURE_QUERY_ENV: [(&str, &str); 3] = [
     ("_CONDOR_SEC_CLIENT_AUTHENTICATION", "OPTIONAL"),
     ("_CONDOR_SEC_CLIENT_ENCRYPTION", "OPTIONAL"),
     ("_CONDOR_SEC_CLIENT_INTEGRITY", "OPTIONAL"),
@@ -321,7 +321,7 @@ impl CondorProbe {
             .into_iter()
     }
 
-    pub async fn schedds(&self) -> Result<Vec<ScheddAd>, CondorError> {
+    pub(crate) async fn schedds(&self) -> Result<Vec<ScheddAd>, CondorError> {
         let args = ["-schedd", "-af:V", "Name", "AuthenticatedIdentity"]
             .map(String::from)
             .to_vec();
@@ -340,7 +340,7 @@ impl CondorProbe {
         Ok(out)
     }
 
-    pub async fn startds(&self, constraint: &str) -> Result<Vec<StartdAd>, CondorError> {
+    pub(crate) async fn startds(&self, constraint: &str) -> Result<Vec<StartdAd>, CondorError> {
         let mut args = vec!["-constraint".into(), constraint.into(), "-af:V".into()];
         args.extend(STARTD_ATTRS.iter().map(|s| s.to_string()));
         let text = self.run(&self.condor_status, "condor_status", args).await?;
@@ -357,7 +357,7 @@ impl CondorProbe {
         Ok(out)
     }
 
-    pub async fn idle_jobs(
+    pub(crate) async fn idle_jobs(
         &self,
         schedd: &str,
         constraint: &str,
@@ -395,7 +395,7 @@ impl CondorProbe {
     /// Schedds from the collector, kept when Name and AuthenticatedIdentity both match the
     /// whitelist entirely; their idle jobs (concurrently); the workers' startd ads. One failing
     /// schedd is logged and skipped; all failing is an error (the cycle submits nothing).
-    pub async fn observe(&self) -> Result<PoolObservation, CondorError> {
+    pub(crate) async fn observe(&self) -> Result<PoolObservation, CondorError> {
         let schedds: Vec<ScheddAd> = self
             .schedds()
             .await?

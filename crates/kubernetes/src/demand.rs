@@ -21,11 +21,11 @@ pub struct Demand {
 }
 
 /// Why `gpu_constrained` jobs get no pods, for the plan and status.
-pub const GPU_CONSTRAINED_REASON: &str = "the job constrains GPUs with RequireGPUs or GPUs_Capability, which no pod pilotd makes is sure to match (only RequestGPUs and RequestGPUTypes are supported)";
+pub(crate) const GPU_CONSTRAINED_REASON: &str = "the job constrains GPUs with RequireGPUs or GPUs_Capability, which no pod pilotd makes is sure to match (only RequestGPUs and RequestGPUTypes are supported)";
 
 impl Demand {
     /// Counts the idle jobs (JobStatus 1) of each shape; other jobs do not create demand.
-    pub fn from_jobs(jobs: &[JobAd]) -> Demand {
+    pub(crate) fn from_jobs(jobs: &[JobAd]) -> Demand {
         let mut d = Demand::default();
         for job in jobs.iter().filter(|j| j.is_idle()) {
             let into = if job.constrains_gpus.as_int() == Some(1) {
@@ -41,7 +41,7 @@ impl Demand {
 
 /// Pods a shape should have unclaimed this cycle: `1 + idle/4`, tapered above 20 to
 /// `20 + (n-20)/4`, capped by `max_pods_per_cluster`. Zero idle jobs need no pod.
-pub fn min_pods(idle: u64, max_pods_per_cluster: u64) -> u64 {
+pub(crate) fn min_pods(idle: u64, max_pods_per_cluster: u64) -> u64 {
     if idle == 0 {
         return 0;
     }
@@ -55,7 +55,11 @@ pub fn min_pods(idle: u64, max_pods_per_cluster: u64) -> u64 {
 /// New pods for a shape: what is missing to reach `min_pods` unclaimed, nothing once the
 /// shape's live pods (waiting + unmatched + claimed) reach `max_submit_pods_per_cluster`,
 /// and never past that cap (the provisioner could overshoot it by one batch).
-pub fn pods_to_submit(min_pods: u64, acc: &Accounting, max_submit_pods_per_cluster: u64) -> u64 {
+pub(crate) fn pods_to_submit(
+    min_pods: u64,
+    acc: &Accounting,
+    max_submit_pods_per_cluster: u64,
+) -> u64 {
     let live = acc.live();
     if live >= max_submit_pods_per_cluster {
         return 0;

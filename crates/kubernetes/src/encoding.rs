@@ -15,7 +15,7 @@ pub struct EntryError {
 /// Decodes one list or dict element as the provisioner does: `&colon;` until none is left,
 /// then `&comma;` until none is left, then `&amp;` until none is left (so `&amp;amp;` is `&`,
 /// while an `&colon;` that only appears once `&amp;` is decoded stays as it is).
-pub fn decode(s: &str) -> String {
+pub(crate) fn decode(s: &str) -> String {
     let mut out = s.to_string();
     for (entity, c) in [("&colon;", ":"), ("&comma;", ","), ("&amp;", "&")] {
         while out.contains(entity) {
@@ -26,7 +26,7 @@ pub fn decode(s: &str) -> String {
 }
 
 /// `parse_list`: split on `,`, decode each element. Empty input is an empty list.
-pub fn parse_list(s: &str) -> Vec<String> {
+pub(crate) fn parse_list(s: &str) -> Vec<String> {
     if s.trim().is_empty() {
         return Vec::new();
     }
@@ -35,7 +35,7 @@ pub fn parse_list(s: &str) -> Vec<String> {
 
 /// `parse_dict`: split on `,`, each element on `:` (exactly one), decode key and value.
 /// Returns the pairs in file order; the error names the bad element.
-pub fn parse_dict(s: &str) -> Result<Vec<(String, String)>, EntryError> {
+pub(crate) fn parse_dict(s: &str) -> Result<Vec<(String, String)>, EntryError> {
     if s.trim().is_empty() {
         return Ok(Vec::new());
     }

@@ -4,10 +4,10 @@
 //! labels every worker Job and pod carries (this provisioner's label selector).
 
 /// `K8S_PROVISIONER_TYPE` the worker advertises and the startd query selects on.
-pub const PROVISIONER_TYPE: &str = "PRPHTCondorProvisioner";
+pub(crate) const PROVISIONER_TYPE: &str = "PRPHTCondorProvisioner";
 
 /// The labels that make a pod or Job this provisioner's, for `app_name`.
-pub fn selector_labels(app_name: &str) -> [(&'static str, String); 2] {
+pub(crate) fn selector_labels(app_name: &str) -> [(&'static str, String); 2] {
     [
         ("prp-htcondor-portal", "wn".to_string()),
         ("k8s-app", app_name.to_string()),
@@ -15,7 +15,7 @@ pub fn selector_labels(app_name: &str) -> [(&'static str, String); 2] {
 }
 
 /// The label selector of every pod and Job this provisioner owns.
-pub fn selector(app_name: &str) -> String {
+pub(crate) fn selector(app_name: &str) -> String {
     selector_labels(app_name)
         .iter()
         .map(|(k, v)| format!("{k}={v}"))

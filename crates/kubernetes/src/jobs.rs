@@ -2,7 +2,7 @@
 //! `backoffLimit = 0`, resources, env, labels, affinity and volumes exactly as the NRP worker
 //! image reads them, from the pod's shape and the site's `[kubernetes]` settings.
 
-pub use crate::config::names::TOKEN_PATH;
+pub(crate) use crate::config::names::TOKEN_PATH;
 use crate::config::names::{mount_point, mounts_overlap, reserved_label};
 use crate::config::{
     AffinityOperator, AffinityRule, ConfigVolume, PullPolicy, PvcVolume, is_label_key,
@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// The node label GPU product names are matched against (NVIDIA GPU feature discovery).
-pub const GPU_PRODUCT_LABEL: &str = "nvidia.com/gpu.product";
+pub(crate) const GPU_PRODUCT_LABEL: &str = "nvidia.com/gpu.product";
 /// Idle shutdown the older worker image read from its env; ospool-ep ignores it and uses
 /// ACCEPT_IDLE_MINUTES. Kept so pods stay identical to the provisioner's.
 const STARTD_NOCLAIM_SHUTDOWN: &str = "1200";
@@ -70,7 +70,7 @@ pub struct PodTemplate {
 impl PodTemplate {
     /// Whether the site lets a job put label `key` on its pod: allowed by key or prefix, and
     /// never a reserved one whatever the list says.
-    pub fn allows_job_label(&self, key: &str) -> Result<(), LabelRefused> {
+    pub(crate) fn allows_job_label(&self, key: &str) -> Result<(), LabelRefused> {
         if let Some(why) = reserved_label(key) {
             return Err(LabelRefused::Reserved(why));
         }
@@ -91,7 +91,7 @@ impl PodTemplate {
 
 /// Why a job's `RequestLabels` key does not reach its pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum LabelRefused {
+pub(crate) enum LabelRefused {
     #[error("is reserved ({0})")]
     Reserved(&'static str),
     #[error("is not in [kubernetes] job_label_allow")]
@@ -99,7 +99,7 @@ pub enum LabelRefused {
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum JobError {
+pub(crate) enum JobError {
     #[error("shape {key}: {field} entry `{entry}` {problem}")]
     BadShapeField {
         key: String,
@@ -111,7 +111,7 @@ pub enum JobError {
 
 /// `<app>-<unix seconds, hex>-<sequence in this cycle, 6 hex>`, the provisioner's scheme,
 /// unique across cycles that start in different seconds.
-pub fn job_name(app_name: &str, now: DateTime<Utc>, seq: usize) -> String {
+pub(crate) fn job_name(app_name: &str, now: DateTime<Utc>, seq: usize) -> String {
     format!("{app_name}-{:x}-{seq:06x}", now.timestamp().max(0))
 }
 
@@ -171,7 +171,7 @@ fn pvc_mount(
 
 /// The job's GPU types that every site rule on the GPU product label lets through (`In`:
 /// listed, `NotIn`: not listed), in the job's order.
-pub fn site_gpu_types(job_types: &[String], rules: &[AffinityRule]) -> Vec<String> {
+pub(crate) fn site_gpu_types(job_types: &[String], rules: &[AffinityRule]) -> Vec<String> {
     job_types
         .iter()
         .filter(|t| {
@@ -191,7 +191,7 @@ pub fn site_gpu_types(job_types: &[String], rules: &[AffinityRule]) -> Vec<Strin
 /// `backoffLimit = 0` (a failing worker never takes siblings down, and is not replaced
 /// behind the back-off's back), env/labels/volumes exactly as the worker image reads them.
 /// Refusals come in this order: RequestLabels, RequestDiskVolumes, RequestGPUTypes.
-pub fn job_body(key: &ShapeKey, pods: &PodTemplate, name: &str) -> Result<Job, JobError> {
+pub(crate) fn job_body(key: &ShapeKey, pods: &PodTemplate, name: &str) -> Result<Job, JobError> {
     let (key_labels, key_annotations) = key.pod_metadata();
     let labels = pod_labels(key, pods, key_labels)?;
     let mut annotations = pods.annotations.clone();

@@ -1,17 +1,17 @@
 //! Kubernetes mode: a provisioner that turns idle HTCondor jobs into worker pods, a Job each.
 
-pub mod accounting;
-pub mod ads;
+pub(crate) mod accounting;
+pub(crate) mod ads;
 pub mod backoff;
 pub mod client;
-pub mod condor;
+pub(crate) mod condor;
 pub mod config;
-pub mod demand;
-pub mod encoding;
-pub mod identity;
+pub(crate) mod demand;
+pub(crate) mod encoding;
+pub(crate) mod identity;
 pub mod ini;
-pub mod jobs;
-pub mod observed;
+pub(crate) mod jobs;
+pub(crate) mod observed;
 pub mod plan;
 pub mod provisioner;
 pub mod report;

@@ -14,7 +14,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use std::collections::BTreeMap;
 
 /// The label the Job controller puts on a Job's pods (Kubernetes 1.27+), and its older name.
-pub const JOB_NAME_LABELS: [&str; 2] = ["batch.kubernetes.io/job-name", "job-name"];
+pub(crate) const JOB_NAME_LABELS: [&str; 2] = ["batch.kubernetes.io/job-name", "job-name"];
 
 /// The annotations a decision reads: the shape fields too long or odd for a label.
 const KEPT_ANNOTATIONS: [&str; 3] = [POD_DISK_VOLUMES, POD_GPU_TYPES, POD_LABELS];
@@ -121,7 +121,7 @@ fn null_default<'de, D: Deserializer<'de>, T: Default + Deserialize<'de>>(
 
 impl WorkerPod {
     /// The Job this pod belongs to, from the Job controller's label.
-    pub fn job_name(&self) -> Option<&str> {
+    pub(crate) fn job_name(&self) -> Option<&str> {
         JOB_NAME_LABELS
             .iter()
             .find_map(|l| self.metadata.labels.get(*l))
@@ -180,14 +180,14 @@ impl Default for WorkerJob {
 
 /// How a Job ended, if it has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum JobEnd {
+pub(crate) enum JobEnd {
     Complete,
     Failed,
 }
 
 impl WorkerJob {
     /// How and when the Job finished (its Complete or Failed condition became true).
-    pub fn finished(&self) -> Option<(JobEnd, Option<DateTime<Utc>>)> {
+    pub(crate) fn finished(&self) -> Option<(JobEnd, Option<DateTime<Utc>>)> {
         let c = self
             .status
             .conditions

@@ -46,7 +46,7 @@ pub struct ClusterDecision {
 
 impl ClusterDecision {
     /// The shape's idle jobs and its pods by state, in the tables' column order.
-    pub fn counts(&self) -> [u64; 6] {
+    pub(crate) fn counts(&self) -> [u64; 6] {
         [
             self.idle_jobs,
             self.waiting,
@@ -58,7 +58,7 @@ impl ClusterDecision {
     }
 
     /// No idle job and no pod of this shape.
-    pub fn is_quiet(&self) -> bool {
+    pub(crate) fn is_quiet(&self) -> bool {
         self.counts().iter().all(|n| *n == 0)
     }
 }
@@ -255,7 +255,7 @@ fn cluster_row(
 
 /// Finished Jobs older than `cleanup_after`, oldest first, at most `cleanup_max_per_cycle`.
 /// A delete that fails leaves the Job listed, so the next cycle retries it.
-pub fn finished_jobs_to_delete(
+pub(crate) fn finished_jobs_to_delete(
     jobs: &[WorkerJob],
     cleanup_after: Duration,
     cleanup_max_per_cycle: u64,

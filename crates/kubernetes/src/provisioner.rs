@@ -47,7 +47,7 @@ pub fn load_book(path: &Path) -> BackoffBook {
 
 /// One live observation: the pool first (all schedds failing fails the cycle), then the
 /// provisioner's pods and Jobs.
-pub async fn observe(
+pub(crate) async fn observe(
     probe: &CondorProbe,
     backend: &KubeBackend,
     book: BackoffBook,
@@ -80,7 +80,7 @@ pub struct ActReport {
 
 /// Creates the plan's Jobs (in key order) and deletes its finished Jobs. A failed create stops
 /// only its own shape for this cycle; every other shape proceeds.
-pub async fn act(plan: &KubePlan, backend: &KubeBackend) -> ActReport {
+pub(crate) async fn act(plan: &KubePlan, backend: &KubeBackend) -> ActReport {
     let mut report = ActReport::default();
     let mut failed_shapes: BTreeSet<String> = BTreeSet::new();
     for job in &plan.jobs {
@@ -165,7 +165,7 @@ pub struct Provisioner {
 
 impl Provisioner {
     /// Connects to the API server and takes back the saved back-off book.
-    pub async fn connect(
+    pub(crate) async fn connect(
         s: Settings,
         metrics: Option<Metrics>,
     ) -> Result<Provisioner, ProvisionerError> {

@@ -160,7 +160,7 @@ impl Settings {
     /// Settings for tests: the table's defaults for namespace `osg`, app `osg-direct`, plus
     /// `extra` TOML lines of the `[kubernetes]` table.
     #[cfg(test)]
-    pub fn test(extra: &str) -> Settings {
+    pub(crate) fn test(extra: &str) -> Settings {
         let table = KubernetesConfig::from_table_text(&format!(
             "namespace = \"osg\"\napp_name = \"osg-direct\"\n{extra}"
         ))

@@ -15,13 +15,13 @@ use std::fmt;
 use std::str::FromStr;
 
 /// The worker's START expression requires Memory == 4096 MiB below this (and undefined).
-pub const MEMORY_FLOOR_MIB: u64 = 4096;
+pub(crate) const MEMORY_FLOOR_MIB: u64 = 4096;
 /// The worker's START expression requires Disk == 8000000 KiB below this (and undefined).
-pub const DISK_FLOOR_KIB: u64 = 8_000_000;
+pub(crate) const DISK_FLOOR_KIB: u64 = 8_000_000;
 
 /// Pod label (and annotation) names of the key fields; their one home is
 /// `config::kubernetes_names`, which `check` reserves them in.
-pub use crate::config::names::{
+pub(crate) use crate::config::names::{
     POD_CPUS, POD_DISK, POD_DISK_VOLUMES, POD_GPU_TYPES, POD_GPUS, POD_LABELS, POD_MEMORY,
     POD_SHAPE,
 };
@@ -52,7 +52,7 @@ fn floor(v: Option<i64>, floor: u64) -> u64 {
 impl ShapeKey {
     /// The job side: evaluated Request* values, undefined → default, memory and disk below
     /// their floors → the floor (the provisioner drops such values, then defaults them).
-    pub fn from_job(job: &JobAd) -> ShapeKey {
+    pub(crate) fn from_job(job: &JobAd) -> ShapeKey {
         ShapeKey {
             cpus: floor(job.request_cpus.as_int(), 1),
             memory_mib: floor(job.request_memory.as_int(), MEMORY_FLOOR_MIB),
@@ -66,7 +66,7 @@ impl ShapeKey {
 
     /// The pod side: the same fields read back from a pod's (or its Job's) labels and
     /// annotations, with the same defaults and floors.
-    pub fn from_meta(meta: &Meta) -> ShapeKey {
+    pub(crate) fn from_meta(meta: &Meta) -> ShapeKey {
         let (labels, annotations) = (&meta.labels, &meta.annotations);
         let num = |name: &str| labels.get(name).and_then(|v| v.parse::<i64>().ok());
         let text = |name: &str| {
@@ -88,7 +88,7 @@ impl ShapeKey {
     }
 
     /// Labels and annotations that make a pod map back to this key.
-    pub fn pod_metadata(&self) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+    pub(crate) fn pod_metadata(&self) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
         let mut labels = BTreeMap::new();
         let mut annotations = BTreeMap::new();
         labels.insert(POD_CPUS.to_string(), self.cpus.to_string());
@@ -112,13 +112,13 @@ impl ShapeKey {
     }
 
     /// GPU product names asked for, empty when any GPU will do.
-    pub fn gpu_type_list(&self) -> Vec<String> {
+    pub(crate) fn gpu_type_list(&self) -> Vec<String> {
         split_list(&self.gpu_types)
     }
 }
 
 /// A comma list with blanks dropped.
-pub fn split_list(s: &str) -> Vec<String> {
+pub(crate) fn split_list(s: &str) -> Vec<String> {
     s.split(',')
         .map(str::trim)
         .filter(|x| !x.is_empty())

@@ -1,6 +1,6 @@
 //! The `[kubernetes]` table of pilotd.toml, every key of the NRP provisioner, typed.
 
-pub mod names;
+pub(crate) mod names;
 
 use crate::config::names::{
     PILOTD_ENV, PILOTD_RESOURCES, TOKEN_PATH, is_config_map_key, is_dns_subdomain, is_env_name,
@@ -37,7 +37,7 @@ pub enum PullPolicy {
 }
 
 impl PullPolicy {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             PullPolicy::Always => "Always",
             PullPolicy::IfNotPresent => "IfNotPresent",
@@ -53,7 +53,7 @@ pub enum AffinityOperator {
 }
 
 impl AffinityOperator {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             AffinityOperator::In => "In",
             AffinityOperator::NotIn => "NotIn",
@@ -271,27 +271,27 @@ pub struct KubernetesConfig {
 /// key pilotd.toml leaves out, and `import-ini` writes them for a key the INI leaves out, so
 /// the two cannot drift apart (`kubernetes::ini`'s tests convert an INI without them and
 /// compare).
-pub mod defaults {
-    pub const CONDOR_HOST: &str = "prp-cm-htcondor.htcondor-portal.svc.cluster.local";
-    pub const K8S_DOMAIN: &str = "optiputer.net";
-    pub const IMAGE: &str = "sfiligoi/prp-portal-wn";
+pub(crate) mod defaults {
+    pub(crate) const CONDOR_HOST: &str = "prp-cm-htcondor.htcondor-portal.svc.cluster.local";
+    pub(crate) const K8S_DOMAIN: &str = "optiputer.net";
+    pub(crate) const IMAGE: &str = "sfiligoi/prp-portal-wn";
     /// `ttlSecondsAfterFinished` (`k8s_job_ttl`).
-    pub const JOB_TTL_SECS: u64 = 86400;
-    pub const FORCE_NAMESPACE_MATCHING: bool = true;
-    pub const REQUEST_FUSE: bool = true;
+    pub(crate) const JOB_TTL_SECS: u64 = 86400;
+    pub(crate) const FORCE_NAMESPACE_MATCHING: bool = true;
+    pub(crate) const REQUEST_FUSE: bool = true;
     /// `storage_mbs`.
-    pub const MIN_EPHEMERAL_STORAGE_MIB: u64 = 20000;
-    pub const USE_LARGE_LIMIT: bool = true;
+    pub(crate) const MIN_EPHEMERAL_STORAGE_MIB: u64 = 20000;
+    pub(crate) const USE_LARGE_LIMIT: bool = true;
     /// `schedd_whitelist` and `schedd_identity_whitelist`: every schedd.
-    pub const MATCH_ALL: &str = ".*";
-    pub const MAX_PODS_PER_CLUSTER: u64 = 20;
-    pub const MAX_SUBMIT_PODS_PER_CLUSTER: u64 = 1000;
+    pub(crate) const MATCH_ALL: &str = ".*";
+    pub(crate) const MAX_PODS_PER_CLUSTER: u64 = 20;
+    pub(crate) const MAX_SUBMIT_PODS_PER_CLUSTER: u64 = 1000;
     /// `sleep_time`.
-    pub const CYCLE_SECS: u64 = 120;
-    pub const TOKEN_SECRET: &str = "prp-htcondor-wn-secret";
-    pub const TOKEN_KEY: &str = "prp-wn.token";
-    pub const CONDOR_STATUS: &str = "condor_status";
-    pub const CONDOR_Q: &str = "condor_q";
+    pub(crate) const CYCLE_SECS: u64 = 120;
+    pub(crate) const TOKEN_SECRET: &str = "prp-htcondor-wn-secret";
+    pub(crate) const TOKEN_KEY: &str = "prp-wn.token";
+    pub(crate) const CONDOR_STATUS: &str = "condor_status";
+    pub(crate) const CONDOR_Q: &str = "condor_q";
 }
 
 fn spanned_default<T: Default>() -> Spanned<T> {
@@ -393,10 +393,10 @@ fn default_page_size() -> Spanned<u32> {
 
 /// The longest app name that keeps Job names (`<app>-<hex time>-<6 hex>`) within the 63
 /// characters of the `job-name` label the Job controller puts on pods.
-pub const MAX_APP_NAME: usize = 40;
+pub(crate) const MAX_APP_NAME: usize = 40;
 
 /// Compiles a whitelist the way Python's `re.fullmatch` applies it: the whole name must match.
-pub fn full_match_regex(pattern: &str) -> Result<regex::Regex, regex::Error> {
+pub(crate) fn full_match_regex(pattern: &str) -> Result<regex::Regex, regex::Error> {
     regex::Regex::new(&format!("^(?:{pattern})$"))
 }
 
@@ -406,7 +406,7 @@ impl KubernetesConfig {
         toml::from_str(src)
     }
 
-    pub fn cycle(&self) -> Duration {
+    pub(crate) fn cycle(&self) -> Duration {
         self.cycle.get_ref().0
     }
 
@@ -641,7 +641,7 @@ impl KubernetesConfig {
     }
 
     /// Semantic checks serde cannot make; each error points at the offending value.
-    pub fn validate(&self, d: &mut Diagnostics) {
+    pub(crate) fn validate(&self, d: &mut Diagnostics) {
         let ns = self.namespace.get_ref();
         if !is_dns_label(ns) {
             d.error(

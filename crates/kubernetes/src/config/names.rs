@@ -8,15 +8,15 @@
 
 /// The shape's pod label (and annotation) names, as the NRP provisioner and existing worker
 /// pods use them.
-pub const POD_CPUS: &str = "PodCPUs";
-pub const POD_MEMORY: &str = "PodMemory";
-pub const POD_DISK: &str = "PodDisk";
-pub const POD_GPUS: &str = "PodGPUs";
-pub const POD_DISK_VOLUMES: &str = "PodDiskVolumes";
-pub const POD_GPU_TYPES: &str = "PodGPUTypes";
-pub const POD_LABELS: &str = "PodLabels";
+pub(crate) const POD_CPUS: &str = "PodCPUs";
+pub(crate) const POD_MEMORY: &str = "PodMemory";
+pub(crate) const POD_DISK: &str = "PodDisk";
+pub(crate) const POD_GPUS: &str = "PodGPUs";
+pub(crate) const POD_DISK_VOLUMES: &str = "PodDiskVolumes";
+pub(crate) const POD_GPU_TYPES: &str = "PodGPUTypes";
+pub(crate) const POD_LABELS: &str = "PodLabels";
 /// Label-safe digest of the whole key, for selecting one shape's pods.
-pub const POD_SHAPE: &str = "pilotd.io/shape";
+pub(crate) const POD_SHAPE: &str = "pilotd.io/shape";
 
 /// Labels pilotd writes on every worker Job and pod (the shape, the provisioner's selector,
 /// its own mark) and the ones the Job controller owns.
@@ -35,7 +35,7 @@ const PILOTD_LABELS: [&str; 10] = [
 const CONTROLLER_LABELS: [&str; 2] = ["job-name", "controller-uid"];
 
 /// Env names pilotd sets on every worker from the shape and the site's settings.
-pub const PILOTD_ENV: [&str; 13] = [
+pub(crate) const PILOTD_ENV: [&str; 13] = [
     "K8S_PROVISIONER_TYPE",
     "K8S_PROVISIONER_NAME",
     "CONDOR_HOST",
@@ -52,19 +52,20 @@ pub const PILOTD_ENV: [&str; 13] = [
 ];
 
 /// Resources pilotd sets from the shape (`resources` may add others, never these).
-pub const PILOTD_RESOURCES: [&str; 4] = ["cpu", "memory", "ephemeral-storage", "nvidia.com/gpu"];
+pub(crate) const PILOTD_RESOURCES: [&str; 4] =
+    ["cpu", "memory", "ephemeral-storage", "nvidia.com/gpu"];
 
 /// Where every worker's container reads the pool token (the worker image's `01_token.sh`):
 /// pilotd mounts the site's token secret there, so nothing else may be mounted at, above or
 /// below it.
-pub const TOKEN_PATH: &str = "/etc/condor/tokens.d/prp-wn.token";
+pub(crate) const TOKEN_PATH: &str = "/etc/condor/tokens.d/prp-wn.token";
 
 /// A mount path as the container sees it, to compare mounts: absolute, `//` and `.` parts
 /// dropped, no trailing `/`. `None` for a relative path or one with a `..` part (which would
 /// name another place than it reads as). The API server compares mount paths as strings
 /// ("must be unique"); the runtime mounts `/data` and `/data/` at one place, so pilotd
 /// compares them as this.
-pub fn mount_point(path: &str) -> Option<String> {
+pub(crate) fn mount_point(path: &str) -> Option<String> {
     let rest = path.strip_prefix('/')?;
     let mut out = String::new();
     for part in rest.split('/') {
@@ -82,7 +83,7 @@ pub fn mount_point(path: &str) -> Option<String> {
 
 /// Whether one of two mount points (from `mount_point`) is the other or lies under it: a
 /// mount there would hide the other one, or be hidden by it.
-pub fn mounts_overlap(a: &str, b: &str) -> bool {
+pub(crate) fn mounts_overlap(a: &str, b: &str) -> bool {
     let under = |inner: &str, outer: &str| {
         outer == "/"
             || inner == outer
@@ -95,7 +96,7 @@ pub fn mounts_overlap(a: &str, b: &str) -> bool {
 
 /// A ConfigMap or Secret key (`IsConfigMapKey`): at most 253 of `[-._a-zA-Z0-9]`, neither `.`
 /// nor `..` nor starting with `..`. pilotd uses the key as the file's name in the volume too.
-pub fn is_config_map_key(k: &str) -> bool {
+pub(crate) fn is_config_map_key(k: &str) -> bool {
     !k.is_empty()
         && k.len() <= 253
         && k.bytes()
@@ -105,7 +106,7 @@ pub fn is_config_map_key(k: &str) -> bool {
 }
 
 /// Why a label key is not one the site or a job may set, if it is reserved.
-pub fn reserved_label(key: &str) -> Option<&'static str> {
+pub(crate) fn reserved_label(key: &str) -> Option<&'static str> {
     if PILOTD_LABELS.contains(&key) || key.starts_with("pilotd.io/") {
         return Some("pilotd writes it on every worker (the shape and the selector)");
     }
@@ -131,7 +132,7 @@ pub fn reserved_label(key: &str) -> Option<&'static str> {
 
 /// Why an annotation key is not one the site may set, if it is reserved: pilotd's shape
 /// annotations (read back before the labels) and its own prefix.
-pub fn reserved_annotation(key: &str) -> Option<&'static str> {
+pub(crate) fn reserved_annotation(key: &str) -> Option<&'static str> {
     let shape = [
         POD_CPUS,
         POD_MEMORY,
@@ -157,7 +158,7 @@ pub fn is_dns_label(s: &str) -> bool {
 
 /// RFC 1123 subdomain: object names (PVCs, ConfigMaps, Secrets, priority classes, service
 /// accounts) and the prefix of qualified names.
-pub fn is_dns_subdomain(s: &str) -> bool {
+pub(crate) fn is_dns_subdomain(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 253
         && s.split('.').all(|part| {
@@ -198,7 +199,7 @@ pub fn is_label_value(v: &str) -> bool {
 
 /// An env var name as the API server accepts it (`IsEnvVarName`: a C identifier that may
 /// also hold '-' and '.', not starting with a digit).
-pub fn is_env_name(n: &str) -> bool {
+pub(crate) fn is_env_name(n: &str) -> bool {
     let mut bytes = n.bytes();
     matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || matches!(b, b'_' | b'-' | b'.'))
         && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
@@ -207,7 +208,7 @@ pub fn is_env_name(n: &str) -> bool {
 /// A resource quantity as `resource.ParseQuantity` reads it: a signed decimal number, then
 /// a binary-SI suffix (Ki Mi Gi Ti Pi Ei), a decimal-SI one (n u m k M G T P E) or a decimal
 /// exponent (e3, E-2), e.g. "1", "0.5", "100m", "4Gi", "1e3".
-pub fn is_quantity(q: &str) -> bool {
+pub(crate) fn is_quantity(q: &str) -> bool {
     let s = q.strip_prefix(['+', '-']).unwrap_or(q);
     let num_end = s
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -239,7 +240,7 @@ pub fn is_quantity(q: &str) -> bool {
 /// A resource name: a standard one (`cpu`, `memory`, `ephemeral-storage`, `hugepages-*`) or
 /// an extended one, which must be qualified with a domain outside kubernetes.io
 /// (`nvidia.com/gpu`, `smarter-devices/fuse`).
-pub fn is_resource_name(n: &str) -> bool {
+pub(crate) fn is_resource_name(n: &str) -> bool {
     if ["cpu", "memory", "ephemeral-storage", "storage"].contains(&n) || n.starts_with("hugepages-")
     {
         return true;

@@ -136,7 +136,7 @@ impl<'a> Reader<'a> {
 /// `[DEFAULT]`), `sleep_time` from `[DEFAULT]`, as the provisioner's main read them. A key the
 /// INI leaves out gets the `[kubernetes]` default (`config::kubernetes::defaults`), which is
 /// the provisioner's.
-pub fn convert(ini: &IniFile) -> Result<String, IniError> {
+pub(crate) fn convert(ini: &IniFile) -> Result<String, IniError> {
     let r = Reader::of(ini);
     let mut out = String::new();
     let w = &mut out;

@@ -2,13 +2,13 @@
 
 mod convert;
 
-pub use convert::convert;
+pub(crate) use convert::convert;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// The app_name the upstream provisioner runs with when its INI names none.
-pub const UPSTREAM_APP_NAME: &str = "osg-wn";
+pub(crate) const UPSTREAM_APP_NAME: &str = "osg-wn";
 
 #[derive(Debug, thiserror::Error)]
 pub enum IniError {
@@ -66,7 +66,7 @@ pub struct IniFile {
 impl IniFile {
     /// Parses configparser syntax. Comments are whole lines starting with `#` or `;`
     /// (configparser's default: no inline comments).
-    pub fn parse(path: &Path, src: &str) -> Result<IniFile, IniError> {
+    pub(crate) fn parse(path: &Path, src: &str) -> Result<IniFile, IniError> {
         let mut ini = IniFile {
             path: path.to_path_buf(),
             ..IniFile::default()
@@ -158,7 +158,7 @@ impl IniFile {
     }
 
     /// configparser lookup: the section's own key, else `[DEFAULT]`'s, interpolated.
-    pub fn get(&self, section: &str, key: &str) -> Result<Option<IniValue>, IniError> {
+    pub(crate) fn get(&self, section: &str, key: &str) -> Result<Option<IniValue>, IniError> {
         let raw = self
             .sections
             .get(section)
