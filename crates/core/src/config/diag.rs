@@ -111,7 +111,7 @@ pub fn line_col(src: &str, offset: usize) -> (usize, usize) {
 }
 
 /// Renders a list of diagnostics, one per paragraph, for the terminal.
-pub fn render(items: &[Diagnostic]) -> String {
+pub(crate) fn render(items: &[Diagnostic]) -> String {
     let mut out = String::new();
     for d in items {
         out.push_str(&d.to_string());

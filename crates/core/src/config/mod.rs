@@ -1,7 +1,7 @@
 //! The two files pilotd reads, `pilotd.toml` and `policy.toml`, loaded and diagnosed.
 
 pub mod diag;
-pub mod ownership;
+pub(crate) mod ownership;
 pub mod policy;
 pub mod site;
 pub mod template;
@@ -195,7 +195,7 @@ pub fn parse_site_with(
 }
 
 /// Reads and validates the owner's policy, refusing an insecure file when running as root.
-pub fn load_policy(
+pub(crate) fn load_policy(
     path: &Path,
     site: &SiteConfig,
     machine: Option<Machine>,
@@ -254,7 +254,12 @@ pub fn parse_policy(
 }
 
 /// A share larger than the machine is an error the owner should see, not a silent clamp.
-pub fn check_against_machine(p: &Policy, spans: &PolicySpans, m: Machine, d: &mut Diagnostics) {
+pub(crate) fn check_against_machine(
+    p: &Policy,
+    spans: &PolicySpans,
+    m: Machine,
+    d: &mut Diagnostics,
+) {
     let cpus = p.share.cpus.of(u64::from(m.cpus));
     if cpus > u64::from(m.cpus) {
         d.error(

@@ -31,7 +31,7 @@ fn insecure(path: &Path, reason: String, mode: &str) -> ConfigError {
 
 /// Root's, and writable by neither its group nor others, in directories only root can change;
 /// `mode` is the mode the hint asks for.
-pub fn only_root_writes(path: &Path, what: &str, mode: &str) -> Result<(), ConfigError> {
+pub(crate) fn only_root_writes(path: &Path, what: &str, mode: &str) -> Result<(), ConfigError> {
     file_only_root_writes(path, what, mode)?;
     directories_only_root_writes(path, what)
 }
@@ -102,7 +102,7 @@ fn file_only_root_writes(path: &Path, what: &str, mode: &str) -> Result<(), Conf
 
 /// The pool token: present, a regular file, root's, not writable by group or others and not
 /// readable by others (whoever reads it can join the pool as this site).
-pub fn secret(path: &Path) -> Result<(), ConfigError> {
+pub(crate) fn secret(path: &Path) -> Result<(), ConfigError> {
     let m = meta(
         path,
         "[worker] token_file names a file that must exist: put the pool token there (`install -m 600 -o root TOKEN PATH`), or remove the key",

@@ -246,7 +246,7 @@ impl Policy {
 
 /// More windows than any week needs (each half hour of the week could be its own window at
 /// 336); 200,000 windows once made `schedule` take 102 s.
-pub const MAX_WINDOWS: usize = 336;
+pub(crate) const MAX_WINDOWS: usize = 336;
 
 /// Second pass: every value checked, every problem recorded (in the order of the steps).
 pub fn validate(mut raw: RawPolicy, local_tz: Zone, d: &mut Diagnostics) -> (Policy, PolicySpans) {

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 /// Placeholders a `[worker.env]` value may use.
-pub const PLACEHOLDERS: &[&str] = &[
+pub(crate) const PLACEHOLDERS: &[&str] = &[
     "cpus",
     "memory_mib",
     "disk_kib",
@@ -41,7 +41,7 @@ pub enum TemplateError {
 
 impl TemplateError {
     /// Byte offset of the problem in the template.
-    pub fn offset(&self) -> usize {
+    pub(crate) fn offset(&self) -> usize {
         match self {
             TemplateError::Unknown { offset, .. }
             | TemplateError::Unclosed { offset }

@@ -2,7 +2,7 @@
 //! Each has a pure `parse` whose error reads as a diagnostic's message, so the validation
 //! pass can report every bad value at its position instead of stopping at the first.
 
-pub use crate::horizon::MAX_DURATION;
+pub(crate) use crate::horizon::MAX_DURATION;
 use chrono::Weekday;
 use serde::{Deserialize, Deserializer, Serialize};
 use std::fmt;
@@ -65,7 +65,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, UnitError> {
 }
 
 /// A number of seconds written as a TOML integer, bounded like a written duration.
-pub fn duration_from_secs(n: i64) -> Result<Duration, UnitError> {
+pub(crate) fn duration_from_secs(n: i64) -> Result<Duration, UnitError> {
     let secs = u64::try_from(n).map_err(|_| UnitError::NegativeDuration(n))?;
     bounded(Duration::from_secs(secs), || n.to_string())
 }
@@ -151,7 +151,7 @@ impl<'de> Deserialize<'de> for StrOrInt {
 
 /// Parses a size: "2GiB", "512MiB", "8GB", "1.5GiB", "100k", or a bare number of bytes.
 /// Binary (KiB, MiB, GiB, TiB) and decimal (kB, MB, GB, TB) units are both accepted.
-pub fn parse_size(s: &str) -> Result<u64, UnitError> {
+pub(crate) fn parse_size(s: &str) -> Result<u64, UnitError> {
     let t = s.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -261,13 +261,13 @@ pub fn parse_share(v: &StrOrInt, unit: ShareUnit) -> Result<Share, UnitError> {
 pub struct DaySet(pub u8);
 
 impl DaySet {
-    pub const ALL: DaySet = DaySet(0x7f);
+    pub(crate) const ALL: DaySet = DaySet(0x7f);
 
     pub fn contains(self, day: Weekday) -> bool {
         self.0 & (1 << day.num_days_from_monday()) != 0
     }
 
-    pub fn insert(&mut self, day: Weekday) {
+    pub(crate) fn insert(&mut self, day: Weekday) {
         self.0 |= 1 << day.num_days_from_monday();
     }
 }
@@ -286,7 +286,7 @@ impl fmt::Display for DaySet {
     }
 }
 
-pub const WEEK: [Weekday; 7] = [
+pub(crate) const WEEK: [Weekday; 7] = [
     Weekday::Mon,
     Weekday::Tue,
     Weekday::Wed,
@@ -296,7 +296,7 @@ pub const WEEK: [Weekday; 7] = [
     Weekday::Sun,
 ];
 
-pub fn day_name(d: Weekday) -> &'static str {
+pub(crate) fn day_name(d: Weekday) -> &'static str {
     ["mon", "tue", "wed", "thu", "fri", "sat", "sun"][d.num_days_from_monday() as usize]
 }
 
@@ -359,7 +359,7 @@ pub fn parse_days(s: &str) -> Result<DaySet, UnitError> {
 }
 
 /// Minutes since local midnight, 0..=1440 (1440 is "24:00", allowed as an end).
-pub type Minute = u16;
+pub(crate) type Minute = u16;
 
 /// Parses "HH:MM" (00:00–24:00).
 pub fn parse_time_of_day(s: &str) -> Result<Minute, UnitError> {

@@ -17,7 +17,7 @@ use tokio::net::TcpStream;
 
 /// A request head, or a body, past this size is dropped unanswered: neither endpoint takes
 /// more than a small form.
-pub const MAX_REQUEST: usize = 16 * 1024;
+pub(crate) const MAX_REQUEST: usize = 16 * 1024;
 
 /// A request as far as pilotd's endpoints need it.
 #[derive(Debug, Default)]

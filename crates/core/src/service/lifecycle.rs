@@ -39,9 +39,9 @@ pub trait Reconciler {
 }
 
 /// A hook called once with a one-line summary.
-pub type SummaryOnce = Box<dyn FnOnce(&str) + Send>;
+pub(crate) type SummaryOnce = Box<dyn FnOnce(&str) + Send>;
 /// A hook called after every cycle with a one-line summary.
-pub type SummaryEach = Box<dyn FnMut(&str) + Send>;
+pub(crate) type SummaryEach = Box<dyn FnMut(&str) + Send>;
 
 /// Calls into the service manager and a detached parent. Each is optional; the loop runs the
 /// same without them.

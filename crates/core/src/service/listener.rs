@@ -74,7 +74,7 @@ pub struct Limits {
 
 /// The pause after a failed accept: long enough that a process out of descriptors costs no
 /// CPU, short enough that service resumes soon after descriptors free up.
-pub const ACCEPT_BACKOFF: Duration = Duration::from_millis(500);
+pub(crate) const ACCEPT_BACKOFF: Duration = Duration::from_millis(500);
 
 /// How long connections in flight may go on after the shutdown.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);

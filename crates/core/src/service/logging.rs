@@ -69,7 +69,7 @@ pub fn with_causes(e: &dyn std::error::Error) -> String {
 /// absent or not one. `Targets`, not `EnvFilter`: the same directives without span and
 /// field matching, which no documented setting uses, and without the regex engine that
 /// EnvFilter links in (about 0.2 MiB of the idle daemon's resident memory).
-pub fn directives(text: Option<&str>) -> Option<tracing_subscriber::filter::Targets> {
+pub(crate) fn directives(text: Option<&str>) -> Option<tracing_subscriber::filter::Targets> {
     text?.parse().ok()
 }
 

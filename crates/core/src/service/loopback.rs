@@ -44,7 +44,7 @@ const INODE: usize = MSG + 68;
 /// The uid of the process that owns the client end of the TCP connection `client` →
 /// `server` (both on this host, IPv4): None when that socket is gone, closed by its process
 /// (no inode), or a listener. `Err` when the kernel could not be asked.
-pub fn client_uid(client: SocketAddrV4, server: SocketAddrV4) -> io::Result<Option<u32>> {
+pub(crate) fn client_uid(client: SocketAddrV4, server: SocketAddrV4) -> io::Result<Option<u32>> {
     let sock = socket(
         AddressFamily::Netlink,
         SockType::Datagram,

@@ -286,7 +286,7 @@ pub fn exposition(r: &Registry) -> String {
 
 /// A scraper needs one connection; TCP tells no uid, so the total and the deadline are what
 /// hold idle clients to a few of pilotd's descriptors.
-pub const LIMITS: Limits = Limits {
+pub(crate) const LIMITS: Limits = Limits {
     total: 16,
     per_peer: 16,
     deadline: std::time::Duration::from_secs(5),

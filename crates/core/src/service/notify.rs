@@ -5,12 +5,9 @@
 use sd_notify::NotifyState;
 use std::time::Duration;
 
+/// READY with the cycle's STATUS: sent after every cycle, which also completes a reload.
 pub fn ready(status: &str) {
     let _ = sd_notify::notify(&[NotifyState::Ready, NotifyState::Status(status)]);
-}
-
-pub fn status(status: &str) {
-    let _ = sd_notify::notify(&[NotifyState::Status(status)]);
 }
 
 pub fn watchdog() {

@@ -21,7 +21,7 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 
 /// A fresh file at `path`, never through a link or over an existing file: exclusive create
 /// with `O_NOFOLLOW`.
-pub fn create_fresh(path: &Path, mode: u32) -> std::io::Result<std::fs::File> {
+pub(crate) fn create_fresh(path: &Path, mode: u32) -> std::io::Result<std::fs::File> {
     std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)

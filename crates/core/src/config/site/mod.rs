@@ -25,7 +25,7 @@ pub enum Mode {
 }
 
 impl Mode {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Mode::Volunteer => "volunteer",
             Mode::Kubernetes => "kubernetes",
@@ -188,7 +188,7 @@ fn default_splay() -> Spanned<HumanDuration> {
     Spanned::new(0..0, HumanDuration(Duration::from_secs(300)))
 }
 /// Wider would hold a first start for more than an hour (`volunteer::splay`).
-pub const MAX_SPLAY: Duration = Duration::from_secs(3600);
+pub(crate) const MAX_SPLAY: Duration = Duration::from_secs(3600);
 fn default_interval() -> HumanDuration {
     HumanDuration(Duration::from_secs(30))
 }

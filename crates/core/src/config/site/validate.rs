@@ -47,7 +47,7 @@ impl SiteConfig {
         w
     }
 
-    pub fn validate(&self, d: &mut Diagnostics) {
+    pub(crate) fn validate(&self, d: &mut Diagnostics) {
         self.validate_daemon(d);
         self.validate_image(d);
         self.validate_log(d);

@@ -146,7 +146,7 @@ pub fn beyond_loopback(ip: std::net::IpAddr) -> bool {
 /// Why a proxy URL is refused (`[worker] http_proxy`, `https_proxy`); `shown` has its
 /// credentials redacted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ProxyError {
+pub(crate) enum ProxyError {
     #[error("`{shown}` is not a URL ({why})")]
     NotAUrl { shown: String, why: String },
     #[error("`{shown}` is not an http:// or https:// proxy URL")]
@@ -161,7 +161,7 @@ pub enum ProxyError {
 }
 
 impl ProxyError {
-    pub fn hint(&self) -> String {
+    pub(crate) fn hint(&self) -> String {
         match self {
             ProxyError::NotAUrl { .. } | ProxyError::Scheme { .. } => {
                 "write the proxy as a URL, e.g. http_proxy = \"http://squid.example.org:3128\""
@@ -183,7 +183,10 @@ impl ProxyError {
 /// A proxy URL workers can use: http or https, a host, no credentials, and (with `allowed`:
 /// pilotd's own filtered network and its `egress_allow`) an address the filter lets through.
 /// A proxy named by host name is resolved by the worker, so only an address is checked here.
-pub fn proxy_url(raw: &str, allowed: &Option<Vec<Ipv4Net>>) -> Result<reqwest::Url, ProxyError> {
+pub(crate) fn proxy_url(
+    raw: &str,
+    allowed: &Option<Vec<Ipv4Net>>,
+) -> Result<reqwest::Url, ProxyError> {
     let shown = redact::credentials(raw).into_owned();
     let url = reqwest::Url::parse(raw).map_err(|e| ProxyError::NotAUrl {
         shown: shown.clone(),

@@ -99,7 +99,7 @@ pub const PROXY_ENV: [(&str, [&str; 2]); 3] = [
 
 impl WorkerConfig {
     /// The proxy keys that are set: (key, value as written).
-    pub fn proxies(&self) -> Vec<(&'static str, &Spanned<String>)> {
+    pub(crate) fn proxies(&self) -> Vec<(&'static str, &Spanned<String>)> {
         [&self.http_proxy, &self.https_proxy, &self.no_proxy]
             .into_iter()
             .zip(PROXY_ENV)
@@ -222,7 +222,7 @@ impl WorkerUser {
     };
 
     /// `"uid"`, `"uid:gid"` or `"image"`.
-    pub fn parse(raw: &str) -> Result<WorkerUser, SiteValueError> {
+    pub(crate) fn parse(raw: &str) -> Result<WorkerUser, SiteValueError> {
         let raw = raw.trim();
         if raw == "image" {
             return Ok(WorkerUser::Image);
