@@ -6,6 +6,7 @@ use super::{CmdError, load_config};
 use crate::cli::{Global, LogFormat, RunArgs};
 use pilotd_core::config::{self, Mode, SiteFile};
 use pilotd_core::service::detach::{self, Detached, Role};
+use pilotd_core::service::footprint;
 use pilotd_core::service::lifecycle::{Hooks, Reload};
 use pilotd_core::service::listener::Stop;
 use pilotd_core::service::logging;
@@ -176,6 +177,8 @@ fn prepare_process(cfg: &pilotd_core::config::Config, a: &RunArgs) -> Result<Pre
 /// systemd notifications and the detached parent's readiness, wired to the loop's hooks.
 fn hooks(detached: Option<Arc<Mutex<Detached>>>) -> Hooks {
     let watchdog = notify::watchdog_interval().is_some();
+    // An idle daemon's memory is mostly code only its start ran (`service::footprint`).
+    let mut shed = footprint::Shed::default();
     Hooks {
         ready: Some(Box::new(move |summary: &str| {
             tracing::info!("ready: {summary}");
@@ -187,6 +190,7 @@ fn hooks(detached: Option<Arc<Mutex<Detached>>>) -> Hooks {
         })),
         // READY after every cycle also completes a reload (systemd waits for it after RELOADING).
         cycle_done: Some(Box::new(move |summary: &str| {
+            shed.after_cycle(std::time::Instant::now());
             notify::ready(summary);
             if watchdog {
                 notify::watchdog();

@@ -7,6 +7,8 @@
 # (utime + stime of the process, as CPU-seconds per hour).
 #   DURATION=600 tests/bench/footprint.sh
 #   PILOTD_BIN=target/volunteer/pilotd DURATION=600 tests/bench/footprint.sh   # no build
+#   BASELINE_BIN=/path/to/older/pilotd DURATION=600 tests/bench/footprint.sh
+#       # also runs an older build beside them, in the same run, on the same machine
 # Needs root, the Docker engine (tests/setup-docker.sh) and Debian's boinc-client (installed
 # here when missing).
 set -euo pipefail
@@ -25,7 +27,7 @@ bin=${PILOTD_BIN:-$here/target/volunteer/pilotd}
 
 d=$(mktemp -d); inst="footprint$$"
 cleanup() {
-    for p in ${ppid:-} ${bpid:-}; do kill "$p" 2>/dev/null || true; done
+    for p in ${ppid:-} ${opid:-} ${bpid:-}; do kill "$p" 2>/dev/null || true; done
     wait 2>/dev/null || true
     rm -rf "$d"
 }
@@ -33,8 +35,10 @@ trap cleanup EXIT
 
 # pilotd: a real policy whose window never opens today, and the default interval.
 day=$(date -u -d tomorrow +%a | tr 'A-Z' 'a-z')
-mkdir -p "$d/scratch" && : >"$d/utmp"
-cat >"$d/policy.toml" <<P
+start_pilotd() { # BIN DIR INSTANCE: starts one idle daemon, prints its pid
+    local bin=$1 dir=$2 instance=$3
+    mkdir -p "$dir/scratch" && : >"$dir/utmp"
+    cat >"$dir/policy.toml" <<P
 timezone = "UTC"
 [schedule]
 windows = [ { days = "$day", from = "03:00", to = "03:01" } ]
@@ -44,44 +48,57 @@ memory = "1GiB"
 disk = "1GiB"
 workers = 1
 P
-cat >"$d/pilotd.toml" <<C
+    cat >"$dir/pilotd.toml" <<C
 splay = "0s"
-policy = "$d/policy.toml"
-state_dir = "$d/state"
+policy = "$dir/policy.toml"
+state_dir = "$dir/state"
 [host]
-utmp = "$d/utmp"
-scratch = "$d/scratch"
+utmp = "$dir/utmp"
+scratch = "$dir/scratch"
 [docker]
-instance = "$inst"
+instance = "$instance"
 [worker]
 image = "127.0.0.1:5000/pilotd-test/never-pulled:1"
 allowed_images = ["127.0.0.1:5000/*"]
 C
-"$bin" -c "$d/pilotd.toml" check >/dev/null
-"$bin" -c "$d/pilotd.toml" run 2>"$d/pilotd.log" &
-ppid=$!
+    "$bin" -c "$dir/pilotd.toml" check >/dev/null
+    # Its stdout closed: the caller reads this function's output, the pid, to its end.
+    "$bin" -c "$dir/pilotd.toml" run >/dev/null 2>"$dir/pilotd.log" &
+    echo $!
+}
+ppid=$(start_pilotd "$bin" "$d/new" "$inst")
+opid=
+if [ -n "${BASELINE_BIN:-}" ]; then
+    opid=$(start_pilotd "$BASELINE_BIN" "$d/old" "${inst}o")
+fi
 
 # BOINC: its own data dir, no project (its GUI RPC listens on loopback only).
 mkdir -p "$d/boinc"
 (cd "$d/boinc" && exec boinc --dir "$d/boinc" >"$d/boinc.log" 2>&1) &
 bpid=$!
 sleep 5
-for p in $ppid $bpid; do kill -0 "$p" || { echo "footprint: a daemon did not start" >&2; cat "$d"/*.log >&2; exit 1; }; done
+for p in $ppid $opid $bpid; do kill -0 "$p" || { echo "footprint: a daemon did not start" >&2; cat "$d"/*.log "$d"/*/pilotd.log >&2; exit 1; }; done
 
 tck=$(getconf CLK_TCK)
 cpu() { awk -v t="$tck" '{ print ($14 + $15) / t }' "/proc/$1/stat"; }
-rss() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
-p0=$(cpu $ppid); b0=$(cpu $bpid); t0=$(date +%s.%N)
-: >"$d/p.rss"; : >"$d/b.rss"
+rss() { awk -v k="${2:-VmRSS}:" '$1 == k { print $2 }' "/proc/$1/status"; }
+sample() { # PID NAME: total, anonymous and file-backed resident memory
+    rss "$1" >>"$d/$2.rss"; rss "$1" RssAnon >>"$d/$2.anon"; rss "$1" RssFile >>"$d/$2.file"
+}
+p0=$(cpu $ppid); b0=$(cpu $bpid); o0=$([ -z "$opid" ] || cpu $opid); t0=$(date +%s.%N)
 end=$(( $(date +%s) + duration ))
 while [ "$(date +%s)" -lt "$end" ]; do
-    rss $ppid >>"$d/p.rss"; rss $bpid >>"$d/b.rss"
+    sample $ppid p; sample $bpid b; [ -z "$opid" ] || sample $opid o
     sleep $step
 done
-p1=$(cpu $ppid); b1=$(cpu $bpid); t1=$(date +%s.%N)
+p1=$(cpu $ppid); b1=$(cpu $bpid); o1=$([ -z "$opid" ] || cpu $opid); t1=$(date +%s.%N)
 
 stats() { sort -n "$1" | awk '{ a[NR] = $1 } END { printf "median %.1f MiB, max %.1f MiB", a[int((NR + 1) / 2)] / 1024, a[NR] / 1024 }'; }
+median() { sort -n "$1" | awk '{ a[NR] = $1 } END { printf "%.1f", a[int((NR + 1) / 2)] / 1024 }'; }
+split() { echo "(anonymous $(median "$d/$1.anon") MiB, file-backed $(median "$d/$1.file") MiB)"; }
+size() { awk -v b="$(stat -c %s "$1")" 'BEGIN { printf "%.1f MB", b / 1e6 }'; }
 perh() { awk -v a="$1" -v b="$2" -v s="$t0" -v e="$t1" 'BEGIN { printf "%.2f", (b - a) * 3600 / (e - s) }'; }
 echo "idle footprint over $(awk -v s="$t0" -v e="$t1" 'BEGIN { printf "%.0f", e - s }') s, sampled every ${step} s, on $(nproc) cores ($(uname -r)):"
-echo "  pilotd $("$bin" --version | awk '{ print $2 }') (volunteer profile, no kubernetes): RSS $(stats "$d/p.rss"); CPU $(perh "$p0" "$p1") CPU-s/h"
-echo "  boinc $(boinc --version 2>/dev/null | head -n 1 | awk '{ print $1 }') (no project):         RSS $(stats "$d/b.rss"); CPU $(perh "$b0" "$b1") CPU-s/h"
+echo "  pilotd $("$bin" --version | awk '{ print $2 }') (volunteer profile, no kubernetes, $(size "$bin")): RSS $(stats "$d/p.rss") $(split p); CPU $(perh "$p0" "$p1") CPU-s/h"
+[ -z "$opid" ] || echo "  baseline $BASELINE_BIN ($(size "$BASELINE_BIN")): RSS $(stats "$d/o.rss") $(split o); CPU $(perh "$o0" "$o1") CPU-s/h"
+echo "  boinc $(boinc --version 2>/dev/null | head -n 1 | awk '{ print $1 }') (no project):         RSS $(stats "$d/b.rss") $(split b); CPU $(perh "$b0" "$b1") CPU-s/h"

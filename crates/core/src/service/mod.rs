@@ -1,6 +1,7 @@
 //! The process as a system service, the same for both modes.
 
 pub mod detach;
+pub mod footprint;
 pub mod http;
 pub mod lifecycle;
 pub mod listener;
