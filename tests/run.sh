@@ -80,7 +80,7 @@ log "tests"
 # also judges its targets) and are skipped here.
 log_file="${TMPDIR:-/tmp}/pilotd-test.log"
 cargo test --workspace --quiet -- --include-ignored --skip condor_pool --skip real_pool:: \
-    --skip kubernetes::bench:: --skip splay::bench:: --skip docker::own_load 2>&1 \
+    --skip kubernetes::bench:: --skip splay::tests::bench:: --skip docker::own_load 2>&1 \
     | tee "$log_file"
 
 log "own-load accounting, alone on the machine"
@@ -90,7 +90,7 @@ cargo test --quiet -p pilotd --test it docker::own_load -- --include-ignored --t
     | tee -a "$log_file"
 
 log "tests against the real HTCondor pool"
-cargo test --quiet -p pilot --test real_condor -- --include-ignored --test-threads 4 2>&1 \
+cargo test --quiet -p pilot --test it real_condor -- --include-ignored --test-threads 4 2>&1 \
     | tee -a "$log_file"
 cargo test --quiet -p pilotd --test it condor_pool -- --include-ignored --test-threads 4 2>&1 \
     | tee -a "$log_file"

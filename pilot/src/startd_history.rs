@@ -511,7 +511,7 @@ mod tests {
     #[test]
     fn the_pilots_own_records_on_the_real_pool_read_as_what_happened() {
         // The shipped worker image on the test pool, condor running as uid 65532
-        // (pilot/tests/real_condor.rs, the two job-report tests).
+        // (pilot/tests/it/real_condor.rs, the two job-report tests).
         let done = HistoryTally::read_text(include_str!(
             "../tests/fixtures/startd_history/pilot-completed-23.9"
         ));

@@ -12,6 +12,6 @@ set -eu
 cd "$(dirname "$0")/../.."
 out=$(mktemp); trap 'rm -f "$out"' EXIT
 rc=0
-cargo test --quiet -p pilotd --lib volunteer::splay::bench:: -- --ignored --nocapture >"$out" 2>&1 || rc=$?
+cargo test --quiet -p pilotd-volunteer --lib splay::tests::bench:: -- --ignored --nocapture >"$out" 2>&1 || rc=$?
 grep -E '^(splay|  [a-z])' "$out" || cat "$out"
 [ "$rc" -eq 0 ] || { echo "FAIL: a target was missed (see above)" >&2; exit "$rc"; }

@@ -447,8 +447,13 @@ mod tests {
     use chrono::TimeZone;
     use utmp_rs::UtmpError;
 
-    /// Record-level rules (liveness, DEAD_PROCESS, idle) are tested on real encoded records in
-    /// tests/it/sessions/pure.rs; these tests cover the error paths and the live lookups.
+    /// The record rules (liveness, DEAD_PROCESS, idle) on encoded records.
+    mod records;
+    /// Random and damaged utmp files never panic the probe.
+    mod robustness;
+
+    /// Record-level rules are tested in `records`; these tests cover the error paths and the
+    /// live lookups.
     struct FakeHost;
     impl HostLookup for FakeHost {
         fn is_alive(&self, _pid: i32) -> bool {

@@ -141,6 +141,4 @@ fn spread(key: u64, width: Duration) -> Duration {
 }
 
 #[cfg(test)]
-mod bench;
-#[cfg(test)]
 mod tests;

@@ -5,7 +5,6 @@
 //! created, advertising the `K8S*` attributes as the NRP worker image does, must be counted
 //! as claimed and unclaimed.
 
-use super::pool::{Pool, Tag, WorkerRun, wait_for};
 use crate::kubernetes::fake_api::FakeKube;
 use chrono::Utc;
 use pilotd_kubernetes::backoff::BackoffBook;
@@ -14,6 +13,7 @@ use pilotd_kubernetes::config::KubernetesConfig;
 use pilotd_kubernetes::plan::ClusterDecision;
 use pilotd_kubernetes::provisioner::cycle;
 use pilotd_kubernetes::settings::Settings;
+use pilotd_test_support::pool::{Pool, Tag, WorkerRun, wait_for};
 use serde_json::Value;
 use std::time::Duration;
 

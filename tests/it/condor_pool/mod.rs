@@ -8,6 +8,3 @@
 #[cfg(feature = "kubernetes")]
 mod kubernetes;
 mod volunteer;
-
-#[path = "../../pool/harness.rs"]
-pub mod pool;

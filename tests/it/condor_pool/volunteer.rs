@@ -3,13 +3,12 @@
 //! join the real pool and run real jobs; an owner's login evicts or pauses them, and the jobs
 //! survive.
 
-use super::pool::{Pool, Tag, wait_for};
 use crate::harness::bin;
+use pilotd_test_support::pool::{self, Pool, Tag, wait_for};
+use pilotd_test_support::utmp;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
-
-use crate::sessions::record;
 
 // Generous: a 2-core CI machine runs these side by side, each worker a whole condor.
 const LONG: Duration = Duration::from_secs(300);
@@ -166,7 +165,7 @@ PILOTD_TEST_TAG = "{tag}"
 
     /// This instance's containers: (name, state), oldest first.
     fn workers(&self) -> Vec<(String, String)> {
-        let out = super::pool::docker(&[
+        let out = pool::docker(&[
             "ps",
             "-a",
             "--filter",
@@ -208,7 +207,7 @@ PILOTD_TEST_TAG = "{tag}"
     }
 
     fn hostname(name: &str) -> String {
-        super::pool::docker(&["inspect", "-f", "{{.Config.Hostname}}", name])
+        pool::docker(&["inspect", "-f", "{{.Config.Hostname}}", name])
             .trim()
             .to_owned()
     }
@@ -216,7 +215,7 @@ PILOTD_TEST_TAG = "{tag}"
     fn login(&self) {
         let pid = std::process::id() as i32;
         let secs = chrono::Utc::now().timestamp() as i32;
-        let utmp = record::file(&[record::Record::user(pid, "alice", "pts/42", secs)]);
+        let utmp = utmp::file(&[utmp::Record::user(pid, "alice", "pts/42", secs)]);
         std::fs::write(self.path("utmp"), utmp).unwrap();
     }
 
@@ -228,7 +227,7 @@ PILOTD_TEST_TAG = "{tag}"
         format!(
             "workers: {:?}\n--- pilotd log ---\n{}",
             self.workers(),
-            super::pool::tail(&self.log(), 60)
+            pool::tail(&self.log(), 60)
         )
     }
 }
@@ -300,7 +299,7 @@ fn a_real_job_runs_on_a_worker_pilotd_started_with_its_defaults_then_a_fresh_wor
     // The CPU the worker's cgroup used, read by the test itself every 500 ms until the
     // container is gone (its cgroup goes with it): the highest reading.
     let cgroup_cpu = {
-        let id = super::pool::docker(&["inspect", "-f", "{{.Id}}", &first])
+        let id = pool::docker(&["inspect", "-f", "{{.Id}}", &first])
             .trim()
             .to_owned();
         // CPU-seconds from cgroup v1's cpuacct (ns) or v2's cpu.stat (usage_usec), as the
@@ -351,7 +350,7 @@ fn a_real_job_runs_on_a_worker_pilotd_started_with_its_defaults_then_a_fresh_wor
     );
     // The worker runs unprivileged, as pilotd's default says.
     assert_eq!(
-        super::pool::docker(&[
+        pool::docker(&[
             "inspect",
             "-f",
             "{{.Config.User}} {{.HostConfig.CapDrop}}",

@@ -1,15 +1,12 @@
-//! The session probes: who is logged in, from utmp files built byte by byte
-//! (tests/fixtures/utmp/record.rs), written by the real `utmpdump`, damaged, or missing; and
-//! from systemd-logind over a real `dbus-daemon` (`logind`); the bus watches believe only the
-//! service that owns the name (`bus`).
+//! The session probes on the real thing: who is logged in, from utmp files written by the real
+//! `utmpdump` (which also checks the encoder of `pilotd_test_support::utmp`), damaged, or
+//! missing (`utmp`); from systemd-logind over a real `dbus-daemon` (`logind`); the bus watches
+//! believe only the service that owns the name (`bus`); a real pty's last use (`terminals`).
+//! The record rules on encoded records alone are unit tests beside the probe
+//! (crates/volunteer/src/sessions/tests/).
 
 pub(crate) mod bus;
 pub(crate) mod login1;
 mod logind;
-mod pure;
-mod robustness;
 mod terminals;
 mod utmp;
-
-#[path = "../../fixtures/utmp/record.rs"]
-pub(crate) mod record;

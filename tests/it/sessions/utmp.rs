@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime};
 
-use super::record::{self, RECORD_SIZE, Record};
 use chrono::{DateTime, TimeZone, Utc};
+use pilotd_test_support::utmp::{self, RECORD_SIZE, Record};
 use pilotd_volunteer::sessions::read_sessions;
 use pilotd_volunteer::snapshot::{Session, Sessions};
 
@@ -159,7 +159,7 @@ fn encoder_writes_the_bytes_utmpdump_writes() {
             )
         })
         .collect();
-    assert_eq!(undump(&text), record::file(&records));
+    assert_eq!(undump(&text), utmp::file(&records));
 }
 
 #[test]

@@ -10,12 +10,8 @@ use pilot_contract::PilotExit;
 use pilotd_core::config::policy::{BatteryRule, SessionRule};
 use pilotd_core::config::units::Share;
 use pilotd_core::config::{Config, Evict, Policy, SiteConfig};
+use pilotd_test_support::utmp;
 use std::collections::BTreeMap;
-
-/// The utmp record writer the integration tests use.
-#[path = "../../../../tests/fixtures/utmp/record.rs"]
-#[allow(dead_code)]
-mod record;
 
 /// The daemon on the recording fake engine.
 type Daemon = super::Daemon<FakeBackend>;
@@ -129,7 +125,7 @@ impl Machine {
     fn login(&self) {
         let pid = std::process::id() as i32;
         let secs = Utc::now().timestamp() as i32;
-        let utmp = record::file(&[record::Record::user(pid, "alice", "pts/42", secs)]);
+        let utmp = utmp::file(&[utmp::Record::user(pid, "alice", "pts/42", secs)]);
         std::fs::write(self.dir.path().join("utmp"), utmp).unwrap();
     }
 
@@ -165,7 +161,6 @@ async fn settle(d: &mut Daemon) {
 }
 
 /// The projection against the daemon itself (agreement within 1 %, with its negative controls).
-#[path = "agreement.rs"]
 mod agreement;
 
 /// A daemon's first moments: its first cycle asks the registry beside the loop, the answer

@@ -9,6 +9,9 @@ use pilotd_core::config::policy::Window;
 use pilotd_core::config::units::{parse_days, parse_time_of_day};
 use pilotd_core::zone::Zone;
 
+/// The fleet benchmark of tests/bench/fleet.sh (ignored: a figure, run on its own).
+mod bench;
+
 fn utc(s: &str) -> DateTime<Utc> {
     DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
 }

@@ -13,12 +13,12 @@
 //! 2 × hosts ÷ splay seconds, and no first start later than the splay after the instant the
 //! policy let the host start (window open or boot, plus `free_for`).
 
-use super::Splay;
 use crate::manifest::Refresh;
 use crate::plan::{Action, InFlight, Observed, plan};
 use crate::policy::{Limits, decide};
 use crate::settings::Settings;
 use crate::snapshot::HostSnapshot;
+use crate::splay::Splay;
 use crate::worker::{ImageState, Worker, WorkerState};
 use chrono::{DateTime, Duration as Delta, Utc};
 use pilotd_core::config::Config;

@@ -7,12 +7,9 @@
 //!
 //! Ignored by a plain `cargo test` (they need the pool); tests/run.sh runs them.
 
-#[path = "../../tests/pool/harness.rs"]
-mod pool;
-
 use std::time::Duration;
 
-use pool::{Pool, Tag, WorkerRun};
+use pilotd_test_support::pool::{self, Pool, Tag, WorkerRun};
 
 // Generous: a 2-core CI machine runs these side by side, each worker a whole condor.
 const SHORT: Duration = Duration::from_secs(150);

@@ -1,7 +1,5 @@
-//! Shared test fixtures: a tiny HTTP server on 127.0.0.1, a scratch condor installation
+//! What the tests share: a tiny HTTP server on 127.0.0.1, a scratch condor installation
 //! around the fake condor in tests/fake-condor, and running the real `pilot` binary.
-
-#![allow(dead_code)] // each test file uses a different part
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};

@@ -1,11 +1,9 @@
 //! The pilot's log, end to end: a config URL with credentials (user-info, `?token=`) that
 //! cannot be fetched is named in the log without them.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{CondorHome, closed_port, stderr_of, wait_with_deadline};
+use crate::harness::{CondorHome, closed_port, stderr_of, wait_with_deadline};
 
 #[test]
 fn credentials_in_config_urls_never_reach_the_log() {

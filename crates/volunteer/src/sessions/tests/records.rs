@@ -1,14 +1,13 @@
 //! The record rules of the session probe, on encoded utmp records and a table-driven host:
 //! no filesystem, no real processes, no user database.
 
-#[allow(dead_code)]
 use std::cell::RefCell;
 use std::path::Path;
 
-use super::record::{self, LOGIN_PROCESS, Record};
+use crate::sessions::{HostLookup, SessionsError, sessions_from_entries};
+use crate::snapshot::Session;
 use chrono::{DateTime, TimeZone, Utc};
-use pilotd_volunteer::sessions::{HostLookup, SessionsError, sessions_from_entries};
-use pilotd_volunteer::snapshot::Session;
+use pilotd_test_support::utmp::{self, LOGIN_PROCESS, Record};
 use utmp_rs::UtmpParser;
 
 /// 2024-01-10 12:00:00 UTC.
@@ -45,7 +44,7 @@ fn at(secs: i32) -> DateTime<Utc> {
 }
 
 fn sessions(records: &[Record<'_>], host: &Table) -> Vec<Session> {
-    let bytes = record::file(records);
+    let bytes = utmp::file(records);
     sessions_from_entries(
         Path::new("utmp"),
         UtmpParser::from_reader(&bytes[..]),
@@ -207,7 +206,7 @@ fn login_after_a_logout_on_the_same_line_counts() {
 
 #[test]
 fn a_bad_record_is_skipped_and_the_rest_still_count() {
-    let mut bytes = record::file(&[
+    let mut bytes = utmp::file(&[
         Record::user(ALIVE, "mallory", "pts/9", NOW - 60),
         Record::user(ALIVE, "alice", "pts/0", NOW - 60),
     ]);
@@ -226,7 +225,7 @@ fn a_bad_record_is_skipped_and_the_rest_still_count() {
 
 #[test]
 fn nothing_decodable_is_an_error_naming_the_file() {
-    let mut bytes = record::file(&[Record::user(ALIVE, "alice", "pts/0", NOW - 60)]);
+    let mut bytes = utmp::file(&[Record::user(ALIVE, "alice", "pts/0", NOW - 60)]);
     bytes[0] = 0x7f; // unknown record type
     let err = sessions_from_entries(
         Path::new("/run/utmp"),

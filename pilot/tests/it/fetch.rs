@@ -1,11 +1,9 @@
 //! Config fetch against a scripted HTTP server on 127.0.0.1: success, 404 without retry,
 //! 5xx then success, timeout, oversized body, sha256 mismatch, unreachable host.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::{ConfigServer, Reply, closed_port};
+use crate::harness::{ConfigServer, Reply, closed_port};
 use pilot::fetch::{FetchError, FetchPolicy, fetch_all};
 use pilot::settings::ConfigSource;
 use reqwest::Url;

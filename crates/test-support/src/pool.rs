@@ -1,17 +1,15 @@
 //! Driving the real HTCondor test pool of `tests/pool/up.sh` from Rust tests: run workers
 //! the way pilotd runs them, submit jobs as ordinary users, read the queue and the collector.
 //!
-//! Shared by the pilot's tests and pilotd's (`#[path]`-included), so both speak to the pool
-//! the same way. Tests share one pool and run in parallel: each test takes a [`Tag`], its
-//! workers accept only jobs carrying that tag (`PILOT_START_EXTRA`) and its jobs carry it
-//! (`+PilotTest`), so no test's job can land on another test's worker.
+//! Shared by the pilot's tests and pilotd's, so both speak to the pool the same way. Tests
+//! share one pool and run in parallel: each test takes a [`Tag`], its workers accept only jobs
+//! carrying that tag (`PILOT_START_EXTRA`) and its jobs carry it (`+PilotTest`), so no test's
+//! job can land on another test's worker.
 //!
 //! The pool's address and images come from the environment `tests/pool/up.sh` prints
 //! (tests/run.sh exports it). Tests that need the pool are `#[ignore]`d with a reason, so a
 //! plain `cargo test` lists them as ignored instead of passing them silently; tests/run.sh
 //! runs them with `--include-ignored`, and a missing pool is then a failure, not a skip.
-
-#![allow(dead_code)] // each test binary uses a different part
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

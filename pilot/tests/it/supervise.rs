@@ -2,11 +2,9 @@
 //! tests/fake-condor: every exit code of the contract is provoked here, and no process may
 //! outlive the pilot.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::{
+use crate::harness::{
     CondorHome, ConfigServer, Reply, eventually, process_gone, stderr_of, wait_with_deadline,
 };
 use nix::sys::signal::{Signal, kill};

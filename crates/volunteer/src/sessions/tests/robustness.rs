@@ -3,13 +3,12 @@
 //!
 //! The same property is a cargo-fuzz target (fuzz/fuzz_targets/utmp_parse.rs) for longer runs.
 
-#[allow(dead_code)]
 use std::path::Path;
 
-use super::record::{self, BOOT_TIME, RECORD_SIZE, Record};
+use crate::sessions::{HostLookup, read_sessions, sessions_from_entries};
+use crate::snapshot::Sessions;
 use chrono::{DateTime, TimeZone, Utc};
-use pilotd_volunteer::sessions::{HostLookup, read_sessions, sessions_from_entries};
-use pilotd_volunteer::snapshot::Sessions;
+use pilotd_test_support::utmp::{self, BOOT_TIME, RECORD_SIZE, Record};
 use proptest::prelude::*;
 use utmp_rs::UtmpParser;
 
@@ -33,7 +32,7 @@ impl HostLookup for Everything {
 }
 
 fn valid_file() -> Vec<u8> {
-    record::file(&[
+    utmp::file(&[
         Record {
             kind: BOOT_TIME,
             line: "~",

@@ -5,12 +5,10 @@
 //! builds the image and runs them with `--include-ignored`, and then any Docker failure fails
 //! the test: it never silently skips.
 
-mod common;
-
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use common::{ConfigServer, Reply, eventually};
+use crate::harness::{ConfigServer, Reply, eventually};
 
 const POOL_CONF: &str = "CONDOR_HOST = cm.example.org\n";
 
