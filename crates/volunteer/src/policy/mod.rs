@@ -8,6 +8,7 @@
 //! Imports: `config` (the policy, as validated) and `volunteer::snapshot`.
 
 pub mod calendar;
+pub mod schedule;
 
 use crate::snapshot::{HostSnapshot, Session, Sessions};
 use crate::splay::Splay;
