@@ -1,15 +1,20 @@
 //! What the one-shot commands (`plan`, `snapshot`, `status`, `gc`) ask the engine: the workers
 //! within a short deadline, how much CPU they use, and the plan the daemon's next cycle would
-//! make. Acts on nothing; a command's answer never waits long for an engine that hangs.
+//! make (`plan_report`, with the decision). Acts on nothing; a command's answer never waits
+//! long for an engine that hangs.
 
-use crate::backend::{Backend, BackendError};
+use crate::backend::{self, Backend, BackendError};
+use crate::history::{self, History, Outlook};
 use crate::image;
 use crate::outcome::StartBackoff;
+use crate::plan::report::Report;
 use crate::plan::{self, InFlight, Observed, Plan};
 use crate::policy::Supply;
 use crate::settings::{Settings, WorkerSettings};
+use crate::snapshot::HostSnapshot;
 use crate::status::ImageRecord;
 use crate::worker::{ImageState, Worker, WorkerState};
+use crate::{manifest, policy, status};
 use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -102,4 +107,77 @@ pub async fn next_plan(
         now,
     );
     Ok((plan, live))
+}
+
+/// What `pilotd plan` reports in volunteer mode for `host` at `now` (`config` says where the
+/// configuration came from): the decision the daemon would make, and the actions its next
+/// cycle would take from the workers the engine lists now and the image the daemon last
+/// resolved (read-only: nothing is pulled or resolved here beyond what the status file
+/// lacks). Without the engine there is no worker list, and the report says so instead of
+/// planning from an empty one.
+pub async fn plan_report(
+    s: &Settings,
+    host: &HostSnapshot,
+    config: String,
+    now: DateTime<Utc>,
+) -> Report {
+    // The same prediction the daemon uses, when the site enabled it (`[history]
+    // predict_die_at`); off by default, so replays depend only on the snapshot.
+    let learned = if s.history.predict_die_at {
+        history::peek(&s.state_dir, &s.policy.timezone).history
+    } else {
+        History::new(&s.policy.timezone)
+    };
+    let outlook = Outlook::at(s, &learned, now);
+    let mut supply = policy::decide(&s.policy, host, outlook.limits, now);
+    let status = status::load(&status::path(&s.state_dir))
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    // The daemon's template: pilotd.toml's [worker] with the manifest it stored laid on.
+    let template = manifest::stored_template(s);
+    if let Some(e) = &template.refused {
+        supply.reasons.push(format!(
+            "{e}; planned with pilotd.toml's own worker settings, as the daemon starts workers"
+        ));
+    }
+    let next = async {
+        let b = backend::connect(&s.engine)?;
+        let recorded = (&status.image, &status.backoff);
+        next_plan(&b, s, &template.worker, recorded, &supply, now).await
+    }
+    .await;
+    let live_workers = next.as_ref().ok().map(|(_, live)| *live);
+    let actions = match next {
+        Ok((plan, _)) => plan
+            .actions
+            .iter()
+            .map(|a| {
+                let mut v = serde_json::to_value(a).unwrap_or_default();
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("summary".into(), a.to_string().into());
+                }
+                v
+            })
+            .chain(
+                plan.notes
+                    .into_iter()
+                    .map(|n| serde_json::json!({ "action": "none", "summary": n })),
+            )
+            .collect(),
+        Err(why) => {
+            supply
+                .reasons
+                .push(format!("workers unknown, no actions planned: {why}"));
+            vec![]
+        }
+    };
+    Report {
+        mode: "volunteer",
+        now,
+        supply,
+        actions,
+        live_workers,
+        config,
+    }
 }

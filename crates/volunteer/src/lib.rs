@@ -24,6 +24,7 @@ pub mod page;
 pub mod plan;
 pub mod policy;
 pub mod projection;
+pub mod questions;
 pub mod registry;
 pub mod scratch;
 pub mod sessions;

@@ -25,7 +25,8 @@
 //!   is present — within the schedule's season in every case: never while the machine is
 //!   closed for days, nor while the host's start waits for its turn in the fleet's spread.
 //!
-//! The spec of a new worker (resources, env template, labels) is `spec.rs`.
+//! The spec of a new worker (resources, env template, labels) is `spec.rs`; what `pilotd plan`
+//! prints of a decision and its plan, `report.rs`.
 
 use crate::disk::ScratchUse;
 use crate::outcome::{Outcome, StartBackoff};
@@ -580,6 +581,7 @@ fn disk_reason(w: &Worker, used: Option<&ScratchUse>) -> Option<Reason> {
     }
 }
 
+pub mod report;
 mod spec;
 pub use spec::{spec_hash, worker_spec};
 

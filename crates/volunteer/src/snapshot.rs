@@ -1,9 +1,11 @@
 //! The world as data. `HostSnapshot` is what the volunteer policy decides on; its JSON form is
-//! the contract `pilotd snapshot` prints and `pilotd plan --snapshot` reads. Probes (sysinfo,
-//! utmp, sysfs, procfs) live in submodules and hold no decisions.
+//! the contract `pilotd snapshot` prints and `pilotd plan --snapshot` reads (`read_file`,
+//! which tells it from a kubernetes-mode snapshot by its `mode`). Probes (sysinfo, utmp,
+//! sysfs, procfs) live in submodules and hold no decisions.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
 
 /// One observation of a volunteer host.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -95,6 +97,87 @@ impl HostSnapshot {
     /// HTCondor terms), never negative.
     pub fn owner_cpu(&self) -> f64 {
         (self.cpu_busy - self.own_cpu).max(0.0)
+    }
+}
+
+/// Why a snapshot file cannot be replayed; each says which file, and how to get a good one.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotFileError {
+    #[error("cannot read {}: {source}\n  hint: write one with `pilotd snapshot > FILE`", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}:{}:{}: {source}\n  hint: the format is what `pilotd snapshot` prints (README.md, \"Snapshot files\")", path.display(), source.line(), source.column())]
+    Parse {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("{}: `mode` is {}, expected \"volunteer\" or \"kubernetes\"", path.display(), mode.as_ref().map(|m| format!("\"{m}\"")).unwrap_or_else(|| "missing".into()))]
+    Mode { path: PathBuf, mode: Option<String> },
+}
+
+/// A snapshot file: the mode field says which kind. A cluster snapshot (possibly 100,000
+/// jobs) is kept as bytes, for kubernetes mode's replay to parse once; this crate never reads
+/// it.
+pub enum SnapshotFile {
+    /// Boxed: a host snapshot is ten times a cluster snapshot's bytes.
+    Host(Box<HostSnapshot>),
+    Cluster(Vec<u8>),
+}
+
+/// Only the `mode` of a snapshot; serde skips everything else without building it.
+#[derive(Deserialize)]
+struct ModeOnly {
+    mode: Option<String>,
+}
+
+/// The `mode` of a snapshot whose first key it is, as `pilotd snapshot` writes it, read
+/// without a pass over the rest (tens of MB for a cluster). Anything else (another key
+/// first, an escaped value) is `None`, and the caller reads the whole file for it; a second
+/// `mode` further on is still refused, by the full parse that follows.
+fn leading_mode(src: &[u8]) -> Option<&str> {
+    let ws = |b: &&u8| b.is_ascii_whitespace();
+    let mut rest = src;
+    for token in [&b"{"[..], b"\"mode\"", b":", b"\""] {
+        let skip = rest.iter().take_while(ws).count();
+        rest = rest[skip..].strip_prefix(token)?;
+    }
+    let end = rest.iter().position(|&b| b == b'"' || b == b'\\')?;
+    (rest[end] == b'"')
+        .then(|| std::str::from_utf8(&rest[..end]).ok())
+        .flatten()
+}
+
+/// Reads a snapshot file (`plan --snapshot`); errors name the file, line and column.
+pub fn read_file(path: &Path) -> Result<SnapshotFile, SnapshotFileError> {
+    // Bytes, not a String: a kubernetes snapshot is tens of MB, and serde_json checks the
+    // UTF-8 of the strings it keeps without a separate pass over the file.
+    let src = std::fs::read(path).map_err(|source| SnapshotFileError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let located = |source| SnapshotFileError::Parse {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mode = match leading_mode(&src) {
+        Some(m) => Some(m.to_string()),
+        None => {
+            serde_json::from_slice::<ModeOnly>(&src)
+                .map_err(located)?
+                .mode
+        }
+    };
+    match mode.as_deref() {
+        Some("volunteer") => serde_json::from_slice::<HostSnapshot>(&src)
+            .map(|h| SnapshotFile::Host(Box::new(h)))
+            .map_err(located),
+        Some("kubernetes") => Ok(SnapshotFile::Cluster(src)),
+        _ => Err(SnapshotFileError::Mode {
+            path: path.to_path_buf(),
+            mode,
+        }),
     }
 }
 
@@ -198,5 +281,28 @@ impl HostSnapshot {
     pub fn with_busy_since(mut self, t: Option<DateTime<Utc>>) -> Self {
         self.owner_busy_since = t;
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_leading_mode_is_read_only_when_it_is_unambiguous() {
+        let table: [(&str, Option<&str>); 8] = [
+            (r#"{"mode":"kubernetes","jobs":[]}"#, Some("kubernetes")),
+            ("{\n  \"mode\" : \"volunteer\",\n", Some("volunteer")),
+            (r#"{"mode":"other"}"#, Some("other")),
+            // Anything else is left to the full parse.
+            (r#"{"taken_at":"x","mode":"kubernetes"}"#, None),
+            (r#"{"mode":"kube\u0072netes"}"#, None),
+            (r#"{"mode":null}"#, None),
+            (r#"{"mode":"kubernetes"#, None),
+            ("", None),
+        ];
+        for (src, want) in table {
+            assert_eq!(leading_mode(src.as_bytes()), want, "{src}");
+        }
     }
 }

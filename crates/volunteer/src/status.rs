@@ -5,6 +5,9 @@
 //!
 //! Written atomically (temporary file in the same directory, fsync, rename), so a reader or a
 //! crash never sees half a file.
+//!
+//! What the owner is shown of it, with the rest of the state dir, is `view` (read once), said
+//! as text by `text.rs`, as JSON by the view's `Serialize`, and as HTML by the page.
 
 use crate::disk::ScratchUse;
 use crate::outcome::{Outcome, StartBackoff};
@@ -16,6 +19,9 @@ use pilotd_core::service::state_file::{StateFileError, Store};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+
+mod text;
+pub mod view;
 
 /// The decision as recorded (a `Supply` without the parts that are not data).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,18 +1,16 @@
-//! The page's HTML: the signed-in owner's page, drawn from the daemon's status file, the
-//! snooze, the learned history, the contribution ledger and the policy; and the short pages
-//! that say why there is nothing to see. Every section says plainly when it has nothing to
-//! show yet. Everything shown is escaped (`markup::esc`).
+//! The page's HTML: the signed-in owner's page, drawn from the status view (`status::view`:
+//! the daemon's status file, the snooze, the learned history, the contribution ledger and the
+//! policy's week, read once, as `pilotd status` reads them); and the short pages that say why
+//! there is nothing to see. Every section says plainly when it has nothing to show yet.
+//! Everything shown is escaped (`markup::esc`).
 
 use super::chart;
 use super::keys::Session;
 use super::markup::esc;
-use crate::contribution;
-use crate::history;
 use crate::owner::Context;
-use crate::policy::calendar::{Cell, cell_at};
-use crate::snooze;
-use crate::status;
-use chrono::{DateTime, Duration as ChronoDuration, Utc};
+use crate::policy::calendar::Cell;
+use crate::status::{self, view::StatusView};
+use chrono::{DateTime, Utc};
 use std::fmt::Write as _;
 
 pub(super) fn locked(why: &str) -> String {
@@ -38,25 +36,22 @@ button{{font-size:110%;margin-right:0.5em}}</style></head><body>{}</body></html>
     )
 }
 
-/// The page for a signed-in owner, from the daemon's status file, the snooze, the learned
-/// history and the policy.
+/// The page for a signed-in owner: the view (`status::view`) of the daemon's status file,
+/// the snooze, the policy's week, the contribution ledger and the learned history.
 pub(super) fn render(ctx: &Context, s: &Session, now: DateTime<Utc>) -> String {
-    let tz = &ctx.policy.timezone;
+    let v = StatusView::read(&ctx.state_dir, &ctx.policy, now);
+    let tz = &v.tz;
     let local = |t: DateTime<Utc>| t.with_timezone(tz).format("%a %H:%M").to_string();
-    let st = status::load(&status::path(&ctx.state_dir))
-        .ok()
-        .flatten()
-        .unwrap_or_default();
     let mut b = String::new();
     let _ = write!(b, "<h1>pilotd on this machine</h1>");
-    snoozed(&mut b, ctx, now, &local);
-    decision(&mut b, &st, &local);
+    snoozed(&mut b, &v, &local);
+    decision(&mut b, &v.status, &local);
     buttons(&mut b, s);
-    workers(&mut b, &st, &local);
-    week(&mut b, ctx, now);
-    gave(&mut b, ctx, now);
-    learned(&mut b, ctx);
-    outcomes(&mut b, &st, &local);
+    workers(&mut b, &v, &local);
+    week(&mut b, &v);
+    gave(&mut b, &v);
+    learned(&mut b, &v);
+    outcomes(&mut b, &v.status, &local);
     // JavaScript only refreshes; everything above works without it.
     let _ = write!(
         b,
@@ -69,24 +64,21 @@ pub(super) fn render(ctx: &Context, s: &Session, now: DateTime<Utc>) -> String {
 type Local<'a> = &'a dyn Fn(DateTime<Utc>) -> String;
 
 /// The snooze in force, if any; one that cannot be read counts as in force, and says so.
-fn snoozed(b: &mut String, ctx: &Context, now: DateTime<Utc>, local: Local) {
-    match snooze::active(&ctx.state_dir, now) {
-        Ok(Some(z)) => {
-            let _ = write!(
-                b,
-                "<p class=\"snoozed\" id=\"snooze\">Snoozed by {} until {}.</p>",
-                esc(&z.by),
-                esc(&local(z.until))
-            );
-        }
-        Ok(None) => {}
-        Err(e) => {
-            let _ = write!(
-                b,
-                "<p class=\"snoozed\" id=\"snooze\">Snoozed: {}; counted as snoozed until it can be read (Resume removes it).</p>",
-                esc(&e.to_string())
-            );
-        }
+fn snoozed(b: &mut String, v: &StatusView, local: Local) {
+    if let Some(z) = &v.snooze {
+        let _ = write!(
+            b,
+            "<p class=\"snoozed\" id=\"snooze\">Snoozed by {} until {}.</p>",
+            esc(&z.by),
+            esc(&local(z.until))
+        );
+    }
+    if let Some(why) = &v.snooze_unreadable {
+        let _ = write!(
+            b,
+            "<p class=\"snoozed\" id=\"snooze\">Snoozed: {}; counted as snoozed until it can be read (Resume removes it).</p>",
+            esc(why)
+        );
     }
 }
 
@@ -134,10 +126,10 @@ fn buttons(b: &mut String, s: &Session) {
 }
 
 /// This machine's workers, each with its scratch against its share.
-fn workers(b: &mut String, st: &status::Status, local: Local) {
+fn workers(b: &mut String, v: &StatusView, local: Local) {
     let _ = write!(b, "<h2>Workers</h2>");
-    match &st.workers {
-        None if st.updated_at.is_none() => {
+    match &v.workers {
+        None if v.updated_at.is_none() => {
             let _ = write!(
                 b,
                 "<p id=\"workers\">None seen yet: pilotd has not run a cycle.</p>"
@@ -165,7 +157,8 @@ fn workers(b: &mut String, st: &status::Status, local: Local) {
                     w.state,
                     w.created.map(local).unwrap_or_default(),
                     w.die_at.map(local).unwrap_or_default(),
-                    st.scratch_use
+                    v.status
+                        .scratch_use
                         .get(&w.id)
                         .map(|u| esc(&u.describe(w.disk_kib)))
                         .unwrap_or_else(|| "not measured yet".into())
@@ -177,8 +170,7 @@ fn workers(b: &mut String, st: &status::Status, local: Local) {
 }
 
 /// The week, as `pilotd schedule` draws it: one cell per half hour.
-fn week(b: &mut String, ctx: &Context, now: DateTime<Utc>) {
-    let tz = &ctx.policy.timezone;
+fn week(b: &mut String, v: &StatusView) {
     let _ = write!(
         b,
         "<h2>The week</h2><table class=\"grid\" id=\"schedule\"><tr><th></th>"
@@ -195,16 +187,10 @@ fn week(b: &mut String, ctx: &Context, now: DateTime<Utc>) {
         );
     }
     let _ = write!(b, "</tr>");
-    let today = now.with_timezone(tz).date_naive();
-    for day in 0..7 {
-        let date = today + ChronoDuration::days(day);
-        let _ = write!(b, "<tr><th>{}</th>", date.format("%a %d"));
-        for half in 0..48 {
-            let t = date
-                .and_hms_opt(half / 2, (half % 2) * 30, 0)
-                .and_then(|n| n.and_local_timezone(tz.clone()).earliest())
-                .map(|t| t.with_timezone(&Utc));
-            let class = match t.map(|t| cell_at(&ctx.policy, t)) {
+    for day in &v.week {
+        let _ = write!(b, "<tr><th>{}</th>", day.date.format("%a %d"));
+        for cell in &day.cells {
+            let class = match cell {
                 Some(Cell::Compute) => "c",
                 Some(Cell::Guard) => "g",
                 _ => "o",
@@ -221,18 +207,15 @@ fn week(b: &mut String, ctx: &Context, now: DateTime<Utc>) {
 
 /// What the machine gave (`contribution`): this week and all time, as `pilotd status` says,
 /// and the kept weeks' chart (`chart`).
-fn gave(b: &mut String, ctx: &Context, now: DateTime<Utc>) {
-    let tz = &ctx.policy.timezone;
-    let loaded = contribution::peek(&ctx.state_dir);
-    let summary = contribution::Summary::of(&loaded.ledger, tz, now);
+fn gave(b: &mut String, v: &StatusView) {
     let _ = write!(
         b,
         "<h2>What this machine gave</h2><div id=\"contribution\">"
     );
-    if let Some(w) = &loaded.warning {
+    if let Some(w) = &v.contribution_unreadable {
         let _ = write!(b, "<p>{}</p>", esc(w));
     }
-    for (heading, lines) in summary.sections(tz) {
+    for (heading, lines) in v.contribution.sections(&v.tz) {
         match lines.as_slice() {
             [one] => write!(b, "<p><b>{}</b>: {}.</p>", esc(&heading), esc(one)),
             _ => write!(
@@ -250,7 +233,7 @@ fn gave(b: &mut String, ctx: &Context, now: DateTime<Utc>) {
     let _ = write!(
         b,
         "<p><b>Week by week</b> (point at a bar for its figure):</p>{}",
-        chart::weekly(&loaded.ledger, tz, now)
+        chart::weekly(&v.ledger, &v.tz, v.now)
     );
     let _ = write!(
         b,
@@ -260,8 +243,8 @@ fn gave(b: &mut String, ctx: &Context, now: DateTime<Utc>) {
 
 /// What the daemon learned: the share of each hour of the week the host was free. Watched,
 /// never free: said in words (a grid of empty cells read as a broken page).
-fn learned(b: &mut String, ctx: &Context) {
-    let learned = history::peek(&ctx.state_dir, &ctx.policy.timezone).history;
+fn learned(b: &mut String, v: &StatusView) {
+    let learned = &v.learned;
     let _ = write!(b, "<h2>Learned availability</h2>");
     let watched_h = learned.buckets.iter().map(|k| k.observed_s).sum::<u64>() / 3600;
     match learned.overall() {
@@ -334,6 +317,8 @@ fn outcomes(b: &mut String, st: &status::Status, local: Local) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{contribution, history};
+    use chrono::Duration as ChronoDuration;
     use std::time::Instant;
 
     /// Each worker's measured scratch against its share, as `pilotd status` shows it; a

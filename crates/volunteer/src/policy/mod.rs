@@ -1,6 +1,7 @@
 //! The owner's policy engine, pure: `(Policy, HostSnapshot, limits, now) -> Supply`.
 
 pub mod calendar;
+pub mod schedule;
 
 use crate::snapshot::{HostSnapshot, Session, Sessions};
 use crate::splay::Splay;
