@@ -19,9 +19,7 @@ pub mod status;
 use crate::cli::Global;
 use chrono::{DateTime, Utc};
 use pilotd_core::config::{self, Config, ConfigError, Machine, SiteFile};
-use pilotd_volunteer::host::{Carry, HostProbe, ProbeError};
-use pilotd_volunteer::settings::ProbeSettings;
-use pilotd_volunteer::snapshot::HostSnapshot;
+use pilotd_volunteer::host::ProbeError;
 
 /// One file per subcommand (youki style): the edge of the program. Each loads the
 /// configuration, resolves the mode's settings, does its one thing and returns what it prints,
@@ -135,46 +133,6 @@ pub fn load_config(
     )?)
 }
 
-/// One observation of this host for a one-shot command: samples CPU over a short interval.
-pub fn observe_once(probe: &ProbeSettings, carry: Carry) -> Result<HostSnapshot, CmdError> {
-    let mut probe = HostProbe::new(probe.clone())?;
-    std::thread::sleep(probe.prime());
-    Ok(probe.observe(Utc::now(), carry, true)?)
-}
-
-/// Lays logind's sessions on a one-shot observation, each lock dated as the running daemon
-/// dated it: logind tells only *that* a session is locked, so without the daemon's record (no
-/// daemon, a stale status file, or one this user cannot read) every lock is dated to this
-/// look, and the snapshot says so (`lock_instants_unknown`).
-pub fn lay_on_logind(
-    h: &mut HostSnapshot,
-    state_dir: &std::path::Path,
-    probe: &pilotd_volunteer::settings::ProbeSettings,
-) -> Result<(), CmdError> {
-    use pilotd_volunteer::status;
-    let record = status::load(&status::path(state_dir))
-        .ok()
-        .flatten()
-        .filter(|s| {
-            // The daemon rewrites its status at least every HEARTBEAT; an older file may
-            // miss an unlock and a new lock since.
-            s.updated_at.is_some_and(|at| {
-                h.taken_at.signed_duration_since(at)
-                    <= pilotd_core::horizon::delta(
-                        status::HEARTBEAT + std::time::Duration::from_secs(60),
-                    )
-            })
-        });
-    let known = record.is_some();
-    let mut logind =
-        pilotd_volunteer::logind::Logind::remembering(record.map(|s| s.locks).unwrap_or_default())
-            .looking_in(&probe.proc, &probe.dev);
-    let seen = block_on(logind.observe(h.taken_at))?;
-    pilotd_volunteer::logind::lay_on(h, seen);
-    h.lock_instants_unknown = !known;
-    Ok(())
-}
-
 /// Runs one future to completion on a single-threaded runtime: one-shot commands ask the
 /// engine or the cluster one thing and print the answer.
 pub fn block_on<F: std::future::Future>(f: F) -> Result<F::Output, CmdError> {
@@ -185,30 +143,12 @@ pub fn block_on<F: std::future::Future>(f: F) -> Result<F::Output, CmdError> {
     Ok(rt.block_on(f))
 }
 
-/// Parses `--now`: RFC 3339, or unix seconds, from 1970 to the end of year 9999 (further out,
-/// the date arithmetic of the decision would leave chrono's range; see `horizon`).
+/// Parses `--now` (`horizon::parse_instant`).
 pub fn parse_now(s: Option<&str>) -> Result<Option<DateTime<Utc>>, CmdError> {
-    let Some(s) = s else { return Ok(None) };
-    let out_of_range = || {
-        CmdError::Usage(format!(
-            "--now {s}: out of range\n  hint: give an instant from 1970-01-01T00:00:00Z to 9999-12-31T23:59:59Z (unix seconds 0 to 253402300799)"
-        ))
-    };
-    let t = if let Ok(secs) = s.parse::<i64>() {
-        DateTime::from_timestamp(secs, 0).ok_or_else(out_of_range)?
-    } else {
-        DateTime::parse_from_rfc3339(s)
-            .map(|t| t.with_timezone(&Utc))
-            .map_err(|e| {
-                CmdError::Usage(format!(
-                    "--now {s}: {e}\n  hint: write an RFC 3339 instant like 2026-12-01T21:30:00Z or 2026-12-01T22:30:00+01:00"
-                ))
-            })?
-    };
-    if !pilotd_core::horizon::in_range(t) {
-        return Err(out_of_range());
-    }
-    Ok(Some(t))
+    s.map(|s| {
+        pilotd_core::horizon::parse_instant(s).map_err(|e| CmdError::Usage(format!("--now {e}")))
+    })
+    .transpose()
 }
 
 /// Sends the owner's request to the daemon's control socket (pilotd.toml `control_socket`;

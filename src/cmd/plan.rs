@@ -2,11 +2,11 @@
 //! actions the next cycle would take (`volunteer::plan::report`, `kubernetes::report`). Acts
 //! on nothing.
 
-use super::{CmdError, block_on, describe_sources, load_config, observe_once, parse_now};
+use super::{CmdError, block_on, describe_sources, load_config, parse_now};
 use crate::cli::{Format, Global, PlanArgs};
 use chrono::{DateTime, Utc};
 use pilotd_core::config::{Config, Machine, Mode, SiteFile};
-use pilotd_volunteer::host::{Carry, this_machine};
+use pilotd_volunteer::host::{Carry, HostProbe, this_machine};
 use pilotd_volunteer::settings::Settings;
 use pilotd_volunteer::snapshot::{self, SnapshotFile};
 use pilotd_volunteer::{inspect, snooze};
@@ -58,8 +58,8 @@ pub fn run(g: &Global, a: &PlanArgs) -> Result<String, CmdError> {
             let host = match snap {
                 Some(SnapshotFile::Host(h)) => *h,
                 _ => {
-                    let mut h = observe_once(&s.probe, Carry::default())?;
-                    super::lay_on_logind(&mut h, &s.state_dir, &s.probe)?;
+                    let mut h = HostProbe::observe_once(&s.probe, Carry::default())?;
+                    block_on(inspect::lay_on_logind(&mut h, &s.state_dir, &s.probe))?;
                     // The owner's snooze, as the daemon would lay it on this observation.
                     snooze::lay_on(&mut h, &s.state_dir);
                     h

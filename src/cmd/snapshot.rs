@@ -1,9 +1,9 @@
 //! `pilotd snapshot`: print the current observation as JSON (what `plan --snapshot` reads).
 
-use super::{CmdError, block_on, load_config, observe_once};
+use super::{CmdError, block_on, load_config};
 use crate::cli::Global;
 use pilotd_core::config::{self, Config, ConfigError, Mode, Policy, SiteFile};
-use pilotd_volunteer::host::Carry;
+use pilotd_volunteer::host::{Carry, HostProbe};
 use pilotd_volunteer::settings::Settings;
 use pilotd_volunteer::{backend, inspect};
 use std::time::Duration;
@@ -37,8 +37,8 @@ pub fn run(g: &Global) -> Result<String, CmdError> {
         own_cpu: own_cpu.unwrap_or(0.0),
         ..Carry::default()
     };
-    let mut snap = observe_once(&s.probe, carry)?;
-    super::lay_on_logind(&mut snap, &s.state_dir, &s.probe)?;
+    let mut snap = HostProbe::observe_once(&s.probe, carry)?;
+    block_on(inspect::lay_on_logind(&mut snap, &s.state_dir, &s.probe))?;
     pilotd_volunteer::snooze::lay_on(&mut snap, &s.state_dir);
     serde_json::to_string_pretty(&snap)
         .map(|s| s + "\n")

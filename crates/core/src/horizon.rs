@@ -38,6 +38,34 @@ pub fn in_range(t: DateTime<Utc>) -> bool {
     earliest() <= t && t <= latest()
 }
 
+/// An instant as an owner writes it on the command line (`--now`): RFC 3339, or unix
+/// seconds, within the accepted range (further out, a decision's date arithmetic would leave
+/// chrono's).
+pub fn parse_instant(s: &str) -> Result<DateTime<Utc>, InstantError> {
+    let t = match s.parse::<i64>() {
+        Ok(secs) => DateTime::from_timestamp(secs, 0),
+        Err(_) => Some(
+            DateTime::parse_from_rfc3339(s)
+                .map_err(|e| InstantError::Unreadable(s.to_string(), e.to_string()))?
+                .with_timezone(&Utc),
+        ),
+    };
+    t.filter(|t| in_range(*t))
+        .ok_or_else(|| InstantError::OutOfRange(s.to_string()))
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum InstantError {
+    #[error(
+        "{0}: out of range\n  hint: give an instant from 1970-01-01T00:00:00Z to 9999-12-31T23:59:59Z (unix seconds 0 to 253402300799)"
+    )]
+    OutOfRange(String),
+    #[error(
+        "{0}: {1}\n  hint: write an RFC 3339 instant like 2026-12-01T21:30:00Z or 2026-12-01T22:30:00+01:00"
+    )]
+    Unreadable(String, String),
+}
+
 /// A std duration as a chrono one, saturating (never an error, never a panic).
 pub fn delta(d: Duration) -> TimeDelta {
     TimeDelta::from_std(d).unwrap_or(TimeDelta::MAX)

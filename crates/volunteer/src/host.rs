@@ -34,6 +34,14 @@ pub struct Carry {
 }
 
 impl HostProbe {
+    /// One observation of this host for a one-shot command: samples CPU over a short
+    /// interval (this thread sleeps through it).
+    pub fn observe_once(cfg: &ProbeSettings, carry: Carry) -> Result<HostSnapshot, ProbeError> {
+        let mut probe = HostProbe::new(cfg.clone())?;
+        std::thread::sleep(probe.prime());
+        probe.observe(chrono::Utc::now(), carry, true)
+    }
+
     pub fn new(cfg: ProbeSettings) -> Result<HostProbe, ProbeError> {
         let system = System::new_with_specifics(
             RefreshKind::nothing()

@@ -181,3 +181,32 @@ pub async fn plan_report(
         config,
     }
 }
+
+/// Lays logind's sessions on a one-shot observation, each lock dated as the running daemon
+/// dated it: logind tells only *that* a session is locked, so without the daemon's record (no
+/// daemon, a stale status file, or one this user cannot read) every lock is dated to this
+/// look, and the snapshot says so (`lock_instants_unknown`).
+pub async fn lay_on_logind(
+    h: &mut HostSnapshot,
+    state_dir: &std::path::Path,
+    probe: &crate::settings::ProbeSettings,
+) {
+    let record = status::load(&status::path(state_dir))
+        .ok()
+        .flatten()
+        .filter(|s| {
+            // The daemon rewrites its status at least every HEARTBEAT; an older file may
+            // miss an unlock and a new lock since.
+            s.updated_at.is_some_and(|at| {
+                h.taken_at.signed_duration_since(at)
+                    <= pilotd_core::horizon::delta(status::HEARTBEAT + Duration::from_secs(60))
+            })
+        });
+    let known = record.is_some();
+    let mut logind =
+        crate::logind::Logind::remembering(record.map(|s| s.locks).unwrap_or_default())
+            .looking_in(&probe.proc, &probe.dev);
+    let seen = logind.observe(h.taken_at).await;
+    crate::logind::lay_on(h, seen);
+    h.lock_instants_unknown = !known;
+}
