@@ -57,7 +57,7 @@ pub struct BusWatch<T> {
 /// Calls `wake` for what `w`'s service announces on the bus at `address` (None: the system
 /// bus, `DBUS_SYSTEM_BUS_ADDRESS` when set), paced; watches again with `w.retry`'s back-off
 /// while the bus is away. Returns when `wake` says to stop.
-pub async fn watch<T: Copy + Debug>(
+pub(crate) async fn watch<T: Copy + Debug>(
     w: &BusWatch<T>,
     address: Option<&str>,
     mut wake: impl FnMut(T) -> bool,
@@ -301,7 +301,7 @@ impl<T> Paced<T> {
 }
 
 impl<T: Copy> Pace<T> {
-    pub fn new(gap: Duration) -> Pace<T> {
+    pub(crate) fn new(gap: Duration) -> Pace<T> {
         Pace {
             gap,
             kinds: Vec::new(),
@@ -310,7 +310,7 @@ impl<T: Copy> Pace<T> {
 
     /// `t` was announced at `now`: passed at once (Some), or kept to pass when the bucket
     /// holds a pass again, replacing one of its kind already waiting (the latest word wins).
-    pub fn offer(&mut self, t: T, now: Instant) -> Option<T> {
+    pub(crate) fn offer(&mut self, t: T, now: Instant) -> Option<T> {
         let kind = std::mem::discriminant(&t);
         let gap = self.gap;
         let k = match self.kinds.iter().position(|k| k.kind == kind) {
@@ -338,7 +338,7 @@ impl<T: Copy> Pace<T> {
     }
 
     /// When the next waiting announcement is due.
-    pub fn next_due(&self) -> Option<Instant> {
+    pub(crate) fn next_due(&self) -> Option<Instant> {
         self.kinds
             .iter()
             .filter(|k| k.waiting.is_some())
@@ -347,7 +347,7 @@ impl<T: Copy> Pace<T> {
     }
 
     /// The waiting announcements due at `now`, to pass now.
-    pub fn due(&mut self, now: Instant) -> Vec<T> {
+    pub(crate) fn due(&mut self, now: Instant) -> Vec<T> {
         let gap = self.gap;
         let mut out = Vec::new();
         for k in self.kinds.iter_mut().filter(|k| k.waiting.is_some()) {

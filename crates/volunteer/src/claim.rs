@@ -23,7 +23,7 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsE
 use std::path::{Path, PathBuf};
 
 /// Where root's pilotd claims its instances.
-pub const ROOT_DIR: &str = "/run/pilotd";
+pub(crate) const ROOT_DIR: &str = "/run/pilotd";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClaimError {
@@ -64,7 +64,7 @@ pub struct InstanceClaim {
 }
 
 /// The lock file's name for one instance on one engine.
-pub fn claim_name(engine: &EngineSettings) -> String {
+pub(crate) fn claim_name(engine: &EngineSettings) -> String {
     let digest = Sha256::digest(format!("{}\0{}", engine.socket, engine.instance).as_bytes());
     let hex: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
     format!("instance-{hex}.lock")
@@ -91,7 +91,7 @@ pub fn claim(engine: &EngineSettings) -> Result<InstanceClaim, ClaimError> {
 }
 
 /// Claims `engine`'s instance with a lock file in `dir`, which must be this user's alone.
-pub fn claim_in(dir: &Path, engine: &EngineSettings) -> Result<InstanceClaim, ClaimError> {
+pub(crate) fn claim_in(dir: &Path, engine: &EngineSettings) -> Result<InstanceClaim, ClaimError> {
     let uid = nix::unistd::geteuid().as_raw();
     let path = dir.join(claim_name(engine));
     let io = |path: &Path, source| ClaimError::Io {

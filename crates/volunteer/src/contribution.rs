@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 
 const FILE: &str = "contribution.json";
 /// Weeks kept besides the all-time total: a quarter.
-pub const WEEKS_KEPT: usize = 12;
+pub(crate) const WEEKS_KEPT: usize = 12;
 
 /// How the workers that ended, ended (from `Outcome`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,7 +43,7 @@ pub struct Ended {
 
 impl Ended {
     /// The kind an outcome counts as (also the metrics' `outcome` label).
-    pub fn kind(o: &Outcome) -> &'static str {
+    pub(crate) fn kind(o: &Outcome) -> &'static str {
         match o {
             Outcome::Exited(PilotExit::RanJobs) => "ran_jobs",
             Outcome::Exited(PilotExit::Idle) => "no_job",
@@ -170,11 +170,11 @@ pub struct Measured {
 /// (`JobStartDate`), and a 5 s job 6 s in the slot (`RemoteWallClockTime`), so an empty job
 /// takes about 2 s of a slot. The bound counts every CPU of the machine, not the worker's
 /// share of them, so it is that or looser for any worker.
-pub const SECONDS_PER_START: u64 = 2;
+pub(crate) const SECONDS_PER_START: u64 = 2;
 
 impl Claim {
     /// The report as far as it is believable, and the names of the keys that were cut.
-    pub fn bound(&self, r: &JobReport) -> (JobReport, Vec<&'static str>) {
+    pub(crate) fn bound(&self, r: &JobReport) -> (JobReport, Vec<&'static str>) {
         let cpus = f64::from(self.cpus.max(1));
         // A second of slack: the creation label and the engine's end are whole seconds.
         let slot_seconds = |d: std::time::Duration| (d.as_secs_f64().ceil() + 1.0) * cpus;
@@ -220,7 +220,7 @@ impl Claim {
 }
 
 impl Tally {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         *self == Tally::default()
     }
 
@@ -270,13 +270,13 @@ impl Default for Ledger {
 
 impl Ledger {
     /// The ISO week of `t` in `tz`, as the ledger names it.
-    pub fn week_of(tz: &Zone, t: DateTime<Utc>) -> String {
+    pub(crate) fn week_of(tz: &Zone, t: DateTime<Utc>) -> String {
         let w = t.with_timezone(tz).iso_week();
         format!("{}-W{:02}", w.year(), w.week())
     }
 
     /// The figures of the week `now` lies in (empty when nothing was counted in it).
-    pub fn this_week(&self, tz: &Zone, now: DateTime<Utc>) -> Tally {
+    pub(crate) fn this_week(&self, tz: &Zone, now: DateTime<Utc>) -> Tally {
         let key = Ledger::week_of(tz, now);
         self.weeks
             .iter()
@@ -329,7 +329,7 @@ pub struct Contribution {
 }
 
 impl Contribution {
-    pub fn new(ledger: Ledger) -> Contribution {
+    pub(crate) fn new(ledger: Ledger) -> Contribution {
         Contribution {
             ledger,
             clock: CycleClock::default(),
@@ -338,7 +338,7 @@ impl Contribution {
 
     /// Counts the interval ending at `now` as `o` says. The CPU counted is all of `o`'s,
     /// whatever the elapsed time: the counters measured it, the clock did not.
-    pub fn record(
+    pub(crate) fn record(
         &mut self,
         tz: &Zone,
         now: DateTime<Utc>,
@@ -357,14 +357,14 @@ impl Contribution {
     /// A worker's pilot reported its jobs at its end (`None`: it ended without a readable
     /// report), at `now`; the daemon calls this once per container, with the report already
     /// held to its `Claim`.
-    pub fn reported(&mut self, tz: &Zone, now: DateTime<Utc>, report: Option<&JobReport>) {
+    pub(crate) fn reported(&mut self, tz: &Zone, now: DateTime<Utc>, report: Option<&JobReport>) {
         self.ledger.since.get_or_insert(now);
         self.ledger.week_mut(tz, now).jobs.add(report);
         self.ledger.all_time.jobs.add(report);
     }
 
     /// A worker ended with `outcome` at `now` (the daemon calls this once per container).
-    pub fn ended(&mut self, tz: &Zone, now: DateTime<Utc>, outcome: &Outcome) {
+    pub(crate) fn ended(&mut self, tz: &Zone, now: DateTime<Utc>, outcome: &Outcome) {
         self.ledger.since.get_or_insert(now);
         self.ledger.week_mut(tz, now).ended.count(outcome);
         self.ledger.all_time.ended.count(outcome);
@@ -379,7 +379,7 @@ pub struct Loaded {
     pub warning: Option<String>,
 }
 
-pub fn path(state_dir: &Path) -> PathBuf {
+pub(crate) fn path(state_dir: &Path) -> PathBuf {
     state_dir.join(FILE)
 }
 
@@ -393,19 +393,19 @@ fn store(state_dir: &Path) -> Store<Ledger> {
 
 /// Reads the ledger (for the daemon). Missing → empty. Unreadable or corrupted → empty, the
 /// bad file renamed to `contribution.json.corrupt`.
-pub fn load(state_dir: &Path) -> Loaded {
+pub(crate) fn load(state_dir: &Path) -> Loaded {
     let (ledger, warning) = store(state_dir).load_or(Ledger::default);
     Loaded { ledger, warning }
 }
 
 /// Reads the ledger without changing anything (for `status` and the page).
-pub fn peek(state_dir: &Path) -> Loaded {
+pub(crate) fn peek(state_dir: &Path) -> Loaded {
     let (ledger, warning) = store(state_dir).peek_or(Ledger::default);
     Loaded { ledger, warning }
 }
 
 /// Writes the ledger atomically: a crash leaves the old or the new file.
-pub fn save(state_dir: &Path, l: &Ledger) -> Result<(), StateFileError> {
+pub(crate) fn save(state_dir: &Path, l: &Ledger) -> Result<(), StateFileError> {
     store(state_dir).save(l)
 }
 
@@ -421,7 +421,7 @@ pub struct Summary {
 }
 
 impl Summary {
-    pub fn of(l: &Ledger, tz: &Zone, now: DateTime<Utc>) -> Summary {
+    pub(crate) fn of(l: &Ledger, tz: &Zone, now: DateTime<Utc>) -> Summary {
         Summary {
             since: l.since,
             week: Ledger::week_of(tz, now),
@@ -432,7 +432,7 @@ impl Summary {
 
     /// The two stretches with their headings: ("This week (2026-W49)", lines), ("All time
     /// (since …)", lines).
-    pub fn sections(&self, tz: &Zone) -> [(String, Vec<String>); 2] {
+    pub(crate) fn sections(&self, tz: &Zone) -> [(String, Vec<String>); 2] {
         let since = self
             .since
             .map(|t| format!(" (since {})", t.with_timezone(tz).format("%Y-%m-%d")))
@@ -446,7 +446,7 @@ impl Summary {
 
 /// Hours, as `status` and the page print them (one decimal): a little is "<0.1", never a
 /// "0.0" that reads as nothing.
-pub fn hours(secs: f64) -> String {
+pub(crate) fn hours(secs: f64) -> String {
     let h = secs / 3600.0;
     if h > 0.0 && h < 0.05 {
         return "<0.1".into();
@@ -457,7 +457,7 @@ pub fn hours(secs: f64) -> String {
 /// The lines `status` and the page show for one stretch: CPU-hours given, hours computing,
 /// open and with the owner there, how the workers ended, and their jobs as the pilots
 /// reported them (or that they did not).
-pub fn lines(t: &Tally) -> Vec<String> {
+pub(crate) fn lines(t: &Tally) -> Vec<String> {
     if t.is_empty() {
         return vec!["nothing recorded yet".into()];
     }

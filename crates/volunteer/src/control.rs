@@ -78,7 +78,7 @@ fn proc_groups(status: &Path) -> Vec<u32> {
 
 /// Binds the socket: a stale socket from a previous daemon is replaced (only a socket:
 /// anything else at that path is left alone and reported), and everyone may connect.
-pub fn bind(path: &Path) -> Result<UnixListener, ControlError> {
+pub(crate) fn bind(path: &Path) -> Result<UnixListener, ControlError> {
     use std::os::unix::fs::{FileTypeExt, PermissionsExt};
     let err = |source| ControlError::Listen {
         path: path.to_path_buf(),
@@ -107,14 +107,14 @@ pub fn bind(path: &Path) -> Result<UnixListener, ControlError> {
 /// Who may hold what: one uid at most 4 connections, so `nobody` holding all it can leaves
 /// root and the owner 28 of the 32; a client has 3 s from connecting to taking its answer
 /// (`pilotd snooze` sends at once).
-pub const LIMITS: Limits = Limits {
+pub(crate) const LIMITS: Limits = Limits {
     total: 32,
     per_peer: 4,
     deadline: Duration::from_secs(3),
 };
 
 /// Answers requests until `shutdown` completes; `wake` starts an urgent cycle.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: UnixListener,
     ctx: watch::Receiver<Context>,
     wake: mpsc::Sender<()>,

@@ -40,7 +40,7 @@ pub struct FsCounters {
 impl ScratchUse {
     /// For `status` and the page: "12MiB of 1GiB", "FULL: 1GiB of 1GiB" (`share_kib` from the
     /// worker's label; the share alone when it is unknown).
-    pub fn describe(&self, share_kib: Option<u64>) -> String {
+    pub(crate) fn describe(&self, share_kib: Option<u64>) -> String {
         let used = pilotd_core::config::units::format_size(self.used_kib.saturating_mul(1024));
         let of = share_kib
             .map(|k| {
@@ -58,7 +58,7 @@ impl ScratchUse {
     }
 }
 
-pub fn image_use(c: FsCounters) -> ScratchUse {
+pub(crate) fn image_use(c: FsCounters) -> ScratchUse {
     let used_kib = c.blocks.saturating_sub(c.blocks_free) * c.block_kib;
     let slack = (c.blocks / 100).max(1);
     ScratchUse {
@@ -69,13 +69,13 @@ pub fn image_use(c: FsCounters) -> ScratchUse {
 
 /// A walk stops after this many entries: a worker that made millions of files is measured
 /// from what was counted, which is already a lower bound of its use.
-pub const MAX_ENTRIES: usize = 1_000_000;
+pub(crate) const MAX_ENTRIES: usize = 1_000_000;
 
 /// A walk enters directories this deep at most (two descriptors each, held while below it;
 /// the unit allows pilotd 4096): a deeper directory counts as its own entry only, a lower
 /// bound as above. Real scratch trees (condor's execute dir, a conda env, node_modules) are
 /// a few dozen deep.
-pub const MAX_DEPTH: usize = 100;
+pub(crate) const MAX_DEPTH: usize = 100;
 
 /// KiB allocated under `dir` (blocks on disk, links not followed, other filesystems not
 /// entered), counting at most `max_entries` entries. A missing dir uses nothing.
@@ -86,7 +86,7 @@ pub const MAX_DEPTH: usize = 100;
 /// between the look and the open (to `/`, to make the figure the host's and have its worker
 /// stopped, or to make root read a directory it cannot) has the open fail, and the swapped
 /// entry counts as the link it is.
-pub fn usage_kib(dir: &Path, max_entries: usize) -> u64 {
+pub(crate) fn usage_kib(dir: &Path, max_entries: usize) -> u64 {
     walk(dir, max_entries, &mut |_| {})
 }
 
@@ -192,7 +192,7 @@ fn walk(dir: &Path, max_entries: usize, between: &mut dyn FnMut(&Path)) -> u64 {
 /// The use of each named worker's scratch under `root`: (worker id, name) → use. A worker
 /// with a disk image is measured through its mount (left out while the mount is not found:
 /// not yet mounted, or already gone); one without, by walking its scratch dir.
-pub fn measure(root: &Path, workers: &[(String, String)]) -> BTreeMap<String, ScratchUse> {
+pub(crate) fn measure(root: &Path, workers: &[(String, String)]) -> BTreeMap<String, ScratchUse> {
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     workers
         .iter()

@@ -146,7 +146,7 @@ fn running(w: &Worker) -> bool {
 
 /// How long the fail-safe waits before its second look: a start or an unpause the daemon had
 /// asked for just before it died may complete in the engine after the first look.
-pub const SETTLE: Duration = Duration::from_secs(2);
+pub(crate) const SETTLE: Duration = Duration::from_secs(2);
 
 /// Pauses every running worker of the instance, all at once, and looks again `settle` later
 /// for requests the dead daemon left in flight: a worker that started or was resumed since is
@@ -154,7 +154,7 @@ pub const SETTLE: Duration = Duration::from_secs(2);
 /// anyway; removing it now means an in-flight start cannot bring it up). Its scratch, if the
 /// dead daemon had made one ready, is left to the next pilotd's GC: the fail-safe does only
 /// what gives the owner the machine back.
-pub async fn pause_all(
+pub(crate) async fn pause_all(
     b: &impl Backend,
     instance: &str,
     end: &ServiceEnd,
@@ -247,7 +247,7 @@ pub async fn pause_all(
 }
 
 /// Stops and deletes every worker of the instance (in parallel), then their scratch dirs.
-pub async fn remove_all(
+pub(crate) async fn remove_all(
     b: &impl Backend,
     grace: Duration,
     s: &WorkerSettings,

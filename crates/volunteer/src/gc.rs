@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime};
 
 /// A scratch dir younger than this is never removed: its worker may be starting right now
 /// (a `pilotd gc` beside a running daemon).
-pub const SCRATCH_MIN_AGE: Duration = Duration::from_secs(60);
+pub(crate) const SCRATCH_MIN_AGE: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -178,7 +178,7 @@ pub fn scratch_entries(root: &Path) -> Vec<(String, Duration)> {
 
 /// Every worker name of this instance with something left in the scratch root or the tokens
 /// dir, whatever its age (for `failsafe --remove`, once all workers are gone).
-pub fn leftover_names(w: &WorkerSettings) -> Vec<String> {
+pub(crate) fn leftover_names(w: &WorkerSettings) -> Vec<String> {
     let prefix = w.name_prefix();
     let mut names: Vec<String> = scratch_entries(&w.scratch_root)
         .into_iter()

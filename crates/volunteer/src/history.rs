@@ -13,7 +13,7 @@ use pilotd_core::zone::Zone;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
-pub const HOURS_PER_WEEK: usize = 168;
+pub(crate) const HOURS_PER_WEEK: usize = 168;
 const FILE: &str = "history.json";
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -33,7 +33,7 @@ pub struct History {
 }
 
 impl History {
-    pub fn new(tz: &Zone) -> History {
+    pub(crate) fn new(tz: &Zone) -> History {
         History {
             version: 1,
             timezone: tz.name().to_string(),
@@ -43,14 +43,14 @@ impl History {
     }
 
     /// Hour of the week (Monday 00:00–00:59 local = 0) of an instant.
-    pub fn hour_of_week(tz: &Zone, t: DateTime<Utc>) -> usize {
+    pub(crate) fn hour_of_week(tz: &Zone, t: DateTime<Utc>) -> usize {
         let l = t.with_timezone(tz);
         l.weekday().num_days_from_monday() as usize * 24 + l.hour() as usize
     }
 
     /// Counts `elapsed` seconds ending at `now` as observed, and as free when `free`. The
     /// caller caps `elapsed` (a suspended machine was not observed).
-    pub fn record(&mut self, tz: &Zone, now: DateTime<Utc>, elapsed: Duration, free: bool) {
+    pub(crate) fn record(&mut self, tz: &Zone, now: DateTime<Utc>, elapsed: Duration, free: bool) {
         let secs = elapsed.num_seconds().max(0) as u64;
         if secs == 0 {
             return;
@@ -67,7 +67,7 @@ impl History {
     }
 
     /// Fraction of observed time this hour of the week was free; None when never observed.
-    pub fn free_fraction(&self, hour: usize) -> Option<f64> {
+    pub(crate) fn free_fraction(&self, hour: usize) -> Option<f64> {
         let b = self.buckets.get(hour)?;
         (b.observed_s > 0).then(|| b.free_s as f64 / b.observed_s as f64)
     }
@@ -85,7 +85,12 @@ impl History {
     /// week was free at least `threshold` of the time it was watched (hours never watched end
     /// the run: no evidence is not evidence of freedom). Used to advertise a machine's
     /// expected free stretch to the pool, and optionally to cap `die_at`.
-    pub fn likely_free_for(&self, tz: &Zone, now: DateTime<Utc>, threshold: f64) -> Duration {
+    pub(crate) fn likely_free_for(
+        &self,
+        tz: &Zone,
+        now: DateTime<Utc>,
+        threshold: f64,
+    ) -> Duration {
         let mut hours = 0i64;
         while hours < HOURS_PER_WEEK as i64 {
             let t = pilotd_core::horizon::after(
@@ -111,7 +116,11 @@ pub struct CycleClock {
 }
 
 impl CycleClock {
-    pub fn elapsed(&mut self, now: DateTime<Utc>, interval: std::time::Duration) -> Duration {
+    pub(crate) fn elapsed(
+        &mut self,
+        now: DateTime<Utc>,
+        interval: std::time::Duration,
+    ) -> Duration {
         let cap = Duration::from_std(interval.saturating_mul(2)).unwrap_or_default();
         let (elapsed, counted_until) = match self.counted_until {
             None => (Duration::zero(), now),
@@ -134,7 +143,7 @@ pub struct Learner {
 }
 
 impl Learner {
-    pub fn new(history: History) -> Learner {
+    pub(crate) fn new(history: History) -> Learner {
         Learner {
             history,
             clock: CycleClock::default(),
@@ -144,7 +153,7 @@ impl Learner {
     /// Counts the time up to `now` as watched, and as free when `free` (the owner away and the
     /// host free, whatever the schedule says: the history shows when this machine is really
     /// free, including hours the policy does not open).
-    pub fn learn(
+    pub(crate) fn learn(
         &mut self,
         tz: &Zone,
         now: DateTime<Utc>,
@@ -169,7 +178,7 @@ pub struct Outlook {
 
 impl Outlook {
     /// The daemon and `pilotd plan` both ask here, so they decide with the same limits.
-    pub fn at(s: &Settings, h: &History, now: DateTime<Utc>) -> Outlook {
+    pub(crate) fn at(s: &Settings, h: &History, now: DateTime<Utc>) -> Outlook {
         let likely_free = h.likely_free_for(&s.policy.timezone, now, s.history.free_threshold);
         let predicted = s.history.predict_die_at && likely_free >= Duration::hours(1);
         Outlook {
@@ -186,7 +195,7 @@ impl Outlook {
     }
 
     /// Whole hours of `likely_free`, as workers see it (`{free_hours}`).
-    pub fn free_hours(&self) -> u64 {
+    pub(crate) fn free_hours(&self) -> u64 {
         self.likely_free.num_hours().max(0) as u64
     }
 }
@@ -199,7 +208,7 @@ pub struct Loaded {
     pub warning: Option<String>,
 }
 
-pub fn path(state_dir: &Path) -> PathBuf {
+pub(crate) fn path(state_dir: &Path) -> PathBuf {
     state_dir.join(FILE)
 }
 
@@ -213,7 +222,7 @@ fn store(state_dir: &Path) -> Store<History> {
 
 /// Reads the history from the state dir (for the daemon). Missing → empty. Unreadable or
 /// corrupted → empty, with the bad file renamed to `history.json.corrupt` so nothing is lost.
-pub fn load(state_dir: &Path, tz: &Zone) -> Loaded {
+pub(crate) fn load(state_dir: &Path, tz: &Zone) -> Loaded {
     let (history, warning) = store(state_dir).load_or(|| History::new(tz));
     Loaded { history, warning }
 }
@@ -226,7 +235,7 @@ pub fn peek(state_dir: &Path, tz: &Zone) -> Loaded {
 
 /// Writes the history atomically (temp file, fsync, rename): a crash leaves the old or the new
 /// file, never half of one.
-pub fn save(state_dir: &Path, h: &History) -> Result<(), StateFileError> {
+pub(crate) fn save(state_dir: &Path, h: &History) -> Result<(), StateFileError> {
     store(state_dir).save(h)
 }
 

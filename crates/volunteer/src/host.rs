@@ -42,7 +42,7 @@ impl HostProbe {
         probe.observe(chrono::Utc::now(), carry, true)
     }
 
-    pub fn new(cfg: ProbeSettings) -> Result<HostProbe, ProbeError> {
+    pub(crate) fn new(cfg: ProbeSettings) -> Result<HostProbe, ProbeError> {
         let system = System::new_with_specifics(
             RefreshKind::nothing()
                 .with_cpu(CpuRefreshKind::nothing().with_usage())
@@ -54,7 +54,7 @@ impl HostProbe {
 
     /// CPU usage is measured since the previous refresh; a one-shot command calls this
     /// first and waits before `observe` so the reading covers a real interval.
-    pub fn prime(&mut self) -> Duration {
+    pub(crate) fn prime(&mut self) -> Duration {
         self.system.refresh_cpu_usage();
         sysinfo::MINIMUM_CPU_UPDATE_INTERVAL.max(Duration::from_millis(250))
     }
@@ -62,7 +62,7 @@ impl HostProbe {
     /// The host now. `refresh_cpu` false keeps the CPU figure of the last refresh, so the
     /// next one covers the whole window since it (the daemon's own-load accounting must
     /// cover the same window; see `daemon::cycle::CpuMeter`).
-    pub fn observe(
+    pub(crate) fn observe(
         &mut self,
         now: DateTime<Utc>,
         carry: Carry,
@@ -125,7 +125,7 @@ pub fn this_machine() -> Option<Machine> {
 
 /// NVIDIA GPUs: the `nvidiaN` device nodes under `dev` (the ones Docker's nvidia driver
 /// hands to workers by index); `nvidiactl`, `nvidia-uvm` and the like are not GPUs.
-pub fn nvidia_gpus(dev: &Path) -> u32 {
+pub(crate) fn nvidia_gpus(dev: &Path) -> u32 {
     let Ok(entries) = std::fs::read_dir(dev) else {
         return 0;
     };
@@ -142,7 +142,7 @@ pub fn nvidia_gpus(dev: &Path) -> u32 {
 
 /// Free space for unprivileged use on the filesystem holding `path` (or its nearest existing
 /// ancestor: the scratch dir may not exist before the first worker).
-pub fn scratch_free_kib(path: &Path) -> Result<u64, ProbeError> {
+pub(crate) fn scratch_free_kib(path: &Path) -> Result<u64, ProbeError> {
     let existing = path
         .ancestors()
         .find(|p| p.exists())
@@ -156,7 +156,7 @@ pub fn scratch_free_kib(path: &Path) -> Result<u64, ProbeError> {
 
 /// On battery when a battery is discharging and no mains supply is online. A machine without
 /// power-supply information is on mains.
-pub fn on_battery(dir: &Path) -> bool {
+pub(crate) fn on_battery(dir: &Path) -> bool {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return false;
     };
@@ -179,7 +179,7 @@ pub fn on_battery(dir: &Path) -> bool {
 }
 
 /// Which of `names` are running, by the kernel's process name (`/proc/PID/comm`), sorted.
-pub fn running_processes(proc: &Path, names: &[String]) -> Vec<String> {
+pub(crate) fn running_processes(proc: &Path, names: &[String]) -> Vec<String> {
     if names.is_empty() {
         return vec![];
     }

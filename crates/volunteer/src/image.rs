@@ -19,7 +19,7 @@ fn chrono(d: Duration) -> ChronoDuration {
 }
 
 /// Whether the registry should be asked now (pure).
-pub fn check_due(r: &ImageRecord, now: DateTime<Utc>, s: &ImageSettings) -> bool {
+pub(crate) fn check_due(r: &ImageRecord, now: DateTime<Utc>, s: &ImageSettings) -> bool {
     if r.retry_at.is_some_and(|t| t > now) {
         return false;
     }
@@ -32,7 +32,7 @@ pub fn check_due(r: &ImageRecord, now: DateTime<Utc>, s: &ImageSettings) -> bool
 /// Records a failed registry request (check or pull) and says so in the log; the next try
 /// waits `retry`'s delay (`ImageSettings::retry`: jittered per host, so a fleet that lost the
 /// registry together does not come back to it in lockstep).
-pub fn record_failure(
+pub(crate) fn record_failure(
     r: &mut ImageRecord,
     what: &str,
     e: &BackendError,
@@ -54,7 +54,7 @@ pub fn record_failure(
 /// Prepares the record for `reference` at `now` and says whether the registry must be asked
 /// (pure). A new reference (a reload) starts a new record; a digest reference names its
 /// content and needs no question. When it returns true, the check counts as started.
-pub fn check_needed(
+pub(crate) fn check_needed(
     r: &mut ImageRecord,
     reference: &str,
     now: DateTime<Utc>,
@@ -81,7 +81,7 @@ pub fn check_needed(
 
 /// Records the registry's answer about `reference` (ignored when the record has moved on to
 /// another reference meanwhile). Never fails: problems are recorded and retried.
-pub fn record_check(
+pub(crate) fn record_check(
     r: &mut ImageRecord,
     reference: &str,
     answer: Result<String, BackendError>,
@@ -121,7 +121,7 @@ pub fn record_check(
 
 /// Refreshes the record against the registry when due, waiting for the answer (the one-shot
 /// commands; the daemon asks beside its loop instead).
-pub async fn refresh<B: Backend>(
+pub(crate) async fn refresh<B: Backend>(
     backend: &B,
     r: &mut ImageRecord,
     reference: &str,
@@ -136,7 +136,7 @@ pub async fn refresh<B: Backend>(
 
 /// What new workers can use now: an allowed reference, resolved, confirmed within
 /// `max_age`, pulled.
-pub async fn state<B: Backend>(
+pub(crate) async fn state<B: Backend>(
     backend: &B,
     r: &ImageRecord,
     s: &ImageSettings,

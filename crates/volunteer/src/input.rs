@@ -49,7 +49,7 @@ use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 
 /// Input after at least this long without any wakes the daemon, unless set otherwise.
-pub const DEFAULT_WAKE_GAP: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_WAKE_GAP: Duration = Duration::from_secs(60);
 /// How long a device that just yielded input is left alone before it is waited on again.
 const REST: Duration = Duration::from_secs(1);
 /// How soon a missing or lost `dev_dir` is looked at again: 5 s doubling to 5 min, because a
@@ -58,7 +58,7 @@ const LOOK_AGAIN: Backoff = Backoff::new(Duration::from_secs(5), Duration::from_
 /// Where inotify is unavailable (exhausted instances), `dev_dir` is listed this often instead.
 const RESCAN: Duration = Duration::from_secs(30);
 /// One `struct input_event` (24 bytes on 64-bit Linux: timeval, type, code, value).
-pub const RECORD: usize = size_of::<nix::libc::input_event>();
+pub(crate) const RECORD: usize = size_of::<nix::libc::input_event>();
 /// Records read per `read(2)`: a device rested for `REST` is drained in a call or two.
 const BATCH: usize = 64;
 
@@ -78,7 +78,7 @@ pub struct LastInput {
 impl LastInput {
     /// `start`: when watching began. Until a first event, the last input counts as `start`
     /// (fail toward the owner: just started means maybe just used).
-    pub fn new(start: DateTime<Utc>) -> Arc<LastInput> {
+    pub(crate) fn new(start: DateTime<Utc>) -> Arc<LastInput> {
         Arc::new(LastInput {
             last_ms: AtomicI64::new(start.timestamp_millis()),
             devices: AtomicUsize::new(0),
@@ -89,31 +89,33 @@ impl LastInput {
 
     /// Seconds since the last input at `now` (0 if it arrived after `now`); `None` while no
     /// input device can be read (no `dev_dir`, not root, none of the right kind).
-    pub fn idle_s(&self, now: DateTime<Utc>) -> Option<u64> {
+    pub(crate) fn idle_s(&self, now: DateTime<Utc>) -> Option<u64> {
         let last = self.last_known_ms()?;
         let idle_ms = now.timestamp_millis().saturating_sub(last);
         Some(u64::try_from(idle_ms).unwrap_or(0) / 1000)
     }
 
+    #[cfg(test)]
     /// When the last input arrived; `None` while no input device can be read.
-    pub fn last_input(&self) -> Option<DateTime<Utc>> {
+    pub(crate) fn last_input(&self) -> Option<DateTime<Utc>> {
         DateTime::from_timestamp_millis(self.last_known_ms()?)
     }
 
     /// How many input devices are being watched.
-    pub fn devices(&self) -> usize {
+    pub(crate) fn devices(&self) -> usize {
         self.devices.load(Ordering::Acquire)
     }
 
     /// How many times a device has been read since the start: the watcher's wake-ups for
     /// input (at most about one a second per device, whatever its event rate).
-    pub fn reads(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn reads(&self) -> u64 {
         self.reads.load(Ordering::Relaxed)
     }
 
     /// Input arriving after at least this long without input calls the watcher's wake
     /// (settable on reload).
-    pub fn set_wake_gap(&self, gap: Duration) {
+    pub(crate) fn set_wake_gap(&self, gap: Duration) {
         self.wake_gap_ms.store(millis(gap), Ordering::Relaxed);
     }
 
@@ -140,7 +142,7 @@ fn millis(d: Duration) -> u64 {
 
 /// What kind of input device an `eventN` is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     Keyboard,
     /// Relative or absolute pointer with a left button.
     Mouse,
@@ -148,6 +150,7 @@ pub enum Kind {
     Touch,
 }
 
+#[cfg(test)]
 /// One input device that counts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Device {
@@ -156,9 +159,10 @@ pub struct Device {
     pub kind: Kind,
 }
 
+#[cfg(test)]
 /// Which `eventN` devices under `sys_dir` (normally /sys/class/input) are keyboards, mice or
 /// touch devices, in the kernel's numbering order. Anything unreadable is left out.
-pub fn discover(sys_dir: &Path) -> Vec<Device> {
+pub(crate) fn discover(sys_dir: &Path) -> Vec<Device> {
     let Ok(entries) = std::fs::read_dir(sys_dir) else {
         return Vec::new();
     };
@@ -301,7 +305,7 @@ struct Stop;
 /// Watches the devices under `dev_dir` (normally /dev/input) classified by `sys_dir`
 /// (normally /sys/class/input), recording input in `last`, until `wake` returns false. `wake`
 /// is called once for input arriving after at least the wake gap without any.
-pub async fn watch(
+pub(crate) async fn watch(
     dev_dir: PathBuf,
     sys_dir: PathBuf,
     last: Arc<LastInput>,

@@ -20,10 +20,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// How long a command waits for the engine's list.
-pub const LIST_DEADLINE: Duration = Duration::from_secs(5);
+pub(crate) const LIST_DEADLINE: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
-pub enum InspectError {
+pub(crate) enum InspectError {
     #[error("the engine at {socket} did not answer within {}s", LIST_DEADLINE.as_secs())]
     Timeout { socket: String },
     #[error(transparent)]
@@ -31,7 +31,7 @@ pub enum InspectError {
 }
 
 /// The workers as the engine lists them now, within `LIST_DEADLINE`.
-pub async fn workers(b: &impl Backend, socket: &str) -> Result<Vec<Worker>, InspectError> {
+pub(crate) async fn workers(b: &impl Backend, socket: &str) -> Result<Vec<Worker>, InspectError> {
     tokio::time::timeout(LIST_DEADLINE, b.list_workers())
         .await
         .map_err(|_| InspectError::Timeout {
@@ -69,7 +69,7 @@ pub async fn own_cpu(backend: &impl Backend, gap: Duration) -> Option<f64> {
 /// as the daemon's status file has them (the image resolved at the registry only when the
 /// file knows nothing of it), with how many workers run or are paused now (what an eviction
 /// would act on). `Err` says why the workers are unknown.
-pub async fn next_plan(
+pub(crate) async fn next_plan(
     b: &impl Backend,
     s: &Settings,
     worker: &WorkerSettings,

@@ -44,10 +44,10 @@ use std::time::Duration;
 use zbus::zvariant::{OwnedObjectPath, OwnedValue};
 
 /// One look at logind may take this long; past it, utmp alone decides this cycle.
-pub const DEADLINE: Duration = Duration::from_millis(1500);
+pub(crate) const DEADLINE: Duration = Duration::from_millis(1500);
 
 /// How often an absent logind is asked again (observations and the signal watch alike).
-pub const RETRY: Backoff = Backoff::new(Duration::from_secs(5), Duration::from_secs(300));
+pub(crate) const RETRY: Backoff = Backoff::new(Duration::from_secs(5), Duration::from_secs(300));
 
 const SERVICE: &str = "org.freedesktop.login1";
 const MANAGER_PATH: &str = "/org/freedesktop/login1";
@@ -91,7 +91,7 @@ impl Default for Roots {
 
 /// What logind said: its sessions, or why it could not be asked.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Seen {
+pub(crate) enum Seen {
     Sessions(Vec<LogindSession>),
     Unavailable(String),
 }
@@ -117,7 +117,7 @@ impl Logind {
     /// A client that already knows since when sessions have been seen locked (the running
     /// daemon's record, `status::Status::locks`), so a one-shot `pilotd plan` dates a lock as
     /// the daemon does instead of to its own look.
-    pub fn remembering(locked: impl IntoIterator<Item = (String, DateTime<Utc>)>) -> Logind {
+    pub(crate) fn remembering(locked: impl IntoIterator<Item = (String, DateTime<Utc>)>) -> Logind {
         Logind {
             locked: locked.into_iter().collect(),
             ..Logind::default()
@@ -126,7 +126,7 @@ impl Logind {
 
     /// This client, finding text sessions' terminals under `proc` and `dev` (the probe's
     /// settings; /proc and /dev by default).
-    pub fn looking_in(self, proc: impl Into<PathBuf>, dev: impl Into<PathBuf>) -> Logind {
+    pub(crate) fn looking_in(self, proc: impl Into<PathBuf>, dev: impl Into<PathBuf>) -> Logind {
         Logind {
             roots: Roots {
                 proc: proc.into(),
@@ -137,13 +137,13 @@ impl Logind {
     }
 
     /// Since when each session has been seen locked, by session id ("when" only).
-    pub fn locks(&self) -> std::collections::BTreeMap<String, DateTime<Utc>> {
+    pub(crate) fn locks(&self) -> std::collections::BTreeMap<String, DateTime<Utc>> {
         self.locked.iter().map(|(k, v)| (k.clone(), *v)).collect()
     }
 
     /// The sessions logind knows at `now`, within `DEADLINE`; while in back-off, the last
     /// failure without asking.
-    pub async fn observe(&mut self, now: DateTime<Utc>) -> Seen {
+    pub(crate) async fn observe(&mut self, now: DateTime<Utc>) -> Seen {
         if self.retry_at.is_some_and(|t| now < t) {
             return Seen::Unavailable(self.last_error.clone());
         }
@@ -286,7 +286,7 @@ impl Logind {
     /// Holds a delay lock on sleep while awake, so that a suspend waits (at most logind's
     /// `InhibitDelayMaxSec`) for the workers to make room. Called after each observation
     /// that reached logind; a refusal is logged once and tried again at the next.
-    pub async fn hold_sleep_lock(&mut self) {
+    pub(crate) async fn hold_sleep_lock(&mut self) {
         if self.sleep_lock.is_some() || self.conn.is_none() {
             return;
         }
@@ -305,19 +305,19 @@ impl Logind {
 
     /// Lets the sleep go on: called once the workers made room (or at once when there are
     /// none). Taken again after the wake-up.
-    pub fn release_sleep_lock(&mut self) {
+    pub(crate) fn release_sleep_lock(&mut self) {
         self.sleep_lock = None;
     }
 
     /// Whether the sleep delay lock is held (status, tests).
-    pub fn holds_sleep_lock(&self) -> bool {
+    pub(crate) fn holds_sleep_lock(&self) -> bool {
         self.sleep_lock.is_some()
     }
 
     /// The owner's `keep_awake`: while `on`, a block lock on "idle" keeps the machine from
     /// sleeping on its own idle timer. It never blocks a sleep the owner asks for (that is
     /// the "sleep" lock's business, which pilotd only ever takes in delay mode).
-    pub async fn keep_awake(&mut self, on: bool) {
+    pub(crate) async fn keep_awake(&mut self, on: bool) {
         if !on {
             self.awake_lock = None;
             return;
@@ -379,7 +379,7 @@ pub const PACE: Duration = Duration::from_secs(1);
 /// `IdleHint` or `LockedHint` changed, the machine about to sleep or just woken), so a login,
 /// an unlock or a suspend is acted on at once. Watches again with `RETRY`'s back-off while
 /// the bus is away; returns when `wake` says to stop.
-pub async fn watch(wake: impl FnMut(Signal) -> bool) {
+pub(crate) async fn watch(wake: impl FnMut(Signal) -> bool) {
     watch_on(None, wake).await
 }
 
@@ -520,7 +520,7 @@ fn session_of(
 ///   either, the sessions stay unknown (the owner is assumed here).
 ///
 /// An unreadable or corrupt utmp stays unknown whatever logind says.
-pub fn lay_on(h: &mut HostSnapshot, seen: Seen) {
+pub(crate) fn lay_on(h: &mut HostSnapshot, seen: Seen) {
     match seen {
         Seen::Sessions(list) => {
             h.logind_unavailable = None;

@@ -84,7 +84,7 @@ fn ioctl(
 }
 
 /// Attaches `image` (open read-write as `file`) to a free loop device with autoclear.
-pub fn attach(image: &Path, file: &File) -> Result<Attached, LoopError> {
+pub(crate) fn attach(image: &Path, file: &File) -> Result<Attached, LoopError> {
     let control = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -146,7 +146,7 @@ fn configure(dev: &File, file: &File) -> std::io::Result<()> {
 
 /// The loop devices (e.g. `loop3`) whose backing file is `image`, deleted or not, read from
 /// `sys_block` (`/sys/block`).
-pub fn devices_of(sys_block: &Path, image: &Path) -> Vec<String> {
+pub(crate) fn devices_of(sys_block: &Path, image: &Path) -> Vec<String> {
     let Ok(dir) = std::fs::read_dir(sys_block) else {
         return vec![];
     };
@@ -170,7 +170,7 @@ fn backing_is(text: &str, image: &Path) -> bool {
 /// Asks the kernel to detach `/dev/<name>` once nothing holds it (right away when nothing
 /// does): what a crash between attach and the engine's mount, or an engine that lost a mount,
 /// left behind. Best effort: the next GC asks again.
-pub fn detach(name: &str) {
+pub(crate) fn detach(name: &str) {
     if let Ok(dev) = std::fs::OpenOptions::new()
         .read(true)
         .open(Path::new("/dev").join(name))
@@ -180,7 +180,7 @@ pub fn detach(name: &str) {
 }
 
 /// The mount point of device `major:minor` in a mountinfo text, the first one listed.
-pub fn mount_point(mountinfo: &str, major: u32, minor: u32) -> Option<PathBuf> {
+pub(crate) fn mount_point(mountinfo: &str, major: u32, minor: u32) -> Option<PathBuf> {
     let want = format!("{major}:{minor}");
     mountinfo.lines().find_map(|l| {
         let mut f = l.split(' ');
@@ -212,7 +212,7 @@ fn unescape(s: &str) -> String {
 }
 
 /// `major:minor` of `/sys/block/<name>/dev`.
-pub fn device_number(sys_block: &Path, name: &str) -> Option<(u32, u32)> {
+pub(crate) fn device_number(sys_block: &Path, name: &str) -> Option<(u32, u32)> {
     let t = std::fs::read_to_string(sys_block.join(name).join("dev")).ok()?;
     let (a, b) = t.trim().split_once(':')?;
     Some((a.parse().ok()?, b.parse().ok()?))

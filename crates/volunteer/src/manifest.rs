@@ -82,7 +82,7 @@ pub struct ManifestWorker {
 /// they carry secrets and resources. Setting NUM_CPUS would let a pool advertise more than the
 /// owner shares even though the container limits hold. (None of them is in
 /// [`POOL_ENV_PREFIXES`]; they are named so the refusal says why.)
-pub const RESERVED_ENV: &[&str] = &[
+pub(crate) const RESERVED_ENV: &[&str] = &[
     "PILOT_CPUS",
     "PILOT_MEMORY_MIB",
     "PILOT_DISK_KIB",
@@ -110,7 +110,7 @@ pub const RESERVED_ENV: &[&str] = &[
 /// Env prefixes pilotd, the pilot and condor keep (compared case-insensitively): condor reads
 /// `_CONDOR_*` as configuration that beats the pilot's own file, `PILOT_*` and `PILOTD_*` steer
 /// the pilot and pilotd.
-pub const RESERVED_ENV_PREFIXES: &[&str] = &["_CONDOR_", "PILOT_", "PILOTD_"];
+pub(crate) const RESERVED_ENV_PREFIXES: &[&str] = &["_CONDOR_", "PILOT_", "PILOTD_"];
 
 /// The only env names a remote manifest may set: these prefixes (in capitals) and at least
 /// one more character. They are the pool's own namespaces: glideinWMS's and the OSPool
@@ -121,17 +121,17 @@ pub const RESERVED_ENV_PREFIXES: &[&str] = &["_CONDOR_", "PILOT_", "PILOTD_"];
 /// `GCONV_PATH`, `GLIBC_TUNABLES`, `*_PROXY`, `SSL_CERT_FILE`, `CURL_CA_BUNDLE`,
 /// `REQUESTS_CA_BUNDLE`, `NODE_EXTRA_CA_CERTS`, `PYTHONPATH`, `BASH_ENV`, ...) are more than
 /// any list of them would hold.
-pub const POOL_ENV_PREFIXES: &[&str] = &["GLIDEIN_", "OSG_", "OSPOOL_", "ANNEX_"];
+pub(crate) const POOL_ENV_PREFIXES: &[&str] = &["GLIDEIN_", "OSG_", "OSPOOL_", "ANNEX_"];
 
 /// Whether the manifest may not set `key` because pilotd sets or keeps it.
-pub fn reserved(key: &str) -> bool {
+pub(crate) fn reserved(key: &str) -> bool {
     let upper = key.to_ascii_uppercase();
     RESERVED_ENV.contains(&upper.as_str())
         || RESERVED_ENV_PREFIXES.iter().any(|p| upper.starts_with(p))
 }
 
 /// Whether `key` is in the pool's namespaces ([`POOL_ENV_PREFIXES`]).
-pub fn pool_env(key: &str) -> bool {
+pub(crate) fn pool_env(key: &str) -> bool {
     POOL_ENV_PREFIXES
         .iter()
         .any(|p| key.len() > p.len() && key.starts_with(p))
@@ -202,7 +202,7 @@ pub enum Refusal {
 /// Checks a manifest against the local limits. Every problem is listed; one problem refuses
 /// the whole manifest (half a pool configuration is worse than the last good one).
 /// `local_env` is `[worker.env]` of pilotd.toml: keys the site templated or set stay the site's.
-pub fn check(
+pub(crate) fn check(
     m: &Manifest,
     allowed_images: &[String],
     local_env: &BTreeMap<String, String>,
@@ -246,7 +246,7 @@ pub fn check(
     if why.is_empty() { Ok(()) } else { Err(why) }
 }
 
-pub fn parse(url: &str, body: &[u8]) -> Result<Manifest, ManifestError> {
+pub(crate) fn parse(url: &str, body: &[u8]) -> Result<Manifest, ManifestError> {
     let text = std::str::from_utf8(body).map_err(|_| ManifestError::Invalid {
         url: url.into(),
         why: "not UTF-8 text".into(),
@@ -361,7 +361,7 @@ pub struct Template {
 /// still passes `check` against today's `allowed_images` and `[worker.env]`: a reload may
 /// have narrowed them since it was fetched, and a manifest must never widen them. One that
 /// no longer passes is not laid on at all (half a pool configuration is worse than none).
-pub fn worker_template(s: &Settings, m: Option<&Manifest>) -> Template {
+pub(crate) fn worker_template(s: &Settings, m: Option<&Manifest>) -> Template {
     let Some(m) = m.filter(|_| s.remote.is_some()) else {
         return Template {
             worker: s.worker.clone(),
@@ -438,7 +438,7 @@ impl Refresh {
     /// A daemon started at `now`: its first fetch waits for the host's offset in the fleet's
     /// spread, so a fleet that boots together does not ask the manifest server at once (a
     /// held start waits at least as long, so no worker waits for it).
-    pub fn starting(now: DateTime<Utc>, splay: &Splay) -> Refresh {
+    pub(crate) fn starting(now: DateTime<Utc>, splay: &Splay) -> Refresh {
         Refresh {
             due: (!splay.is_off()).then(|| pilotd_core::horizon::after(now, splay.offset)),
             fetching: false,
@@ -448,7 +448,12 @@ impl Refresh {
     /// Whether a fetch should start now; if so it counts as under way and the next one is
     /// scheduled about `every` later, on the host's own grid in the fleet's spread
     /// (`Splay::next_fetch`).
-    pub fn start_if_due(&mut self, now: DateTime<Utc>, every: Duration, splay: &Splay) -> bool {
+    pub(crate) fn start_if_due(
+        &mut self,
+        now: DateTime<Utc>,
+        every: Duration,
+        splay: &Splay,
+    ) -> bool {
         if self.fetching || self.due.is_some_and(|t| now < t) {
             return false;
         }
@@ -457,23 +462,24 @@ impl Refresh {
         true
     }
 
+    #[cfg(test)]
     /// When the next fetch is due (None: at the next cycle).
-    pub fn due(&self) -> Option<DateTime<Utc>> {
+    pub(crate) fn due(&self) -> Option<DateTime<Utc>> {
         self.due
     }
 
     /// The fetch under way ended (well or not).
-    pub fn finished(&mut self) {
+    pub(crate) fn finished(&mut self) {
         self.fetching = false;
     }
 
     /// A new URL or refresh takes effect at once.
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.due = None;
     }
 }
 
-pub fn path(state_dir: &Path) -> PathBuf {
+pub(crate) fn path(state_dir: &Path) -> PathBuf {
     state_dir.join(FILE)
 }
 
@@ -498,7 +504,7 @@ pub fn load_checked(
 
 /// The last manifest that passed, if any, as stored (not checked again: `status` shows its
 /// version). A damaged copy is ignored (and reported).
-pub fn load_last_good(state_dir: &Path) -> Result<Option<Manifest>, ManifestError> {
+pub(crate) fn load_last_good(state_dir: &Path) -> Result<Option<Manifest>, ManifestError> {
     use std::io::Read;
     let p = path(state_dir);
     // Bounded like a fetch: the stored copy is a file someone could have replaced.
@@ -515,7 +521,7 @@ pub fn load_last_good(state_dir: &Path) -> Result<Option<Manifest>, ManifestErro
 }
 
 /// Stores a manifest atomically as the last known good one.
-pub fn store(state_dir: &Path, m: &Manifest) -> Result<(), ManifestError> {
+pub(crate) fn store(state_dir: &Path, m: &Manifest) -> Result<(), ManifestError> {
     let p = path(state_dir);
     let err = |source| ManifestError::Store {
         path: p.clone(),

@@ -88,14 +88,14 @@ impl From<Outcome> for OutcomeRecordForm {
 
 /// What an outcome does to the back-off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BackoffEffect {
+pub(crate) enum BackoffEffect {
     Widen,
     Reset,
     Neutral,
 }
 
 impl Outcome {
-    pub fn from_exit(code: Option<i64>, oom_killed: bool) -> Outcome {
+    pub(crate) fn from_exit(code: Option<i64>, oom_killed: bool) -> Outcome {
         if oom_killed {
             return Outcome::OutOfMemory;
         }
@@ -108,14 +108,14 @@ impl Outcome {
     /// memory limit says nothing about the pool.
     /// A failure someone must read about (a bad configuration, a failed self-test, condor
     /// failing, the memory limit, an image off the contract): its output is worth keeping.
-    pub fn is_failure(&self) -> bool {
+    pub(crate) fn is_failure(&self) -> bool {
         !matches!(
             self,
             Outcome::Exited(PilotExit::RanJobs | PilotExit::Idle | PilotExit::Signal(_))
         )
     }
 
-    pub fn effect(&self) -> BackoffEffect {
+    pub(crate) fn effect(&self) -> BackoffEffect {
         match self {
             Outcome::Exited(PilotExit::RanJobs) => BackoffEffect::Reset,
             Outcome::Exited(PilotExit::Signal(_)) | Outcome::OutOfMemory => BackoffEffect::Neutral,
@@ -151,7 +151,12 @@ pub struct StartBackoff {
 impl StartBackoff {
     /// The back-off after `outcome` was observed at `now`, delayed by `policy` after the n-th
     /// consecutive failure.
-    pub fn after(&self, outcome: &Outcome, now: DateTime<Utc>, policy: Backoff) -> StartBackoff {
+    pub(crate) fn after(
+        &self,
+        outcome: &Outcome,
+        now: DateTime<Utc>,
+        policy: Backoff,
+    ) -> StartBackoff {
         match outcome.effect() {
             BackoffEffect::Reset => StartBackoff {
                 failures: 0,
@@ -173,7 +178,7 @@ impl StartBackoff {
         }
     }
 
-    pub fn holds(&self, now: DateTime<Utc>) -> bool {
+    pub(crate) fn holds(&self, now: DateTime<Utc>) -> bool {
         self.not_before.is_some_and(|t| t > now)
     }
 }

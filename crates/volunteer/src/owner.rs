@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The group whose members may snooze and resume (created by the package's postinst).
-pub const GROUP: &str = "pilotd";
+pub(crate) const GROUP: &str = "pilotd";
 
 /// What the owner may ask; on the control socket, one JSON line.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -41,7 +41,7 @@ pub struct Reply {
 
 impl Reply {
     /// A refusal, addressed to the caller.
-    pub fn refused(message: String) -> Reply {
+    pub(crate) fn refused(message: String) -> Reply {
         Reply { ok: false, message }
     }
 }
@@ -57,7 +57,7 @@ pub struct Peer {
 }
 
 impl Peer {
-    pub fn label(&self) -> String {
+    pub(crate) fn label(&self) -> String {
         match &self.name {
             Some(n) => n.clone(),
             None => format!("uid {}", self.uid),
@@ -75,7 +75,7 @@ pub struct Access {
 
 /// Root, a user the policy names, or a member of the `pilotd` group (by the process's groups
 /// or by the group database) may; `Err` is the refusal, addressed to the caller.
-pub fn authorise(peer: &Peer, access: &Access) -> Result<(), Refused> {
+pub(crate) fn authorise(peer: &Peer, access: &Access) -> Result<(), Refused> {
     if peer.uid == 0 {
         return Ok(());
     }
@@ -118,7 +118,7 @@ fn refused_hint(name: Option<&str>) -> String {
 }
 
 /// The `pilotd` group as the group database has it now (it may be created after start).
-pub fn group_now() -> Option<(u32, Vec<String>)> {
+pub(crate) fn group_now() -> Option<(u32, Vec<String>)> {
     nix::unistd::Group::from_name(GROUP)
         .ok()
         .flatten()
@@ -152,7 +152,13 @@ pub struct Context {
 
 /// Records the snooze (or its end) in the state dir, for the next cycle to act on; or invites
 /// the caller's `uid` to the status page. The caller (`by`, `uid`) is authorised already.
-pub fn carry_out(req: &Request, by: &str, uid: u32, ctx: &Context, now: DateTime<Utc>) -> Reply {
+pub(crate) fn carry_out(
+    req: &Request,
+    by: &str,
+    uid: u32,
+    ctx: &Context,
+    now: DateTime<Utc>,
+) -> Reply {
     let local = |t: DateTime<Utc>| {
         t.with_timezone(&ctx.policy.timezone)
             .format("%a %Y-%m-%d %H:%M %Z")

@@ -43,7 +43,7 @@ use std::fmt;
 /// Why the plan acts on a worker. Logs and status show it as a sentence; metrics count only
 /// evictions as evictions (a surplus worker or one past its `die_at` is stopped, not evicted).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reason {
+pub(crate) enum Reason {
     /// The owner needs the machine; the decision says how.
     Eviction(Evict),
     /// Past its `die_at`: stopped gracefully.
@@ -70,7 +70,7 @@ pub enum Reason {
 
 impl Reason {
     /// The eviction mode when this is an eviction, for the `evictions` metric.
-    pub fn eviction(self) -> Option<Evict> {
+    pub(crate) fn eviction(self) -> Option<Evict> {
         match self {
             Reason::Eviction(e) => Some(e),
             _ => None,
@@ -118,7 +118,7 @@ impl Serialize for Reason {
 /// One thing the daemon will do. The order of a plan is the order of execution.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "action", rename_all = "snake_case")]
-pub enum Action {
+pub(crate) enum Action {
     Pause {
         id: String,
         name: String,
@@ -158,7 +158,7 @@ pub enum Action {
 
 impl Action {
     /// Why this action acts on a worker (`None` for removals, pulls and starts).
-    pub fn reason(&self) -> Option<Reason> {
+    pub(crate) fn reason(&self) -> Option<Reason> {
         match self {
             Action::Pause { why, .. }
             | Action::Unpause { why, .. }
@@ -224,7 +224,7 @@ pub struct Observed<'a> {
 }
 
 /// How long a worker over its disk share gets to stop: short, it may still be writing.
-pub const DISK_STOP_GRACE_S: u64 = 30;
+pub(crate) const DISK_STOP_GRACE_S: u64 = 30;
 
 /// The actions of one cycle and why nothing more is done.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -238,7 +238,12 @@ fn rfc3339(t: DateTime<Utc>) -> String {
 }
 
 /// Plans one cycle.
-pub fn plan(supply: &Supply, obs: Observed<'_>, s: &WorkerSettings, now: DateTime<Utc>) -> Plan {
+pub(crate) fn plan(
+    supply: &Supply,
+    obs: Observed<'_>,
+    s: &WorkerSettings,
+    now: DateTime<Utc>,
+) -> Plan {
     if let Some(why) = obs.filter_down {
         return hold_unfiltered(&obs, why);
     }
@@ -581,9 +586,9 @@ fn disk_reason(w: &Worker, used: Option<&ScratchUse>) -> Option<Reason> {
     }
 }
 
-pub mod report;
+pub(crate) mod report;
 mod spec;
-pub use spec::{spec_hash, worker_spec};
+pub(crate) use spec::worker_spec;
 
 #[cfg(test)]
 mod tests;

@@ -24,12 +24,12 @@ use pilotd_core::config::{Config, Evict, Machine, Policy, SiteConfig};
 
 /// The replay decides once per this (the daemon's default interval is shorter; a minute is
 /// the timeline's resolution).
-pub const STEP: Duration = Duration::seconds(60);
+pub(crate) const STEP: Duration = Duration::seconds(60);
 /// The share of their CPUs workers are assumed to keep busy when this machine has not
 /// computed long enough to say (`utilization`).
-pub const DEFAULT_UTILIZATION: f64 = 0.9;
+pub(crate) const DEFAULT_UTILIZATION: f64 = 0.9;
 /// Recorded time below which the projection uses `typical_week`.
-pub const MIN_RECORDED: Duration = Duration::days(1);
+pub(crate) const MIN_RECORDED: Duration = Duration::days(1);
 /// Computing time below which the ledger's CPU figure is not trusted for the utilization.
 const MIN_MEASURED: u64 = 3600;
 
@@ -77,7 +77,7 @@ pub struct Utilization {
 impl Utilization {
     /// The ledger's CPU-seconds per computing second per CPU the policy grants on this
     /// machine (`granted_cpus`), once it computed an hour; the default before.
-    pub fn of(all_time: &Tally, granted_cpus: u32) -> Utilization {
+    pub(crate) fn of(all_time: &Tally, granted_cpus: u32) -> Utilization {
         if all_time.computing_s < MIN_MEASURED || granted_cpus == 0 {
             return Utilization {
                 fraction: DEFAULT_UTILIZATION,
@@ -107,7 +107,7 @@ pub struct Projection {
 /// Replays `timeline` (or, before `MIN_RECORDED` of it, `typical_week` ending at `now`) through
 /// `decide` with `s`'s policy and site limits, the learned `history` (for a `predict_die_at`
 /// site) and `machine`'s size (CPUs, memory, scratch).
-pub fn project(
+pub(crate) fn project(
     s: &Settings,
     history: &History,
     timeline: &Timeline,
@@ -146,7 +146,7 @@ pub fn project(
 /// with the owner there by the decision at its end, and as computing by the workers the
 /// decisions before left running. A gap (nobody watched) ends every latch and worker, as a
 /// sleep or a restart does.
-pub fn replay(
+pub(crate) fn replay(
     s: &Settings,
     history: &History,
     timeline: &Timeline,
@@ -248,7 +248,7 @@ fn snapshot(
 }
 
 /// The machine a projection is made for: its size (what `decide` shares out), quiet.
-pub fn machine(
+pub(crate) fn machine(
     cpus: u32,
     memory_total_kib: u64,
     scratch_free_kib: u64,
@@ -280,19 +280,19 @@ pub fn machine(
 }
 
 /// The CPUs `p` grants on `machine` while computing (all its workers').
-pub fn granted_cpus(p: &Policy, machine: &HostSnapshot) -> u32 {
+pub(crate) fn granted_cpus(p: &Policy, machine: &HostSnapshot) -> u32 {
     let (workers, r) = policy::split_share(p, machine);
     workers * r.cpus
 }
 
 /// How `typical_week` is said to the owner.
-pub const TYPICAL_WEEK: &str =
+pub(crate) const TYPICAL_WEEK: &str =
     "a typical office week: on around the clock, someone at it Monday to Friday 08:30-17:30";
 
 /// A fresh machine's stated week: on around the clock; someone at it, using it, Monday to
 /// Friday 08:30–17:30 local time with the owner's programs at 15 % of the CPU; nobody and
 /// an idle CPU otherwise. The seven days before `now`'s local midnight.
-pub fn typical_week(p: &Policy, now: DateTime<Utc>) -> Timeline {
+pub(crate) fn typical_week(p: &Policy, now: DateTime<Utc>) -> Timeline {
     let tz = &p.timezone;
     let now = now.clamp(
         pilotd_core::horizon::earliest(),
@@ -332,7 +332,7 @@ pub fn typical_week(p: &Policy, now: DateTime<Utc>) -> Timeline {
 }
 
 /// What `schedule` and `init` print: the weekly figures, then where they come from.
-pub fn render(p: &Projection) -> Vec<String> {
+pub(crate) fn render(p: &Projection) -> Vec<String> {
     let w = &p.per_week;
     let util = format!(
         "workers assumed to keep {:.0}% of their CPUs busy ({})",

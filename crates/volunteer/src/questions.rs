@@ -149,7 +149,7 @@ const QUESTIONS: &[Question] = &[
 ];
 
 /// Presets or explicit windows separated by `;`, each "DAYS HH:MM-HH:MM".
-pub fn parse_when(s: &str) -> Result<Vec<(String, String, String)>, AnswerError> {
+pub(crate) fn parse_when(s: &str) -> Result<Vec<(String, String, String)>, AnswerError> {
     let w = |d: &str, f: &str, t: &str| (d.to_string(), f.to_string(), t.to_string());
     match s.trim() {
         "nights-and-weekends" => {

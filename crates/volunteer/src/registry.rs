@@ -23,7 +23,7 @@ const ACCEPT: &str = "application/vnd.oci.image.index.v1+json, application/vnd.d
 pub const USER_AGENT: &str = concat!("pilotd/", env!("CARGO_PKG_VERSION"), " (image check)");
 
 #[derive(Debug, thiserror::Error)]
-pub enum RegistryError {
+pub(crate) enum RegistryError {
     #[error("{reference} is not a tag reference with a registry host")]
     NotATag { reference: String },
     #[error("{url}: {source}")]
@@ -47,7 +47,7 @@ pub enum RegistryError {
 impl RegistryError {
     /// The registry answered, and its answer is final (unknown tag, credentials needed):
     /// asking again through the engine would only repeat it.
-    pub fn is_answer(&self) -> bool {
+    pub(crate) fn is_answer(&self) -> bool {
         matches!(self, RegistryError::Status { status, .. } if (400..500).contains(status))
     }
 }
@@ -62,7 +62,7 @@ pub struct Resolver {
 }
 
 impl Resolver {
-    pub fn new(timeout: Duration) -> Resolver {
+    pub(crate) fn new(timeout: Duration) -> Resolver {
         // reqwest is built without a default TLS provider (kube uses ring; two panic).
         let _ = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::Client::builder()
@@ -89,7 +89,7 @@ impl Resolver {
 
     /// The digest `reference` (REGISTRY/NAME:TAG) names now: one HEAD, plus a token request
     /// when the registry asks for one and none is kept.
-    pub async fn digest(&self, reference: &str) -> Result<String, RegistryError> {
+    pub(crate) async fn digest(&self, reference: &str) -> Result<String, RegistryError> {
         let (repository, tag, _) = split_reference(reference);
         let not_a_tag = || RegistryError::NotATag {
             reference: reference.to_string(),

@@ -27,10 +27,10 @@ use std::path::{Path, PathBuf};
 
 /// One inode per this many bytes of a disk image: mke2fs's default ratio; a flood of empty
 /// files ends inside the image like a big file does.
-pub const BYTES_PER_INODE: u64 = 16 << 10;
+pub(crate) const BYTES_PER_INODE: u64 = 16 << 10;
 
 /// The smallest image mke2fs makes a usable ext4 filesystem of.
-pub const MIN_IMAGE_BYTES: u64 = 4 << 20;
+pub(crate) const MIN_IMAGE_BYTES: u64 = 4 << 20;
 
 /// A worker's scratch or token copy could not be made ready, or removed.
 #[derive(Debug, thiserror::Error)]
@@ -86,7 +86,7 @@ pub enum ScratchError {
 
 /// Why a worker could not be removed whole.
 #[derive(Debug, thiserror::Error)]
-pub enum RemovalError {
+pub(crate) enum RemovalError {
     /// The container is still there, and so is everything of it outside.
     #[error(transparent)]
     Container(BackendError),
@@ -96,22 +96,23 @@ pub enum RemovalError {
 }
 
 /// The image of a worker named `name` under the scratch root.
-pub fn image_path(scratch_root: &Path, name: &str) -> PathBuf {
+pub(crate) fn image_path(scratch_root: &Path, name: &str) -> PathBuf {
     scratch_root.join(format!("{name}.img"))
 }
 
+#[cfg(test)]
 /// The worker a scratch root entry belongs to: `<name>` (a dir) or `<name>.img`.
-pub fn worker_of(entry: &str) -> &str {
+pub(crate) fn worker_of(entry: &str) -> &str {
     entry.strip_suffix(".img").unwrap_or(entry)
 }
 
 /// The image's size for a share: whole 4 KiB blocks, at least what mke2fs needs.
-pub fn image_bytes(share_kib: u64) -> u64 {
+pub(crate) fn image_bytes(share_kib: u64) -> u64 {
     (share_kib.saturating_mul(1024) / 4096 * 4096).max(MIN_IMAGE_BYTES)
 }
 
 /// Refuses a root that is a symlink (a missing one is fine: it is created as a dir).
-pub fn refuse_symlink(root: &Path) -> Result<(), ScratchError> {
+pub(crate) fn refuse_symlink(root: &Path) -> Result<(), ScratchError> {
     match std::fs::symlink_metadata(root) {
         Ok(m) if m.file_type().is_symlink() => Err(ScratchError::Symlink {
             path: root.to_path_buf(),
@@ -123,7 +124,10 @@ pub fn refuse_symlink(root: &Path) -> Result<(), ScratchError> {
 /// Makes a worker's scratch ready: its disk image attached (returned: the device stays
 /// attached while it lives, and the engine's mount holds it afterwards), or its measured
 /// scratch dir; then its token copy.
-pub fn prepare(spec: &WorkerSpec, w: &WorkerSettings) -> Result<Option<Attached>, ScratchError> {
+pub(crate) fn prepare(
+    spec: &WorkerSpec,
+    w: &WorkerSettings,
+) -> Result<Option<Attached>, ScratchError> {
     refuse_symlink(&w.scratch_root)?;
     refuse_symlink(&w.tokens_root)?;
     let attached = match &spec.disk_image {
@@ -296,7 +300,7 @@ fn prepare_token(spec: &WorkerSpec) -> Result<(), ScratchError> {
 /// Removes a worker whose container has ended (exited, created, or stopped just now): the
 /// container, then everything of it outside (`remove`). The one removal the executor, GC and
 /// `failsafe --remove` share, so a worker leaves nothing behind whichever of them removes it.
-pub async fn remove_worker<B: Backend>(
+pub(crate) async fn remove_worker<B: Backend>(
     b: &B,
     w: &WorkerSettings,
     id: &str,
@@ -311,7 +315,11 @@ pub async fn remove_worker<B: Backend>(
 /// Call it once the container is gone. Only ever a name of this instance's workers, directly
 /// under the roots, and never below a symlinked root. The volume goes first: an error there
 /// keeps the files, so the next GC finds the worker's leftovers again and retries.
-pub async fn remove<B: Backend>(b: &B, w: &WorkerSettings, name: &str) -> Result<(), ScratchError> {
+pub(crate) async fn remove<B: Backend>(
+    b: &B,
+    w: &WorkerSettings,
+    name: &str,
+) -> Result<(), ScratchError> {
     if !name.starts_with(&w.name_prefix()) || name.contains('/') || name.contains("..") {
         return Ok(());
     }

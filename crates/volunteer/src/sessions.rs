@@ -31,7 +31,7 @@ use super::snapshot::{Session, Sessions};
 pub const MAX_RECORDS: usize = 1 << 16;
 
 /// The size of one record: glibc's `struct utmp` with 32-bit times (the layout utmp-rs reads).
-pub const RECORD_SIZE: usize = 384;
+pub(crate) const RECORD_SIZE: usize = 384;
 
 /// USER_PROCESS, the type of a login record.
 const USER_PROCESS: i16 = 7;
@@ -138,7 +138,7 @@ pub fn read_sessions(utmp: &Path, dev: &Path, now: DateTime<Utc>) -> Sessions {
 /// [`read_sessions`], and whether the file does not exist at all. A missing utmp is still
 /// `Unknown` here; it becomes "nobody in utmp" only where logind answers instead
 /// (`logind::lay_on`), as on Debian 13, whose systemd no longer creates the file.
-pub fn read_utmp(utmp: &Path, dev: &Path, now: DateTime<Utc>) -> (Sessions, bool) {
+pub(crate) fn read_utmp(utmp: &Path, dev: &Path, now: DateTime<Utc>) -> (Sessions, bool) {
     let result = read_bounded(utmp)
         .and_then(|bytes| sessions_from_bytes(utmp, &bytes, now, &LiveHost { dev }));
     match result {
@@ -213,6 +213,7 @@ pub fn sessions_from_bytes(
     sessions_from_records(source, parsed.zip(raw), now, host)
 }
 
+#[cfg(test)]
 /// The pure core of the probe: turn parsed utmp records into live sessions.
 ///
 /// `source` only names the file in errors. Rules, each chosen to fail toward the owner:
@@ -229,7 +230,7 @@ pub fn sessions_from_bytes(
 ///   condition keeps a stale DEAD slot from ending a newer login on a reused line.
 /// - A login whose pid is not alive is a leftover from a crash and does not count. A pid of 0
 ///   or less cannot be checked (`kill` would address a process group) and does not count.
-pub fn sessions_from_entries<I>(
+pub(crate) fn sessions_from_entries<I>(
     source: &Path,
     entries: I,
     now: DateTime<Utc>,
@@ -407,7 +408,7 @@ struct Login {
 
 /// Seconds between the terminal's last use and `now`. A tty touched after `now` (clock skew,
 /// or `now` taken a moment before the stat) has just been used: 0, not an error.
-pub fn idle_seconds(now: DateTime<Utc>, atime: DateTime<Utc>) -> u64 {
+pub(crate) fn idle_seconds(now: DateTime<Utc>, atime: DateTime<Utc>) -> u64 {
     u64::try_from((now - atime).num_seconds()).unwrap_or(0)
 }
 

@@ -221,7 +221,7 @@ impl Settings {
     }
 
     /// The settings on the host with `machine_id` (pure).
-    pub fn resolve_for(cfg: &Config, machine_id: &str) -> Settings {
+    pub(crate) fn resolve_for(cfg: &Config, machine_id: &str) -> Settings {
         let site = &cfg.site;
         let fleet = Splay::of_host(
             site.splay.get_ref().0,
@@ -283,14 +283,14 @@ const RETRY_FIRST: Duration = Duration::from_secs(30);
 
 /// How registry requests are retried: doubling from 30 s (or `refresh`, when shorter), never
 /// longer than `refresh`.
-pub fn retry_backoff(refresh: Duration) -> Backoff {
+pub(crate) fn retry_backoff(refresh: Duration) -> Backoff {
     Backoff::new(RETRY_FIRST.min(refresh), refresh)
 }
 
 /// The machine's id (systemd's `/etc/machine-id`, else D-Bus's copy), which places the host
 /// in the fleet's spread (`volunteer::splay`). Empty when neither can be read: the instance
 /// name alone places it then (hosts sharing one spread the same way; said in docs/site.md).
-pub fn machine_id() -> String {
+pub(crate) fn machine_id() -> String {
     ["/etc/machine-id", "/var/lib/dbus/machine-id"]
         .iter()
         .find_map(|p| {

@@ -28,11 +28,11 @@ use pilotd_core::config::Policy;
 use std::path::{Path, PathBuf};
 
 /// Where the directory appears in each worker, and the file in it.
-pub const MOUNT: &str = "/pilotd";
-pub const FILE: &str = "slot.ad";
+pub(crate) const MOUNT: &str = "/pilotd";
+pub(crate) const FILE: &str = "slot.ad";
 
 #[derive(Debug, thiserror::Error)]
-pub enum SlotAdError {
+pub(crate) enum SlotAdError {
     #[error(
         "cannot write the slot-ad file {path}: {source}; workers keep advertising the last one"
     )]
@@ -43,12 +43,12 @@ pub enum SlotAdError {
 }
 
 /// The file as workers see it (the `{ad_file}` template value).
-pub fn file_in_worker() -> String {
+pub(crate) fn file_in_worker() -> String {
     format!("{MOUNT}/{FILE}")
 }
 
 /// The attribute lines for the machine as decided at `now`.
-pub fn render(
+pub(crate) fn render(
     instance: &str,
     policy: &Policy,
     host: &HostSnapshot,
@@ -83,7 +83,7 @@ pub fn render(
 /// The week's contribution as attribute lines, for a site that turned it on: the ISO week
 /// (`week`, as the ledger names it) and its figures from the ledger (`t`), hours with one
 /// decimal so the file changes every few minutes of computing, not every cycle.
-pub fn contribution(week: &str, t: &Tally) -> String {
+pub(crate) fn contribution(week: &str, t: &Tally) -> String {
     let hours = |secs: f64| format!("{:.1}", secs.max(0.0) / 3600.0);
     let lines = [
         ("PILOTD_CONTRIBUTION_WEEK", quoted(week)),
@@ -125,7 +125,7 @@ fn published(c: Cause) -> &'static str {
 }
 
 /// The one cause name that stands for all of the owner's.
-pub const OWNER: &str = "owner";
+pub(crate) const OWNER: &str = "owner";
 
 fn evict_name(e: Evict) -> &'static str {
     e.as_str()
@@ -156,7 +156,7 @@ fn quoted(s: &str) -> String {
 /// in one rename (a pilot reading it sees the old lines or the new ones, never half). The
 /// state files' writer does it: its temporary file has a name no one can predict and is
 /// created without following links, so a link planted in the directory redirects nothing.
-pub fn save(dir: &Path, text: &str) -> Result<(), SlotAdError> {
+pub(crate) fn save(dir: &Path, text: &str) -> Result<(), SlotAdError> {
     use std::os::unix::fs::DirBuilderExt;
     let path = dir.join(FILE);
     let err = |source| SlotAdError::Write {

@@ -95,7 +95,7 @@ pub struct Session {
 impl HostSnapshot {
     /// Owner CPU: everything except pilotd's own workers (NonCondorLoadAvg, in BOINC and
     /// HTCondor terms), never negative.
-    pub fn owner_cpu(&self) -> f64 {
+    pub(crate) fn owner_cpu(&self) -> f64 {
         (self.cpu_busy - self.own_cpu).max(0.0)
     }
 }
@@ -184,7 +184,7 @@ pub fn read_file(path: &Path) -> Result<SnapshotFile, SnapshotFileError> {
 #[cfg(test)]
 impl HostSnapshot {
     /// A quiet 8-CPU, 16 GiB host with nobody logged in, as a test fixture.
-    pub fn test(taken_at: DateTime<Utc>) -> HostSnapshot {
+    pub(crate) fn test(taken_at: DateTime<Utc>) -> HostSnapshot {
         HostSnapshot {
             mode: "volunteer".into(),
             taken_at,
@@ -210,12 +210,12 @@ impl HostSnapshot {
         }
     }
 
-    pub fn with_snooze(mut self, until: Option<DateTime<Utc>>) -> Self {
+    pub(crate) fn with_snooze(mut self, until: Option<DateTime<Utc>>) -> Self {
         self.snoozed_until = until;
         self
     }
 
-    pub fn with_session(mut self, user: &str, uid: u32, idle_s: Option<u64>) -> Self {
+    pub(crate) fn with_session(mut self, user: &str, uid: u32, idle_s: Option<u64>) -> Self {
         let s = Session {
             user: user.into(),
             uid: Some(uid),
@@ -234,7 +234,7 @@ impl HostSnapshot {
     }
 
     /// A session at this machine's own desk (graphical, from logind), locked since `locked`.
-    pub fn with_desk_session(
+    pub(crate) fn with_desk_session(
         mut self,
         user: &str,
         uid: u32,
@@ -252,33 +252,33 @@ impl HostSnapshot {
         self
     }
 
-    pub fn with_input_idle(mut self, s: Option<u64>) -> Self {
+    pub(crate) fn with_input_idle(mut self, s: Option<u64>) -> Self {
         self.input_idle_s = s;
         self
     }
 
-    pub fn with_sessions_unknown(mut self, why: &str) -> Self {
+    pub(crate) fn with_sessions_unknown(mut self, why: &str) -> Self {
         self.sessions = Sessions::Unknown(why.into());
         self
     }
 
-    pub fn with_cpu(mut self, busy: f64, own: f64) -> Self {
+    pub(crate) fn with_cpu(mut self, busy: f64, own: f64) -> Self {
         self.cpu_busy = busy;
         self.own_cpu = own;
         self
     }
 
-    pub fn with_battery(mut self, on: bool) -> Self {
+    pub(crate) fn with_battery(mut self, on: bool) -> Self {
         self.on_battery = on;
         self
     }
 
-    pub fn with_free_since(mut self, t: Option<DateTime<Utc>>) -> Self {
+    pub(crate) fn with_free_since(mut self, t: Option<DateTime<Utc>>) -> Self {
         self.host_free_since = t;
         self
     }
 
-    pub fn with_busy_since(mut self, t: Option<DateTime<Utc>>) -> Self {
+    pub(crate) fn with_busy_since(mut self, t: Option<DateTime<Utc>>) -> Self {
         self.owner_busy_since = t;
         self
     }

@@ -20,9 +20,9 @@ pub struct Snooze {
 }
 
 /// The longest snooze taken: a forgotten snooze must not retire a machine for good.
-pub const LONGEST: std::time::Duration = std::time::Duration::from_secs(7 * 86_400);
+pub(crate) const LONGEST: std::time::Duration = std::time::Duration::from_secs(7 * 86_400);
 
-pub fn path(state_dir: &Path) -> PathBuf {
+pub(crate) fn path(state_dir: &Path) -> PathBuf {
     state_dir.join("snooze.json")
 }
 
@@ -34,7 +34,10 @@ fn store(state_dir: &Path) -> Store<Snooze> {
 /// sense is an error, never "no snooze": the owner said "not now" and pilotd cannot tell until
 /// when, so callers count it as snoozed (`lay_on`) and say why. (Out of descriptors, this
 /// once read as "no snooze", and workers started while the owner had snoozed.)
-pub fn active(state_dir: &Path, now: DateTime<Utc>) -> Result<Option<Snooze>, StateFileError> {
+pub(crate) fn active(
+    state_dir: &Path,
+    now: DateTime<Utc>,
+) -> Result<Option<Snooze>, StateFileError> {
     Ok(store(state_dir).peek()?.filter(|s| s.until > now))
 }
 
@@ -50,12 +53,12 @@ pub fn lay_on(h: &mut HostSnapshot, state_dir: &Path) {
     };
 }
 
-pub fn save(state_dir: &Path, s: &Snooze) -> Result<(), StateFileError> {
+pub(crate) fn save(state_dir: &Path, s: &Snooze) -> Result<(), StateFileError> {
     store(state_dir).save(s)
 }
 
 /// Ends any snooze, a damaged one included; whether one was in force at `now`.
-pub fn clear(state_dir: &Path, now: DateTime<Utc>) -> Result<bool, StateFileError> {
+pub(crate) fn clear(state_dir: &Path, now: DateTime<Utc>) -> Result<bool, StateFileError> {
     let was = !matches!(active(state_dir, now), Ok(None));
     store(state_dir).remove().map(|()| was)
 }

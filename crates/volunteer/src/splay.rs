@@ -28,15 +28,16 @@ pub struct Splay {
 }
 
 impl Splay {
+    #[cfg(test)]
     /// No splay: every instant stays where the clock puts it.
-    pub const OFF: Splay = Splay {
+    pub(crate) const OFF: Splay = Splay {
         width: Duration::ZERO,
         offset: Duration::ZERO,
         key: 0,
     };
 
     /// The splay of the host with this machine id and pilotd instance.
-    pub fn of_host(width: Duration, machine_id: &str, instance: &str) -> Splay {
+    pub(crate) fn of_host(width: Duration, machine_id: &str, instance: &str) -> Splay {
         let key = host_key(machine_id, instance);
         Splay {
             width,
@@ -47,7 +48,7 @@ impl Splay {
 
     /// A splay with a chosen offset, for tests that need one instant exactly.
     #[cfg(test)]
-    pub fn with_offset(width: Duration, offset: Duration) -> Splay {
+    pub(crate) fn with_offset(width: Duration, offset: Duration) -> Splay {
         Splay {
             width,
             offset,
@@ -55,7 +56,7 @@ impl Splay {
         }
     }
 
-    pub fn is_off(&self) -> bool {
+    pub(crate) fn is_off(&self) -> bool {
         self.width.is_zero()
     }
 
@@ -63,7 +64,7 @@ impl Splay {
     /// later) may happen: once the policy's `free_for` has passed from it, plus this host's
     /// offset. Hosts free at the anchor all become ready at `anchor + free_for`: that is the
     /// instant the offset spreads. None without splay or anchor.
-    pub fn start_hold(
+    pub(crate) fn start_hold(
         &self,
         opened: Option<DateTime<Utc>>,
         started: Option<DateTime<Utc>>,
@@ -79,7 +80,7 @@ impl Splay {
     /// How far into the download period before a window (`lead` long) this host pulls a new
     /// image: its offset, scaled into the period's first half when the splay is wider, so the
     /// image is here before the window opens.
-    pub fn pull_delay(&self, lead: Duration) -> Duration {
+    pub(crate) fn pull_delay(&self, lead: Duration) -> Duration {
         let half = lead / 2;
         if self.width <= half {
             return self.offset;
@@ -90,7 +91,7 @@ impl Splay {
 
     /// `b` with this host's jitter on each delay (`Backoff::jittered`); unchanged without
     /// splay.
-    pub fn backoff(&self, b: Backoff) -> Backoff {
+    pub(crate) fn backoff(&self, b: Backoff) -> Backoff {
         if self.is_off() {
             b
         } else {
@@ -102,7 +103,7 @@ impl Splay {
     /// own grid, the instants `k·every + offset` since the epoch (so the fleet's fetches fall
     /// apart by their offsets, however their daemons were started), the first one at least
     /// half a period away (never two fetches back to back). Without splay, `now + every`.
-    pub fn next_fetch(&self, now: DateTime<Utc>, every: Duration) -> DateTime<Utc> {
+    pub(crate) fn next_fetch(&self, now: DateTime<Utc>, every: Duration) -> DateTime<Utc> {
         let period = every.as_millis() as i128;
         if self.is_off() || period == 0 {
             return after(now, every);

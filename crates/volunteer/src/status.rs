@@ -44,7 +44,7 @@ pub struct Decision {
 }
 
 impl Decision {
-    pub fn of(s: &Supply, at: DateTime<Utc>) -> Decision {
+    pub(crate) fn of(s: &Supply, at: DateTime<Utc>) -> Decision {
         Decision {
             at,
             allowed: s.allowed,
@@ -140,12 +140,12 @@ pub struct Status {
 /// The daemon rewrites an unchanged status file this often, so readers can tell it is alive
 /// (`pilotd status` allows for it); a changed one is written in the cycle that changed it.
 /// Between the two, nothing touches the disk, and an idle laptop's disk may sleep.
-pub const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(600);
+pub(crate) const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(600);
 
 impl Status {
     /// The same for a reader: equal but for when it was written and what was measured in
     /// passing (the decision's instant, the workers' CPU to less than a percent).
-    pub fn same_for_readers(&self, other: &Status) -> bool {
+    pub(crate) fn same_for_readers(&self, other: &Status) -> bool {
         let key = |s: &Status| {
             let mut s = s.clone();
             s.updated_at = None;
@@ -161,7 +161,7 @@ impl Status {
 }
 
 /// How many outcomes the status keeps.
-pub const OUTCOMES_KEPT: usize = 20;
+pub(crate) const OUTCOMES_KEPT: usize = 20;
 
 pub fn path(state_dir: &Path) -> PathBuf {
     state_dir.join("status.json")
@@ -177,7 +177,7 @@ pub fn load(path: &Path) -> Result<Option<Status>, StateFileError> {
     store(path).peek()
 }
 
-pub fn save(path: &Path, status: &Status) -> Result<(), StateFileError> {
+pub(crate) fn save(path: &Path, status: &Status) -> Result<(), StateFileError> {
     store(path).save(status)
 }
 

@@ -89,7 +89,7 @@ fn controlling_tty(proc: &Path, pid: u32) -> Option<u32> {
 /// Field 7 of a `/proc/PID/stat` line (proc(5)): `pid (comm) state ppid pgrp session tty_nr
 /// ...`. The command name may hold spaces and parentheses, so the fields are counted from the
 /// last `)`.
-pub fn tty_nr(stat: &str) -> Option<u32> {
+pub(crate) fn tty_nr(stat: &str) -> Option<u32> {
     let rest = &stat[stat.rfind(')')? + 1..];
     // state, ppid, pgrp, session, tty_nr: the fifth field after the name.
     let field = rest.split_ascii_whitespace().nth(4)?;
@@ -104,7 +104,7 @@ pub fn tty_nr(stat: &str) -> Option<u32> {
 /// hierarchy (`0::/user.slice/user-1000.slice/session-3.scope` on cgroup v2,
 /// `1:name=systemd:/...` on v1) with that component. A process in a cgroup below the scope
 /// (a sub-cgroup it made) is in it too.
-pub fn in_scope(cgroup: &str, scope: &str) -> bool {
+pub(crate) fn in_scope(cgroup: &str, scope: &str) -> bool {
     cgroup.lines().any(|line| {
         line.splitn(3, ':')
             .nth(2)
@@ -117,7 +117,7 @@ pub fn in_scope(cgroup: &str, scope: &str) -> bool {
 /// `minor & 0xff | major << 8 | (minor & !0xff) << 12` (new_encode_dev). Pseudo-terminals
 /// are majors 136-143 (`pts/N`, N = (major - 136) * 256 + minor), virtual consoles major 4
 /// minors 1-63 (`ttyN`) and serial lines major 4 minors 64-255 (`ttyS(N - 64)`).
-pub fn device_line(tty_nr: u32) -> Option<String> {
+pub(crate) fn device_line(tty_nr: u32) -> Option<String> {
     let major = (tty_nr >> 8) & 0xfff;
     let minor = (tty_nr & 0xff) | ((tty_nr >> 12) & 0xfff00);
     match major {
@@ -131,7 +131,7 @@ pub fn device_line(tty_nr: u32) -> Option<String> {
 /// The atime of the terminal at `line` under `dev`, None when it cannot be inspected. Lines
 /// come from logind (its `TTY`) or from [`device_line`]; either way only plain relative names
 /// are joined to the device directory (`sessions::LiveHost` holds the rule).
-pub fn line_atime(dev: &Path, line: &str) -> Option<DateTime<Utc>> {
+pub(crate) fn line_atime(dev: &Path, line: &str) -> Option<DateTime<Utc>> {
     use super::sessions::HostLookup;
     super::sessions::LiveHost { dev }.tty_atime(line)
 }

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 const FILE: &str = "timeline.json";
 /// How much is kept: five weeks, enough for a month of replay.
-pub const KEPT: Duration = Duration::days(35);
+pub(crate) const KEPT: Duration = Duration::days(35);
 /// Owner CPU is kept in steps of this many percent: finer noise would split every stretch.
 const CPU_STEP_PCT: f64 = 5.0;
 /// A stretch that differs from the open one only by one step of the owner's CPU joins it
@@ -31,17 +31,17 @@ const CPU_STEP_PCT: f64 = 5.0;
 /// crosses a policy's `max_owner_cpu`, and averaging it away moved a noisy week's projection
 /// by 8 % (`projection::tests::cpu_folded_into_stretches_projects_as_every_cycle_would`; one
 /// step only: under 3 %).
-pub const CPU_FOLD: Duration = Duration::minutes(2);
+pub(crate) const CPU_FOLD: Duration = Duration::minutes(2);
 /// At most this many stretches are kept (and briefly a tenth more, trimmed in one go): a
 /// machine whose owner's CPU swings by more than a step every cycle, around the clock, keeps
 /// the last 10 days of it at the default 30 s interval rather than 35, and its file stays
 /// under 3 MB.
-pub const MAX_RUNS: usize = 30_000;
+pub(crate) const MAX_RUNS: usize = 30_000;
 
 /// Who was at the machine, as the policy's session rules need it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Presence {
+pub(crate) enum Presence {
     /// Nobody counted logged in.
     #[default]
     Nobody,
@@ -98,7 +98,7 @@ impl Seen {
     /// What `policy::decide` would read of `h` under `p`, reduced to "when": the sessions
     /// `p` counts (its `ignore_users` and system accounts left out) folded into one. The fold
     /// leans toward the owner: idle only when every session is, locked only when every one is.
-    pub fn of(h: &HostSnapshot, p: &Policy, now: DateTime<Utc>) -> Seen {
+    pub(crate) fn of(h: &HostSnapshot, p: &Policy, now: DateTime<Utc>) -> Seen {
         let presence = match &h.sessions {
             Sessions::Unknown(_) => Presence::Unknown,
             Sessions::Known(list) => {
@@ -212,14 +212,14 @@ impl Timeline {
     /// Adds `(from, until]` as `seen`: the last stretch grows when it ends at `from` and saw
     /// the same, or an owner CPU one step off while it is younger than `CPU_FOLD`. Anything
     /// older than `KEPT` before `until` goes, and the oldest beyond `MAX_RUNS`.
-    pub fn push(&mut self, from: DateTime<Utc>, until: DateTime<Utc>, seen: Seen) {
+    pub(crate) fn push(&mut self, from: DateTime<Utc>, until: DateTime<Utc>, seen: Seen) {
         self.push_folding(from, until, seen, CPU_FOLD);
     }
 
     /// `push` without `CPU_FOLD`: every change of the owner's CPU a stretch of its own (what
     /// the tests hold the joined timeline against).
     #[cfg(test)]
-    pub fn push_unfolded(&mut self, from: DateTime<Utc>, until: DateTime<Utc>, seen: Seen) {
+    pub(crate) fn push_unfolded(&mut self, from: DateTime<Utc>, until: DateTime<Utc>, seen: Seen) {
         self.push_folding(from, until, seen, Duration::zero());
     }
 
@@ -295,7 +295,7 @@ impl Timeline {
     }
 
     /// Time watched in all.
-    pub fn watched(&self) -> Duration {
+    pub(crate) fn watched(&self) -> Duration {
         self.runs
             .iter()
             .fold(Duration::zero(), |d, r| d + (r.until - r.from))
@@ -324,14 +324,14 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    pub fn new(timeline: Timeline) -> Recorder {
+    pub(crate) fn new(timeline: Timeline) -> Recorder {
         Recorder {
             timeline,
             last: None,
         }
     }
 
-    pub fn record(
+    pub(crate) fn record(
         &mut self,
         now: DateTime<Utc>,
         interval: std::time::Duration,
@@ -355,7 +355,7 @@ pub struct Loaded {
     pub warning: Option<String>,
 }
 
-pub fn path(state_dir: &Path) -> PathBuf {
+pub(crate) fn path(state_dir: &Path) -> PathBuf {
     state_dir.join(FILE)
 }
 
@@ -365,19 +365,19 @@ fn store(state_dir: &Path) -> Store<Timeline> {
 
 /// Reads the timeline (for the daemon). Missing → empty. Unreadable or corrupted → empty,
 /// the bad file renamed to `timeline.json.corrupt`.
-pub fn load(state_dir: &Path) -> Loaded {
+pub(crate) fn load(state_dir: &Path) -> Loaded {
     let (timeline, warning) = store(state_dir).load_or(Timeline::default);
     Loaded { timeline, warning }
 }
 
 /// Reads the timeline without changing anything (for `schedule` and `init`).
-pub fn peek(state_dir: &Path) -> Loaded {
+pub(crate) fn peek(state_dir: &Path) -> Loaded {
     let (timeline, warning) = store(state_dir).peek_or(Timeline::default);
     Loaded { timeline, warning }
 }
 
 /// Writes the timeline atomically: a crash leaves the old or the new file.
-pub fn save(state_dir: &Path, t: &Timeline) -> Result<(), StateFileError> {
+pub(crate) fn save(state_dir: &Path, t: &Timeline) -> Result<(), StateFileError> {
     store(state_dir).save(t)
 }
 

@@ -9,20 +9,20 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 /// Label names. A container without `managed` and the daemon's `instance` is never touched.
-pub mod labels {
-    pub const MANAGED: &str = "pilotd.managed";
-    pub const INSTANCE: &str = "pilotd.instance";
-    pub const CREATED: &str = "pilotd.created";
-    pub const ACCEPT_UNTIL: &str = "pilotd.accept-until";
-    pub const DIE_AT: &str = "pilotd.die-at";
-    pub const IMAGE_DIGEST: &str = "pilotd.image-digest";
-    pub const SPEC_HASH: &str = "pilotd.spec-hash";
+pub(crate) mod labels {
+    pub(crate) const MANAGED: &str = "pilotd.managed";
+    pub(crate) const INSTANCE: &str = "pilotd.instance";
+    pub(crate) const CREATED: &str = "pilotd.created";
+    pub(crate) const ACCEPT_UNTIL: &str = "pilotd.accept-until";
+    pub(crate) const DIE_AT: &str = "pilotd.die-at";
+    pub(crate) const IMAGE_DIGEST: &str = "pilotd.image-digest";
+    pub(crate) const SPEC_HASH: &str = "pilotd.spec-hash";
     /// The image reference as configured (tag form), for `status`.
-    pub const IMAGE: &str = "pilotd.image";
+    pub(crate) const IMAGE: &str = "pilotd.image";
     /// The GPU indices given to the worker ("0,1"), so no two workers share one.
-    pub const GPUS: &str = "pilotd.gpus";
+    pub(crate) const GPUS: &str = "pilotd.gpus";
     /// The worker's disk share in KiB, which its scratch dir may not exceed.
-    pub const DISK_KIB: &str = "pilotd.disk-kib";
+    pub(crate) const DISK_KIB: &str = "pilotd.disk-kib";
 }
 
 /// A worker's state as the runtime reports it.
@@ -43,7 +43,7 @@ pub enum WorkerState {
 }
 
 impl WorkerState {
-    pub fn parse(s: &str) -> WorkerState {
+    pub(crate) fn parse(s: &str) -> WorkerState {
         match s {
             "created" => WorkerState::Created,
             "running" => WorkerState::Running,
@@ -55,7 +55,7 @@ impl WorkerState {
             _ => WorkerState::Unknown,
         }
     }
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             WorkerState::Created => "created",
             WorkerState::Running => "running",
@@ -68,7 +68,7 @@ impl WorkerState {
         }
     }
     /// Finished: its outcome can be recorded and the container removed.
-    pub fn is_finished(self) -> bool {
+    pub(crate) fn is_finished(self) -> bool {
         matches!(self, WorkerState::Exited | WorkerState::Dead)
     }
 }
@@ -99,11 +99,11 @@ pub struct Worker {
     pub disk_kib: Option<u64>,
 }
 
-#[cfg(any(test, feature = "test-support"))]
+#[cfg(test)]
 impl Worker {
     /// A test worker `pilotd-t-ID` in `state`, nothing else known; set the rest with struct
     /// update syntax.
-    pub fn test(id: &str, state: WorkerState) -> Worker {
+    pub(crate) fn test(id: &str, state: WorkerState) -> Worker {
         Worker {
             id: id.into(),
             name: format!("pilotd-t-{id}"),
@@ -124,11 +124,11 @@ impl Worker {
 }
 
 /// GPU indices as a label value ("0,1") and back; anything unreadable is dropped.
-pub fn gpus_label(ids: &[u32]) -> String {
+pub(crate) fn gpus_label(ids: &[u32]) -> String {
     ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
 }
 
-pub fn parse_gpus_label(v: Option<&String>) -> Vec<u32> {
+pub(crate) fn parse_gpus_label(v: Option<&String>) -> Vec<u32> {
     v.map(|v| v.split(',').filter_map(|i| i.trim().parse().ok()).collect())
         .unwrap_or_default()
 }
@@ -215,7 +215,7 @@ pub struct CpuSample {
 impl CpuSample {
     /// The fraction of the whole machine the worker used since `prev`; `None` when the
     /// counters went backwards (the engine restarted) or no time passed.
-    pub fn fraction_since(self, prev: CpuSample) -> Option<f64> {
+    pub(crate) fn fraction_since(self, prev: CpuSample) -> Option<f64> {
         let worker = self.worker_ns.checked_sub(prev.worker_ns)?;
         let system = self.system_ns.checked_sub(prev.system_ns)?;
         (system > 0).then(|| (worker as f64 / system as f64).clamp(0.0, 1.0))
@@ -225,7 +225,7 @@ impl CpuSample {
 /// What the daemon knows about the worker image.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
-pub enum ImageState {
+pub(crate) enum ImageState {
     /// Resolved and present locally: new workers use `pinned` (`repo@sha256:…`).
     Ready { digest: String, pinned: String },
     /// The registry points the tag at `digest`, which is not here yet.
@@ -261,7 +261,7 @@ fn strip_tag(s: &str) -> &str {
 }
 
 /// Parses an RFC 3339 label value; a malformed label reads as absent (never a panic).
-pub fn parse_instant(s: Option<&String>) -> Option<DateTime<Utc>> {
+pub(crate) fn parse_instant(s: Option<&String>) -> Option<DateTime<Utc>> {
     s.and_then(|v| DateTime::parse_from_rfc3339(v).ok())
         .map(|t| t.with_timezone(&Utc))
 }

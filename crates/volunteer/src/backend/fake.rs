@@ -4,7 +4,7 @@
 //! resumed or removed): same status, same words, read by the Docker backend's own
 //! `already_there`, so a daemon that leans on a lenient engine fails here too.
 
-use super::docker::{Change, already_there};
+use super::docker::errors::{Change, already_there};
 use super::{BackendError, BackendEvent, Images, Network, Observe, Workers};
 use crate::worker::{CpuSample, LocalImage, Worker, WorkerSpec, WorkerState, split_reference};
 use std::collections::{BTreeMap, BTreeSet};
@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 #[derive(Debug, Default)]
-pub struct FakeWorld {
+pub(crate) struct FakeWorld {
     pub workers: Vec<Worker>,
     /// reference (tag form) → digest the registry would answer.
     pub registry: BTreeMap<String, String>,
@@ -47,20 +47,20 @@ pub struct FakeWorld {
 }
 
 #[derive(Debug, Clone, Default)]
-pub struct FakeBackend {
+pub(crate) struct FakeBackend {
     pub world: Arc<Mutex<FakeWorld>>,
 }
 
 impl FakeBackend {
-    pub fn new() -> FakeBackend {
+    pub(crate) fn new() -> FakeBackend {
         FakeBackend::default()
     }
 
-    pub fn calls(&self) -> Vec<String> {
+    pub(crate) fn calls(&self) -> Vec<String> {
         self.lock().calls.clone()
     }
 
-    pub fn lock(&self) -> std::sync::MutexGuard<'_, FakeWorld> {
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, FakeWorld> {
         // A panicking test poisons the lock; the data is still fine for the next assertion.
         self.world.lock().unwrap_or_else(|p| p.into_inner())
     }

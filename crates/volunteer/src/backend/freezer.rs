@@ -57,7 +57,7 @@ impl Freezer {
     }
 
     /// Freezes the cgroup and waits (briefly) for every task to be stopped.
-    pub async fn freeze(&self) -> std::io::Result<()> {
+    pub(crate) async fn freeze(&self) -> std::io::Result<()> {
         let what = match self {
             Freezer::V1(_) => "FROZEN",
             Freezer::V2(_) => "1",
@@ -102,7 +102,7 @@ impl Freezer {
 /// process's `/proc/self/mountinfo`. The v1 freezer hierarchy wins where both exist (a hybrid
 /// host: the engine's runc freezes there). `None` unless the cgroup path names `id` and its
 /// hierarchy is mounted whole (root `/`) here.
-pub fn freezer_of(cgroup: &str, mountinfo: &str, id: &str) -> Option<Freezer> {
+pub(crate) fn freezer_of(cgroup: &str, mountinfo: &str, id: &str) -> Option<Freezer> {
     if id.len() < 12 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
@@ -188,19 +188,19 @@ struct Known {
 
 impl Freezers {
     /// `Some(freezer or none)` once looked up, `None` when never looked up.
-    pub fn get(&self, id: &str) -> Option<Option<Freezer>> {
+    pub(crate) fn get(&self, id: &str) -> Option<Option<Freezer>> {
         self.lock().of.get(id).cloned()
     }
 
-    pub fn set(&self, id: &str, f: Option<Freezer>) {
+    pub(crate) fn set(&self, id: &str, f: Option<Freezer>) {
         self.lock().of.insert(id.to_string(), f);
     }
 
-    pub fn frozen_here(&self, id: &str) -> bool {
+    pub(crate) fn frozen_here(&self, id: &str) -> bool {
         self.lock().frozen.contains(id)
     }
 
-    pub fn mark(&self, id: &str, frozen: bool) {
+    pub(crate) fn mark(&self, id: &str, frozen: bool) {
         let mut k = self.lock();
         if frozen {
             k.frozen.insert(id.to_string());
@@ -211,12 +211,12 @@ impl Freezers {
 
     /// True the first time only: a refused freeze is worth one warning per daemon, since every
     /// later pause goes the same slower way for the same reason.
-    pub fn first_refusal(&self) -> bool {
+    pub(crate) fn first_refusal(&self) -> bool {
         !std::mem::replace(&mut self.lock().refused, true)
     }
 
     /// Forgets workers that are no longer listed.
-    pub fn retain(&self, ids: &HashSet<&str>) {
+    pub(crate) fn retain(&self, ids: &HashSet<&str>) {
         let mut k = self.lock();
         k.of.retain(|id, _| ids.contains(id.as_str()));
         k.frozen.retain(|id| ids.contains(id.as_str()));

@@ -2,7 +2,7 @@
 
 pub mod docker;
 #[cfg(test)]
-pub mod fake;
+pub(crate) mod fake;
 pub mod freezer;
 
 use crate::settings::EngineSettings;

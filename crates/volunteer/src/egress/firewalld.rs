@@ -22,7 +22,7 @@ use pilotd_core::backoff::Backoff;
 use std::time::Duration;
 
 /// How often an absent bus is asked again.
-pub const RETRY: Backoff = Backoff::new(Duration::from_secs(5), Duration::from_secs(300));
+pub(crate) const RETRY: Backoff = Backoff::new(Duration::from_secs(5), Duration::from_secs(300));
 
 const NAME: &str = "org.fedoraproject.FirewallD1";
 const PATH: &str = "/org/fedoraproject/FirewallD1";
@@ -54,7 +54,7 @@ pub const PACE: Duration = Duration::from_secs(2);
 
 /// Calls `wake` for every reload or restart firewalld announces on the system bus; returns
 /// when `wake` says to stop.
-pub async fn watch(wake: impl FnMut(Announced) -> bool) {
+pub(crate) async fn watch(wake: impl FnMut(Announced) -> bool) {
     watch_on(None, wake).await
 }
 

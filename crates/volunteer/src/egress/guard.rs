@@ -45,7 +45,7 @@ struct Inner {
 }
 
 impl Guard {
-    pub fn new(wake: impl Fn() + Send + Sync + 'static) -> Guard {
+    pub(crate) fn new(wake: impl Fn() + Send + Sync + 'static) -> Guard {
         Guard {
             inner: Arc::new(Inner {
                 printed: Mutex::new(None),
@@ -59,7 +59,7 @@ impl Guard {
     }
 
     /// Why the filter is down, as the last check or start left it.
-    pub fn down(&self) -> Option<String> {
+    pub(crate) fn down(&self) -> Option<String> {
         self.inner
             .down
             .lock()
@@ -70,7 +70,7 @@ impl Guard {
     /// Once a cycle: starts a check of `filter` beside the loop when `protect` (this
     /// instance has workers) or the filter is down, unless one runs; returns why the filter
     /// is down. No filter (the site's own network) is never down.
-    pub fn check(&self, filter: Option<&Filter>, protect: bool) -> Option<String> {
+    pub(crate) fn check(&self, filter: Option<&Filter>, protect: bool) -> Option<String> {
         *self
             .inner
             .kept
@@ -89,7 +89,7 @@ impl Guard {
 
     /// The firewall was reloaded (firewalld said so): a check at once of what the last cycle
     /// asked to keep, instead of at the next cycle.
-    pub fn reloaded(&self) {
+    pub(crate) fn reloaded(&self) {
         let (filter, protect) = self
             .inner
             .kept
@@ -134,7 +134,7 @@ impl Guard {
 
     /// The filter whole (as found, or restored): before a worker starts, and in every check.
     /// An error means it is down.
-    pub async fn ensure(&self, f: &Filter) -> Result<(), EgressError> {
+    pub(crate) async fn ensure(&self, f: &Filter) -> Result<(), EgressError> {
         let (guard, f) = (self.clone(), f.clone());
         tokio::task::spawn_blocking(move || guard.ensure_blocking(&f))
             .await

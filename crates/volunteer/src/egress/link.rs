@@ -19,7 +19,7 @@ use std::os::fd::AsRawFd;
 
 /// What `set_up` found and did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Link {
+pub(crate) enum Link {
     /// It was already as asked.
     As,
     /// It was changed.
@@ -29,7 +29,7 @@ pub enum Link {
 }
 
 /// Brings `interface` up (`up`) or down.
-pub fn set_up(interface: &str, up: bool) -> io::Result<Link> {
+pub(crate) fn set_up(interface: &str, up: bool) -> io::Result<Link> {
     let name = interface.as_bytes();
     if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.contains(&0) {
         return Err(io::Error::new(

@@ -4,14 +4,13 @@ pub mod firewalld;
 mod guard;
 mod iptables;
 mod link;
-pub mod resolvers;
+pub(crate) mod resolvers;
 
 pub use guard::Guard;
 pub use iptables::{Ensured, ensure, list, remove};
-pub use link::{Link, set_up as set_bridge_up};
-pub use pilotd_core::config::units::Ipv4Net;
+pub(crate) use pilotd_core::config::units::Ipv4Net;
 
-pub use pilotd_core::config::units::REFUSED;
+pub(crate) use pilotd_core::config::units::REFUSED;
 
 /// Where a worker's traffic may go. Unless the site names a network of its own, workers sit
 /// on pilotd's own bridge (`pilotd-<instance>`, interface `pd-<hash>`), with traffic between
@@ -86,16 +85,16 @@ pub fn names(instance: &str) -> (String, String, String) {
 /// Where the filter hooks in: forwarded traffic (`DOCKER-USER`) and traffic to the host itself
 /// (`INPUT`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Hook {
+pub(crate) enum Hook {
     Forward,
     Input,
 }
 
 impl Hook {
-    pub const ALL: [Hook; 2] = [Hook::Forward, Hook::Input];
+    pub(crate) const ALL: [Hook; 2] = [Hook::Forward, Hook::Input];
 
     /// The built-in (or Docker's) chain that jumps into pilotd's.
-    pub fn builtin(self) -> &'static str {
+    pub(crate) fn builtin(self) -> &'static str {
         match self {
             Hook::Forward => "DOCKER-USER",
             Hook::Input => "INPUT",
@@ -113,7 +112,7 @@ impl Hook {
 /// How a refused packet is refused: answered at once (`REJECT`), or dropped where the kernel
 /// cannot reject.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     Reject,
     Drop,
 }
@@ -145,7 +144,7 @@ impl Filter {
     /// allowlist does not already let through, each once; never one of `host` (the host's own
     /// addresses and broadcast addresses, `resolvers::host_addresses`), a broadcast or
     /// multicast address, or 0.0.0.0 (pure).
-    pub fn with_resolvers(
+    pub(crate) fn with_resolvers(
         mut self,
         servers: &[std::net::Ipv4Addr],
         host: &[std::net::Ipv4Addr],
@@ -166,14 +165,14 @@ impl Filter {
 
     /// Whether `chain` is one of this filter's, of any generation (and the `-FWD`/`-IN`
     /// chains of pilotd before generations).
-    pub fn owns(&self, chain: &str) -> bool {
+    pub(crate) fn owns(&self, chain: &str) -> bool {
         chain
             .strip_prefix(self.chain.as_str())
             .is_some_and(|rest| rest.starts_with('-'))
     }
 
     /// pilotd's chain for `hook` in generation `generation`.
-    pub fn chain_name(&self, hook: Hook, generation: u32) -> String {
+    pub(crate) fn chain_name(&self, hook: Hook, generation: u32) -> String {
         format!("{}-{}{generation}", self.chain, hook.letter())
     }
 
@@ -190,7 +189,7 @@ impl Filter {
 
     /// The rules of pilotd's chain for `hook`, in order, each as `iptables -S` prints it
     /// after `-A <chain> ` (pure).
-    pub fn chain_rules(&self, hook: Hook, refusal: Refusal) -> Vec<String> {
+    pub(crate) fn chain_rules(&self, hook: Hook, refusal: Refusal) -> Vec<String> {
         // Both chains start alike: answers to what the outside asked are not new traffic,
         // and an allowed destination passes.
         let mut out = vec!["-m conntrack --ctstate RELATED,ESTABLISHED -j RETURN".to_string()];
@@ -222,7 +221,7 @@ impl Filter {
 
     /// The jump from `hook`'s built-in chain into `chain`, matching only this bridge's
     /// traffic, as `iptables -S` prints it after `-A <built-in> `.
-    pub fn jump(&self, chain: &str) -> String {
+    pub(crate) fn jump(&self, chain: &str) -> String {
         format!("-i {} -j {chain}", self.interface)
     }
 }
@@ -237,7 +236,7 @@ pub struct Listing {
 }
 
 impl Listing {
-    pub fn parse(text: &str) -> Listing {
+    pub(crate) fn parse(text: &str) -> Listing {
         let mut l = Listing::default();
         for line in text.lines() {
             let mut parts = line.trim().splitn(3, ' ');
@@ -288,7 +287,7 @@ pub struct Printed {
 
 /// Whether the filter is whole, and in which generation; or what is wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     Intact {
         generation: u32,
     },
@@ -303,7 +302,7 @@ pub enum Verdict {
 /// both jumps lead to the same generation; its two chains hold exactly their rules (as
 /// `chain_rules` spells them for either refusal, or as `printed` learned); and no other
 /// chain of this filter is left.
-pub fn diagnose(f: &Filter, l: &Listing, printed: Option<&Printed>) -> Verdict {
+pub(crate) fn diagnose(f: &Filter, l: &Listing, printed: Option<&Printed>) -> Verdict {
     if l.owned(f).next().is_none() {
         return Verdict::Missing;
     }
@@ -395,7 +394,7 @@ pub fn diagnose(f: &Filter, l: &Listing, printed: Option<&Printed>) -> Verdict {
 /// (every rule leading into an old chain of this filter) and the old chains deleted. The
 /// kernel commits it whole, so a worker's packet meets either the old filter or the new one,
 /// never none.
-pub fn rebuild_script(f: &Filter, l: &Listing, refusal: Refusal) -> (String, u32) {
+pub(crate) fn rebuild_script(f: &Filter, l: &Listing, refusal: Refusal) -> (String, u32) {
     let old: Vec<&String> = l.owned(f).collect();
     let generation = (1u32..)
         .find(|g| {
@@ -425,7 +424,7 @@ pub fn rebuild_script(f: &Filter, l: &Listing, refusal: Refusal) -> (String, u32
 
 /// The `iptables-restore --noflush` input that removes every trace of `f` (pure); `None`
 /// when there is none.
-pub fn removal_script(f: &Filter, l: &Listing) -> Option<String> {
+pub(crate) fn removal_script(f: &Filter, l: &Listing) -> Option<String> {
     let gone = retire(f, l);
     (!gone.is_empty()).then(|| format!("*filter\n{gone}COMMIT\n"))
 }

@@ -14,7 +14,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 
 /// The IPv4 `nameserver` addresses of a resolv.conf text, in order.
-pub fn parse(text: &str) -> Vec<IpAddr> {
+pub(crate) fn parse(text: &str) -> Vec<IpAddr> {
     text.lines()
         .filter_map(|l| {
             let mut w = l.split_whitespace();
@@ -28,7 +28,7 @@ pub fn parse(text: &str) -> Vec<IpAddr> {
 /// The servers the engine's embedded DNS dials from a container's namespace: the non-loopback
 /// IPv4 ones, from `etc` (the host's resolv.conf), or from `resolved` when `etc` has only
 /// loopback servers.
-pub fn upstream(etc: &str, resolved: Option<&str>) -> Vec<Ipv4Addr> {
+pub(crate) fn upstream(etc: &str, resolved: Option<&str>) -> Vec<Ipv4Addr> {
     let v4 = |servers: Vec<IpAddr>| -> Vec<Ipv4Addr> {
         servers
             .into_iter()
@@ -47,7 +47,7 @@ pub fn upstream(etc: &str, resolved: Option<&str>) -> Vec<Ipv4Addr> {
 
 /// This host's servers (`upstream` of the files below `root`, `/` in production). An
 /// unreadable file is no server: the filter then opens nothing.
-pub fn host(root: &Path) -> Vec<Ipv4Addr> {
+pub(crate) fn host(root: &Path) -> Vec<Ipv4Addr> {
     let read = |p: &str| std::fs::read_to_string(root.join(p)).ok();
     upstream(
         &read("etc/resolv.conf").unwrap_or_default(),
@@ -58,7 +58,7 @@ pub fn host(root: &Path) -> Vec<Ipv4Addr> {
 /// The IPv4 addresses assigned to this host's interfaces, and the broadcast addresses of
 /// those that have one (`getifaddrs`, what `ip addr` lists; of pilotd's network namespace,
 /// which is the host's).
-pub fn host_addresses() -> std::io::Result<Vec<Ipv4Addr>> {
+pub(crate) fn host_addresses() -> std::io::Result<Vec<Ipv4Addr>> {
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs stores the head of a list it allocated, freed by freeifaddrs below.
     if unsafe { libc::getifaddrs(&mut head) } != 0 {

@@ -18,7 +18,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
 #[derive(Debug, thiserror::Error)]
-pub enum PageError {
+pub(crate) enum PageError {
     #[error(
         "cannot serve the status page on 127.0.0.1:{port}: {source}\n  hint: another program uses the port; choose another under [page] in pilotd.toml"
     )]
@@ -30,7 +30,7 @@ pub enum PageError {
 
 impl PageError {
     /// Why the page is not served, in a few words (for `pilotd open`'s refusal).
-    pub fn cause(&self) -> String {
+    pub(crate) fn cause(&self) -> String {
         match self {
             PageError::Bind { source, .. } => source.to_string(),
             PageError::Keys(e) => e.to_string(),
@@ -41,7 +41,7 @@ impl PageError {
 /// Who may hold what: 32 connections at most, 24 of them one uid's (the listener tells it),
 /// so a user holding all it can leaves the owner's browser 8; and a short deadline: a browser
 /// sends its request at once and takes a page of a few KiB.
-pub const LIMITS: Limits = Limits {
+pub(crate) const LIMITS: Limits = Limits {
     total: 32,
     per_peer: 24,
     deadline: Duration::from_secs(5),
@@ -61,7 +61,7 @@ const GUARDS: [(&str, &str); 4] = [
 
 /// Binds the page's port, once the kernel's random generator has answered: a page that could
 /// not make keys is not served at all.
-pub async fn bind(port: u16) -> Result<TcpListener, PageError> {
+pub(crate) async fn bind(port: u16) -> Result<TcpListener, PageError> {
     random_hex()?;
     TcpListener::bind(("127.0.0.1", port))
         .await
@@ -70,7 +70,7 @@ pub async fn bind(port: u16) -> Result<TcpListener, PageError> {
 
 /// Serves the page until `shutdown` completes; `doors` are the invitations the control
 /// socket hands out and the sessions they open, `wake` starts an urgent cycle after a press.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     port: u16,
     doors: Doors,

@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 pub(super) const INVITATION_LIFE: Duration = Duration::from_secs(120);
 
 #[derive(Debug, thiserror::Error)]
-pub enum KeyError {
+pub(crate) enum KeyError {
     #[error(
         "the kernel's random generator (getrandom) failed: {0}; the status page does not serve without session keys no one can guess\n  hint: this is a kernel or sandbox problem (a seccomp filter refusing getrandom?); `pilotd snooze` and `resume` still work"
     )]
@@ -75,7 +75,7 @@ pub(super) struct Session {
 
 impl Doors {
     /// Lets one browser connection of `uid` in, as `who`, within `INVITATION_LIFE`.
-    pub fn invite(&self, who: &str, uid: u32, now: Instant) {
+    pub(crate) fn invite(&self, who: &str, uid: u32, now: Instant) {
         if let Ok(mut d) = self.0.lock() {
             d.invited.retain(|_, (_, until)| *until > now);
             d.invited

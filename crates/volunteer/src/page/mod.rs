@@ -6,5 +6,5 @@ mod keys;
 mod markup;
 mod render;
 
-pub use http::{LIMITS, PageError, bind, serve};
-pub use keys::{Doors, KeyError};
+pub(crate) use http::{bind, serve};
+pub(crate) use keys::Doors;

@@ -86,7 +86,7 @@ impl Report {
 /// What the decision means for running workers and for new jobs, in lines that are true at
 /// `now`: an instant already past is never shown as a limit to come, and no eviction is
 /// announced when nothing runs (`live`: workers running or paused; `None` when unknown).
-pub fn limit_lines(
+pub(crate) fn limit_lines(
     s: &Supply,
     now: DateTime<Utc>,
     live: Option<usize>,

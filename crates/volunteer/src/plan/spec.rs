@@ -20,7 +20,7 @@ fn whole_hours(from: DateTime<Utc>, to: DateTime<Utc>) -> i64 {
 
 /// The spec of a new worker: resources from the decision, env templated, labels that let a
 /// restarted pilotd rebuild everything.
-pub fn worker_spec(
+pub(crate) fn worker_spec(
     supply: &Supply,
     s: &WorkerSettings,
     digest: &str,
@@ -145,7 +145,7 @@ pub fn worker_spec(
 
 /// A short hash of everything that shapes a worker except time and name: a changed hash tells
 /// `status` which workers still run an older configuration.
-pub fn spec_hash(supply: &Supply, s: &WorkerSettings, digest: &str) -> String {
+pub(crate) fn spec_hash(supply: &Supply, s: &WorkerSettings, digest: &str) -> String {
     let r = supply.per_worker;
     let mut h = Sha256::new();
     let canonical = format!(

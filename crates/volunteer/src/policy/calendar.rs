@@ -11,11 +11,11 @@ use pilotd_core::config::policy::Window;
 use pilotd_core::zone::Zone;
 
 /// How far ahead boundaries are searched. A week plus a day covers every weekly pattern.
-pub const HORIZON_DAYS: i64 = 8;
+pub(crate) const HORIZON_DAYS: i64 = 8;
 
 /// Where an instant stands in the owner's week.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Period {
+pub(crate) enum Period {
     /// Inside an open period that ends at `ends` (None: it does not end within the horizon,
     /// e.g. a policy that is always open).
     Open { ends: Option<DateTime<Utc>> },
@@ -25,7 +25,7 @@ pub enum Period {
 
 /// Is `t` inside any window? An instant outside `horizon`'s range is in none: its local time
 /// may not exist in chrono (which would panic), and no real clock reads it.
-pub fn is_open(windows: &[Window], tz: &Zone, t: DateTime<Utc>) -> bool {
+pub(crate) fn is_open(windows: &[Window], tz: &Zone, t: DateTime<Utc>) -> bool {
     if !pilotd_core::horizon::in_range(t) {
         return false;
     }
@@ -45,7 +45,7 @@ pub fn is_open(windows: &[Window], tz: &Zone, t: DateTime<Utc>) -> bool {
 }
 
 /// The period `now` is in, with its end or the next start.
-pub fn period_at(windows: &[Window], tz: &Zone, now: DateTime<Utc>) -> Period {
+pub(crate) fn period_at(windows: &[Window], tz: &Zone, now: DateTime<Utc>) -> Period {
     if !pilotd_core::horizon::in_range(now) {
         return Period::Closed { opens: None };
     }
@@ -63,7 +63,11 @@ pub fn period_at(windows: &[Window], tz: &Zone, now: DateTime<Utc>) -> Period {
 /// When the open period `now` is in began: the last instant at or before `now` where the
 /// machine went from closed to open. None when `now` is closed, or open for the whole horizon
 /// behind it (an always-open policy has no opening to spread starts after).
-pub fn opened_at(windows: &[Window], tz: &Zone, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+pub(crate) fn opened_at(
+    windows: &[Window],
+    tz: &Zone,
+    now: DateTime<Utc>,
+) -> Option<DateTime<Utc>> {
     if !is_open(windows, tz, now) {
         return None;
     }
@@ -118,7 +122,7 @@ fn at_minute(date: NaiveDate, minute: u16) -> Option<NaiveDateTime> {
 
 /// Every UTC instant a local wall-clock time stands for: one normally, two in a fold, and in
 /// a gap the first instant after the gap. Never panics (no `LocalResult::unwrap`).
-pub fn to_utc(tz: &Zone, naive: NaiveDateTime) -> Vec<DateTime<Utc>> {
+pub(crate) fn to_utc(tz: &Zone, naive: NaiveDateTime) -> Vec<DateTime<Utc>> {
     use chrono::LocalResult;
     match tz.from_local_datetime(&naive) {
         LocalResult::Single(t) => vec![t.with_timezone(&Utc)],
@@ -144,7 +148,7 @@ pub enum Cell {
 }
 
 impl Cell {
-    pub fn glyph(self) -> char {
+    pub(crate) fn glyph(self) -> char {
         match self {
             Cell::Compute => '█',
             Cell::Guard => '▒',
@@ -156,7 +160,7 @@ impl Cell {
 /// The state of the half hour that starts at `t`: open or not in its middle, and a guard
 /// band when any part of it falls within `evict_before_end` of the period's end (a 10-minute
 /// band must still be visible in a 30-minute cell).
-pub fn cell_at(p: &pilotd_core::config::Policy, t: DateTime<Utc>) -> Cell {
+pub(crate) fn cell_at(p: &pilotd_core::config::Policy, t: DateTime<Utc>) -> Cell {
     use pilotd_core::horizon::{after, before};
     const HALF: std::time::Duration = std::time::Duration::from_secs(15 * 60);
     // Saturating: an instant at the edge of chrono's range must not panic (`horizon`).

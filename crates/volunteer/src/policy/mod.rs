@@ -1,6 +1,6 @@
 //! The owner's policy engine, pure: `(Policy, HostSnapshot, limits, now) -> Supply`.
 
-pub mod calendar;
+pub(crate) mod calendar;
 pub mod schedule;
 
 use crate::snapshot::{HostSnapshot, Session, Sessions};
@@ -63,7 +63,7 @@ pub enum Cause {
 impl Cause {
     /// The owner is here or the host is busy: what the availability history counts as not
     /// free (the schedule, the guard band and the latches are about the policy, not the host).
-    pub fn owner_or_host_busy(self) -> bool {
+    pub(crate) fn owner_or_host_busy(self) -> bool {
         matches!(
             self,
             Cause::Snoozed
@@ -80,7 +80,7 @@ impl Cause {
     /// The owner was there: logged in and active, busy on the CPU, running a program that
     /// wants the machine alone, or asking for it (a snooze). What the contribution counts as
     /// "the owner was there"; not a sleeping machine, a battery or sessions pilotd cannot see.
-    pub fn owner_there(self) -> bool {
+    pub(crate) fn owner_there(self) -> bool {
         matches!(
             self,
             Cause::OwnerPresent
@@ -91,7 +91,7 @@ impl Cause {
         )
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Cause::OutsideSchedule => "outside_schedule",
             Cause::GuardBand => "guard_band",
@@ -150,7 +150,7 @@ pub struct Supply {
 }
 
 /// How long before a window opens a new image is fetched, so workers start on time.
-pub const PREFETCH_LEAD: Duration = Duration::from_secs(30 * 60);
+pub(crate) const PREFETCH_LEAD: Duration = Duration::from_secs(30 * 60);
 
 fn hm(t: DateTime<Utc>, p: &Policy) -> String {
     if !pilotd_core::horizon::in_range(t) {
@@ -180,7 +180,7 @@ fn hms(t: DateTime<Utc>, p: &Policy) -> String {
 /// decides exactly what the daemon decided.
 ///
 /// Decides what the machine may do at `now`.
-pub fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) -> Supply {
+pub(crate) fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime<Utc>) -> Supply {
     let mut f = Findings::default();
     let (die_at, downloads, opened) = schedule(p, limits, now, &mut f);
     snooze_and_sleep(p, h, now, &mut f);
@@ -638,7 +638,7 @@ fn sources(h: &HostSnapshot) -> String {
 /// Splits the share over the workers: whole CPUs (at least 1), never more than the machine
 /// has; fewer workers when the CPU share cannot give each one a CPU. `projection` asks
 /// it too, for the CPUs a policy grants.
-pub fn split_share(p: &Policy, h: &HostSnapshot) -> (u32, Resources) {
+pub(crate) fn split_share(p: &Policy, h: &HostSnapshot) -> (u32, Resources) {
     let cpus_total = u64::from(h.cpus.max(1));
     let cpu_share = p.share.cpus.of(cpus_total).clamp(1, cpus_total);
     let workers = u64::from(p.share.workers).min(cpu_share).max(1);

@@ -20,7 +20,7 @@ pub struct Day {
 }
 
 /// `count` days of `p`'s week from `now`'s local date on.
-pub fn days(p: &Policy, now: DateTime<Utc>, count: u32) -> Vec<Day> {
+pub(crate) fn days(p: &Policy, now: DateTime<Utc>, count: u32) -> Vec<Day> {
     let tz = &p.timezone;
     // A caller may pass any instant: past the range local dates may not exist (chrono
     // panics), so the days start at the nearest accepted instant.

@@ -112,7 +112,12 @@ impl StatusView {
     /// The view from the daemon's `status` and the state dir (the snooze, the learned
     /// history, the contribution ledger) with `policy`'s week; the workers as the status file
     /// has them. What only `gather` finds out is left unknown.
-    pub fn of(status: Status, state_dir: &Path, policy: &Policy, now: DateTime<Utc>) -> StatusView {
+    pub(crate) fn of(
+        status: Status,
+        state_dir: &Path,
+        policy: &Policy,
+        now: DateTime<Utc>,
+    ) -> StatusView {
         let tz = &policy.timezone;
         let snooze = snooze::active(state_dir, now);
         let given = contribution::peek(state_dir);
@@ -152,7 +157,7 @@ impl StatusView {
 
     /// The view the page draws: `of` the status file in `state_dir`, a damaged one shown as
     /// none yet (the daemon's next write replaces it).
-    pub fn read(state_dir: &Path, policy: &Policy, now: DateTime<Utc>) -> StatusView {
+    pub(crate) fn read(state_dir: &Path, policy: &Policy, now: DateTime<Utc>) -> StatusView {
         let status = super::load(&super::path(state_dir))
             .ok()
             .flatten()

@@ -82,7 +82,7 @@ fn scratch_mount(spec: &WorkerSpec) -> Mount {
 /// The container a `WorkerSpec` becomes: limits, no privileges, all capabilities dropped
 /// unless the site gave some back, the token read-only, and GPUs only when the owner shares
 /// them. Pure, so the security settings are unit-tested without an engine.
-pub fn container_body(spec: &WorkerSpec) -> ContainerCreateBody {
+pub(crate) fn container_body(spec: &WorkerSpec) -> ContainerCreateBody {
     ContainerCreateBody {
         image: Some(spec.image_pinned.clone()),
         env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),

@@ -7,7 +7,7 @@ use bollard::errors::Error as DockerError;
 /// A change of a worker's state that the engine may refuse because the worker is already
 /// where the change would take it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Change {
+pub(crate) enum Change {
     Pause,
     Unpause,
     Stop,
@@ -25,7 +25,7 @@ pub enum Change {
 /// - stop of a stopped worker: 304, a success for bollard; of a gone one: 404;
 /// - kill of a stopped worker: 409 "Cannot kill container: ID: Container ID is not running";
 /// - remove of a worker being removed: 409 "removal of container ID is already in progress".
-pub fn already_there(change: Change, e: BackendError) -> Result<(), BackendError> {
+pub(crate) fn already_there(change: Change, e: BackendError) -> Result<(), BackendError> {
     let says = |e: &BackendError, words: &str| match e {
         BackendError::Conflict { message, .. } | BackendError::Rejected { message, .. } => {
             message.contains(words)
@@ -45,7 +45,7 @@ pub fn already_there(change: Change, e: BackendError) -> Result<(), BackendError
 }
 
 /// Maps a bollard error to what the caller acts on, naming the endpoint and what to do.
-pub fn map_error(what: impl Into<String>, endpoint: &str, e: DockerError) -> BackendError {
+pub(crate) fn map_error(what: impl Into<String>, endpoint: &str, e: DockerError) -> BackendError {
     let what = what.into();
     match e {
         DockerError::DockerResponseServerError {

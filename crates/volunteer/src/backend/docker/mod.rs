@@ -1,14 +1,13 @@
 //! The Docker Engine backend (bollard; Podman's Docker-compatible socket works too).
 
 mod container;
-mod errors;
+pub(super) mod errors;
 mod images;
 mod network;
 mod observe;
 mod workers;
 
-pub use container::container_body;
-pub use errors::{Change, already_there, map_error};
+pub(crate) use errors::map_error;
 
 use super::BackendError;
 use super::freezer::Freezers;
@@ -67,14 +66,6 @@ impl DockerBackend {
             resolver: std::sync::Arc::new(crate::registry::Resolver::new(timeout)),
             freezers: std::sync::Arc::default(),
         })
-    }
-
-    pub fn instance(&self) -> &str {
-        &self.instance
-    }
-
-    pub fn endpoint(&self) -> &str {
-        &self.endpoint
     }
 
     fn err(&self, what: impl Into<String>, e: DockerError) -> BackendError {
