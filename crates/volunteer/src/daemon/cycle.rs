@@ -33,18 +33,6 @@ const OUTPUT_LINES: usize = 20;
 /// interval, but never more often than this (a walk of a big tree costs I/O).
 const DISK_CHECK_MIN: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// What a cycle observed before it decides.
-struct Observation<B> {
-    backend: Option<B>,
-    workers: Option<Vec<Worker>>,
-    /// The workers' share of the CPU the cycle decides with.
-    own_cpu: f64,
-    /// What an urgent cycle already evicted before the engine's list came (action lines).
-    early: Vec<String>,
-    /// The host (None: the probe failed, and there is no earlier observation).
-    host: Option<HostSnapshot>,
-}
-
 impl<B: Backend> Daemon<B> {
     /// One cycle at `now`, with nothing to interrupt it; returns a one-line summary. An
     /// `urgent` cycle (a login) decides on the CPU share measured last time instead of
@@ -75,8 +63,7 @@ impl<B: Backend> Daemon<B> {
         Some(summary)
     }
 
-    /// The cycle's steps: observe, decide (and count the decision), then, with the engine's
-    /// list, plan and act; record what came of it.
+    /// The cycle's steps: observe, decide, then with the engine's list plan and act; record.
     async fn reconcile_at(
         &mut self,
         now: DateTime<Utc>,
@@ -84,26 +71,22 @@ impl<B: Backend> Daemon<B> {
         int: &mut Interrupt<'_>,
     ) -> Option<String> {
         self.fetch_manifest_if_due(now);
-        let mut errors: Vec<String> = Vec::new();
+        let mut outcome = CycleOutcome {
+            now,
+            ..Default::default()
+        };
         // Observe. Nothing is done yet, so an urgent trigger drops it all (the engine's CPU
         // statistics of busy workers can take most of a second on a loaded host).
-        let seen = if urgent {
-            self.observe(now, true, &mut errors).await
+        let (backend, host) = if urgent {
+            self.observe(true, &mut outcome).await
         } else {
             tokio::select! {
                 biased;
                 () = int.arrived() => return None,
-                seen = self.observe(now, false, &mut errors) => seen,
+                seen = self.observe(false, &mut outcome) => seen,
             }
         };
-        let mut outcome = CycleOutcome {
-            now,
-            own_cpu: seen.own_cpu,
-            workers: seen.workers,
-            errors,
-            ..Default::default()
-        };
-        let Some(host) = seen.host else {
+        let Some(host) = host else {
             self.finish(outcome);
             return Some("host probe failed".into());
         };
@@ -112,9 +95,8 @@ impl<B: Backend> Daemon<B> {
         outcome.given = self.cpu.take_given();
         self.records.decided(&self.s, &host, &outcome);
         self.last_snapshot = Some(host);
-        self.wakeups.change_at(supply.next_change);
         let reason = supply.reasons.first().cloned().unwrap_or_default();
-        let (Some(b), Some(list)) = (seen.backend, outcome.workers.clone()) else {
+        let (Some(b), Some(list)) = (backend, outcome.workers.clone()) else {
             self.finish(outcome);
             return Some(format!("engine unavailable; {reason}"));
         };
@@ -123,26 +105,23 @@ impl<B: Backend> Daemon<B> {
         self.record_finished(&b, &list, now).await;
         self.measure_scratch_if_due(&list, now);
         let plan = self.plan(&b, &list, &supply, &outlook, urgent, now).await;
-        outcome.actions = seen.early;
         self.act(&b, &list, plan, int, &mut outcome).await;
         let live = list
             .iter()
-            .filter(|w| matches!(w.state, WorkerState::Running | WorkerState::Paused))
-            .count();
+            .filter(|w| matches!(w.state, WorkerState::Running | WorkerState::Paused));
+        let (live, target) = (live.count(), supply.workers);
         self.finish(outcome);
-        Some(format!(
-            "{live} worker(s), target {}; {reason}",
-            supply.workers
-        ))
+        Some(format!("{live} worker(s), target {target}; {reason}"))
     }
 
-    /// What was seen of the engine, the workers, their CPU, logind and the host.
+    /// Observe the engine, the workers and their CPU, logind and the host (None: the probe
+    /// failed, and there is no earlier observation); `o` takes what an urgent cycle evicted.
     async fn observe(
         &mut self,
-        now: DateTime<Utc>,
         urgent: bool,
-        errors: &mut Vec<String>,
-    ) -> Observation<B> {
+        o: &mut CycleOutcome<'_>,
+    ) -> (Option<B>, Option<HostSnapshot>) {
+        let (now, errors) = (o.now, &mut o.errors);
         let backend = self.connected(errors).await;
         // The engine's list and logind's sessions, asked together.
         let (listed, logind, (early, early_host)) = {
@@ -210,47 +189,35 @@ impl<B: Backend> Daemon<B> {
         if !self.sleeping && matches!(logind, logind::Seen::Sessions(_)) {
             self.logind.hold_sleep_lock().await;
         }
-        let host = match early_host {
+        let observed = match early_host {
             Some(host) => Some(host),
             None => self.observe_host(now, own_cpu, fresh_cpu, logind, errors),
         };
-        Observation {
-            host: host.map(|h| self.judged_load(h, judged_cpu, workers.is_some(), own_cpu)),
-            backend,
-            workers,
-            own_cpu,
-            early,
-        }
-    }
-
-    /// The host's CPU load as the cycle decides on it. Unless this window was judged, the
-    /// machine's figure is the last judged one, like the workers'. Not the probe's: it holds
-    /// the last refresh, which after an unjudged window includes a worker the carried own
-    /// share does not (a cycle right after one read a just-started worker as 52% of owner load
-    /// in CI). Where the engine could not list the workers, the host's own reading stands: all
-    /// of it may be the owner's.
-    fn judged_load(
-        &self,
-        mut host: HostSnapshot,
-        judged: bool,
-        listed: bool,
-        own: f64,
-    ) -> HostSnapshot {
-        if !judged
-            && listed
+        (o.actions, o.own_cpu) = (early, own_cpu);
+        o.workers = workers;
+        let Some(mut host) = observed else {
+            return (backend, None);
+        };
+        // Unless this window was judged, the machine's figure is the last judged one, like the
+        // workers'. Not the probe's: it holds the last refresh, which after an unjudged window
+        // includes a worker the carried own share does not (a cycle right after one read a
+        // just-started worker as 52% of owner load in CI). Where the engine could not list
+        // the workers, the host's own reading stands: all of it may be the owner's.
+        if !judged_cpu
+            && o.workers.is_some()
             && let Some(last) = &self.last_snapshot
         {
             host.cpu_busy = last.cpu_busy;
         }
-        if judged {
+        if judged_cpu {
             tracing::debug!(
                 "CPU over the last window: machine {:.0}%, pilotd's workers {:.0}%, owner {:.0}%",
                 host.cpu_busy * 100.0,
-                own * 100.0,
+                own_cpu * 100.0,
                 host.owner_cpu() * 100.0
             );
         }
-        host
+        (backend, Some(host))
     }
 
     /// An urgent cycle's evictions decided before the engine's list arrives: the host observed
@@ -369,9 +336,8 @@ impl<B: Backend> Daemon<B> {
         )
     }
 
-    /// Act: the plan's actions, evictions first (an urgent trigger arriving meanwhile stops
-    /// them before the next start or resume), and what they did into the records; logind's
-    /// idle lock while workers compute; the GC when due.
+    /// Act: the plan, evictions first (an urgent trigger stops it before the next start or
+    /// resume), what it did into the records; logind's idle lock while workers compute; GC.
     async fn act(
         &mut self,
         b: &B,
@@ -396,16 +362,15 @@ impl<B: Backend> Daemon<B> {
         }
     }
 
-    /// Record: the cycle's outcome, with logind's locks and the scratch measurements as it
-    /// leaves them, into the status file.
+    /// Record the cycle's outcome in the status file.
     fn finish(&mut self, mut o: CycleOutcome) {
         o.locks = self.logind.locks();
         o.scratch_use = self.work.scratch_use.clone();
         self.records.record(o);
     }
 
-    /// What the executor did: a start or a removal opens a CPU window of pilotd's own doing;
-    /// the records take the rest. Returns the status file's action lines.
+    /// The action lines of what the executor did, into the records; a start or a removal
+    /// opens a CPU window of pilotd's own doing.
     fn record_executed(&mut self, executed: Vec<Executed>, now: DateTime<Utc>) -> Vec<String> {
         let ours = |e: &Executed| matches!(e.action, Action::Start { .. } | Action::Remove { .. });
         if executed.iter().any(ours) {
@@ -540,35 +505,28 @@ impl<B: Backend> Daemon<B> {
         if let Some(synthetic) = &mut self.synthetic_host {
             return Some(synthetic(now, carry));
         }
-        match self.probe.observe(now, carry, refresh_cpu) {
+        let mut s = match self.probe.observe(now, carry, refresh_cpu) {
             Ok(mut s) => {
-                s.sleeping = self.sleeping;
-                s.input_idle_s = self.input.idle_s(now);
-                snooze::lay_on(&mut s, &self.s.state_dir);
                 logind::lay_on(&mut s, logind);
-                Some(s)
+                s
             }
             Err(e) => {
                 errors.push(e.to_string());
-                match &self.last_snapshot {
-                    Some(last) => {
-                        let mut s = HostSnapshot {
-                            taken_at: now,
-                            sessions: Sessions::Unknown(format!("host probe failed: {e}")),
-                            sleeping: self.sleeping,
-                            input_idle_s: self.input.idle_s(now),
-                            ..last.clone()
-                        };
-                        snooze::lay_on(&mut s, &self.s.state_dir);
-                        Some(s)
-                    }
-                    None => {
-                        tracing::error!("{e}; nothing to decide on yet");
-                        None
-                    }
+                let Some(last) = &self.last_snapshot else {
+                    tracing::error!("{e}; nothing to decide on yet");
+                    return None;
+                };
+                HostSnapshot {
+                    taken_at: now,
+                    sessions: Sessions::Unknown(format!("host probe failed: {e}")),
+                    ..last.clone()
                 }
             }
-        }
+        };
+        s.sleeping = self.sleeping;
+        s.input_idle_s = self.input.idle_s(now);
+        snooze::lay_on(&mut s, &self.s.state_dir);
+        Some(s)
     }
 
     /// Measures the running workers' scratch dirs beside the loop, every `interval` but at

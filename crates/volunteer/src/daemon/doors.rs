@@ -1,8 +1,7 @@
 //! The owner's two doors: the control socket (`pilotd snooze`, `resume`, `open`) and the
 //! status page. Their servers are the daemon's own and end with the drain.
 
-use super::triggers::Trigger;
-use super::wakeups::Wakeups;
+use super::triggers::{Trigger, Wakeups};
 use crate::control;
 use crate::owner;
 use crate::page::{self, Doors};
@@ -24,42 +23,34 @@ pub(super) struct OwnerDoors {
     /// The status page as served since start: its port, and whether pilotd holds it (None:
     /// `[page] port` unset, or not listening yet).
     page: Option<owner::PageDoor>,
-    /// The servers, and what ends them.
     servers: JoinSet<()>,
     stop: Stop,
 }
 
 impl OwnerDoors {
-    /// Serves `pilotd snooze` and `resume` on the control socket; a request wakes the loop
-    /// (`wakeups`). A socket that cannot be bound is logged and noted in the status; the
-    /// daemon goes on without it (the owner's other protections do not depend on it).
-    /// The status page (when `[page] port` is set) is served beside it, on 127.0.0.1; only a
-    /// port pilotd holds is offered to `pilotd open` (`self.page`).
+    /// Serves `pilotd snooze` and `resume` on the control socket, each request a wake-up. A
+    /// socket that cannot be bound is logged and noted in the status; the daemon goes on
+    /// without it (the owner's other protections do not depend on it). The status page (when
+    /// `[page] port` is set) is served beside it, on 127.0.0.1; only a port pilotd holds is
+    /// offered to `pilotd open` (`self.page`).
     pub(super) async fn open(&mut self, s: &Settings, wakeups: &mut Wakeups) {
         // The page first: whether pilotd holds its port decides what `pilotd open` answers.
-        let page = match s.page_port {
-            None => None,
-            Some(port) => match page::bind(port).await {
+        let mut listening = None;
+        if let Some(port) = s.page_port {
+            let served = match page::bind(port).await {
                 Ok(listener) => {
-                    let invitations: Arc<dyn owner::Invitations> = Arc::new(self.doors.clone());
-                    self.page = Some(owner::PageDoor {
-                        port,
-                        served: Ok(invitations),
-                    });
-                    Some((port, listener))
+                    listening = Some((port, listener));
+                    Ok(Arc::new(self.doors.clone()) as Arc<dyn owner::Invitations>)
                 }
                 Err(e) => {
                     tracing::error!(
                         "{e}; the status page is unavailable, and `pilotd open` sends no one to that port"
                     );
-                    self.page = Some(owner::PageDoor {
-                        port,
-                        served: Err(e.cause()),
-                    });
-                    None
+                    Err(e.cause())
                 }
-            },
-        };
+            };
+            self.page = Some(owner::PageDoor { port, served });
+        }
         let (tx, rx) = watch::channel(context(s, &self.page));
         let (wake_tx, mut wake_rx) = mpsc::channel::<()>(4);
         let triggers = wakeups.sender();
@@ -81,7 +72,7 @@ impl OwnerDoors {
             }
             Err(e) => tracing::error!("{e}; `pilotd snooze`, `resume` and `open` are unavailable"),
         }
-        if let Some((port, listener)) = page {
+        if let Some((port, listener)) = listening {
             self.servers.spawn(page::serve(
                 listener,
                 port,

@@ -2,8 +2,7 @@
 //! reload that changed its settings; its event watch; the worker image as the last cycle saw it.
 
 use super::Connector;
-use super::triggers;
-use super::wakeups::Wakeups;
+use super::triggers::{self, Wakeups};
 use crate::backend::{Backend, BackendError};
 use crate::settings::EngineSettings;
 use crate::worker::ImageState;
@@ -29,8 +28,7 @@ impl<B: Backend> Engine<B> {
         }
     }
 
-    /// The engine client, connecting (and starting its event watch among the `wakeups`) when
-    /// there is none.
+    /// The engine client, connecting (and watching its events) when there is none.
     pub(super) fn client(
         &mut self,
         s: &EngineSettings,
@@ -49,12 +47,11 @@ impl<B: Backend> Engine<B> {
         Ok(b)
     }
 
-    /// The client, when one is connected (the drain connects none).
     pub(super) fn connected(&self) -> Option<B> {
         self.backend.clone()
     }
 
-    /// Its settings changed: the next cycle connects anew.
+    /// The settings changed: the next cycle connects anew.
     pub(super) fn forget(&mut self) {
         self.backend = None;
     }

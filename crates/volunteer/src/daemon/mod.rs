@@ -10,7 +10,6 @@ mod tasks;
 #[cfg(test)]
 mod tests;
 pub mod triggers;
-mod wakeups;
 
 use crate::backend::{Backend, BackendError};
 use crate::egress;
@@ -39,8 +38,7 @@ use std::time::Duration;
 use tasks::TaskDone;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
-use triggers::{Interrupt, Trigger};
-use wakeups::Wakeups;
+use triggers::{Interrupt, Trigger, Wakeups};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -97,7 +95,7 @@ struct Work {
 /// The volunteer daemon: volunteer mode's reconcile loop, driven by the service skeleton
 /// (`service::lifecycle::serve`). Every `interval`, and at once when the utmp file changes, a
 /// worker exits, a long operation finishes or the decision's `next_change` arrives
-/// (`wakeups.rs`), it runs one cycle (`cycle.rs`): observe (host probe, workers from the
+/// (`triggers.rs`), it runs one cycle (`cycle.rs`): observe (host probe, workers from the
 /// engine, their CPU) → decide (`policy::decide`, pure) → plan (`plan::plan`, pure) → act
 /// (`executor.rs`) → record (`record.rs`: outcomes and back-off, the status file, the history,
 /// the contribution). `cpu.rs` measures the workers' own share of the CPU that the owner's
@@ -110,16 +108,14 @@ struct Work {
 ///
 /// Long operations (a graceful stop may take the whole `grace`, a pull minutes, a manifest
 /// fetch its timeout) run as tasks beside the loop (`tasks.rs`), so an owner logging in is
-/// never stuck behind them. The watchers beside the loop (`wakeups.rs`: utmp, logind, input
+/// never stuck behind them. The watchers beside the loop (`triggers.rs`: utmp, logind, input
 /// devices, firewalld, the engine's events) and the owner's doors (`doors.rs`) are the
 /// daemon's own: the drain ends them, so `serve` returns with nothing of its left running.
 ///
 /// The engine is injected (`Connector`): Docker in production, the recording fake in the
 /// tests below. Signals are the edge's business (`cmd/run`): the loop only sees a shutdown
-/// future and a stream of reloaded configurations.
-///
-/// Its state is held by owners — the engine, the records, the owner's doors, the wake-ups,
-/// the work in flight, the CPU meter — beside the settings and what the cycle observes with.
+/// future and a stream of reloaded configurations. Its state is held by owners (the engine,
+/// the records, the owner's doors, the wake-ups) beside the settings and the observers.
 pub struct Daemon<B> {
     /// pilotd.toml's settings.
     s: Settings,
@@ -270,17 +266,22 @@ impl<B: Backend> Daemon<B> {
             return;
         }
         if !self.work.in_flight.stopping.is_empty() {
-            let until = tokio::time::Instant::now() + SLEEP_HOLD;
-            while !self.work.tasks.is_empty() {
-                match tokio::time::timeout_at(until, self.work.tasks.join_next()).await {
-                    Ok(Some(Ok(done))) => self.task_done(done, Utc::now()),
-                    Ok(Some(Err(_))) => {}
-                    Ok(None) | Err(_) => break,
-                }
-            }
+            self.take_in_tasks(tokio::time::Instant::now() + SLEEP_HOLD)
+                .await;
         }
         self.logind.release_sleep_lock();
         tracing::info!("workers made room; the machine may sleep");
+    }
+
+    /// Takes in the operations that finish before `until`.
+    async fn take_in_tasks(&mut self, until: tokio::time::Instant) {
+        while !self.work.tasks.is_empty() {
+            match tokio::time::timeout_at(until, self.work.tasks.join_next()).await {
+                Ok(Some(Ok(done))) => self.task_done(done, Utc::now()),
+                Ok(Some(Err(_))) => {}
+                Ok(None) | Err(_) => break,
+            }
+        }
     }
 }
 
@@ -296,14 +297,10 @@ impl<B: Backend> Reconciler for Daemon<B> {
         // take a while under load, so a cycle woken by the owner decides on the CPU share
         // measured in the previous cycle.
         let mut urgent = false;
+        let next_change = self.status().decision.as_ref().and_then(|d| d.next_change);
         tokio::select! {
-            woke = self.wakeups.next() => if let Some(t) = woke {
-                tracing::debug!(trigger = ?t, "cycle triggered");
-                urgent = self.triggered(&t);
-                // Coalesce a burst (utmp is written in several steps).
-                while let Some(t) = self.wakeups.waiting() {
-                    urgent |= self.triggered(&t);
-                }
+            woke = self.wakeups.next(next_change) => for t in woke {
+                urgent |= self.triggered(&t);
             },
             Some(done) = self.work.tasks.join_next(), if !self.work.tasks.is_empty() => {
                 if let Ok(done) = done {
@@ -421,13 +418,7 @@ impl<B: Backend> Reconciler for Daemon<B> {
         let deadline = now
             .checked_add(wait)
             .unwrap_or(now + Duration::from_secs(86_400));
-        while !self.work.tasks.is_empty() {
-            match tokio::time::timeout_at(deadline, self.work.tasks.join_next()).await {
-                Ok(Some(Ok(done))) => self.task_done(done, Utc::now()),
-                Ok(Some(Err(_))) => {}
-                Ok(None) | Err(_) => break,
-            }
-        }
+        self.take_in_tasks(deadline).await;
         self.work.tasks.abort_all();
         self.doors.close(&self.s).await;
         self.wakeups.shutdown().await;

@@ -23,6 +23,9 @@ use pilotd_core::service::metrics::Metrics;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
+#[cfg(test)]
+mod tests;
+
 /// How many of a finished worker's last lines are searched for its pilot's job report: the
 /// report is the pilot's last line on stdout, but condor's and the pilot's last words on
 /// stderr, interleaved, may follow it; and a pilot killed at once leaves the report it
@@ -49,24 +52,21 @@ const HISTORY_EVERY: std::time::Duration = std::time::Duration::from_secs(900);
 /// is nothing; hourly keeps what the daemon writes to a donated disk small.
 const TIMELINE_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
 
-/// What one cycle observed, decided and did.
+/// What one cycle observed, decided and did: the decision (none without a host observation),
+/// the workers' CPU share it was made with and the CPU-seconds they gave since the last cycle,
+/// the workers as listed (none when the engine could not list them; once the cycle acted, as
+/// its pauses and resumes left them), its action lines, the plan's notes, what failed, and
+/// logind's locks and the scratch measurements as the cycle left them.
 #[derive(Default)]
 pub(super) struct CycleOutcome<'a> {
     pub(super) now: DateTime<Utc>,
-    /// The decision (None: there was no host observation to decide on).
     pub(super) supply: Option<&'a Supply>,
-    /// The workers' share of the CPU the decision was made with, and the CPU-seconds they gave
-    /// since the last cycle.
     pub(super) own_cpu: f64,
     pub(super) given: f64,
-    /// The workers as the engine listed them (None: it could not), as this cycle's pauses and
-    /// resumes left them once it acted.
     pub(super) workers: Option<Vec<Worker>>,
-    /// What it did (the status file's action lines), the plan's notes, what failed.
     pub(super) actions: Vec<String>,
     pub(super) notes: Vec<String>,
     pub(super) errors: Vec<String>,
-    /// logind's locks, and the workers' scratch as last measured, when the cycle ended.
     pub(super) locks: BTreeMap<String, DateTime<Utc>>,
     pub(super) scratch_use: BTreeMap<String, ScratchUse>,
 }
@@ -85,11 +85,8 @@ pub(super) struct Records {
     status: Status,
     status_path: PathBuf,
     saved: Saved,
-    /// Learned availability.
     learner: Learner,
-    /// When the owner was there, stretch by stretch (what `projection` replays).
     presence: Recorder,
-    /// What the machine gave.
     contribution: Contribution,
     /// The slot-ad lines last written (`<state_dir>/ad/slot.ad`).
     advertised: Option<String>,
@@ -99,8 +96,7 @@ pub(super) struct Records {
 }
 
 impl Records {
-    /// What the state dir of `s` remembers as of `now` (a file that cannot be read is said in
-    /// the log and starts empty).
+    /// What the state dir of `s` remembers as of `now` (what cannot be read starts empty).
     pub(super) fn load(s: &Settings, metrics: Option<Metrics>, now: DateTime<Utc>) -> Records {
         let loaded = history::load(&s.state_dir, &s.policy.timezone);
         let ledger = contribution::load(&s.state_dir);
@@ -166,10 +162,8 @@ impl Records {
             .retain(|p| local.iter().any(|i| i.id == p.id));
     }
 
-    /// Counts the decision `o` carries, before the cycle acts on it: the time since the last
-    /// cycle into the history, the timeline and the contribution (and the metrics), the log's
-    /// line when the decision changed, the slot ad, and the latches the next observation
-    /// carries.
+    /// Counts `o`'s decision before the cycle acts on it: the time since the last cycle into
+    /// the history, the timeline and the contribution, the slot ad, the latches carried on.
     pub(super) fn decided(&mut self, s: &Settings, host: &HostSnapshot, o: &CycleOutcome) {
         let Some(supply) = o.supply else {
             return;
@@ -280,7 +274,7 @@ impl Records {
             {
                 m.count_eviction(mode.as_str());
             }
-            match (&action, &result) {
+            let ended = match (&action, &result) {
                 // Recorded even when the remove failed: `recorded` keeps it from counting twice.
                 // `record_finished` read its report before (the plan removes only workers of
                 // the list it saw); one it could not leaves a worker without a report.
@@ -296,7 +290,7 @@ impl Records {
                         let gone = Report::Unread("removed before its output was read".into());
                         self.reported(s, id, name, gone, now);
                     }
-                    self.ended(s, id, name, o.clone(), Vec::new(), now)
+                    Some((id, name, o.clone()))
                 }
                 // Ended for a full scratch: a failure the back-off counts, recorded now (its
                 // exit, by pilotd's signal, would read as neutral).
@@ -308,27 +302,21 @@ impl Records {
                         ..
                     },
                     Ok(_),
-                ) => self.ended(
-                    s,
+                ) => Some((
                     id,
                     name,
                     Outcome::ScratchFull {
                         share_kib: *share_kib,
                     },
-                    Vec::new(),
-                    now,
-                ),
-                (Action::Start { spec }, Err(e)) => self.ended(
-                    s,
-                    &spec.name,
-                    &spec.name,
-                    Outcome::StartFailed {
-                        message: e.to_string(),
-                    },
-                    Vec::new(),
-                    now,
-                ),
-                _ => {}
+                )),
+                (Action::Start { spec }, Err(e)) => {
+                    let message = e.to_string();
+                    Some((&spec.name, &spec.name, Outcome::StartFailed { message }))
+                }
+                _ => None,
+            };
+            if let Some((id, name, outcome)) = ended {
+                self.ended(s, id, name, outcome, Vec::new(), now);
             }
             lines.push(match result {
                 Ok(_) => action.to_string(),
