@@ -93,29 +93,21 @@ struct Work {
 }
 
 /// The volunteer daemon: volunteer mode's reconcile loop, driven by the service skeleton
-/// (`service::lifecycle::serve`). Every `interval`, and at once when the utmp file changes, a
-/// worker exits, a long operation finishes or the decision's `next_change` arrives
-/// (`triggers.rs`), it runs one cycle (`cycle.rs`): observe (host probe, workers from the
-/// engine, their CPU) → decide (`policy::decide`, pure) → plan (`plan::plan`, pure) → act
-/// (`executor.rs`) → record (`record.rs`: outcomes and back-off, the status file, the history,
-/// the contribution). `cpu.rs` measures the workers' own share of the CPU that the owner's
-/// load is computed without, and the CPU time they gave.
+/// (`service::lifecycle::serve`), a cycle (`cycle.rs`) per wake-up (`triggers.rs`). Its state
+/// is held by owners — the engine (`engine.rs`), the records (`record.rs`), the owner's doors
+/// (`doors.rs`), the wake-ups and their watchers (`triggers.rs`), the long operations run
+/// beside the loop so that an owner's return is never stuck behind them (`tasks.rs`) — beside
+/// the settings and what the cycle observes with. The drain ends all it started, so `serve`
+/// returns with nothing of its left running.
 ///
 /// Crash safety: nothing about workers is kept in memory across cycles that the engine does
 /// not also hold; each cycle starts from `list_workers`, so a restarted daemon adopts every
 /// labelled container as it is. A failed list is not an empty list: the cycle then starts
 /// nothing, removes nothing and says why in the status file.
 ///
-/// Long operations (a graceful stop may take the whole `grace`, a pull minutes, a manifest
-/// fetch its timeout) run as tasks beside the loop (`tasks.rs`), so an owner logging in is
-/// never stuck behind them. The watchers beside the loop (`triggers.rs`: utmp, logind, input
-/// devices, firewalld, the engine's events) and the owner's doors (`doors.rs`) are the
-/// daemon's own: the drain ends them, so `serve` returns with nothing of its left running.
-///
 /// The engine is injected (`Connector`): Docker in production, the recording fake in the
 /// tests below. Signals are the edge's business (`cmd/run`): the loop only sees a shutdown
-/// future and a stream of reloaded configurations. Its state is held by owners (the engine,
-/// the records, the owner's doors, the wake-ups) beside the settings and the observers.
+/// future and a stream of reloaded configurations.
 pub struct Daemon<B> {
     /// pilotd.toml's settings.
     s: Settings,
