@@ -7,41 +7,31 @@
 use super::Daemon;
 use super::cpu::MIN_CPU_WINDOW;
 use super::executor::{self, Executed};
-use super::record::Record;
+use super::record::{CycleOutcome, REPORT_LINES, Report};
+use super::tasks;
 use super::triggers::Interrupt;
 use crate::backend::Backend;
+use crate::contribution::{Claim, Measured};
 use crate::gc;
 use crate::history::Outlook;
 use crate::host::Carry;
 use crate::image;
 use crate::logind;
-use crate::plan::{self, Action, Observed};
+use crate::outcome::Outcome;
+use crate::plan::{self, Action, Observed, Plan};
 use crate::policy::{Supply, decide};
 use crate::snapshot::{HostSnapshot, Sessions};
 use crate::snooze;
 use crate::worker::{ImageState, Worker, WorkerState, split_reference};
 use chrono::{DateTime, Utc};
-use std::collections::HashMap;
+use pilot_contract::JobReport;
+
+/// How many lines of a failed worker's output are kept (log and status file).
+const OUTPUT_LINES: usize = 20;
 
 /// The running workers' scratch dirs are measured against their disk share every cycle
 /// interval, but never more often than this (a walk of a big tree costs I/O).
 const DISK_CHECK_MIN: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// What a cycle observed before it decides.
-struct Observation<B> {
-    backend: Option<B>,
-    workers: Option<Vec<Worker>>,
-    own_cpu: f64,
-    /// The host's CPU counters are read anew (the window is long enough).
-    fresh_cpu: bool,
-    /// ... and the window counts: pilotd started or removed no worker in it.
-    judged_cpu: bool,
-    logind: logind::Seen,
-    /// What an urgent cycle already evicted before the engine's list came (action lines).
-    early: Vec<String>,
-    /// The host as the early evictions saw it: the cycle decides on the same observation.
-    early_host: Option<HostSnapshot>,
-}
 
 impl<B: Backend> Daemon<B> {
     /// One cycle at `now`, with nothing to interrupt it; returns a one-line summary. An
@@ -66,28 +56,72 @@ impl<B: Backend> Daemon<B> {
         let summary = self.reconcile_at(now, urgent, int).await?;
         // Written after the cycle acted, and only when it changed meaningfully: an fsync
         // must never delay the eviction of a login, and an idle laptop's disk may sleep.
-        self.save_history(now);
+        self.records.save_due(&self.s, now);
         if let Some(m) = &self.metrics {
             m.cycle_seconds.observe(started.elapsed().as_secs_f64());
-            m.backoff_level.set(i64::from(self.status.backoff.failures));
-            if let Some(list) = &self.status.workers {
-                let mut counts: HashMap<&'static str, i64> = HashMap::new();
-                for w in list {
-                    *counts.entry(metric_state(w.state)).or_default() += 1;
-                }
-                m.set_workers(counts);
-            }
         }
         Some(summary)
     }
 
-    /// What was seen of the engine, the workers, their CPU, logind and the host.
-    async fn observe(
+    /// The cycle's steps: observe, decide, then with the engine's list plan and act; record.
+    async fn reconcile_at(
         &mut self,
         now: DateTime<Utc>,
         urgent: bool,
-        errors: &mut Vec<String>,
-    ) -> Observation<B> {
+        int: &mut Interrupt<'_>,
+    ) -> Option<String> {
+        self.fetch_manifest_if_due(now);
+        let mut outcome = CycleOutcome {
+            now,
+            ..Default::default()
+        };
+        // Observe. Nothing is done yet, so an urgent trigger drops it all (the engine's CPU
+        // statistics of busy workers can take most of a second on a loaded host).
+        let (backend, host) = if urgent {
+            self.observe(true, &mut outcome).await
+        } else {
+            tokio::select! {
+                biased;
+                () = int.arrived() => return None,
+                seen = self.observe(false, &mut outcome) => seen,
+            }
+        };
+        let Some(host) = host else {
+            self.finish(outcome);
+            return Some("host probe failed".into());
+        };
+        let (supply, outlook) = self.decide(now, &host);
+        outcome.supply = Some(&supply);
+        outcome.given = self.cpu.take_given();
+        self.records.decided(&self.s, &host, &outcome);
+        self.last_snapshot = Some(host);
+        let reason = supply.reasons.first().cloned().unwrap_or_default();
+        let (Some(b), Some(list)) = (backend, outcome.workers.clone()) else {
+            self.finish(outcome);
+            return Some(format!("engine unavailable; {reason}"));
+        };
+        // Finished workers' outcomes first: the back-off they widen must hold back a start
+        // planned in this very cycle.
+        self.record_finished(&b, &list, now).await;
+        self.measure_scratch_if_due(&list, now);
+        let plan = self.plan(&b, &list, &supply, &outlook, urgent, now).await;
+        self.act(&b, &list, plan, int, &mut outcome).await;
+        let live = list
+            .iter()
+            .filter(|w| matches!(w.state, WorkerState::Running | WorkerState::Paused));
+        let (live, target) = (live.count(), supply.workers);
+        self.finish(outcome);
+        Some(format!("{live} worker(s), target {target}; {reason}"))
+    }
+
+    /// Observe the engine, the workers and their CPU, logind and the host (None: the probe
+    /// failed, and there is no earlier observation); `o` takes what an urgent cycle evicted.
+    async fn observe(
+        &mut self,
+        urgent: bool,
+        o: &mut CycleOutcome<'_>,
+    ) -> (Option<B>, Option<HostSnapshot>) {
+        let (now, errors) = (o.now, &mut o.errors);
         let backend = self.connected(errors).await;
         // The engine's list and logind's sessions, asked together.
         let (listed, logind, (early, early_host)) = {
@@ -147,24 +181,43 @@ impl<B: Backend> Daemon<B> {
                          (workers {:.0}%)",
                         own * 100.0
                     );
-                    (self.status.own_cpu, false)
+                    (self.records.status().own_cpu, false)
                 }
             }
-            _ => (self.status.own_cpu, false),
+            _ => (self.records.status().own_cpu, false),
         };
         if !self.sleeping && matches!(logind, logind::Seen::Sessions(_)) {
             self.logind.hold_sleep_lock().await;
         }
-        Observation {
-            backend,
-            workers,
-            own_cpu,
-            fresh_cpu,
-            judged_cpu,
-            logind,
-            early,
-            early_host,
+        let observed = match early_host {
+            Some(host) => Some(host),
+            None => self.observe_host(now, own_cpu, fresh_cpu, logind, errors),
+        };
+        (o.actions, o.own_cpu) = (early, own_cpu);
+        o.workers = workers;
+        let Some(mut host) = observed else {
+            return (backend, None);
+        };
+        // Unless this window was judged, the machine's figure is the last judged one, like the
+        // workers'. Not the probe's: it holds the last refresh, which after an unjudged window
+        // includes a worker the carried own share does not (a cycle right after one read a
+        // just-started worker as 52% of owner load in CI). Where the engine could not list
+        // the workers, the host's own reading stands: all of it may be the owner's.
+        if !judged_cpu
+            && o.workers.is_some()
+            && let Some(last) = &self.last_snapshot
+        {
+            host.cpu_busy = last.cpu_busy;
         }
+        if judged_cpu {
+            tracing::debug!(
+                "CPU over the last window: machine {:.0}%, pilotd's workers {:.0}%, owner {:.0}%",
+                host.cpu_busy * 100.0,
+                own_cpu * 100.0,
+                host.owner_cpu() * 100.0
+            );
+        }
+        (backend, Some(host))
     }
 
     /// An urgent cycle's evictions decided before the engine's list arrives: the host observed
@@ -180,17 +233,17 @@ impl<B: Backend> Daemon<B> {
         logind: &logind::Seen,
         errors: &mut Vec<String>,
     ) -> (Vec<String>, Option<HostSnapshot>) {
-        let Some(last) = self.status.workers.clone() else {
+        let Some(last) = self.records.status().workers.clone() else {
             return (Vec::new(), None);
         };
         if !last.iter().any(|w| w.state == WorkerState::Running) {
             return (Vec::new(), None);
         }
-        let own = self.status.own_cpu;
+        let own = self.records.status().own_cpu;
         let Some(snapshot) = self.observe_host(now, own, false, logind.clone(), errors) else {
             return (Vec::new(), None);
         };
-        let outlook = Outlook::at(&self.s, &self.learner.history, now);
+        let outlook = Outlook::at(&self.s, self.records.history(), now);
         let supply = decide(&self.s.policy, &snapshot, outlook.limits, now);
         let no_image = ImageState::Unavailable {
             reason: "not asked in an urgent cycle's evictions".into(),
@@ -200,7 +253,7 @@ impl<B: Backend> Daemon<B> {
             Observed {
                 workers: &last,
                 in_flight: &self.work.in_flight,
-                backoff: &self.status.backoff,
+                backoff: &self.records.status().backoff,
                 image: &no_image,
                 free_hours: None,
                 scratch_use: &self.work.scratch_use,
@@ -228,153 +281,51 @@ impl<B: Backend> Daemon<B> {
         (self.record_executed(executed, now), Some(snapshot))
     }
 
-    async fn reconcile_at(
-        &mut self,
-        now: DateTime<Utc>,
-        urgent: bool,
-        int: &mut Interrupt<'_>,
-    ) -> Option<String> {
-        self.fetch_manifest_if_due(now);
-        let mut errors: Vec<String> = Vec::new();
-
-        // Observe. Nothing is done yet, so an urgent trigger drops it all (the engine's CPU
-        // statistics of busy workers can take most of a second on a loaded host).
-        let seen = if urgent {
-            self.observe(now, true, &mut errors).await
-        } else {
-            tokio::select! {
-                biased;
-                () = int.arrived() => return None,
-                seen = self.observe(now, false, &mut errors) => seen,
-            }
-        };
-        let Observation {
-            backend,
-            mut workers,
-            own_cpu,
-            fresh_cpu,
-            judged_cpu,
-            logind,
-            early,
-            early_host,
-        } = seen;
-        let observed = match early_host {
-            Some(host) => Some(host),
-            None => self.observe_host(now, own_cpu, fresh_cpu, logind, &mut errors),
-        };
-        let Some(mut snapshot) = observed else {
-            self.finish(
-                now,
-                Record {
-                    supply: None,
-                    actions: vec![],
-                    notes: vec![],
-                    errors,
-                    workers,
-                },
-            );
-            return Some("host probe failed".into());
-        };
-
-        // Unless this window was judged, the machine's figure is the last judged one, like the
-        // workers'. Not the probe's: it holds the last refresh, which after an unjudged window
-        // includes a worker the carried own share does not (a cycle right after one read a
-        // just-started worker as 52% of owner load in CI). Where the engine could not list
-        // the workers, the host's own reading stands: all of it may be the owner's.
-        if !judged_cpu
-            && workers.is_some()
-            && let Some(last) = &self.last_snapshot
-        {
-            snapshot.cpu_busy = last.cpu_busy;
-        }
-        if judged_cpu {
-            tracing::debug!(
-                "CPU over the last window: machine {:.0}%, pilotd's workers {:.0}%, owner {:.0}%",
-                snapshot.cpu_busy * 100.0,
-                own_cpu * 100.0,
-                snapshot.owner_cpu() * 100.0
-            );
-        }
-
-        // Decide.
-        let mut outlook = Outlook::at(&self.s, &self.learner.history, now);
-        // The fleet's spread holds the first start after this daemon started, too.
+    /// Decide: the policy's supply for this observation, with what the learned history
+    /// expects; the fleet's spread holds the first start after this daemon started, too.
+    fn decide(&self, now: DateTime<Utc>, host: &HostSnapshot) -> (Supply, Outlook) {
+        let mut outlook = Outlook::at(&self.s, self.records.history(), now);
         outlook.limits.started = Some(self.started);
-        let supply = decide(&self.s.policy, &snapshot, outlook.limits, now);
-        self.learn(now, &supply);
-        self.presence
-            .record(now, self.s.interval, &snapshot, &self.s.policy);
-        self.count_contribution(now, &supply, workers.as_deref());
-        self.log_decision_change(&supply);
-        self.advertise(&snapshot, &supply, now);
-        self.last_snapshot = Some(snapshot);
-        self.status.owner_busy_since = supply.owner_busy_since;
-        self.status.host_free_since = supply.host_free_since;
-        self.status.own_cpu = own_cpu;
-        self.wakeups.next_change = supply.next_change;
+        (decide(&self.s.policy, host, outlook.limits, now), outlook)
+    }
 
-        let (Some(b), Some(list)) = (backend, workers.clone()) else {
-            let summary = format!(
-                "engine unavailable; {}",
-                supply.reasons.first().cloned().unwrap_or_default()
-            );
-            self.finish(
-                now,
-                Record {
-                    supply: Some(&supply),
-                    actions: vec![],
-                    notes: vec![],
-                    errors,
-                    workers,
-                },
-            );
-            return Some(summary);
-        };
-
-        // Finished workers' outcomes first: the back-off they widen must hold back a start
-        // planned in this very cycle.
-        self.record_finished(&b, &list, now).await;
-        self.measure_scratch_if_due(&list, now);
-
-        // Plan.
+    /// Plan: the worker image (its registry asked beside the loop when due) and the traffic
+    /// filter as they are, and what the decision asks of the engine's list.
+    async fn plan(
+        &mut self,
+        b: &B,
+        list: &[Worker],
+        supply: &Supply,
+        outlook: &Outlook,
+        urgent: bool,
+        now: DateTime<Utc>,
+    ) -> Plan {
         if !self.work.in_flight.checking
-            && image::check_needed(
-                &mut self.status.image,
-                &self.worker.image,
-                now,
-                &self.s.image,
-            )
+            && image::check_needed(self.records.image(), &self.worker.image, now, &self.s.image)
         {
             self.work.in_flight.checking = true;
-            super::tasks::spawn_check(&mut self.work.tasks, &b, &self.worker.image);
+            tasks::spawn_check(&mut self.work.tasks, b, &self.worker.image);
         }
-        // An urgent cycle plans with the image as the last cycle saw it: one engine request
-        // less before the owner's workers are paused.
-        let image_state = match self.last_image.clone() {
-            Some(seen) if urgent => seen,
-            _ => image::state(
-                &b,
-                &self.status.image,
-                &self.s.image,
-                self.work.in_flight.pulling.as_deref(),
-                now,
-            )
-            .await
-            .unwrap_or_else(|e| ImageState::Unavailable {
-                reason: e.to_string(),
-            }),
-        };
-        self.last_image = Some(image_state.clone());
+        let pulling = self.work.in_flight.pulling.as_deref();
+        let ask = image::state(b, &self.records.status().image, &self.s.image, pulling, now);
+        let image_state = self
+            .engine
+            .image(urgent, async {
+                ask.await.unwrap_or_else(|e| ImageState::Unavailable {
+                    reason: e.to_string(),
+                })
+            })
+            .await;
         // Beside the loop: the filter of pilotd's network is checked (and repaired) while
         // workers live on it; down, the plan pauses them.
         let live = list.iter().any(|w| !w.state.is_finished());
         let filter_down = self.work.egress.check(self.worker.egress.as_ref(), live);
-        let plan = plan::plan(
-            &supply,
+        plan::plan(
+            supply,
             Observed {
-                workers: &list,
+                workers: list,
                 in_flight: &self.work.in_flight,
-                backoff: &self.status.backoff,
+                backoff: &self.records.status().backoff,
                 image: &image_state,
                 free_hours: Some(outlook.free_hours()),
                 scratch_use: &self.work.scratch_use,
@@ -382,61 +333,137 @@ impl<B: Backend> Daemon<B> {
             },
             &self.worker,
             now,
-        );
+        )
+    }
 
-        // Execute, then record what it did. Evictions come first in the plan; an urgent
-        // trigger arriving meanwhile stops it before the next start or resume.
-        let executed =
-            executor::execute(&b, &plan.actions, &self.worker, &mut self.work, int).await;
-        if let Some(list) = workers.as_mut() {
+    /// Act: the plan, evictions first (an urgent trigger stops it before the next start or
+    /// resume), what it did into the records; logind's idle lock while workers compute; GC.
+    async fn act(
+        &mut self,
+        b: &B,
+        list: &[Worker],
+        plan: Plan,
+        int: &mut Interrupt<'_>,
+        o: &mut CycleOutcome<'_>,
+    ) {
+        let executed = executor::execute(b, &plan.actions, &self.worker, &mut self.work, int).await;
+        if let Some(list) = o.workers.as_mut() {
             after_actions(list, &executed);
         }
-        let mut actions = early;
-        actions.extend(self.record_executed(executed, now));
-        let computing = supply.allowed && list.iter().any(|w| w.state == WorkerState::Running);
+        o.actions.extend(self.record_executed(executed, o.now));
+        o.notes = plan.notes;
+        let computing = o.supply.is_some_and(|s| s.allowed)
+            && list.iter().any(|w| w.state == WorkerState::Running);
         self.logind
             .keep_awake(self.s.policy.keep_awake && computing)
             .await;
         if !int.poll() {
-            self.gc_if_due(&b, &list, now).await;
+            self.gc_if_due(b, list, o.now).await;
         }
-        // Forget recorded outcomes and reports of containers that are gone.
-        self.status
-            .recorded
-            .retain(|id| list.iter().any(|w| &w.id == id));
-        self.status
-            .reported
-            .retain(|id| list.iter().any(|w| &w.id == id));
-        let summary = format!(
-            "{} worker(s), target {}; {}",
-            list.iter()
-                .filter(|w| matches!(w.state, WorkerState::Running | WorkerState::Paused))
-                .count(),
-            supply.workers,
-            supply.reasons.first().cloned().unwrap_or_default()
-        );
-        self.finish(
-            now,
-            Record {
-                supply: Some(&supply),
-                actions,
-                notes: plan.notes,
-                errors,
-                workers,
-            },
-        );
-        Some(summary)
+    }
+
+    /// Record the cycle's outcome in the status file.
+    fn finish(&mut self, mut o: CycleOutcome) {
+        o.locks = self.logind.locks();
+        o.scratch_use = self.work.scratch_use.clone();
+        self.records.record(o);
+    }
+
+    /// The action lines of what the executor did, into the records; a start or a removal
+    /// opens a CPU window of pilotd's own doing.
+    fn record_executed(&mut self, executed: Vec<Executed>, now: DateTime<Utc>) -> Vec<String> {
+        let ours = |e: &Executed| matches!(e.action, Action::Start { .. } | Action::Remove { .. });
+        if executed.iter().any(ours) {
+            self.cpu.acted();
+        }
+        self.records.executed(&self.s, executed, now)
+    }
+
+    /// Records, for every finished worker, its outcome (with the last lines of output of one
+    /// that failed) and the job report its pilot printed last, each once per container: read
+    /// here, before the plan removes the container. Every end goes through here: a pilot that
+    /// ran out of jobs, one evicted by pilotd's signal (condor's graceful stop lets it print
+    /// its report first), one stopped for a full scratch (its outcome recorded when the stop
+    /// was sent, its report once it has ended), one that failed.
+    async fn record_finished(&mut self, b: &B, list: &[Worker], now: DateTime<Utc>) {
+        for w in list {
+            let status = self.records.status();
+            let recorded = status.recorded.iter().any(|r| r == &w.id);
+            let reported = status.reported.iter().any(|r| r == &w.id);
+            if !w.state.is_finished() || (recorded && reported) {
+                continue;
+            }
+            let outcome = Outcome::from_exit(w.exit_code, w.oom_killed);
+            let keep_output = !recorded && outcome.is_failure();
+            let tail = if reported && !keep_output {
+                Ok(Vec::new())
+            } else {
+                b.output_tail(&w.id, REPORT_LINES).await
+            };
+            if !reported {
+                let report = match &tail {
+                    Ok(lines) => match JobReport::find_last(lines.iter().map(String::as_str)) {
+                        Some(Ok(r)) => Report::Found(r, self.claim(w, now)),
+                        Some(Err(e)) => Report::Damaged(e),
+                        None => Report::Missing,
+                    },
+                    Err(e) => Report::Unread(e.to_string()),
+                };
+                self.records.reported(&self.s, &w.id, &w.name, report, now);
+            }
+            if recorded {
+                continue;
+            }
+            let output = if keep_output {
+                match tail {
+                    // The image wrote these: no control character reaches the log or a terminal.
+                    // and URL credentials are redacted as in the log.
+                    Ok(lines) => lines[lines.len().saturating_sub(OUTPUT_LINES)..]
+                        .iter()
+                        .map(|l| redact::line(l.trim_end_matches('\n'), false))
+                        .collect(),
+                    Err(e) => vec![format!("(its output could not be read: {e})")],
+                }
+            } else {
+                Vec::new()
+            };
+            self.records
+                .ended(&self.s, &w.id, &w.name, outcome, output, now);
+        }
+    }
+
+    /// What a finished worker's report can claim: its life (from its creation to its end,
+    /// `now` when the engine gave none; zero when its creation is unknown, so a report of a
+    /// worker of unknown age is held to the one second of slack `Claim` gives), the host's
+    /// CPUs, and its cgroup's use as last read.
+    fn claim(&self, w: &Worker, now: DateTime<Utc>) -> Claim {
+        let end = w.finished_at.unwrap_or(now);
+        Claim {
+            lifetime: w
+                .created
+                .and_then(|c| end.signed_duration_since(c).to_std().ok())
+                .unwrap_or_default(),
+            cpus: self
+                .last_snapshot
+                .as_ref()
+                .map_or_else(host_cpus, |h| h.cpus),
+            measured: self.cpu.used(&w.id).map(|(cpu_seconds, at)| Measured {
+                cpu_seconds,
+                after: end.signed_duration_since(at).to_std().unwrap_or_default(),
+            }),
+        }
     }
 
     /// The engine, described in the log once per connection; `None` (and why, once per
     /// distinct failure) when it cannot be reached.
     async fn connected(&mut self, errors: &mut Vec<String>) -> Option<B> {
-        let b = match self.backend() {
+        let b = match self.engine.client(&self.s.engine, &mut self.wakeups) {
             Ok(b) => b,
             Err(e) => {
                 let msg = e.to_string();
                 if self
-                    .status
+                    .records
+                    .status()
                     .last_error
                     .as_deref()
                     .is_none_or(|l| !l.contains(&msg))
@@ -449,11 +476,11 @@ impl<B: Backend> Daemon<B> {
                 return None;
             }
         };
-        if self.status.engine.is_none()
+        if self.records.status().engine.is_none()
             && let Ok(engine) = b.describe_engine().await
         {
             tracing::info!(engine = %engine, "connected to the container engine");
-            self.status.engine = Some(engine);
+            self.records.engine_described(Some(engine));
         }
         Some(b)
     }
@@ -468,44 +495,38 @@ impl<B: Backend> Daemon<B> {
         logind: logind::Seen,
         errors: &mut Vec<String>,
     ) -> Option<HostSnapshot> {
+        let status = self.records.status();
         let carry = Carry {
             own_cpu,
-            owner_busy_since: self.status.owner_busy_since,
-            host_free_since: self.status.host_free_since,
+            owner_busy_since: status.owner_busy_since,
+            host_free_since: status.host_free_since,
         };
         #[cfg(test)]
         if let Some(synthetic) = &mut self.synthetic_host {
             return Some(synthetic(now, carry));
         }
-        match self.probe.observe(now, carry, refresh_cpu) {
+        let mut s = match self.probe.observe(now, carry, refresh_cpu) {
             Ok(mut s) => {
-                s.sleeping = self.sleeping;
-                s.input_idle_s = self.input.idle_s(now);
-                snooze::lay_on(&mut s, &self.s.state_dir);
                 logind::lay_on(&mut s, logind);
-                Some(s)
+                s
             }
             Err(e) => {
                 errors.push(e.to_string());
-                match &self.last_snapshot {
-                    Some(last) => {
-                        let mut s = HostSnapshot {
-                            taken_at: now,
-                            sessions: Sessions::Unknown(format!("host probe failed: {e}")),
-                            sleeping: self.sleeping,
-                            input_idle_s: self.input.idle_s(now),
-                            ..last.clone()
-                        };
-                        snooze::lay_on(&mut s, &self.s.state_dir);
-                        Some(s)
-                    }
-                    None => {
-                        tracing::error!("{e}; nothing to decide on yet");
-                        None
-                    }
+                let Some(last) = &self.last_snapshot else {
+                    tracing::error!("{e}; nothing to decide on yet");
+                    return None;
+                };
+                HostSnapshot {
+                    taken_at: now,
+                    sessions: Sessions::Unknown(format!("host probe failed: {e}")),
+                    ..last.clone()
                 }
             }
-        }
+        };
+        s.sleeping = self.sleeping;
+        s.input_idle_s = self.input.idle_s(now);
+        snooze::lay_on(&mut s, &self.s.state_dir);
+        Some(s)
     }
 
     /// Measures the running workers' scratch dirs beside the loop, every `interval` but at
@@ -526,16 +547,16 @@ impl<B: Backend> Daemon<B> {
         }
         self.work.measuring = true;
         self.work.measured_at = Some(now);
-        super::tasks::spawn_measure(&mut self.work.tasks, &self.worker.scratch_root, running);
+        tasks::spawn_measure(&mut self.work.tasks, &self.worker.scratch_root, running);
     }
 
     /// Collects finished scratch dirs and old images every `gc_interval`.
     async fn gc_if_due(&mut self, b: &B, list: &[Worker], now: DateTime<Utc>) {
         let every = chrono::Duration::from_std(self.s.gc_interval).unwrap_or_default();
-        if self.last_gc.is_some_and(|t| now - t < every) {
+        if self.work.collected_at.is_some_and(|t| now - t < every) {
             return;
         }
-        self.last_gc = Some(now);
+        self.work.collected_at = Some(now);
         let mut items = gc::scratch(
             &self.worker.scratch_root,
             &gc::scratch_entries(&self.worker.scratch_root),
@@ -552,8 +573,8 @@ impl<B: Backend> Daemon<B> {
         match b.list_images(&repository).await {
             Ok(local) => items.extend(gc::images(
                 &local,
-                self.status.image.digest.as_deref(),
-                &self.status.pulled_images,
+                self.records.status().image.digest.as_deref(),
+                &self.records.status().pulled_images,
                 list,
             )),
             Err(e) => tracing::warn!("{e}; image GC skipped this time"),
@@ -564,11 +585,8 @@ impl<B: Backend> Daemon<B> {
                 Err(_) => tracing::warn!("gc: {c}"),
             }
         }
-        // Forget pulls whose image is gone.
         if let Ok(local) = b.list_images(&repository).await {
-            self.status
-                .pulled_images
-                .retain(|p| local.iter().any(|i| i.id == p.id));
+            self.records.keep_pulls(&local);
         }
     }
 
@@ -578,57 +596,13 @@ impl<B: Backend> Daemon<B> {
             return;
         };
         if self.refresh.start_if_due(now, r.refresh, &self.s.fleet) {
-            super::tasks::spawn_manifest_fetch(
+            tasks::spawn_manifest_fetch(
                 &mut self.work.tasks,
                 r,
                 self.s.image.allowed.clone(),
                 self.s.worker.env.clone(),
             );
         }
-    }
-
-    /// Counts the time since the last cycle into the availability history, and the decision
-    /// into the metrics.
-    fn learn(&mut self, now: DateTime<Utc>, supply: &Supply) {
-        let free = !supply.causes.iter().any(|c| c.owner_or_host_busy());
-        self.learner
-            .learn(&self.s.policy.timezone, now, self.s.interval, free);
-        if let Some(m) = &self.metrics {
-            m.allowed.set(i64::from(supply.allowed));
-            for c in &supply.causes {
-                m.count_decision(c.as_str());
-            }
-        }
-    }
-
-    /// One log line per change of decision, saying what changed and why.
-    fn log_decision_change(&mut self, s: &Supply) {
-        let now = format!(
-            "{} (target {} worker(s), evict {})",
-            if s.allowed { "compute" } else { "do not start" },
-            s.workers,
-            s.evict.as_str()
-        );
-        if self.last_decision.as_deref() != Some(now.as_str()) {
-            tracing::info!(
-                causes = %s.causes.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(","),
-                "decision: {} -> {now}: {}",
-                self.last_decision.as_deref().unwrap_or("none"),
-                s.reasons.iter().chain(&s.notes).cloned().collect::<Vec<_>>().join("; ")
-            );
-            self.last_decision = Some(now);
-        }
-    }
-}
-
-/// The `state` label of the workers metric.
-fn metric_state(s: WorkerState) -> &'static str {
-    match s {
-        WorkerState::Running => "running",
-        WorkerState::Paused => "paused",
-        WorkerState::Exited => "exited",
-        WorkerState::Created => "created",
-        _ => "other",
     }
 }
 
@@ -646,4 +620,9 @@ fn after_actions(list: &mut [Worker], executed: &[Executed]) {
             w.state = state;
         }
     }
+}
+
+/// The machine's CPUs when no host observation is at hand.
+fn host_cpus() -> u32 {
+    std::thread::available_parallelism().map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX))
 }

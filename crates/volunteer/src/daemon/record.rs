@@ -1,25 +1,30 @@
-//! What a cycle leaves behind: the outcome of each finished worker (which feeds the
-//! back-off) and the jobs its pilot reported (the contribution), the status file's lines, the
-//! learned history and the contribution on disk.
+//! The daemon's records (`Records`): the learned history, the presence timeline, the
+//! contribution, the slot ad and the status file. A cycle hands them what it observed, decided
+//! and did (`CycleOutcome`): counted when it decided (`decided`), before anything is done on it,
+//! and written to the status file when it ends (`record`); each finished worker's outcome
+//! (which feeds the back-off) and the jobs its pilot reported come in as they are read.
 
-use super::Daemon;
 use super::executor::Executed;
-use crate::backend::Backend;
-use crate::contribution::{self, Claim, Ended, Measured};
-use crate::history;
+use crate::contribution::{self, Claim, Contribution, Ended};
+use crate::disk::ScratchUse;
+use crate::history::{self, History, Learner};
 use crate::outcome::Outcome;
 use crate::plan::{Action, Reason};
 use crate::policy::Supply;
+use crate::settings::Settings;
 use crate::slot_ad;
 use crate::snapshot::HostSnapshot;
-use crate::status::{self, Decision, OutcomeRecord};
-use crate::timeline;
-use crate::worker::{Worker, WorkerState};
+use crate::status::{self, Decision, ImageRecord, OutcomeRecord, PulledImage, Status};
+use crate::timeline::{self, Recorder};
+use crate::worker::{LocalImage, Worker, WorkerState};
 use chrono::{DateTime, SecondsFormat, Utc};
 use pilot_contract::{JobReport, ReportError};
+use pilotd_core::service::metrics::Metrics;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
 
-/// How many lines of a failed worker's output are kept (log and status file).
-const OUTPUT_LINES: usize = 20;
+#[cfg(test)]
+mod tests;
 
 /// How many of a finished worker's last lines are searched for its pilot's job report: the
 /// report is the pilot's last line on stdout, but condor's and the pilot's last words on
@@ -28,8 +33,9 @@ const OUTPUT_LINES: usize = 20;
 pub(super) const REPORT_LINES: usize = 200;
 
 /// What a finished worker's output said of its jobs.
-enum Report {
-    Found(JobReport),
+pub(super) enum Report {
+    /// The report, and what bounds it (`Claim`).
+    Found(JobReport, Claim),
     /// No report line: a pilot older than the report, an image that does not run `pilot`,
     /// or a pilot killed before it could print one.
     Missing,
@@ -46,34 +52,229 @@ const HISTORY_EVERY: std::time::Duration = std::time::Duration::from_secs(900);
 /// is nothing; hourly keeps what the daemon writes to a donated disk small.
 const TIMELINE_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
 
-/// What one cycle leaves in the status file.
-pub(super) struct Record<'a> {
+/// What one cycle observed, decided and did: the decision (none without a host observation),
+/// the workers' CPU share it was made with and the CPU-seconds they gave since the last cycle,
+/// the workers as listed (none when the engine could not list them; once the cycle acted, as
+/// its pauses and resumes left them), its action lines, the plan's notes, what failed, and
+/// logind's locks and the scratch measurements as the cycle left them.
+#[derive(Default)]
+pub(super) struct CycleOutcome<'a> {
+    pub(super) now: DateTime<Utc>,
     pub(super) supply: Option<&'a Supply>,
+    pub(super) own_cpu: f64,
+    pub(super) given: f64,
+    pub(super) workers: Option<Vec<Worker>>,
     pub(super) actions: Vec<String>,
     pub(super) notes: Vec<String>,
     pub(super) errors: Vec<String>,
-    pub(super) workers: Option<Vec<Worker>>,
+    pub(super) locks: BTreeMap<String, DateTime<Utc>>,
+    pub(super) scratch_use: BTreeMap<String, ScratchUse>,
 }
 
-impl<B: Backend> Daemon<B> {
+/// What was last written to the state dir, and when (to write only what changed).
+#[derive(Default)]
+struct Saved {
+    status: Option<(Status, DateTime<Utc>)>,
+    history: Option<DateTime<Utc>>,
+    timeline: Option<DateTime<Utc>>,
+}
+
+/// The records, taken back from the state dir at the start and written back to it.
+pub(super) struct Records {
+    /// What `pilotd status` reads, and a restarted daemon takes back.
+    status: Status,
+    status_path: PathBuf,
+    saved: Saved,
+    learner: Learner,
+    presence: Recorder,
+    contribution: Contribution,
+    /// The slot-ad lines last written (`<state_dir>/ad/slot.ad`).
+    advertised: Option<String>,
+    /// The last decision, to log each change once.
+    last_decision: Option<String>,
+    metrics: Option<Metrics>,
+}
+
+impl Records {
+    /// What the state dir of `s` remembers as of `now` (what cannot be read starts empty).
+    pub(super) fn load(s: &Settings, metrics: Option<Metrics>, now: DateTime<Utc>) -> Records {
+        let loaded = history::load(&s.state_dir, &s.policy.timezone);
+        let ledger = contribution::load(&s.state_dir);
+        let recorded = timeline::load(&s.state_dir);
+        for w in [&loaded.warning, &ledger.warning, &recorded.warning]
+            .into_iter()
+            .flatten()
+        {
+            tracing::warn!("{w}");
+        }
+        let status_path = status::path(&s.state_dir);
+        Records {
+            status: restore(&status_path, s, now),
+            status_path,
+            saved: Saved::default(),
+            learner: Learner::new(loaded.history),
+            presence: Recorder::new(recorded.timeline),
+            contribution: Contribution::new(ledger.ledger),
+            advertised: None,
+            last_decision: None,
+            metrics,
+        }
+    }
+
+    pub(super) fn status(&self) -> &Status {
+        &self.status
+    }
+
+    pub(super) fn history(&self) -> &History {
+        &self.learner.history
+    }
+
+    #[cfg(test)]
+    pub(super) fn ledger(&self) -> &contribution::Ledger {
+        &self.contribution.ledger
+    }
+
+    #[cfg(test)]
+    pub(super) fn timeline(&self) -> &timeline::Timeline {
+        &self.presence.timeline
+    }
+
+    /// The engine as it described itself (None: not since its settings changed).
+    pub(super) fn engine_described(&mut self, engine: Option<String>) {
+        self.status.engine = engine;
+    }
+
+    /// What is known of the worker image (its tag's digest, checks and failures).
+    pub(super) fn image(&mut self) -> &mut ImageRecord {
+        &mut self.status.image
+    }
+
+    /// An image pilotd pulled (image GC removes only those).
+    pub(super) fn pulled(&mut self, p: PulledImage) {
+        self.status.pulled_images.retain(|old| old.id != p.id);
+        self.status.pulled_images.push(p);
+    }
+
+    /// Forgets pulls whose image is gone.
+    pub(super) fn keep_pulls(&mut self, local: &[LocalImage]) {
+        self.status
+            .pulled_images
+            .retain(|p| local.iter().any(|i| i.id == p.id));
+    }
+
+    /// Counts `o`'s decision before the cycle acts on it: the time since the last cycle into
+    /// the history, the timeline and the contribution, the slot ad, the latches carried on.
+    pub(super) fn decided(&mut self, s: &Settings, host: &HostSnapshot, o: &CycleOutcome) {
+        let Some(supply) = o.supply else {
+            return;
+        };
+        let (tz, now) = (&s.policy.timezone, o.now);
+        let free = !supply.causes.iter().any(|c| c.owner_or_host_busy());
+        self.learner.learn(tz, now, s.interval, free);
+        if let Some(m) = &self.metrics {
+            m.allowed.set(i64::from(supply.allowed));
+            for c in &supply.causes {
+                m.count_decision(c.as_str());
+            }
+        }
+        self.presence.record(now, s.interval, host, &s.policy);
+        // The workers as listed, before this cycle's actions; unknown (no engine list): none
+        // counted as computing.
+        let has = |state| {
+            o.workers
+                .as_ref()
+                .is_some_and(|l| l.iter().any(|w| w.state == state))
+        };
+        let seen = contribution::Observed {
+            cpu_seconds: o.given,
+            running: has(WorkerState::Running),
+            paused: has(WorkerState::Paused),
+            open: supply.allowed,
+            owner_present: supply.causes.iter().any(|c| c.owner_there()),
+        };
+        let before = self.contribution.ledger.all_time;
+        self.contribution.record(tz, now, s.interval, seen);
+        if let Some(m) = &self.metrics {
+            let after = &self.contribution.ledger.all_time;
+            m.cpu_seconds_given
+                .inc_by(after.cpu_seconds - before.cpu_seconds);
+            m.computing_seconds
+                .inc_by(after.computing_s - before.computing_s);
+            m.paused_seconds.inc_by(after.paused_s - before.paused_s);
+            m.open_seconds.inc_by(after.open_s - before.open_s);
+            m.owner_present_seconds
+                .inc_by(after.owner_present_s - before.owner_present_s);
+        }
+        self.log_decision_change(supply);
+        self.advertise(s, host, supply, now);
+        self.status.owner_busy_since = supply.owner_busy_since;
+        self.status.host_free_since = supply.host_free_since;
+        self.status.own_cpu = o.own_cpu;
+    }
+
+    /// One log line per change of decision, saying what changed and why.
+    fn log_decision_change(&mut self, s: &Supply) {
+        let now = format!(
+            "{} (target {} worker(s), evict {})",
+            if s.allowed { "compute" } else { "do not start" },
+            s.workers,
+            s.evict.as_str()
+        );
+        if self.last_decision.as_deref() != Some(now.as_str()) {
+            tracing::info!(
+                causes = %s.causes.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(","),
+                "decision: {} -> {now}: {}",
+                self.last_decision.as_deref().unwrap_or("none"),
+                s.reasons.iter().chain(&s.notes).cloned().collect::<Vec<_>>().join("; ")
+            );
+            self.last_decision = Some(now);
+        }
+    }
+
+    /// The machine's slot-ad lines (`slot_ad`), and the week's contribution when the site
+    /// turned it on, written when they changed: before the cycle's starts, so a new worker's
+    /// mount finds the file.
+    fn advertise(
+        &mut self,
+        s: &Settings,
+        host: &HostSnapshot,
+        supply: &Supply,
+        now: DateTime<Utc>,
+    ) {
+        let mut text = slot_ad::render(&s.worker.instance, &s.policy, host, supply, now);
+        // What the machine gave leaves it only when the site turned it on.
+        if s.advertise_contribution {
+            let tz = &s.policy.timezone;
+            text.push_str(&slot_ad::contribution(
+                &contribution::Ledger::week_of(tz, now),
+                &self.contribution.ledger.this_week(tz, now),
+            ));
+        }
+        if self.advertised.as_deref() == Some(text.as_str()) {
+            return;
+        }
+        match slot_ad::save(&s.worker.ad_dir, &text) {
+            Ok(()) => self.advertised = Some(text),
+            Err(e) => tracing::warn!("{e}"),
+        }
+    }
+
     /// Counts evictions, records outcomes (a removed worker's, a start that failed) and
     /// returns the status file's action lines.
-    pub(super) fn record_executed(
+    pub(super) fn executed(
         &mut self,
+        s: &Settings,
         executed: Vec<Executed>,
         now: DateTime<Utc>,
     ) -> Vec<String> {
         let mut lines = Vec::with_capacity(executed.len());
         for Executed { action, result } in executed {
-            if matches!(action, Action::Start { .. } | Action::Remove { .. }) {
-                self.cpu.acted();
-            }
             if let (Some(m), Some(mode)) =
                 (&self.metrics, action.reason().and_then(Reason::eviction))
             {
                 m.count_eviction(mode.as_str());
             }
-            match (&action, &result) {
+            let ended = match (&action, &result) {
                 // Recorded even when the remove failed: `recorded` keeps it from counting twice.
                 // `record_finished` read its report before (the plan removes only workers of
                 // the list it saw); one it could not leaves a worker without a report.
@@ -87,9 +288,9 @@ impl<B: Backend> Daemon<B> {
                 ) => {
                     if !self.status.reported.iter().any(|r| r == id) {
                         let gone = Report::Unread("removed before its output was read".into());
-                        self.record_report(id, name, (Default::default(), now), gone, now);
+                        self.reported(s, id, name, gone, now);
                     }
-                    self.record_outcome(id, name, o.clone(), Vec::new(), now)
+                    Some((id, name, o.clone()))
                 }
                 // Ended for a full scratch: a failure the back-off counts, recorded now (its
                 // exit, by pilotd's signal, would read as neutral).
@@ -101,25 +302,21 @@ impl<B: Backend> Daemon<B> {
                         ..
                     },
                     Ok(_),
-                ) => self.record_outcome(
+                ) => Some((
                     id,
                     name,
                     Outcome::ScratchFull {
                         share_kib: *share_kib,
                     },
-                    Vec::new(),
-                    now,
-                ),
-                (Action::Start { spec }, Err(e)) => self.record_outcome(
-                    &spec.name,
-                    &spec.name,
-                    Outcome::StartFailed {
-                        message: e.to_string(),
-                    },
-                    Vec::new(),
-                    now,
-                ),
-                _ => {}
+                )),
+                (Action::Start { spec }, Err(e)) => {
+                    let message = e.to_string();
+                    Some((&spec.name, &spec.name, Outcome::StartFailed { message }))
+                }
+                _ => None,
+            };
+            if let Some((id, name, outcome)) = ended {
+                self.ended(s, id, name, outcome, Vec::new(), now);
             }
             lines.push(match result {
                 Ok(_) => action.to_string(),
@@ -129,82 +326,20 @@ impl<B: Backend> Daemon<B> {
         lines
     }
 
-    /// Records, for every finished worker, its outcome (with the last lines of output of one
-    /// that failed) and the job report its pilot printed last, each once per container: read
-    /// here, before the plan removes the container. Every end goes through here: a pilot that
-    /// ran out of jobs, one evicted by pilotd's signal (condor's graceful stop lets it print
-    /// its report first), one stopped for a full scratch (its outcome recorded when the stop
-    /// was sent, its report once it has ended), one that failed.
-    pub(super) async fn record_finished(&mut self, b: &B, list: &[Worker], now: DateTime<Utc>) {
-        for w in list {
-            let recorded = self.status.recorded.iter().any(|r| r == &w.id);
-            let reported = self.status.reported.iter().any(|r| r == &w.id);
-            if !w.state.is_finished() || (recorded && reported) {
-                continue;
-            }
-            let outcome = Outcome::from_exit(w.exit_code, w.oom_killed);
-            let keep_output = !recorded && outcome.is_failure();
-            let tail = if reported && !keep_output {
-                Ok(Vec::new())
-            } else {
-                b.output_tail(&w.id, REPORT_LINES).await
-            };
-            if !reported {
-                let report = match &tail {
-                    Ok(lines) => match JobReport::find_last(lines.iter().map(String::as_str)) {
-                        Some(Ok(r)) => Report::Found(r),
-                        Some(Err(e)) => Report::Damaged(e),
-                        None => Report::Missing,
-                    },
-                    Err(e) => Report::Unread(e.to_string()),
-                };
-                self.record_report(&w.id, &w.name, life(w, now), report, now);
-            }
-            if recorded {
-                continue;
-            }
-            let output = if keep_output {
-                match tail {
-                    // The image wrote these: no control character reaches the log or a terminal.
-                    // and URL credentials are redacted as in the log.
-                    Ok(lines) => lines[lines.len().saturating_sub(OUTPUT_LINES)..]
-                        .iter()
-                        .map(|l| redact::line(l.trim_end_matches('\n'), false))
-                        .collect(),
-                    Err(e) => vec![format!("(its output could not be read: {e})")],
-                }
-            } else {
-                Vec::new()
-            };
-            self.record_outcome(&w.id, &w.name, outcome, output, now);
-        }
-    }
-
     /// A finished worker's job report, counted once per container into the contribution (and
-    /// the metrics), held to what the worker's cgroup used and its life could hold (`Claim`). A report that is
-    /// missing, damaged or unreadable counts the worker as one without a report; a damaged
-    /// one is logged with its worker, as is a claim cut to its bound.
-    fn record_report(
+    /// the metrics), held to what the worker's cgroup used and its life could hold (`Claim`).
+    /// A report that is missing, damaged or unreadable counts the worker as one without a
+    /// report; a damaged one is logged with its worker, as is a claim cut to its bound.
+    pub(super) fn reported(
         &mut self,
+        s: &Settings,
         id: &str,
         name: &str,
-        (lifetime, end): (std::time::Duration, DateTime<Utc>),
         report: Report,
         now: DateTime<Utc>,
     ) {
         let counted = match report {
-            Report::Found(r) => {
-                let claim = Claim {
-                    lifetime,
-                    cpus: self
-                        .last_snapshot
-                        .as_ref()
-                        .map_or_else(host_cpus, |h| h.cpus),
-                    measured: self.cpu.used(id).map(|(cpu_seconds, at)| Measured {
-                        cpu_seconds,
-                        after: end.signed_duration_since(at).to_std().unwrap_or_default(),
-                    }),
-                };
+            Report::Found(r, claim) => {
                 let (r, cut) = claim.bound(&r);
                 if !cut.is_empty() {
                     let used = claim.measured.map_or_else(
@@ -257,7 +392,7 @@ impl<B: Backend> Daemon<B> {
             }
         };
         self.contribution
-            .reported(&self.s.policy.timezone, now, counted.as_ref());
+            .reported(&s.policy.timezone, now, counted.as_ref());
         if let Some(m) = &self.metrics {
             match &counted {
                 Some(r) => {
@@ -278,9 +413,11 @@ impl<B: Backend> Daemon<B> {
         self.status.reported.push(id.to_string());
     }
 
-    /// A finished worker's outcome: feeds the back-off, once per container.
-    pub(super) fn record_outcome(
+    /// A finished worker's outcome (with the last lines of output of one that failed): feeds
+    /// the back-off, once per container.
+    pub(super) fn ended(
         &mut self,
+        s: &Settings,
         id: &str,
         name: &str,
         outcome: Outcome,
@@ -303,10 +440,7 @@ impl<B: Backend> Daemon<B> {
             );
         }
         let before = self.status.backoff.failures;
-        self.status.backoff = self
-            .status
-            .backoff
-            .after(&outcome, now, self.worker.backoff);
+        self.status.backoff = self.status.backoff.after(&outcome, now, s.worker.backoff);
         let b = &self.status.backoff;
         if b.failures > before {
             tracing::warn!(
@@ -321,8 +455,7 @@ impl<B: Backend> Daemon<B> {
         } else {
             tracing::info!(worker = name, "worker ended: {outcome}");
         }
-        self.contribution
-            .ended(&self.s.policy.timezone, now, &outcome);
+        self.contribution.ended(&s.policy.timezone, now, &outcome);
         // Saved at the cycle's end: a worker's end is news to `status` and the page.
         self.saved.history = None;
         if let Some(m) = &self.metrics {
@@ -343,133 +476,130 @@ impl<B: Backend> Daemon<B> {
         self.status.outcomes.drain(..excess);
     }
 
-    /// Writes what this cycle saw, decided and did to the status file.
-    pub(super) fn finish(&mut self, now: DateTime<Utc>, r: Record<'_>) {
-        self.status.updated_at = Some(now);
-        self.status.pid = std::process::id();
-        if let Some(s) = r.supply {
-            self.status.decision = Some(Decision::of(s, now));
+    /// Writes what the cycle saw, decided and did to the status file (and the metrics), when
+    /// it changed for its readers or the heartbeat is due.
+    pub(super) fn record(&mut self, o: CycleOutcome) {
+        let st = &mut self.status;
+        st.updated_at = Some(o.now);
+        st.pid = std::process::id();
+        if let Some(s) = o.supply {
+            st.decision = Some(Decision::of(s, o.now));
         }
-        if !r.actions.is_empty() {
-            self.status.last_actions = r.actions;
+        if !o.actions.is_empty() {
+            st.last_actions = o.actions;
         }
-        self.status.notes = r.notes;
-        self.status.locks = self.logind.locks();
-        self.status.last_error = (!r.errors.is_empty()).then(|| r.errors.join("; "));
-        self.status.workers = r.workers;
+        st.notes = o.notes;
+        st.locks = o.locks;
+        st.last_error = (!o.errors.is_empty()).then(|| o.errors.join("; "));
         // The last measurement of each listed worker's scratch, for `status` and the page.
-        self.status.scratch_use = self.work.scratch_use.clone();
-        if let Some(list) = &self.status.workers {
-            self.status
-                .scratch_use
-                .retain(|id, _| list.iter().any(|w| &w.id == id));
+        st.scratch_use = o.scratch_use;
+        if let Some(list) = &o.workers {
+            let listed = |id: &String| list.iter().any(|w| &w.id == id);
+            st.scratch_use.retain(|id, _| listed(id));
+            // A cycle that decided on the engine's list forgets the recorded outcomes and
+            // reports of containers that are gone.
+            if o.supply.is_some() {
+                st.recorded.retain(listed);
+                st.reported.retain(listed);
+            }
+        }
+        st.workers = o.workers;
+        if let Some(m) = &self.metrics {
+            m.backoff_level.set(i64::from(st.backoff.failures));
+            if let Some(list) = &st.workers {
+                let mut counts: HashMap<&'static str, i64> = HashMap::new();
+                for w in list {
+                    *counts.entry(metric_state(w.state)).or_default() += 1;
+                }
+                m.set_workers(counts);
+            }
         }
         let heartbeat = pilotd_core::horizon::delta(status::HEARTBEAT);
         let unchanged = self.saved.status.as_ref().is_some_and(|(last, at)| {
-            now.signed_duration_since(*at) < heartbeat && last.same_for_readers(&self.status)
+            o.now.signed_duration_since(*at) < heartbeat && last.same_for_readers(&self.status)
         });
         if unchanged {
             return;
         }
         match status::save(&self.status_path, &self.status) {
-            Ok(()) => self.saved.status = Some((self.status.clone(), now)),
+            Ok(()) => self.saved.status = Some((self.status.clone(), o.now)),
             Err(e) => tracing::error!("{e}"),
         }
     }
 
-    /// What the interval ending at `now` gave (`contribution`): the workers' CPU the meter
-    /// read, and what the cycle saw of them (as listed, before this cycle's actions) and of
-    /// the decision. Workers unknown (no engine list): none counted as computing.
-    pub(super) fn count_contribution(
-        &mut self,
-        now: DateTime<Utc>,
-        supply: &Supply,
-        workers: Option<&[Worker]>,
-    ) {
-        let has = |state| workers.is_some_and(|l| l.iter().any(|w| w.state == state));
-        let seen = contribution::Observed {
-            cpu_seconds: self.cpu.take_given(),
-            running: has(WorkerState::Running),
-            paused: has(WorkerState::Paused),
-            open: supply.allowed,
-            owner_present: supply.causes.iter().any(|c| c.owner_there()),
-        };
-        let before = self.contribution.ledger.all_time;
-        self.contribution
-            .record(&self.s.policy.timezone, now, self.s.interval, seen);
-        if let Some(m) = &self.metrics {
-            let after = &self.contribution.ledger.all_time;
-            m.cpu_seconds_given
-                .inc_by(after.cpu_seconds - before.cpu_seconds);
-            m.computing_seconds
-                .inc_by(after.computing_s - before.computing_s);
-            m.paused_seconds.inc_by(after.paused_s - before.paused_s);
-            m.open_seconds.inc_by(after.open_s - before.open_s);
-            m.owner_present_seconds
-                .inc_by(after.owner_present_s - before.owner_present_s);
-        }
-    }
-
-    /// The learned history and the contribution every `HISTORY_EVERY`, the presence timeline
-    /// every `TIMELINE_EVERY` (the drain saves them all): they count time, so they change
-    /// every cycle, and a crash loses at most that much of them.
-    pub(super) fn save_history(&mut self, now: DateTime<Utc>) {
+    /// The learned history and the contribution every `HISTORY_EVERY` (and at the end of a
+    /// cycle in which a worker ended), the presence timeline every `TIMELINE_EVERY`: they
+    /// count time, so they change every cycle, and a crash loses at most that much of them.
+    pub(super) fn save_due(&mut self, s: &Settings, now: DateTime<Utc>) {
         let due = |at: Option<DateTime<Utc>>, every| {
             at.is_none_or(|at| now.signed_duration_since(at) >= pilotd_core::horizon::delta(every))
         };
         if due(self.saved.history, HISTORY_EVERY) {
-            match history::save(&self.s.state_dir, &self.learner.history) {
+            match history::save(&s.state_dir, &self.learner.history) {
                 Ok(()) => self.saved.history = Some(now),
                 Err(e) => tracing::error!("{e}"),
             }
-            if let Err(e) = contribution::save(&self.s.state_dir, &self.contribution.ledger) {
+            if let Err(e) = contribution::save(&s.state_dir, &self.contribution.ledger) {
                 tracing::error!("{e}");
             }
         }
         if due(self.saved.timeline, TIMELINE_EVERY) {
-            match timeline::save(&self.s.state_dir, &self.presence.timeline) {
+            match timeline::save(&s.state_dir, &self.presence.timeline) {
                 Ok(()) => self.saved.timeline = Some(now),
                 Err(e) => tracing::error!("{e}"),
             }
         }
     }
 
-    /// The machine's slot-ad lines (`slot_ad`), and the week's contribution when the site
-    /// turned it on, written when they changed: before this cycle's starts, so a new worker's
-    /// mount finds the file.
-    pub(super) fn advertise(&mut self, host: &HostSnapshot, supply: &Supply, now: DateTime<Utc>) {
-        let mut text = slot_ad::render(&self.worker.instance, &self.s.policy, host, supply, now);
-        // What the machine gave leaves it only when the site turned it on.
-        if self.s.advertise_contribution {
-            let tz = &self.s.policy.timezone;
-            text.push_str(&slot_ad::contribution(
-                &contribution::Ledger::week_of(tz, now),
-                &self.contribution.ledger.this_week(tz, now),
-            ));
+    /// Writes them all (the daemon stops).
+    pub(super) fn save_all(&mut self, s: &Settings, now: DateTime<Utc>) {
+        self.status.updated_at = Some(now);
+        if let Err(e) = status::save(&self.status_path, &self.status) {
+            tracing::error!("{e}");
         }
-        if self.advertised.as_deref() == Some(text.as_str()) {
-            return;
-        }
-        match slot_ad::save(&self.s.worker.ad_dir, &text) {
-            Ok(()) => self.advertised = Some(text),
-            Err(e) => tracing::warn!("{e}"),
-        }
+        (self.saved.history, self.saved.timeline) = (None, None);
+        self.save_due(s, now);
     }
 }
 
-/// A finished worker's life, from its creation to its end, and that end (`now` when the
-/// engine gave none); zero when its creation is unknown, so a report of a worker of unknown
-/// age is held to the one second of slack `Claim` gives.
-fn life(w: &Worker, now: DateTime<Utc>) -> (std::time::Duration, DateTime<Utc>) {
-    let end = w.finished_at.unwrap_or(now);
-    let lifetime = w
-        .created
-        .and_then(|c| end.signed_duration_since(c).to_std().ok())
-        .unwrap_or_default();
-    (lifetime, end)
+/// Takes back what a previous pilotd recorded. Latches only when recent: an old "host free
+/// since" would start workers without the owner's `free_for`.
+fn restore(path: &Path, s: &Settings, now: DateTime<Utc>) -> Status {
+    let mut status = Status {
+        pid: std::process::id(),
+        instance: s.engine.instance.clone(),
+        ..Default::default()
+    };
+    match status::load(path) {
+        Ok(Some(prev)) => {
+            let fresh_for = pilotd_core::horizon::delta(s.interval.saturating_mul(3))
+                .max(chrono::Duration::minutes(2));
+            if prev.updated_at.is_some_and(|t| now - t <= fresh_for) {
+                status.owner_busy_since = prev.owner_busy_since;
+                status.host_free_since = prev.host_free_since;
+            }
+            if prev.instance == status.instance {
+                status.backoff = prev.backoff;
+                status.recorded = prev.recorded;
+                status.reported = prev.reported;
+                status.outcomes = prev.outcomes;
+            }
+            status.image = prev.image;
+            status.pulled_images = prev.pulled_images;
+        }
+        Ok(None) => {}
+        Err(e) => tracing::warn!("{e}; starting with an empty status"),
+    }
+    status
 }
 
-/// The machine's CPUs when no host observation is at hand.
-fn host_cpus() -> u32 {
-    std::thread::available_parallelism().map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX))
+/// The `state` label of the workers metric.
+fn metric_state(s: WorkerState) -> &'static str {
+    match s {
+        WorkerState::Running => "running",
+        WorkerState::Paused => "paused",
+        WorkerState::Exited => "exited",
+        WorkerState::Created => "created",
+        _ => "other",
+    }
 }

@@ -131,13 +131,7 @@ impl<B: Backend> Daemon<B> {
             }
             TaskDone::Checked { reference, answer } => {
                 self.work.in_flight.checking = false;
-                image::record_check(
-                    &mut self.status.image,
-                    &reference,
-                    answer,
-                    now,
-                    &self.s.image,
-                );
+                image::record_check(self.records.image(), &reference, answer, now, &self.s.image);
             }
             TaskDone::Manifest(result) => {
                 self.refresh.finished();
@@ -177,15 +171,14 @@ impl<B: Backend> Daemon<B> {
                             m.image_pulls.inc();
                             m.image_pull_bytes.inc_by(img.size);
                         }
-                        self.status.pulled_images.retain(|p| p.id != img.id);
-                        self.status.pulled_images.push(PulledImage {
+                        self.records.pulled(PulledImage {
                             id: img.id,
                             pinned,
                             pulled_at: now,
                         });
                     }
                     Err(e) => image::record_failure(
-                        &mut self.status.image,
+                        self.records.image(),
                         &format!("pulling {pinned}"),
                         &e,
                         now,

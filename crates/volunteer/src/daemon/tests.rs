@@ -2,16 +2,25 @@
 //! host probe and utmp file in a temp dir, real status file, no Docker. Each test is one
 //! story a donated machine lives through.
 
-use super::*;
+use super::tasks::TaskDone;
 use crate::backend::fake::FakeBackend;
+use crate::manifest;
 use crate::outcome::{Outcome, StartBackoff};
+use crate::settings::Settings;
+use crate::status::{self, Status};
+use crate::worker::WorkerState;
 use crate::worker::{LocalImage, Worker, labels};
+use chrono::{DateTime, Utc};
 use pilot_contract::PilotExit;
 use pilotd_core::config::policy::{BatteryRule, SessionRule};
 use pilotd_core::config::units::Share;
 use pilotd_core::config::{Config, Evict, Policy, SiteConfig};
+use pilotd_core::service::lifecycle::{self, Hooks, Reconciler};
+use pilotd_core::service::metrics::Metrics;
 use pilotd_test_support::utmp;
 use std::collections::BTreeMap;
+use std::time::Duration;
+use tokio::sync::mpsc;
 
 /// The daemon on the recording fake engine.
 type Daemon = super::Daemon<FakeBackend>;
@@ -231,7 +240,9 @@ async fn a_failed_list_is_not_an_empty_list() {
         assert!(m.calls(verb).is_empty(), "{verb}: {:?}", m.engine.calls());
     }
     // The file says the same to `pilotd status`.
-    let saved = status::load(&d.status_path).unwrap().unwrap();
+    let saved = status::load(&status::path(&d.s.state_dir))
+        .unwrap()
+        .unwrap();
     assert_eq!(saved.workers, None);
 
     // The engine answers again: the next cycles start the worker.
@@ -348,7 +359,9 @@ async fn the_service_drives_the_daemon_in_process_and_a_bad_reload_changes_nothi
     assert_eq!(d.s, before, "the last good configuration stays");
     assert_eq!(m.calls("start").len(), 1);
     // The drain wrote the status; on_shutdown = "keep" left the worker running.
-    let saved = status::load(&d.status_path).unwrap().unwrap();
+    let saved = status::load(&status::path(&d.s.state_dir))
+        .unwrap()
+        .unwrap();
     assert!(saved.updated_at.is_some());
     assert!(m.calls("stop").is_empty());
 }
@@ -419,7 +432,7 @@ async fn the_slot_ad_is_written_before_a_start_and_again_only_when_it_changes() 
 async fn a_reload_applies_the_new_interval_to_the_cycle_timer() {
     let m = Machine::new();
     let mut d = m.daemon();
-    let before = d.wakeups.interval.period();
+    let before = d.wakeups.period();
     // The same configuration as the machine's, with another interval.
     let mut cfg = Config {
         site: m.site(),
@@ -430,7 +443,7 @@ async fn a_reload_applies_the_new_interval_to_the_cycle_timer() {
     cfg.site.interval.0 = before * 30;
     d.reload(cfg).unwrap();
     assert_eq!(d.s.interval, before * 30);
-    assert_eq!(d.wakeups.interval.period(), before * 30);
+    assert_eq!(d.wakeups.period(), before * 30);
 }
 
 /// A finished worker as the engine lists it.
@@ -514,7 +527,9 @@ async fn a_failed_worker_leaves_its_last_lines_in_the_log_and_the_status() {
         ]
     );
     // The status file keeps them after the container is gone.
-    let saved = status::load(&d.status_path).unwrap().unwrap();
+    let saved = status::load(&status::path(&d.s.state_dir))
+        .unwrap()
+        .unwrap();
     assert_eq!(saved.outcomes, *outcomes);
 }
 
@@ -764,7 +779,7 @@ async fn the_daemon_counts_what_the_machine_gave() {
     d.cycle(t(120), false).await;
     assert_eq!(m.calls("remove"), vec![format!("remove {id}")]);
 
-    let all = d.contribution.ledger.all_time;
+    let all = d.records.ledger().all_time;
     assert_eq!(all.cpu_seconds, 20.0, "the worker's counter, from zero");
     // Listed running at +30, +60 and +90 (the login's cycle saw it before evicting it).
     assert_eq!(all.computing_s, 90);
@@ -778,8 +793,8 @@ async fn the_daemon_counts_what_the_machine_gave() {
         }
     );
     assert_eq!(
-        d.contribution
-            .ledger
+        d.records
+            .ledger()
             .this_week(&pilotd_core::zone::Zone::utc(), t(120)),
         all
     );
@@ -798,17 +813,17 @@ async fn the_daemon_counts_what_the_machine_gave() {
     // history's interval has passed: a crash loses at most that.
     assert_eq!(
         contribution::peek(&m.settings().state_dir).ledger,
-        d.contribution.ledger
+        *d.records.ledger()
     );
     d.cycle(t(150), false).await;
     assert_ne!(
         contribution::peek(&m.settings().state_dir).ledger,
-        d.contribution.ledger
+        *d.records.ledger()
     );
-    d.save_history(t(120 + 900));
+    d.records.save_due(&d.s, t(120 + 900));
     assert_eq!(
         contribution::peek(&m.settings().state_dir).ledger,
-        d.contribution.ledger
+        *d.records.ledger()
     );
 }
 
@@ -1136,7 +1151,7 @@ async fn a_finished_workers_job_report_is_counted_once() {
         workers_reported: 1,
         workers_unreported: 2,
     };
-    assert_eq!(d.contribution.ledger.all_time.jobs, want);
+    assert_eq!(d.records.ledger().all_time.jobs, want);
     let log = logged.text();
     assert!(
         log.lines().any(|l| l.contains("bad1")
@@ -1171,7 +1186,7 @@ async fn a_finished_workers_job_report_is_counted_once() {
     // The engine lists one again (as when its removal failed): counted once.
     m.engine.lock().workers.push(exited("done1", 0));
     d.cycle(now + chrono::Duration::seconds(30), false).await;
-    assert_eq!(d.contribution.ledger.all_time.jobs, want);
+    assert_eq!(d.records.ledger().all_time.jobs, want);
 }
 
 /// A worker's report cannot claim more than its life could hold: a job that forged the
@@ -1202,7 +1217,7 @@ async fn a_forged_report_is_held_to_the_workers_life() {
         d.cycle(Utc::now(), false).await;
     }
     let cpus = f64::from(d.last_snapshot.as_ref().unwrap().cpus);
-    let jobs = d.contribution.ledger.all_time.jobs;
+    let jobs = d.records.ledger().all_time.jobs;
     // It lived an hour (and the one second of slack).
     assert_eq!(jobs.cpu_seconds, 3601.0 * cpus);
     assert_eq!(jobs.completed, 5, "the rest of the report counts");
@@ -1271,7 +1286,7 @@ async fn a_forged_report_is_held_to_what_the_workers_cgroup_used() {
             let _g = logged.capture();
             d.cycle(t(30), false).await;
         }
-        let jobs = d.contribution.ledger.all_time.jobs;
+        let jobs = d.records.ledger().all_time.jobs;
         assert_eq!(jobs.workers_reported, 1);
         let log = logged.text();
         match counted {
@@ -1325,8 +1340,8 @@ async fn an_evicted_workers_vacated_work_is_counted_as_lost() {
         Outcome::Exited(PilotExit::Signal(15))
     );
     let week = d
-        .contribution
-        .ledger
+        .records
+        .ledger()
         .this_week(&pilotd_core::zone::Zone::utc(), t(3600));
     assert_eq!(week.jobs.vacated, 1);
     assert_eq!(week.jobs.vacated_cpu_seconds, 1800.0);

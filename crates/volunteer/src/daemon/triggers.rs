@@ -1,17 +1,30 @@
-//! Events that start a cycle before the next tick: the utmp file changed (someone logged in
-//! or out) and a worker exited. The owner's return must evict within a second, so utmp is
-//! watched with inotify; where inotify is unavailable (some container filesystems, exhausted
-//! watches) the file's mtime and size are polled every 250 ms instead — still well under the
-//! one-second goal, at the cost of a few stat calls per second.
+//! What wakes the loop (`Wakeups`): the tick every `interval`, the decision's `next_change`,
+//! and the triggers that the watchers beside it send — utmp, logind, input devices, firewalld,
+//! the engine's events, the owner's doors. The watchers are the daemon's own: the drain ends
+//! them, as does dropping the daemon, so nothing of it is left running.
+//!
+//! The owner's return must evict within a second, so utmp is watched with inotify; where
+//! inotify is unavailable (some container filesystems, exhausted watches) the file's mtime and
+//! size are polled every 250 ms instead — still well under the one-second goal, at the cost of
+//! a few stat calls per second.
 
 use crate::backend::{Backend, BackendEvent};
+use crate::egress;
+use crate::input::LastInput;
+use crate::logind::Signal;
+use crate::settings::Settings;
+use chrono::{DateTime, Utc};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use pilotd_core::backoff::Backoff;
+use pilotd_core::service::lifecycle::Wake;
+use std::future::Future;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
+use tokio::task::{AbortHandle, JoinSet};
 
 /// Why a cycle was triggered early.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,6 +58,7 @@ impl Trigger {
 /// arrives (the owner logged in while the regular cycle measured CPU or listed images), so
 /// the cycle can drop what it was observing, or stop before its next start, and let an urgent
 /// cycle run at once. Triggers that are not urgent only ask for one more cycle.
+#[derive(Default)]
 pub struct Interrupt<'a> {
     rx: Option<&'a mut mpsc::Receiver<Trigger>>,
     /// An urgent trigger arrived during this cycle.
@@ -59,20 +73,13 @@ impl<'a> Interrupt<'a> {
     pub fn new(rx: &'a mut mpsc::Receiver<Trigger>) -> Self {
         Interrupt {
             rx: Some(rx),
-            urgent: false,
-            again: false,
-            sleep: None,
+            ..Interrupt::none()
         }
     }
 
     /// One that never fires (tests and one-shot cycles).
     pub fn none() -> Self {
-        Interrupt {
-            rx: None,
-            urgent: false,
-            again: false,
-            sleep: None,
-        }
+        Interrupt::default()
     }
 
     fn note(&mut self, t: Trigger) {
@@ -260,4 +267,163 @@ pub async fn watch_workers(backend: impl Backend, tx: mpsc::Sender<Trigger>) {
         };
         tokio::time::sleep(wait).await;
     }
+}
+
+pub(super) struct Wakeups {
+    tx: mpsc::Sender<Trigger>,
+    /// Home between cycles; lent to the running cycle (`triggers::Interrupt`).
+    rx: Option<mpsc::Receiver<Trigger>>,
+    /// A trigger arrived during the last cycle: the next one is due at once.
+    again: Option<Wake>,
+    interval: tokio::time::Interval,
+    watchers: JoinSet<()>,
+}
+
+impl Wakeups {
+    pub(super) fn new(interval: Duration) -> Wakeups {
+        let (tx, rx) = mpsc::channel::<Trigger>(8);
+        Wakeups {
+            tx,
+            rx: Some(rx),
+            again: None,
+            interval: cycle_timer(interval),
+            watchers: JoinSet::new(),
+        }
+    }
+
+    pub(super) fn sender(&self) -> mpsc::Sender<Trigger> {
+        self.tx.clone()
+    }
+
+    pub(super) fn watch(&mut self, w: impl Future<Output = ()> + Send + 'static) -> AbortHandle {
+        self.watchers.spawn(w)
+    }
+
+    /// Watches the machine: utmp, logind, the input devices and firewalld.
+    pub(super) fn watch_the_machine(
+        &mut self,
+        s: &Settings,
+        input: Arc<LastInput>,
+        guard: egress::Guard,
+    ) {
+        self.watch(watch_utmp(s.probe.utmp.clone(), self.sender()));
+        let tx = self.sender();
+        self.watch(crate::logind::watch(move |signal| {
+            let t = match signal {
+                Signal::Sessions => Trigger::Sessions,
+                Signal::Sleep(going) => Trigger::Sleep(going),
+            };
+            // A sleep announcement must not be lost in a full channel: it changes the
+            // decision. The send waits for room, and ends when the daemon (the receiver)
+            // is gone.
+            match tx.try_send(t) {
+                Err(mpsc::error::TrySendError::Closed(_)) => false,
+                Err(mpsc::error::TrySendError::Full(t @ Trigger::Sleep(_))) => {
+                    let tx = tx.clone();
+                    tokio::spawn(async move { tx.send(t).await });
+                    true
+                }
+                _ => true,
+            }
+        }));
+        // The machine's keyboards, mice and touchpads: the first input after a quiet spell as
+        // long as `session_idle` is the owner coming back.
+        let tx = self.sender();
+        self.watch(crate::input::watch(
+            s.probe.dev.join("input"),
+            input_sysfs(&s.probe.power_supply),
+            input,
+            move || {
+                !matches!(
+                    tx.try_send(Trigger::Input),
+                    Err(mpsc::error::TrySendError::Closed(_))
+                )
+            },
+        ));
+        // A firewall reload firewalld announces is checked at once, not at the next cycle. The
+        // guard is asked directly rather than through a trigger: the trigger channel is lent
+        // to a running cycle, and a cycle may take a while to observe.
+        self.watch(egress::firewalld::watch(move |announced| {
+            tracing::debug!(?announced, "firewalld");
+            guard.reloaded();
+            true
+        }));
+    }
+
+    /// The triggers that woke the loop, a burst taken in as one (utmp is written in several
+    /// steps); none for the tick or the decision's `next_change` (when it changes by the clock
+    /// alone). Cancel-safe, as `Reconciler::wake` must be.
+    pub(super) async fn next(&mut self, next_change: Option<DateTime<Utc>>) -> Vec<Trigger> {
+        // A moment after `next_change`, so the decision has really changed.
+        let until_change = next_change
+            .and_then(|t| (t - Utc::now()).to_std().ok())
+            .unwrap_or(Duration::from_secs(86_400))
+            + Duration::from_millis(50);
+        tokio::select! {
+            _ = self.interval.tick() => Vec::new(),
+            Some(t) = next_trigger(&mut self.rx) => {
+                tracing::debug!(trigger = ?t, "cycle triggered");
+                let mut burst = vec![t];
+                burst.extend(std::iter::from_fn(|| self.rx.as_mut()?.try_recv().ok()));
+                burst
+            }
+            _ = tokio::time::sleep(until_change) => Vec::new(),
+        }
+    }
+
+    pub(super) fn take_again(&mut self) -> Option<Wake> {
+        self.again.take()
+    }
+
+    pub(super) fn again(&mut self, w: Wake) {
+        self.again = Some(w);
+    }
+
+    /// The trigger channel, lent to a cycle (None: one has it already).
+    pub(super) fn lend(&mut self) -> Option<mpsc::Receiver<Trigger>> {
+        self.rx.take()
+    }
+
+    pub(super) fn give_back(&mut self, rx: mpsc::Receiver<Trigger>) {
+        self.rx = Some(rx);
+    }
+
+    /// A new interval: the timer was built from the old one; the first tick of a new one is now.
+    pub(super) fn retime(&mut self, interval: Duration) {
+        self.interval = cycle_timer(interval);
+    }
+
+    #[cfg(test)]
+    pub(super) fn period(&self) -> Duration {
+        self.interval.period()
+    }
+
+    pub(super) async fn shutdown(&mut self) {
+        self.watchers.shutdown().await;
+    }
+}
+
+/// The next trigger; never, while a cycle has the channel (it is home between cycles).
+async fn next_trigger(rx: &mut Option<mpsc::Receiver<Trigger>>) -> Option<Trigger> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The kernel's class of input devices, beside the power supplies pilotd reads for the battery
+/// (both are `/sys/class/...`; a test pointing one elsewhere points both).
+fn input_sysfs(power_supply: &Path) -> PathBuf {
+    power_supply
+        .parent()
+        .unwrap_or(Path::new("/sys/class"))
+        .join("input")
+}
+
+/// The cycle timer: a tick every `interval`, the first at once; a late tick delays the next
+/// ones rather than bursting to catch up.
+fn cycle_timer(interval: Duration) -> tokio::time::Interval {
+    let mut t = tokio::time::interval(interval);
+    t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    t
 }

@@ -16,12 +16,19 @@
 //! CPU figure checks that `Utilization::of` and `granted_cpus` count the CPUs the way the
 //! ledger does, on workers whose use of their CPUs varies from job to job.
 
-use super::*;
+use super::{Machine, first_cycles};
 use crate::contribution::Tally;
 use crate::host::Carry;
 use crate::projection::{self, Figures, Utilization};
-use chrono::{Datelike, Timelike};
+use crate::settings::Settings;
+use crate::snapshot::HostSnapshot;
+use crate::worker::WorkerState;
+use chrono::{DateTime, Datelike, Timelike, Utc};
+use pilotd_core::config::policy::SessionRule;
+use pilotd_core::config::units::Share;
+use pilotd_core::config::{Evict, Policy};
 use std::collections::HashMap;
+use std::time::Duration;
 
 /// The daemon's interval in this month: five minutes, so that a month of real cycles (each
 /// writing the status file, as the daemon does) runs in a debug build's test time; the
@@ -216,7 +223,7 @@ async fn the_projection_agrees_with_a_month_the_daemon_lived() {
     }
     let lived = clock.elapsed();
 
-    let measured = d.contribution.ledger.all_time;
+    let measured = d.records.ledger().all_time;
     let machine = {
         let mut h = HostSnapshot::test(start());
         h.cpus = HOST_CPUS;
@@ -228,9 +235,9 @@ async fn the_projection_agrees_with_a_month_the_daemon_lived() {
         projection::granted_cpus(&settings.policy, &machine),
     );
     assert!(utilization.measured, "{utilization:?}");
-    let timeline = d.presence.timeline.clone();
+    let timeline = d.records.timeline().clone();
     let project = |s: &Settings, timeline: &crate::timeline::Timeline| {
-        projection::project(s, &d.learner.history, timeline, &machine, utilization, end).total
+        projection::project(s, d.records.history(), timeline, &machine, utilization, end).total
     };
     let clock = std::time::Instant::now();
     let projected = project(&settings, &timeline);
