@@ -43,7 +43,7 @@ use std::fmt;
 /// Why the plan acts on a worker. Logs and status show it as a sentence; metrics count only
 /// evictions as evictions (a surplus worker or one past its `die_at` is stopped, not evicted).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Reason {
+pub enum Reason {
     /// The owner needs the machine; the decision says how.
     Eviction(Evict),
     /// Past its `die_at`: stopped gracefully.

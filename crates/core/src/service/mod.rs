@@ -1,7 +1,6 @@
 //! The process as a system service, the same for both modes.
 
 pub mod detach;
-pub mod footprint;
 pub mod http;
 pub mod lifecycle;
 pub mod listener;

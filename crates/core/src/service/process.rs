@@ -3,7 +3,6 @@
 //! waits for a detached daemon) how it goes.
 
 use super::detach::{self, DetachError, Detached, PidFile, Role};
-use super::footprint;
 use super::lifecycle::Hooks;
 use super::metrics::Metrics;
 use super::notify;
@@ -59,12 +58,10 @@ pub fn prepare(
     }
 }
 
-/// systemd's notifications and the detached parent's readiness, wired to the loop's hooks;
-/// after each cycle the code pages only a start used are given back (`footprint`).
+/// systemd's notifications and the detached parent's readiness, wired to the loop's hooks.
 pub fn hooks(service: &Service) -> Hooks {
     let detached = service.detached.clone();
     let watchdog = notify::watchdog_interval().is_some();
-    let mut shed = footprint::Shed::default();
     Hooks {
         ready: Some(Box::new(move |summary: &str| {
             tracing::info!("ready: {summary}");
@@ -76,7 +73,6 @@ pub fn hooks(service: &Service) -> Hooks {
         })),
         // READY after every cycle also completes a reload (systemd waits for it after RELOADING).
         cycle_done: Some(Box::new(move |summary: &str| {
-            shed.after_cycle(std::time::Instant::now());
             notify::ready(summary);
             if watchdog {
                 notify::watchdog();

@@ -37,7 +37,7 @@ impl<B: Backend> Daemon<B> {
     /// One cycle at `now`, with nothing to interrupt it; returns a one-line summary. An
     /// `urgent` cycle (a login) decides on the CPU share measured last time instead of
     /// waiting for the engine's statistics.
-    pub async fn cycle(&mut self, now: DateTime<Utc>, urgent: bool) -> String {
+    pub(crate) async fn cycle(&mut self, now: DateTime<Utc>, urgent: bool) -> String {
         self.cycle_with(now, urgent, &mut Interrupt::none())
             .await
             .unwrap_or_default()

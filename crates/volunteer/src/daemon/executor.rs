@@ -18,7 +18,7 @@ use std::time::Duration;
 
 /// What an action did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Done {
+pub(crate) enum Done {
     Paused,
     Resumed,
     Killed,
@@ -34,7 +34,7 @@ pub enum Done {
 
 /// Why an action failed.
 #[derive(Debug, thiserror::Error)]
-pub enum ExecError {
+pub(crate) enum ExecError {
     #[error(transparent)]
     Backend(#[from] BackendError),
     #[error(transparent)]
@@ -54,7 +54,7 @@ pub struct Executed {
 /// An urgent trigger (`int`) arriving on the way leaves out what would give the machine back
 /// to the workers — starts, resumes, pulls — and lets an urgent cycle decide them again;
 /// evictions still run.
-pub async fn execute(
+pub(crate) async fn execute(
     b: &impl Backend,
     actions: &[Action],
     worker: &WorkerSettings,

@@ -9,7 +9,7 @@ mod record;
 mod tasks;
 #[cfg(test)]
 mod tests;
-pub mod triggers;
+pub(crate) mod triggers;
 
 use crate::backend::{Backend, BackendError};
 use crate::egress;
@@ -54,7 +54,7 @@ pub(super) type SyntheticHost =
     Box<dyn FnMut(DateTime<Utc>, crate::host::Carry) -> HostSnapshot + Send>;
 
 /// Makes the engine client from its settings (no request is made yet).
-pub type Connector<B> = Box<dyn Fn(&EngineSettings) -> Result<B, BackendError> + Send>;
+pub(crate) type Connector<B> = Box<dyn Fn(&EngineSettings) -> Result<B, BackendError> + Send>;
 
 /// Runs the daemon for `s` until `shutdown` completes: readiness, watchdog, reloads and the
 /// drain are the service skeleton's. Needs a tokio runtime with IO and time enabled.
@@ -142,7 +142,7 @@ pub struct Daemon<B> {
 impl<B: Backend> Daemon<B> {
     /// A daemon for `s`, taking back what the state dir remembers (status, history, the last
     /// good manifest) as of `now`. Spawns nothing: `serve` starts the watchers.
-    pub fn new(
+    pub(crate) fn new(
         s: Settings,
         connect: Connector<B>,
         metrics: Option<Metrics>,
@@ -203,7 +203,7 @@ impl<B: Backend> Daemon<B> {
     }
 
     /// The status as the last cycle left it (what `pilotd status` reads).
-    pub fn status(&self) -> &Status {
+    pub(crate) fn status(&self) -> &Status {
         self.records.status()
     }
 
@@ -211,7 +211,7 @@ impl<B: Backend> Daemon<B> {
     /// devices, firewalld), the owner's doors, then the service skeleton's loop. Every task
     /// started here is the daemon's and ends with the drain, so a loop driven in-process
     /// leaves nothing running behind it.
-    pub async fn serve(
+    pub(crate) async fn serve(
         &mut self,
         hooks: Hooks,
         shutdown: impl Future<Output = ()>,

@@ -17,7 +17,7 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 
 /// A long operation that finished.
-pub enum TaskDone {
+pub(crate) enum TaskDone {
     Stopped {
         id: String,
         name: String,
@@ -40,7 +40,11 @@ pub enum TaskDone {
 
 /// Measures the running workers' scratch dirs beside the loop (a walk of a big tree takes
 /// time the loop must not lose).
-pub fn spawn_measure(tasks: &mut JoinSet<TaskDone>, root: &Path, workers: Vec<(String, String)>) {
+pub(crate) fn spawn_measure(
+    tasks: &mut JoinSet<TaskDone>,
+    root: &Path,
+    workers: Vec<(String, String)>,
+) {
     let root = root.to_path_buf();
     tasks.spawn(async move {
         let usage = tokio::task::spawn_blocking(move || disk::measure(&root, &workers))
@@ -52,7 +56,7 @@ pub fn spawn_measure(tasks: &mut JoinSet<TaskDone>, root: &Path, workers: Vec<(S
 
 /// Asks the image's registry beside the loop: a slow or unreachable registry must never delay
 /// an eviction (a login's cycle runs at once, whatever the registry is doing).
-pub fn spawn_check(tasks: &mut JoinSet<TaskDone>, b: &impl Backend, reference: &str) {
+pub(crate) fn spawn_check(tasks: &mut JoinSet<TaskDone>, b: &impl Backend, reference: &str) {
     let (b, reference) = (b.clone(), reference.to_string());
     tasks.spawn(async move {
         let answer = b.resolve_image(&reference).await;
@@ -60,7 +64,7 @@ pub fn spawn_check(tasks: &mut JoinSet<TaskDone>, b: &impl Backend, reference: &
     });
 }
 
-pub fn spawn_stop(
+pub(crate) fn spawn_stop(
     tasks: &mut JoinSet<TaskDone>,
     b: &impl Backend,
     id: &str,
@@ -74,7 +78,12 @@ pub fn spawn_stop(
     });
 }
 
-pub fn spawn_pull(tasks: &mut JoinSet<TaskDone>, b: &impl Backend, repository: &str, digest: &str) {
+pub(crate) fn spawn_pull(
+    tasks: &mut JoinSet<TaskDone>,
+    b: &impl Backend,
+    repository: &str,
+    digest: &str,
+) {
     let (b, repository, digest) = (b.clone(), repository.to_string(), digest.to_string());
     tasks.spawn(async move {
         let result = b.pull_image(&repository, &digest).await;
@@ -88,7 +97,7 @@ pub fn spawn_pull(tasks: &mut JoinSet<TaskDone>, b: &impl Backend, repository: &
 
 /// Fetches and checks the pool's manifest against this host's limits (`allowed` images, the
 /// site's own env names).
-pub fn spawn_manifest_fetch(
+pub(crate) fn spawn_manifest_fetch(
     tasks: &mut JoinSet<TaskDone>,
     r: RemoteSettings,
     allowed: Vec<String>,

@@ -38,7 +38,6 @@ pub enum Trigger {
     /// logind's PrepareForSleep: true before a suspend, false after the wake-up.
     Sleep(bool),
     WorkerExited(String),
-    TaskDone,
     /// The workers' traffic filter went down or came back.
     Filter,
 }
@@ -46,7 +45,7 @@ pub enum Trigger {
 impl Trigger {
     /// The owner may be waiting: decide on what is known, without the slow observations,
     /// and interrupt a regular cycle's observations to do so.
-    pub fn is_urgent(&self) -> bool {
+    pub(crate) fn is_urgent(&self) -> bool {
         matches!(
             self,
             Trigger::Sessions | Trigger::Owner | Trigger::Input | Trigger::Sleep(_)
@@ -70,7 +69,7 @@ pub struct Interrupt<'a> {
 }
 
 impl<'a> Interrupt<'a> {
-    pub fn new(rx: &'a mut mpsc::Receiver<Trigger>) -> Self {
+    pub(crate) fn new(rx: &'a mut mpsc::Receiver<Trigger>) -> Self {
         Interrupt {
             rx: Some(rx),
             ..Interrupt::none()
@@ -78,7 +77,7 @@ impl<'a> Interrupt<'a> {
     }
 
     /// One that never fires (tests and one-shot cycles).
-    pub fn none() -> Self {
+    pub(crate) fn none() -> Self {
         Interrupt::default()
     }
 
@@ -94,7 +93,7 @@ impl<'a> Interrupt<'a> {
     }
 
     /// Whether an urgent trigger has arrived by now (does not wait).
-    pub fn poll(&mut self) -> bool {
+    pub(crate) fn poll(&mut self) -> bool {
         while let Some(t) = self.rx.as_mut().and_then(|rx| rx.try_recv().ok()) {
             self.note(t);
         }
@@ -102,7 +101,7 @@ impl<'a> Interrupt<'a> {
     }
 
     /// Completes when an urgent trigger arrives; never when there is no channel. Cancel-safe.
-    pub async fn arrived(&mut self) {
+    pub(crate) async fn arrived(&mut self) {
         if self.urgent {
             return;
         }
@@ -137,7 +136,7 @@ impl AsRawFd for InotifyFd {
 /// Watches `utmp` until `tx` closes. Watches the directory, not the file: login managers and
 /// `utmpdump -r > file` replace or truncate it, and a file that does not exist yet must be
 /// noticed when it appears.
-pub async fn watch_utmp(utmp: PathBuf, tx: mpsc::Sender<Trigger>) {
+pub(crate) async fn watch_utmp(utmp: PathBuf, tx: mpsc::Sender<Trigger>) {
     match inotify_watch(&utmp, &tx).await {
         Ok(()) => return,
         Err(e) => tracing::warn!(
@@ -236,7 +235,7 @@ const RECONNECT_CLEAN: Duration = Duration::from_secs(1);
 
 /// Forwards "a worker exited" from the engine, reconnecting with a delay when the stream
 /// breaks (engine restart). Missing an event only delays the reaction to the next tick.
-pub async fn watch_workers(backend: impl Backend, tx: mpsc::Sender<Trigger>) {
+pub(crate) async fn watch_workers(backend: impl Backend, tx: mpsc::Sender<Trigger>) {
     let mut failures = 0u32;
     loop {
         let (etx, mut erx) = mpsc::channel::<BackendEvent>(16);
