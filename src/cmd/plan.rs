@@ -43,7 +43,7 @@ pub fn run(g: &Global, a: &PlanArgs) -> Result<String, CmdError> {
                 (Some(SnapshotFile::Cluster(text)), Some(path)) => Some((path, text)),
                 _ => None,
             };
-            kubernetes_plan(&cfg, cluster, now.unwrap_or_else(Utc::now), a.format)
+            kubernetes_plan(&cfg, cluster, now, a.format)
         }
         (Mode::Volunteer, Some(SnapshotFile::Cluster(_))) => Err(CmdError::Usage(format!(
             "{} is a kubernetes-mode snapshot, but the configuration is in volunteer mode\n  hint: pass -c with a kubernetes-mode pilotd.toml",
@@ -75,12 +75,13 @@ pub fn run(g: &Global, a: &PlanArgs) -> Result<String, CmdError> {
     }
 }
 
-/// Kubernetes mode: decide from the replayed snapshot (path and text) or a live observation.
+/// Kubernetes mode: decide from the replayed snapshot (path and text) or a live observation,
+/// at `now`, or else at the snapshot's own time (a replay is deterministic) or the clock's.
 #[cfg(feature = "kubernetes")]
 fn kubernetes_plan(
     cfg: &Config,
     snapshot: Option<(&Path, Vec<u8>)>,
-    now: DateTime<Utc>,
+    now: Option<DateTime<Utc>>,
     format: Format,
 ) -> Result<String, CmdError> {
     use pilotd_kubernetes::plan::decide;
@@ -93,8 +94,9 @@ fn kubernetes_plan(
         Some((path, bytes)) => {
             ClusterSnapshot::from_json_bytes(&path.display().to_string(), &bytes)?
         }
-        None => block_on(live_snapshot(&s, now))??,
+        None => block_on(live_snapshot(&s, now.unwrap_or_else(Utc::now)))??,
     };
+    let now = now.unwrap_or(snap.taken_at);
     let plan = decide(&snap, &s.plan, now).plan;
     Ok(match format {
         Format::Json => serde_json::to_string_pretty(&plan)? + "\n",
@@ -106,7 +108,7 @@ fn kubernetes_plan(
 fn kubernetes_plan(
     _: &Config,
     _: Option<(&Path, Vec<u8>)>,
-    _: DateTime<Utc>,
+    _: Option<DateTime<Utc>>,
     _: Format,
 ) -> Result<String, CmdError> {
     Err(super::without_kubernetes())

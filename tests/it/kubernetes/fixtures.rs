@@ -110,6 +110,37 @@ fn plan(config: &Path) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// Without --now a replay decides at the snapshot's own time, as `plan --help` says: the same
+/// file gives the same plan whenever it is replayed.
+#[test]
+fn plan_replays_a_snapshot_at_its_own_time_without_now() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = converted(dir.path());
+    let replay = || {
+        let out = Command::new(harness::bin())
+            .arg("-c")
+            .arg(&config)
+            .args(["plan", "--format", "json", "--snapshot"])
+            .arg(fixture("snapshot.json"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let first = replay();
+    assert_eq!(first["now"], "2026-12-01T21:30:00Z");
+    assert_eq!(first, replay());
+    assert_eq!(
+        first,
+        plan(&config),
+        "the same as at --now the snapshot's time"
+    );
+}
+
 #[test]
 fn plan_replays_a_snapshot_offline_with_the_json_contract() {
     let dir = tempfile::tempdir().unwrap();
