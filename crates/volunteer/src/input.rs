@@ -28,17 +28,17 @@
 //! counts as input: someone plugged it in or touched it awake. No `dev_dir` (a server, a
 //! container) means no answer (`idle_s` is `None`) and another look after a slow back-off.
 
+use crate::inotify::{DirWatch, InotifyError};
 use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
 use futures_util::future::{AbortHandle, Abortable};
 use futures_util::stream::FuturesUnordered;
-use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, InotifyEvent};
+use nix::sys::inotify::{AddWatchFlags, InotifyEvent};
 use pilotd_core::backoff::Backoff;
 use std::collections::HashMap;
 use std::fs::File;
 use std::future::Future;
 use std::io::{self, Read};
-use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
@@ -288,17 +288,6 @@ enum WatchError {
     Events { dir: PathBuf, source: io::Error },
 }
 
-/// Why inotify cannot watch `dev_dir` (listing it every `RESCAN` takes over).
-#[derive(Debug, thiserror::Error)]
-enum InotifyError {
-    #[error("inotify: {0}")]
-    Init(nix::Error),
-    #[error("watching {}: {source}", dir.display())]
-    Watch { dir: PathBuf, source: nix::Error },
-    #[error("registering the inotify descriptor: {0}")]
-    Register(io::Error),
-}
-
 /// The watcher asked to stop: `wake` returned false.
 struct Stop;
 
@@ -338,14 +327,6 @@ pub(crate) async fn watch(
             wait.as_secs()
         );
         tokio::time::sleep(wait).await;
-    }
-}
-
-struct InotifyFd(Inotify);
-
-impl AsRawFd for InotifyFd {
-    fn as_raw_fd(&self) -> RawFd {
-        self.0.as_fd().as_raw_fd()
     }
 }
 
@@ -451,7 +432,7 @@ impl<W: FnMut() -> bool> Watcher<'_, W> {
 
     async fn serve(
         &mut self,
-        inotify: Option<&AsyncFd<InotifyFd>>,
+        inotify: Option<&DirWatch>,
         open: &mut Open,
     ) -> Result<Stop, WatchError> {
         loop {
@@ -496,12 +477,10 @@ impl<W: FnMut() -> bool> Watcher<'_, W> {
         self.last.note_input(Utc::now()) && !(self.wake)()
     }
 
-    fn inotify(&self) -> Result<AsyncFd<InotifyFd>, InotifyError> {
-        let ino = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
-            .map_err(InotifyError::Init)?;
+    fn inotify(&self) -> Result<DirWatch, InotifyError> {
         // IN_ATTRIB: udev sets a new node's group and mode after the kernel created it, and a
         // node that could not be opened yet is tried again then.
-        ino.add_watch(
+        DirWatch::new(
             &self.dev_dir,
             AddWatchFlags::IN_CREATE
                 | AddWatchFlags::IN_ATTRIB
@@ -511,14 +490,6 @@ impl<W: FnMut() -> bool> Watcher<'_, W> {
                 | AddWatchFlags::IN_DELETE_SELF
                 | AddWatchFlags::IN_MOVE_SELF,
         )
-        .map_err(|source| InotifyError::Watch {
-            dir: self.dev_dir.clone(),
-            source,
-        })?;
-        // SAFETY: the descriptor is owned by the `Inotify` inside the `AsyncFd`, so it stays
-        // open and the same for the `AsyncFd`'s whole life, and `as_raw_fd` always returns it.
-        unsafe { AsyncFd::register_with_interest(InotifyFd(ino), Interest::READABLE) }
-            .map_err(|e| InotifyError::Register(e.into()))
     }
 
     /// Acts on what changed in `dev_dir`; true when `wake` says stop.
@@ -628,28 +599,17 @@ fn register(file: File) -> io::Result<AsyncFd<File>> {
 
 /// What changed in `dev_dir`: `None` when it is time to list it again (no inotify).
 async fn dir_events(
-    inotify: Option<&AsyncFd<InotifyFd>>,
+    inotify: Option<&DirWatch>,
     dir: &Path,
 ) -> Option<Result<Vec<InotifyEvent>, WatchError>> {
     let Some(fd) = inotify else {
         tokio::time::sleep(RESCAN).await;
         return None;
     };
-    let failed = |source: io::Error| WatchError::Events {
+    Some(fd.events().await.map_err(|source| WatchError::Events {
         dir: dir.to_path_buf(),
         source,
-    };
-    loop {
-        let mut guard = match fd.readable().await {
-            Ok(guard) => guard,
-            Err(e) => return Some(Err(failed(e))),
-        };
-        match guard.get_inner().0.read_events() {
-            Ok(events) => return Some(Ok(events)),
-            Err(nix::errno::Errno::EAGAIN) => guard.clear_ready(),
-            Err(e) => return Some(Err(failed(e.into()))),
-        }
-    }
+    }))
 }
 
 /// Waits until `file` has input and drains it. The bytes are never looked at (see the module

@@ -13,6 +13,7 @@ pub mod gc;
 pub mod history;
 pub mod host;
 pub(crate) mod image;
+pub(crate) mod inotify;
 pub(crate) mod input;
 pub mod inspect;
 pub mod logind;

@@ -10,19 +10,18 @@
 
 use crate::backend::{Backend, BackendEvent};
 use crate::egress;
+use crate::inotify::{DirWatch, InotifyError};
 use crate::input::LastInput;
 use crate::logind::Signal;
 use crate::settings::Settings;
 use chrono::{DateTime, Utc};
-use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+use nix::sys::inotify::AddWatchFlags;
 use pilotd_core::backoff::Backoff;
 use pilotd_core::service::lifecycle::Wake;
 use std::future::Future;
-use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
 
@@ -125,14 +124,6 @@ impl<'a> Interrupt<'a> {
 
 const POLL: Duration = Duration::from_millis(250);
 
-struct InotifyFd(Inotify);
-
-impl AsRawFd for InotifyFd {
-    fn as_raw_fd(&self) -> RawFd {
-        self.0.as_fd().as_raw_fd()
-    }
-}
-
 /// Watches `utmp` until `tx` closes. Watches the directory, not the file: login managers and
 /// `utmpdump -r > file` replace or truncate it, and a file that does not exist yet must be
 /// noticed when it appears.
@@ -151,16 +142,10 @@ pub(crate) async fn watch_utmp(utmp: PathBuf, tx: mpsc::Sender<Trigger>) {
 /// Why the utmp file cannot be watched with inotify (polling takes over).
 #[derive(Debug, thiserror::Error)]
 enum WatchError {
-    #[error("inotify: {0}")]
-    Init(nix::Error),
-    #[error("watching {}: {source}", dir.display())]
-    Watch { dir: PathBuf, source: nix::Error },
-    #[error("registering the inotify descriptor: {0}")]
-    Register(std::io::Error),
+    #[error(transparent)]
+    Watch(#[from] InotifyError),
     #[error("reading inotify events: {0}")]
-    Read(nix::Error),
-    #[error("waiting for inotify events: {0}")]
-    Wait(std::io::Error),
+    Read(std::io::Error),
 }
 
 async fn inotify_watch(utmp: &Path, tx: &mpsc::Sender<Trigger>) -> Result<(), WatchError> {
@@ -169,42 +154,22 @@ async fn inotify_watch(utmp: &Path, tx: &mpsc::Sender<Trigger>) -> Result<(), Wa
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
     let file_name = utmp.file_name().map(|n| n.to_os_string());
-    let ino =
-        Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).map_err(WatchError::Init)?;
-    ino.add_watch(
+    let watch = DirWatch::new(
         dir,
         AddWatchFlags::IN_CLOSE_WRITE
             | AddWatchFlags::IN_MODIFY
             | AddWatchFlags::IN_CREATE
             | AddWatchFlags::IN_MOVED_TO
             | AddWatchFlags::IN_DELETE,
-    )
-    .map_err(|source| WatchError::Watch {
-        dir: dir.to_path_buf(),
-        source,
-    })?;
-    // SAFETY: the descriptor is owned by the `Inotify` inside the `AsyncFd`, so it stays open
-    // and the same for the `AsyncFd`'s whole life, and `as_raw_fd` always returns it.
-    let fd =
-        unsafe { AsyncFd::register(InotifyFd(ino)) }.map_err(|e| WatchError::Register(e.into()))?;
+    )?;
     loop {
-        let mut guard = fd.readable().await.map_err(WatchError::Wait)?;
-        match guard.get_inner().0.read_events() {
-            Ok(events) => {
-                let ours = events
-                    .iter()
-                    .any(|e| e.name.is_none() || e.name.as_ref() == file_name.as_ref());
-                if ours {
-                    // A full channel already holds a pending trigger: nothing is lost.
-                    if let Err(mpsc::error::TrySendError::Closed(_)) =
-                        tx.try_send(Trigger::Sessions)
-                    {
-                        return Ok(());
-                    }
-                }
-            }
-            Err(nix::errno::Errno::EAGAIN) => guard.clear_ready(),
-            Err(e) => return Err(WatchError::Read(e)),
+        let events = watch.events().await.map_err(WatchError::Read)?;
+        let ours = events
+            .iter()
+            .any(|e| e.name.is_none() || e.name.as_ref() == file_name.as_ref());
+        // A full channel already holds a pending trigger: nothing is lost.
+        if ours && let Err(mpsc::error::TrySendError::Closed(_)) = tx.try_send(Trigger::Sessions) {
+            return Ok(());
         }
     }
 }
