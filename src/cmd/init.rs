@@ -8,8 +8,8 @@ use super::CmdError;
 use crate::cli::{Global, InitArgs};
 use chrono::Utc;
 use pilotd_core::config::{self, SiteFile};
+use pilotd_volunteer::inspect;
 use pilotd_volunteer::policy::schedule;
-use pilotd_volunteer::projection;
 use pilotd_volunteer::questions::{self, AnswerError, Answers};
 use std::path::{Path, PathBuf};
 
@@ -93,13 +93,13 @@ pub fn run(g: &Global, args: &InitArgs) -> Result<String, CmdError> {
         _ => &policy,
     };
     out.push_str("\nwhat this policy is expected to give per week:\n");
-    for line in projection::expected(&site, &policy, running, now) {
+    for line in inspect::expected_week(&site, &policy, running, now) {
         out.push_str(&format!("  {line}\n"));
     }
     match &current {
         Some(Ok(old)) => {
             out.push_str("the policy it replaced (kept as .bak) would give:\n");
-            for line in projection::expected(&site, old, old, now) {
+            for line in inspect::expected_week(&site, old, old, now) {
                 out.push_str(&format!("  {line}\n"));
             }
         }

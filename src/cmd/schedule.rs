@@ -8,7 +8,7 @@ use chrono::Utc;
 use pilotd_core::config::SiteFile;
 use pilotd_volunteer::host::this_machine;
 use pilotd_volunteer::policy::schedule;
-use pilotd_volunteer::{history, projection};
+use pilotd_volunteer::{history, inspect};
 use std::fmt::Write;
 
 pub fn run(g: &Global, a: &ScheduleArgs) -> Result<String, CmdError> {
@@ -30,7 +30,7 @@ pub fn run(g: &Global, a: &ScheduleArgs) -> Result<String, CmdError> {
         let _ = writeln!(out, "\nnote: {w}");
     }
     out.push_str("\nwhat this policy is expected to give per week:\n");
-    for line in projection::expected(&cfg.site, &cfg.policy, &cfg.policy, now) {
+    for line in inspect::expected_week(&cfg.site, &cfg.policy, &cfg.policy, now) {
         let _ = writeln!(out, "  {line}");
     }
     Ok(out)

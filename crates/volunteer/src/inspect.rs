@@ -210,3 +210,49 @@ pub async fn lay_on_logind(
     crate::logind::lay_on(h, seen);
     h.lock_instants_unknown = !known;
 }
+
+/// What `policy` is expected to give per week on this machine, as `schedule` and `init` print
+/// it: its recorded presence (`timeline`) replayed through `projection`, or a fresh machine's
+/// stated defaults. Reads the state dir `site` names (history, timeline, contribution ledger)
+/// and this machine's size and scratch. `running` is the policy the
+/// ledger was measured under (the one in force): how busy workers kept the CPUs it granted is
+/// the utilization the projection assumes.
+pub fn expected_week(
+    site: &pilotd_core::config::SiteConfig,
+    policy: &pilotd_core::config::Policy,
+    running: &pilotd_core::config::Policy,
+    now: DateTime<Utc>,
+) -> Vec<String> {
+    use crate::projection::{Utilization, granted_cpus, machine, project, render};
+    use crate::{contribution, host, timeline};
+    use pilotd_core::config::{Config, Machine};
+    let s = Settings::resolve(&Config {
+        site: site.clone(),
+        site_path: None,
+        policy: policy.clone(),
+        policy_path: std::path::PathBuf::new(),
+    });
+    let learned = history::peek(&s.state_dir, &s.policy.timezone);
+    let recorded = timeline::peek(&s.state_dir);
+    let ledger = contribution::peek(&s.state_dir);
+    let size = host::this_machine().unwrap_or(Machine {
+        cpus: 1,
+        memory_kib: 0,
+        gpus: None,
+    });
+    // Scratch that cannot be measured yet (no dir): the share decides, not the disk.
+    let scratch = host::scratch_free_kib(&s.probe.scratch).unwrap_or(u64::MAX >> 10);
+    let machine = machine(size.cpus, size.memory_kib, scratch, now);
+    let utilization = Utilization::of(&ledger.ledger.all_time, granted_cpus(running, &machine));
+    let p = project(
+        &s,
+        &learned.history,
+        &recorded.timeline,
+        &machine,
+        utilization,
+        now,
+    );
+    let mut lines = render(&p);
+    lines.extend(recorded.warning.map(|w| format!("note: {w}")));
+    lines
+}

@@ -4,8 +4,8 @@
 //! owner was there. Not a separate model: the same function decides, on a snapshot rebuilt
 //! from each stretch, with the policy's latches (owner busy since, host free since) carried
 //! from step to step as the daemon carries them. Pure: no I/O, no clock; the same history
-//! gives the same figures. `expected` alone reads: what it replays, from the state dir, for
-//! `schedule` and `init`.
+//! gives the same figures. What it replays is read from the state dir by
+//! `inspect::expected_week` (`schedule`, `init`).
 //!
 //! A fresh machine has nothing recorded: it is projected from a stated typical office week
 //! (`typical_week`), and says so.
@@ -20,7 +20,7 @@ use crate::settings::Settings;
 use crate::snapshot::{HostSnapshot, Session, Sessions};
 use crate::timeline::{Presence, Seen, Timeline};
 use chrono::{DateTime, Datelike, Duration, NaiveTime, TimeZone, Timelike, Utc};
-use pilotd_core::config::{Config, Evict, Machine, Policy, SiteConfig};
+use pilotd_core::config::{Evict, Policy};
 
 /// The replay decides once per this (the daemon's default interval is shorter; a minute is
 /// the timeline's resolution).
@@ -360,50 +360,6 @@ pub(crate) fn render(p: &Projection) -> Vec<String> {
             }
         },
     ]
-}
-
-/// What `policy` is expected to give per week on this machine, as `schedule` and `init` print
-/// it: its recorded presence (`timeline`) replayed, or a fresh machine's stated defaults. The
-/// one part of this module that reads: the state dir `site` names (history, timeline,
-/// contribution ledger) and this machine's size and scratch. `running` is the policy the
-/// ledger was measured under (the one in force): how busy workers kept the CPUs it granted is
-/// the utilization the projection assumes.
-pub fn expected(
-    site: &SiteConfig,
-    policy: &Policy,
-    running: &Policy,
-    now: DateTime<Utc>,
-) -> Vec<String> {
-    use crate::{contribution, history, host, timeline};
-    let s = Settings::resolve(&Config {
-        site: site.clone(),
-        site_path: None,
-        policy: policy.clone(),
-        policy_path: std::path::PathBuf::new(),
-    });
-    let learned = history::peek(&s.state_dir, &s.policy.timezone);
-    let recorded = timeline::peek(&s.state_dir);
-    let ledger = contribution::peek(&s.state_dir);
-    let size = host::this_machine().unwrap_or(Machine {
-        cpus: 1,
-        memory_kib: 0,
-        gpus: None,
-    });
-    // Scratch that cannot be measured yet (no dir): the share decides, not the disk.
-    let scratch = host::scratch_free_kib(&s.probe.scratch).unwrap_or(u64::MAX >> 10);
-    let machine = machine(size.cpus, size.memory_kib, scratch, now);
-    let utilization = Utilization::of(&ledger.ledger.all_time, granted_cpus(running, &machine));
-    let p = project(
-        &s,
-        &learned.history,
-        &recorded.timeline,
-        &machine,
-        utilization,
-        now,
-    );
-    let mut lines = render(&p);
-    lines.extend(recorded.warning.map(|w| format!("note: {w}")));
-    lines
 }
 
 #[cfg(test)]

@@ -88,17 +88,17 @@ fn import_ini_reports_a_bad_entry_with_file_and_line() {
 }
 
 fn plan(config: &Path) -> Value {
+    replay(config, &["--now", "2026-12-01T21:30:00Z"])
+}
+
+/// `plan --format json --snapshot` of the fixture snapshot, with `args` besides.
+fn replay(config: &Path, args: &[&str]) -> Value {
     let out = Command::new(harness::bin())
         .arg("-c")
         .arg(config)
-        .args([
-            "plan",
-            "--format",
-            "json",
-            "--now",
-            "2026-12-01T21:30:00Z",
-            "--snapshot",
-        ])
+        .args(["plan", "--format", "json"])
+        .args(args)
+        .arg("--snapshot")
         .arg(fixture("snapshot.json"))
         .output()
         .unwrap();
@@ -116,24 +116,9 @@ fn plan(config: &Path) -> Value {
 fn plan_replays_a_snapshot_at_its_own_time_without_now() {
     let dir = tempfile::tempdir().unwrap();
     let config = converted(dir.path());
-    let replay = || {
-        let out = Command::new(harness::bin())
-            .arg("-c")
-            .arg(&config)
-            .args(["plan", "--format", "json", "--snapshot"])
-            .arg(fixture("snapshot.json"))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice::<Value>(&out.stdout).unwrap()
-    };
-    let first = replay();
+    let first = replay(&config, &[]);
     assert_eq!(first["now"], "2026-12-01T21:30:00Z");
-    assert_eq!(first, replay());
+    assert_eq!(first, replay(&config, &[]));
     assert_eq!(
         first,
         plan(&config),

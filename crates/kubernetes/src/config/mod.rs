@@ -113,8 +113,8 @@ pub fn check_table(_site: &SiteConfig, src: &str, d: &mut Diagnostics) {
 }
 
 impl KubernetesConfig {
-    /// The table of a loaded pilotd.toml, already checked by [`check_table`] when it was
-    /// read; a table that was not is checked here, and refused whole.
+    /// The table of a loaded pilotd.toml, whose values [`check_table`] checked when the file
+    /// was read; here its keys and types are read again (a wrong one is refused whole).
     pub fn of_table(table: &toml::Table) -> Result<KubernetesConfig, toml::de::Error> {
         // Through text: the typed leaves carry spans, which only a text can give.
         toml::from_str(&table.to_string())
