@@ -8,7 +8,7 @@ use crate::cli::{Format, Global, StatusArgs};
 use chrono::Utc;
 use pilotd_core::config::{Mode, SiteFile};
 use pilotd_volunteer::settings::Settings;
-use pilotd_volunteer::status::view::StatusView;
+use pilotd_volunteer::inspect;
 
 pub fn run(g: &Global, a: &StatusArgs) -> Result<String, CmdError> {
     let cfg = load_config(g, SiteFile::Optional, None)?;
@@ -16,7 +16,7 @@ pub fn run(g: &Global, a: &StatusArgs) -> Result<String, CmdError> {
         return kubernetes_status(&cfg, a.format);
     }
     let s = Settings::resolve(&cfg);
-    let view = block_on(StatusView::gather(
+    let view = block_on(inspect::status_view(
         &s,
         super::describe_sources(&cfg),
         Utc::now(),

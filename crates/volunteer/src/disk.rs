@@ -12,18 +12,10 @@
 //! root filesystem is read-only and the container log capped, so the scratch is the one place
 //! a worker can fill.
 
-use crate::{loopdev, scratch};
-use serde::{Deserialize, Serialize};
+use crate::loopdev;
+use crate::worker::{ScratchUse, scratch_image};
 use std::collections::BTreeMap;
 use std::path::Path;
-
-/// One worker's scratch, as last measured.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct ScratchUse {
-    pub used_kib: u64,
-    /// Its disk image's filesystem has no room left (or no inode).
-    pub full: bool,
-}
 
 /// A filesystem's counters (statvfs), in its own blocks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,29 +26,6 @@ pub struct FsCounters {
     pub files_free: u64,
 }
 
-/// What a worker's image filesystem holds, and whether it is full: less than 1% of it (at
-/// least one block) or no inode left. A job writing to the last byte is ended; one that
-/// leaves itself a little room is not.
-impl ScratchUse {
-    /// For `status` and the page: "12MiB of 1GiB", "FULL: 1GiB of 1GiB" (`share_kib` from the
-    /// worker's label; the share alone when it is unknown).
-    pub(crate) fn describe(&self, share_kib: Option<u64>) -> String {
-        let used = pilotd_core::config::units::format_size(self.used_kib.saturating_mul(1024));
-        let of = share_kib
-            .map(|k| {
-                format!(
-                    " of {}",
-                    pilotd_core::config::units::format_size(k.saturating_mul(1024))
-                )
-            })
-            .unwrap_or_default();
-        if self.full {
-            format!("FULL: {used}{of}")
-        } else {
-            format!("{used}{of}")
-        }
-    }
-}
 
 pub(crate) fn image_use(c: FsCounters) -> ScratchUse {
     let used_kib = c.blocks.saturating_sub(c.blocks_free) * c.block_kib;
@@ -197,7 +166,7 @@ pub(crate) fn measure(root: &Path, workers: &[(String, String)]) -> BTreeMap<Str
     workers
         .iter()
         .filter_map(|(id, name)| {
-            let image = scratch::image_path(root, name);
+            let image = scratch_image::path(root, name);
             let u = if image.exists() {
                 image_counters(&image, &mountinfo).map(image_use)?
             } else {

@@ -4,7 +4,7 @@
 //! pilotd's labels or in its pull record, and only scratch dirs with this instance's name
 //! prefix, are ever candidates.
 
-use super::status::PulledImage;
+use crate::worker::PulledImage;
 use crate::backend::{Backend, BackendError};
 use crate::scratch::{self, RemovalError, ScratchError};
 use crate::settings::WorkerSettings;

@@ -2,9 +2,9 @@
 //! processes, plus the session probe. One long-lived sysinfo `System`, because CPU usage is
 //! the difference between two refreshes.
 
-use super::sessions;
-use super::settings::ProbeSettings;
-use super::snapshot::HostSnapshot;
+use crate::sessions;
+use crate::settings::ProbeSettings;
+use crate::snapshot::HostSnapshot;
 use chrono::{DateTime, Utc};
 use pilotd_core::config::Machine;
 use std::path::{Path, PathBuf};

@@ -4,8 +4,8 @@
 //! that cannot be reached changes nothing for running workers; it is retried with a growing
 //! delay and said clearly in the log.
 
-use super::settings::ImageSettings;
-use super::status::ImageRecord;
+use crate::settings::ImageSettings;
+use crate::worker::ImageRecord;
 use crate::backend::{Backend, BackendError};
 use crate::worker::ImageState;
 use crate::worker::split_reference;

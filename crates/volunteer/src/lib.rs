@@ -18,6 +18,7 @@ pub(crate) mod input;
 pub mod inspect;
 pub mod logind;
 pub(crate) mod loopdev;
+pub mod network;
 pub mod manifest;
 pub(crate) mod outcome;
 pub mod owner;

@@ -28,7 +28,7 @@
 //! The spec of a new worker (resources, env template, labels) is `spec.rs`; what `pilotd plan`
 //! prints of a decision and its plan, `report.rs`.
 
-use crate::disk::ScratchUse;
+use crate::worker::ScratchUse;
 use crate::outcome::{Outcome, StartBackoff};
 use crate::policy::{Cause, Supply};
 use crate::settings::WorkerSettings;

@@ -22,15 +22,12 @@
 use crate::backend::{Backend, BackendError};
 use crate::loopdev::{self, Attached, LoopError};
 use crate::settings::WorkerSettings;
-use crate::worker::{DiskImage, WorkerSpec};
+use crate::worker::{DiskImage, WorkerSpec, scratch_image};
 use std::path::{Path, PathBuf};
 
 /// One inode per this many bytes of a disk image: mke2fs's default ratio; a flood of empty
 /// files ends inside the image like a big file does.
 pub(crate) const BYTES_PER_INODE: u64 = 16 << 10;
-
-/// The smallest image mke2fs makes a usable ext4 filesystem of.
-pub(crate) const MIN_IMAGE_BYTES: u64 = 4 << 20;
 
 /// A worker's scratch or token copy could not be made ready, or removed.
 #[derive(Debug, thiserror::Error)]
@@ -95,10 +92,6 @@ pub(crate) enum RemovalError {
     Leftovers(ScratchError),
 }
 
-/// The image of a worker named `name` under the scratch root.
-pub(crate) fn image_path(scratch_root: &Path, name: &str) -> PathBuf {
-    scratch_root.join(format!("{name}.img"))
-}
 
 #[cfg(test)]
 /// The worker a scratch root entry belongs to: `<name>` (a dir) or `<name>.img`.
@@ -106,10 +99,6 @@ pub(crate) fn worker_of(entry: &str) -> &str {
     entry.strip_suffix(".img").unwrap_or(entry)
 }
 
-/// The image's size for a share: whole 4 KiB blocks, at least what mke2fs needs.
-pub(crate) fn image_bytes(share_kib: u64) -> u64 {
-    (share_kib.saturating_mul(1024) / 4096 * 4096).max(MIN_IMAGE_BYTES)
-}
 
 /// Refuses a root that is a symlink (a missing one is fine: it is created as a dir).
 pub(crate) fn refuse_symlink(root: &Path) -> Result<(), ScratchError> {
@@ -331,7 +320,7 @@ pub(crate) async fn remove<B: Backend>(
             name: name.to_string(),
             source,
         })?;
-    let image = image_path(&w.scratch_root, name);
+    let image = scratch_image::path(&w.scratch_root, name);
     for dev in loopdev::devices_of(Path::new("/sys/block"), &image) {
         loopdev::detach(&dev);
     }
@@ -359,10 +348,10 @@ mod tests {
 
     #[test]
     fn images_are_whole_blocks_and_named_after_their_worker() {
-        assert_eq!(image_bytes(16 << 10), 16 << 20);
-        assert_eq!(image_bytes((16 << 10) + 3), 16 << 20);
-        assert_eq!(image_bytes(1), MIN_IMAGE_BYTES);
-        let p = image_path(Path::new("/s"), "pilotd-t-1");
+        assert_eq!(scratch_image::bytes(16 << 10), 16 << 20);
+        assert_eq!(scratch_image::bytes((16 << 10) + 3), 16 << 20);
+        assert_eq!(scratch_image::bytes(1), scratch_image::MIN_BYTES);
+        let p = scratch_image::path(Path::new("/s"), "pilotd-t-1");
         assert_eq!(p, PathBuf::from("/s/pilotd-t-1.img"));
         assert_eq!(worker_of("pilotd-t-1.img"), "pilotd-t-1");
         assert_eq!(worker_of("pilotd-t-1"), "pilotd-t-1");

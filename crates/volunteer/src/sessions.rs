@@ -23,7 +23,7 @@ use nix::sys::signal::kill;
 use nix::unistd::{Pid, User};
 use utmp_rs::{ParseError, UtmpEntry, UtmpParser};
 
-use super::snapshot::{Session, Sessions};
+use crate::snapshot::{Session, Sessions};
 
 /// A real utmp holds a few dozen records (one slot per terminal id, reused). The cap exists
 /// because the path is configurable: pointed at /dev/zero or a huge file by mistake, the parser

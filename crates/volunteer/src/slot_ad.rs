@@ -22,14 +22,11 @@ use crate::contribution::Tally;
 use crate::policy::calendar::{self, Period};
 use crate::policy::{Cause, Supply};
 use crate::snapshot::HostSnapshot;
+use crate::worker::ad;
 use chrono::{DateTime, Utc};
 use pilotd_core::config::Evict;
 use pilotd_core::config::Policy;
 use std::path::{Path, PathBuf};
-
-/// Where the directory appears in each worker, and the file in it.
-pub(crate) const MOUNT: &str = "/pilotd";
-pub(crate) const FILE: &str = "slot.ad";
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum SlotAdError {
@@ -42,10 +39,6 @@ pub(crate) enum SlotAdError {
     },
 }
 
-/// The file as workers see it (the `{ad_file}` template value).
-pub(crate) fn file_in_worker() -> String {
-    format!("{MOUNT}/{FILE}")
-}
 
 /// The attribute lines for the machine as decided at `now`.
 pub(crate) fn render(
@@ -158,7 +151,7 @@ fn quoted(s: &str) -> String {
 /// created without following links, so a link planted in the directory redirects nothing.
 pub(crate) fn save(dir: &Path, text: &str) -> Result<(), SlotAdError> {
     use std::os::unix::fs::DirBuilderExt;
-    let path = dir.join(FILE);
+    let path = dir.join(ad::FILE);
     let err = |source| SlotAdError::Write {
         path: path.clone(),
         source,
@@ -379,10 +372,10 @@ mod tests {
         save(&d, "PILOTD_A = 1\n").unwrap();
         save(&d, "PILOTD_A = 2\n").unwrap();
         assert_eq!(
-            std::fs::read_to_string(d.join(FILE)).unwrap(),
+            std::fs::read_to_string(d.join(ad::FILE)).unwrap(),
             "PILOTD_A = 2\n"
         );
-        let mode = std::fs::metadata(d.join(FILE))
+        let mode = std::fs::metadata(d.join(ad::FILE))
             .unwrap()
             .permissions()
             .mode();
@@ -393,7 +386,7 @@ mod tests {
             .collect();
         assert_eq!(
             names,
-            vec![std::ffi::OsString::from(FILE)],
+            vec![std::ffi::OsString::from(ad::FILE)],
             "no temporary left"
         );
     }
@@ -409,14 +402,14 @@ mod tests {
         std::fs::create_dir_all(&d).unwrap();
         let victim = tmp.path().join("victim");
         std::fs::write(&victim, "precious\n").unwrap();
-        symlink(&victim, d.join(format!(".{FILE}.new"))).unwrap();
-        symlink(&victim, d.join(FILE)).unwrap();
+        symlink(&victim, d.join(format!(".{}.new", ad::FILE))).unwrap();
+        symlink(&victim, d.join(ad::FILE)).unwrap();
         save(&d, "PILOTD_A = 1\n").unwrap();
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
-        let meta = std::fs::symlink_metadata(d.join(FILE)).unwrap();
+        let meta = std::fs::symlink_metadata(d.join(ad::FILE)).unwrap();
         assert!(meta.file_type().is_file(), "the link itself was replaced");
         assert_eq!(
-            std::fs::read_to_string(d.join(FILE)).unwrap(),
+            std::fs::read_to_string(d.join(ad::FILE)).unwrap(),
             "PILOTD_A = 1\n"
         );
     }

@@ -9,10 +9,10 @@
 //! What the owner is shown of it, with the rest of the state dir, is `view` (read once), said
 //! as text by `text.rs`, as JSON by the view's `Serialize`, and as HTML by the page.
 
-use crate::disk::ScratchUse;
+use crate::worker::ScratchUse;
 use crate::outcome::{Outcome, StartBackoff};
 use crate::policy::Supply;
-use crate::worker::Worker;
+use crate::worker::{ImageRecord, PulledImage, Worker};
 use chrono::{DateTime, Utc};
 use pilotd_core::config::Evict;
 use pilotd_core::service::state_file::{StateFileError, Store};
@@ -61,32 +61,6 @@ impl Decision {
             next_change: s.next_change,
         }
     }
-}
-
-/// What pilotd knows about its worker image.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct ImageRecord {
-    /// The configured reference (tag or digest form).
-    pub reference: String,
-    /// The digest the registry last named for it.
-    pub digest: Option<String>,
-    /// Last attempt to ask the registry, successful or not.
-    pub checked_at: Option<DateTime<Utc>>,
-    /// Last time the registry confirmed `digest`.
-    pub verified_at: Option<DateTime<Utc>>,
-    pub last_error: Option<String>,
-    /// Consecutive failed registry checks or pulls.
-    pub failures: u32,
-    /// No registry request (check or pull) before this instant, after failures.
-    pub retry_at: Option<DateTime<Utc>>,
-}
-
-/// An image pilotd pulled: only these (and images labelled by pilotd) are ever removed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PulledImage {
-    pub id: String,
-    pub pinned: String,
-    pub pulled_at: DateTime<Utc>,
 }
 
 /// A finished worker's outcome, newest last.

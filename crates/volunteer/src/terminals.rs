@@ -132,8 +132,8 @@ pub(crate) fn device_line(tty_nr: u32) -> Option<String> {
 /// come from logind (its `TTY`) or from [`device_line`]; either way only plain relative names
 /// are joined to the device directory (`sessions::LiveHost` holds the rule).
 pub(crate) fn line_atime(dev: &Path, line: &str) -> Option<DateTime<Utc>> {
-    use super::sessions::HostLookup;
-    super::sessions::LiveHost { dev }.tty_atime(line)
+    use crate::sessions::HostLookup;
+    crate::sessions::LiveHost { dev }.tty_atime(line)
 }
 
 #[cfg(test)]

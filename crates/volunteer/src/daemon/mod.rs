@@ -83,7 +83,7 @@ struct Work {
     in_flight: InFlight,
     tasks: JoinSet<TaskDone>,
     /// KiB in each worker's scratch dir at the last measurement, and when it was started.
-    scratch_use: BTreeMap<String, crate::disk::ScratchUse>,
+    scratch_use: BTreeMap<String, crate::worker::ScratchUse>,
     measured_at: Option<DateTime<Utc>>,
     measuring: bool,
     /// When scratch dirs and images were last collected.

@@ -6,7 +6,7 @@
 
 use super::executor::Executed;
 use crate::contribution::{self, Claim, Contribution, Ended};
-use crate::disk::ScratchUse;
+use crate::worker::ScratchUse;
 use crate::history::{self, History, Learner};
 use crate::outcome::Outcome;
 use crate::plan::{Action, Reason};
@@ -14,7 +14,8 @@ use crate::policy::Supply;
 use crate::settings::Settings;
 use crate::slot_ad;
 use crate::snapshot::HostSnapshot;
-use crate::status::{self, Decision, ImageRecord, OutcomeRecord, PulledImage, Status};
+use crate::status::{self, Decision, OutcomeRecord, Status};
+use crate::worker::{ImageRecord, PulledImage};
 use crate::timeline::{self, Recorder};
 use crate::worker::{LocalImage, Worker, WorkerState};
 use chrono::{DateTime, SecondsFormat, Utc};

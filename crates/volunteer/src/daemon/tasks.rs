@@ -8,7 +8,7 @@ use crate::disk;
 use crate::image;
 use crate::manifest::{self, Manifest};
 use crate::settings::RemoteSettings;
-use crate::status::PulledImage;
+use crate::worker::PulledImage;
 use crate::worker::LocalImage;
 use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
@@ -30,7 +30,7 @@ pub(crate) enum TaskDone {
     },
     Manifest(Result<Manifest, manifest::ManifestError>),
     /// How full the running workers' scratch dirs are, in KiB by worker id.
-    Measured(BTreeMap<String, disk::ScratchUse>),
+    Measured(BTreeMap<String, crate::worker::ScratchUse>),
     /// The registry's answer: which digest the worker image's tag names now.
     Checked {
         reference: String,

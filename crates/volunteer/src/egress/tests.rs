@@ -1,3 +1,4 @@
+use crate::network::names;
 use super::*;
 use std::net::Ipv4Addr;
 

@@ -325,7 +325,7 @@ mod tests {
     /// worker not measured yet says so instead of an empty cell.
     #[test]
     fn the_workers_table_shows_each_scratch_against_its_share() {
-        use crate::disk::ScratchUse;
+        use crate::worker::ScratchUse;
         use crate::worker::{Worker, WorkerState};
         let dir = tempfile::tempdir().unwrap();
         let ctx = Context {

@@ -4,7 +4,7 @@
 
 use super::rfc3339;
 use crate::policy::Supply;
-use crate::scratch;
+use crate::worker::scratch_image;
 use crate::settings::WorkerSettings;
 use crate::worker::{DiskImage, WorkerSpec, labels};
 use chrono::{DateTime, Utc};
@@ -79,7 +79,7 @@ pub(crate) fn worker_spec(
             _ => String::new(),
         },
     );
-    values.insert("ad_file", crate::slot_ad::file_in_worker());
+    values.insert("ad_file", crate::worker::ad::file_in_worker());
     values.insert("worker_name", name.clone());
     values.insert("instance", s.instance.clone());
     values.insert("token_path", s.token_mount.display().to_string());
@@ -129,8 +129,8 @@ pub(crate) fn worker_spec(
         token_mount: s.token_mount.clone(),
         scratch_dir: s.scratch_root.join(&name),
         disk_image: (s.disk_limit == DiskLimit::Enforced).then(|| DiskImage {
-            path: scratch::image_path(&s.scratch_root, &name),
-            bytes: scratch::image_bytes(r.disk_kib),
+            path: scratch_image::path(&s.scratch_root, &name),
+            bytes: scratch_image::bytes(r.disk_kib),
         }),
         scratch_device: None,
         scratch_mount: s.scratch_mount.clone(),

@@ -384,7 +384,7 @@ mod tests {
         };
         status.scratch_use.insert(
             "a".into(),
-            crate::disk::ScratchUse {
+            crate::worker::ScratchUse {
                 used_kib: 300 * 1024,
                 full: true,
             },

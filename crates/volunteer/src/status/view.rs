@@ -9,13 +9,10 @@ use super::Status;
 use crate::contribution::{self, Ledger, Summary};
 use crate::history::{self, History};
 use crate::policy::schedule::{self, Day};
-use crate::settings::Settings;
 use crate::snooze::{self, Snooze};
 use crate::worker::Worker;
-use crate::{backend, inspect, manifest};
 use chrono::{DateTime, Utc};
 use pilotd_core::config::Policy;
-use pilotd_core::service::state_file::StateFileError;
 use pilotd_core::zone::Zone;
 use serde::{Serialize, Serializer};
 use std::path::{Path, PathBuf};
@@ -163,58 +160,6 @@ impl StatusView {
             .flatten()
             .unwrap_or_default();
         StatusView::of(status, state_dir, policy, now)
-    }
-
-    /// The view `pilotd status` prints: `of`, with whether the daemon runs, the workers as
-    /// the engine lists them now (else as the daemon last saw them, and why), the pool's
-    /// manifest and how long the host is usually free; `config` says where the configuration
-    /// came from. A damaged status file is an error (the daemon's next write replaces it).
-    pub async fn gather(
-        s: &Settings,
-        config: String,
-        now: DateTime<Utc>,
-    ) -> Result<StatusView, StateFileError> {
-        let status = super::load(&super::path(&s.state_dir))?.unwrap_or_else(|| Status {
-            instance: s.engine.instance.clone(),
-            ..Default::default()
-        });
-        // Alive: the pid exists and the file was written recently (an unchanged status is
-        // rewritten only every `HEARTBEAT`).
-        let stale_after = pilotd_core::horizon::delta(
-            s.interval
-                .saturating_mul(3)
-                .max(super::HEARTBEAT)
-                .saturating_add(std::time::Duration::from_secs(60)),
-        );
-        let running = status.pid > 0
-            && nix::sys::signal::kill(nix::unistd::Pid::from_raw(status.pid as i32), None).is_ok()
-            && status.updated_at.is_some_and(|t| now - t <= stale_after);
-        let live = async {
-            let b = backend::connect(&s.engine)?;
-            inspect::workers(&b, &s.engine.socket).await
-        }
-        .await;
-        let mut v = StatusView::of(status, &s.state_dir, &s.policy, now);
-        v.daemon_running = running;
-        v.config = config;
-        match live {
-            Ok(list) => (v.workers_from, v.workers) = ("engine", Some(list)),
-            Err(e) => v.workers_error = Some(e.to_string()),
-        }
-        v.manifest = s.remote.as_ref().map(|r| ManifestView {
-            url: redact::credentials(&r.url).into_owned(),
-            version: manifest::load_last_good(&s.state_dir)
-                .ok()
-                .flatten()
-                .map(|m| m.version),
-        });
-        let likely_free =
-            v.learned
-                .likely_free_for(&s.policy.timezone, now, s.history.free_threshold);
-        if let Some(h) = v.history.as_mut() {
-            h.likely_free_hours = Some(likely_free.num_hours());
-        }
-        Ok(v)
     }
 }
 

@@ -109,7 +109,7 @@ fn worker_mounts(spec: &WorkerSpec) -> Vec<Mount> {
         // The machine's slot-ad lines, rewritten by pilotd with a rename: a directory mount,
         // so the worker sees each new file (a file mount would pin the first one).
         mounts.push(Mount {
-            target: Some(crate::slot_ad::MOUNT.into()),
+            target: Some(crate::worker::ad::MOUNT.into()),
             source: Some(dir.display().to_string()),
             typ: Some(MountType::BIND),
             read_only: Some(true),
