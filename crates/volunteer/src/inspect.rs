@@ -3,21 +3,21 @@
 //! make (`plan_report`, with the decision). Acts on nothing; a command's answer never waits
 //! long for an engine that hangs.
 
-use crate::backend::{self, Backend, BackendError};
-use crate::history::{self, History, Outlook};
-use crate::image;
+use crate::act::backend::{self, Backend, BackendError};
+use crate::act::image;
+use crate::decide::plan::report::Report;
+use crate::decide::plan::{self, InFlight, Observed, Plan};
+use crate::decide::policy::Supply;
 use crate::outcome::StartBackoff;
-use crate::plan::report::Report;
-use crate::plan::{self, InFlight, Observed, Plan};
-use crate::policy::Supply;
+use crate::record::history::{self, History, Outlook};
+use crate::record::status::view::{ManifestView, StatusView};
 use crate::settings::{Settings, WorkerSettings};
 use crate::snapshot::HostSnapshot;
 use crate::worker::ImageRecord;
-use crate::status::view::{ManifestView, StatusView};
-use pilotd_core::service::state_file::StateFileError;
 use crate::worker::{ImageState, Worker, WorkerState};
-use crate::{manifest, policy, status};
+use crate::{decide::policy, record::manifest, record::status};
 use chrono::{DateTime, Utc};
+use pilotd_core::service::state_file::StateFileError;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -206,10 +206,10 @@ pub async fn lay_on_logind(
         });
     let known = record.is_some();
     let mut logind =
-        crate::logind::Logind::remembering(record.map(|s| s.locks).unwrap_or_default())
+        crate::observe::logind::Logind::remembering(record.map(|s| s.locks).unwrap_or_default())
             .looking_in(&probe.proc, &probe.dev);
     let seen = logind.observe(h.taken_at).await;
-    crate::logind::lay_on(h, seen);
+    crate::observe::logind::lay_on(h, seen);
     h.lock_instants_unknown = !known;
 }
 
@@ -225,8 +225,8 @@ pub fn expected_week(
     running: &pilotd_core::config::Policy,
     now: DateTime<Utc>,
 ) -> Vec<String> {
-    use crate::projection::{Utilization, granted_cpus, machine, project, render};
-    use crate::{contribution, host, timeline};
+    use crate::record::projection::{Utilization, granted_cpus, machine, project, render};
+    use crate::{observe::host, record::contribution, record::timeline};
     use pilotd_core::config::{Config, Machine};
     let s = Settings::resolve(&Config {
         site: site.clone(),
@@ -302,9 +302,9 @@ pub async fn status_view(
             .flatten()
             .map(|m| m.version),
     });
-    let likely_free =
-        v.learned
-            .likely_free_for(&s.policy.timezone, now, s.history.free_threshold);
+    let likely_free = v
+        .learned
+        .likely_free_for(&s.policy.timezone, now, s.history.free_threshold);
     if let Some(h) = v.history.as_mut() {
         h.likely_free_hours = Some(likely_free.num_hours());
     }

@@ -5,11 +5,11 @@
 //! reads the files' structure (spans, units, defaults, tables). Plain data only.
 
 use crate::network::Filter;
-use pilotd_core::config::units::Ipv4Net;
 use crate::splay::Splay;
 use pilotd_core::backoff::Backoff;
 use pilotd_core::config::policy::DiskLimit;
 use pilotd_core::config::site::{OnShutdown, WorkerUser};
+use pilotd_core::config::units::Ipv4Net;
 use pilotd_core::config::{Config, Policy, SiteConfig};
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -15,7 +15,7 @@
 use super::docker;
 use super::volunteer::{Harness, image, policy};
 use crate::harness::{sh, sh_ok};
-use pilotd_volunteer::{egress, network};
+use pilotd_volunteer::{act::egress, network};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
