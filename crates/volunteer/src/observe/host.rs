@@ -103,6 +103,8 @@ impl HostProbe {
             input_idle_s: None,
             sleeping: false,
             lock_instants_unknown: false,
+            // NetworkManager is asked asynchronously by the caller (`metered::lay_on`).
+            metered: None,
         })
     }
 }

@@ -22,6 +22,7 @@ pub struct Answers {
     pub memory: String,
     pub longest_job: String,
     pub on_return: String,
+    pub on_metered: String,
 }
 
 /// Why an answer is not taken (the message says what would be), or why the owner could not
@@ -146,6 +147,19 @@ const QUESTIONS: &[Question] = &[
             Ok(())
         },
     },
+    // Last, after the questions of earlier versions: a script's answers keep their places.
+    Question {
+        name: "on-metered",
+        prompt: "On a metered network (a phone's hotspot, or a connection you marked metered in NetworkManager):\n  no-downloads (no image or new worker; running ones finish their jobs), pause (also pause them) or ignore?",
+        default: |_| "no-downloads".into(),
+        apply: |a, s| match s {
+            "no-downloads" | "pause" | "ignore" => {
+                a.on_metered = s.into();
+                Ok(())
+            }
+            _ => Err(AnswerError::Choice("no-downloads, pause or ignore")),
+        },
+    },
 ];
 
 /// Presets or explicit windows separated by `;`, each "DAYS HH:MM-HH:MM".
@@ -198,6 +212,7 @@ impl Answers {
             memory: String::new(),
             longest_job: String::new(),
             on_return: String::new(),
+            on_metered: String::new(),
         };
         for q in QUESTIONS {
             let d = (q.default)(&a);
@@ -264,6 +279,10 @@ on_battery = "stop"
 # When you come back: "pause", "graceful" (within grace) or "fast".
 on_return = "{on_return}"
 grace = "10m"
+# On a metered network (NetworkManager: a phone's hotspot, a connection marked metered):
+# "no-downloads" (no image pull, no new worker; running ones finish their jobs), "pause"
+# (also pause running workers) or "ignore".
+on_metered = "{on_metered}"
 
 [share]
 cpus = "{cpus}"
@@ -282,6 +301,7 @@ longest_job = "{longest_job}"
             tz = self.timezone,
             sessions = self.sessions,
             on_return = self.on_return,
+            on_metered = self.on_metered,
             cpus = self.cpus,
             memory = self.memory,
             longest_job = self.longest_job,
@@ -360,7 +380,8 @@ mod tests {
 
     #[test]
     fn piped_answers_with_a_retry_produce_a_valid_policy() {
-        let mut input: &[u8] = b"nights\nactive\n150%\n75%\n6GiB\n4h\npause\nEurope/Rome\n";
+        let mut input: &[u8] =
+            b"nights\nactive\n150%\n75%\n6GiB\n4h\npause\nEurope/Rome\ncheap\npause\n";
         let mut out = Vec::new();
         let a = ask(defaults(), &mut input, &mut out, false).unwrap();
         let shown = String::from_utf8(out).unwrap();
@@ -372,6 +393,11 @@ mod tests {
         assert_eq!(a.memory, "6GiB");
         assert_eq!(a.sessions, "active");
         assert_eq!(a.timezone, "Europe/Rome");
+        assert!(
+            shown.contains("answer no-downloads, pause or ignore"),
+            "{shown}"
+        );
+        assert_eq!(a.on_metered, "pause");
         let text = a.render(NaiveDate::from_ymd_opt(2026, 12, 1).unwrap());
         assert!(text.starts_with("# pilotd owner policy, written by `pilotd init` on 2026-12-01."));
         let p = config::parse_policy(
@@ -383,6 +409,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(p.on_return, config::Evict::Pause);
+        assert_eq!(p.on_metered, config::MeteredRule::Pause);
         assert_eq!(p.longest_job, std::time::Duration::from_secs(4 * 3600));
         assert_eq!(p.timezone, Zone::named("Europe/Rome").unwrap());
     }
@@ -398,6 +425,7 @@ mod tests {
         let a = ask(defaults(), &mut input, &mut Vec::new(), true).unwrap();
         assert_eq!(a.windows, parse_when("always").unwrap());
         assert_eq!(a.sessions, "active");
+        assert_eq!(a.on_metered, "no-downloads");
     }
 
     /// A flag answers its question as the prompt would, and only a question that exists.
@@ -406,6 +434,8 @@ mod tests {
         let mut a = defaults();
         a.set("longest-job", "6h").unwrap();
         a.set("on-return", "fast").unwrap();
+        a.set("on-metered", "ignore").unwrap();
+        assert_eq!(a.on_metered, "ignore");
         a.set("when", "weekends").unwrap();
         assert_eq!(a.longest_job, "6h");
         assert_eq!(a.on_return, "fast");

@@ -276,6 +276,8 @@ pub(crate) fn machine(
         input_idle_s: None,
         sleeping: false,
         lock_instants_unknown: false,
+        // The timeline keeps no link: a projection is of the week's hours, not its networks.
+        metered: None,
     }
 }
 
