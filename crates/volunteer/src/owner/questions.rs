@@ -59,6 +59,10 @@ struct Question {
     prompt: &'static str,
     default: fn(&Answers) -> String,
     apply: fn(&mut Answers, &str) -> Result<(), AnswerError>,
+    /// Asked since after the wizard's first release, and so after every question of that
+    /// one: answers a script pipes for the older wizard end before it, and it then takes its
+    /// default rather than failing an install script that worked.
+    later: bool,
 }
 
 const QUESTIONS: &[Question] = &[
@@ -70,6 +74,7 @@ const QUESTIONS: &[Question] = &[
             a.windows = parse_when(s)?;
             Ok(())
         },
+        later: false,
     },
     Question {
         name: "sessions",
@@ -90,6 +95,7 @@ const QUESTIONS: &[Question] = &[
             }
             _ => Err(AnswerError::Choice("any, active or ignore")),
         },
+        later: false,
     },
     Question {
         name: "cpus",
@@ -100,6 +106,7 @@ const QUESTIONS: &[Question] = &[
             a.cpus = s.into();
             Ok(())
         },
+        later: false,
     },
     Question {
         name: "memory",
@@ -110,6 +117,7 @@ const QUESTIONS: &[Question] = &[
             a.memory = s.into();
             Ok(())
         },
+        later: false,
     },
     Question {
         name: "longest-job",
@@ -123,6 +131,7 @@ const QUESTIONS: &[Question] = &[
             a.longest_job = s.into();
             Ok(())
         },
+        later: false,
     },
     Question {
         name: "on-return",
@@ -135,6 +144,7 @@ const QUESTIONS: &[Question] = &[
             }
             _ => Err(AnswerError::Choice("pause, graceful or fast")),
         },
+        later: false,
     },
     Question {
         name: "timezone",
@@ -146,6 +156,7 @@ const QUESTIONS: &[Question] = &[
             a.timezone = s.into();
             Ok(())
         },
+        later: false,
     },
     // Last, after the questions of earlier versions: a script's answers keep their places.
     Question {
@@ -159,6 +170,7 @@ const QUESTIONS: &[Question] = &[
             }
             _ => Err(AnswerError::Choice("no-downloads, pause or ignore")),
         },
+        later: true,
     },
 ];
 
@@ -311,7 +323,8 @@ longest_job = "{longest_job}"
 
 /// Asks every question on `out`, reading answers from `input`. An empty line takes the
 /// default; a bad answer is explained and asked again; end of input takes the defaults of the
-/// remaining questions only when `yes` is set.
+/// remaining questions when `yes` is set, or when they all came after the first release's
+/// (`Question::later`: a script's answers for an older wizard still install).
 pub fn ask(
     mut a: Answers,
     input: &mut dyn BufRead,
@@ -326,7 +339,8 @@ pub fn ask(
             out.flush().map_err(io)?;
             let mut line = String::new();
             if input.read_line(&mut line).map_err(io)? == 0 {
-                if yes {
+                if yes || q.later {
+                    writeln!(out).map_err(io)?;
                     break;
                 }
                 return Err(AnswerError::EndOfInput);
@@ -376,6 +390,28 @@ mod tests {
                 .contains("empty")
         );
         assert_eq!(parse_when(" ; ").unwrap_err(), AnswerError::NoWindow);
+    }
+
+    /// An install script that pipes the first release's answers, and no more, still installs:
+    /// the questions asked since take their defaults, and they all come after the old ones.
+    #[test]
+    fn the_first_release_s_answers_alone_still_install() {
+        let first = QUESTIONS.iter().take_while(|q| !q.later).count();
+        assert!(
+            QUESTIONS[first..].iter().all(|q| q.later),
+            "a question of the first release comes after a later one"
+        );
+        let mut input: &[u8] = b"always\nactive\n1\n128MiB\n1h\npause\nUTC\n";
+        assert_eq!(input.iter().filter(|b| **b == b'\n').count(), first);
+        let a = ask(defaults(), &mut input, &mut Vec::new(), false).unwrap();
+        assert_eq!(a.on_return, "pause");
+        assert_eq!(a.on_metered, "no-downloads");
+        // One answer short of the first release's still fails, as it did.
+        let mut short: &[u8] = b"always\nactive\n1\n128MiB\n1h\npause\n";
+        assert!(matches!(
+            ask(defaults(), &mut short, &mut Vec::new(), false),
+            Err(AnswerError::EndOfInput)
+        ));
     }
 
     #[test]
