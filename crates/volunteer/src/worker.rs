@@ -204,12 +204,46 @@ pub struct LocalImage {
     pub size: u64,
 }
 
+/// A pull's result: the image now local, and the bytes the engine downloaded for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pulled {
+    pub image: LocalImage,
+    /// The layers' bytes the engine fetched (their compressed sizes, as its pull progress
+    /// reported them); a layer the engine already had costs nothing and counts nothing.
+    pub bytes: u64,
+}
+
 /// Cumulative CPU counters of one worker, from the engine's stats. The fraction of the whole
 /// machine between two samples is `Δworker / Δsystem` (both in ns, system over all CPUs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct CpuSample {
     pub worker_ns: u64,
     pub system_ns: u64,
+    /// The bytes its network interfaces carried, read in the same statistics call (`None`:
+    /// the engine gave no network figures, as for a worker that has ended).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub net: Option<NetSample>,
+}
+
+/// Cumulative bytes a worker's network interfaces received and sent (all of them, summed), as
+/// the engine's statistics report them. The counters live in the worker's network namespace:
+/// they start at zero with it, and start again at zero when the container restarts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct NetSample {
+    pub received: u64,
+    pub sent: u64,
+}
+
+impl NetSample {
+    /// The bytes moved since `prev`, per direction; never negative. A counter below its
+    /// previous reading started again from zero (the container restarted): all of it is new.
+    pub(crate) fn since(self, prev: NetSample) -> NetSample {
+        let delta = |now: u64, before: u64| now.checked_sub(before).unwrap_or(now);
+        NetSample {
+            received: delta(self.received, prev.received),
+            sent: delta(self.sent, prev.sent),
+        }
+    }
 }
 
 impl CpuSample {
@@ -299,10 +333,12 @@ mod tests {
         let a = CpuSample {
             worker_ns: 1_000,
             system_ns: 10_000,
+            net: None,
         };
         let b = CpuSample {
             worker_ns: 3_000,
             system_ns: 18_000,
+            net: None,
         };
         assert_eq!(b.fraction_since(a), Some(0.25));
         assert_eq!(
@@ -311,6 +347,15 @@ mod tests {
             "counters went backwards (restart)"
         );
         assert_eq!(a.fraction_since(a), None);
+    }
+
+    #[test]
+    fn network_deltas_are_never_negative() {
+        let at = |received, sent| NetSample { received, sent };
+        assert_eq!(at(500, 70).since(at(200, 20)), at(300, 50));
+        // The container restarted: its counters began again at zero.
+        assert_eq!(at(40, 90).since(at(200, 20)), at(40, 70));
+        assert_eq!(at(0, 0).since(at(200, 20)), at(0, 0));
     }
 
     #[test]

@@ -55,6 +55,11 @@ pub struct OutcomeLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DirectionLabel {
+    pub direction: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ShapeLabel {
     pub shape: String,
 }
@@ -95,6 +100,9 @@ pub struct Metrics {
     pub job_cpu_seconds: Counter<f64, AtomicU64>,
     pub lost_cpu_seconds: Counter<f64, AtomicU64>,
     pub workers_unreported: Counter,
+    /// The bytes the workers' network interfaces carried (volunteer mode), by `direction`
+    /// (`received`, `sent`).
+    pub worker_network_bytes: Family<DirectionLabel, Counter>,
 }
 
 impl Metrics {
@@ -123,6 +131,7 @@ impl Metrics {
             job_cpu_seconds: Counter::default(),
             lost_cpu_seconds: Counter::default(),
             workers_unreported: Counter::default(),
+            worker_network_bytes: Family::default(),
         };
         let mut r = Registry::with_prefix("pilotd");
         r.register(
@@ -139,7 +148,7 @@ impl Metrics {
         r.register("image_pulls", "Worker image pulls", m.image_pulls.clone());
         r.register(
             "image_pull_bytes",
-            "Bytes of worker image layers pulled",
+            "Bytes of worker image layers pulled (downloaded, as the engine's pull progress reports them)",
             m.image_pull_bytes.clone(),
         );
         r.register(
@@ -232,6 +241,11 @@ impl Metrics {
             "Workers that ended without a readable job report (an older pilot, an image without pilot, a damaged report)",
             m.workers_unreported.clone(),
         );
+        r.register(
+            "worker_network_bytes",
+            "Bytes the workers' network interfaces received and sent, by direction",
+            m.worker_network_bytes.clone(),
+        );
         (m, r)
     }
 
@@ -267,6 +281,15 @@ impl Metrics {
                 outcome: outcome.into(),
             })
             .inc();
+    }
+
+    /// Bytes a worker's interfaces moved in `direction` (`received`, `sent`).
+    pub fn count_network(&self, direction: &str, bytes: u64) {
+        self.worker_network_bytes
+            .get_or_create(&DirectionLabel {
+                direction: direction.into(),
+            })
+            .inc_by(bytes);
     }
 
     pub fn count_eviction(&self, mode: &str) {
@@ -349,6 +372,9 @@ mod tests {
         m.count_eviction("graceful");
         m.image_pulls.inc();
         m.image_pull_bytes.inc_by(1234);
+        m.count_network("received", 5000);
+        m.count_network("sent", 70);
+        m.count_network("received", 1);
         m.backoff_level.set(3);
         m.cycle_seconds.observe(0.02);
         m.pods
@@ -381,6 +407,8 @@ mod tests {
             "pilotd_evictions_total{mode=\"graceful\"} 1",
             "pilotd_image_pulls_total 1",
             "pilotd_image_pull_bytes_total 1234",
+            "pilotd_worker_network_bytes_total{direction=\"received\"} 5001",
+            "pilotd_worker_network_bytes_total{direction=\"sent\"} 70",
             "pilotd_backoff_level 3",
             "pilotd_cycle_duration_seconds_count 1",
             "pilotd_pods{shape=\"c4-m8192\",state=\"claimed\"} 5",
@@ -472,6 +500,7 @@ mod tests {
             job_cpu_seconds,
             lost_cpu_seconds,
             workers_unreported,
+            worker_network_bytes: _,
         } = &m;
         m.set_workers([("running", 1)]);
         m.count_decision("free");
@@ -502,6 +531,7 @@ mod tests {
         job_cpu_seconds.inc_by(55.5);
         lost_cpu_seconds.inc_by(5.5);
         workers_unreported.inc();
+        m.count_network("received", 1);
         let text = exposition(&r);
         let mut series = std::collections::BTreeMap::new();
         let mut families = Vec::new();

@@ -1,6 +1,7 @@
 //! pilotd's own workers' share of the machine's CPU, measured cycle to cycle.
 
 use crate::act::backend::Backend;
+use crate::record::contribution::NetReading;
 use crate::worker::{CpuSample, Worker, WorkerState};
 use chrono::{DateTime, SubsecRound, Utc};
 use std::collections::HashMap;
@@ -39,6 +40,9 @@ pub(super) struct CpuMeter {
     /// until its container is: what it used bounds its pilot's job report
     /// (`contribution::Claim`).
     used: HashMap<String, (u64, DateTime<Utc>)>,
+    /// The workers' network counters, read in the same statistics call as their CPU, since
+    /// `take_net` (the contribution counts their deltas against the marks it keeps).
+    net: Vec<NetReading>,
 }
 
 /// The shortest window CPU shares are measured over (see `CpuMeter`).
@@ -77,6 +81,11 @@ impl CpuMeter {
         std::mem::take(&mut self.given_ns) as f64 / 1e9
     }
 
+    /// The network counters read since the last call, oldest first.
+    pub(super) fn take_net(&mut self) -> Vec<NetReading> {
+        std::mem::take(&mut self.net)
+    }
+
     /// The workers' CPU since the last measurement, as a fraction of a machine of `cpus`
     /// CPUs (`None` before the host was first observed).
     pub(super) async fn measure(
@@ -104,6 +113,13 @@ impl CpuMeter {
         for (w, s) in live.iter().zip(samples) {
             match s {
                 Ok(s) => {
+                    if let Some(sample) = s.net {
+                        self.net.push(NetReading {
+                            id: w.id.clone(),
+                            created: w.created,
+                            sample,
+                        });
+                    }
                     if let Some(p) = self.prev.get(&w.id) {
                         total += s.fraction_since(*p).unwrap_or(0.0);
                         // Backwards (the engine restarted): nothing known to count.

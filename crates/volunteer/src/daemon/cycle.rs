@@ -105,6 +105,7 @@ impl<B: Backend> Daemon<B> {
         }
         outcome.supply = Some(&supply);
         outcome.given = self.cpu.take_given();
+        outcome.net = self.cpu.take_net();
         self.records.decided(&self.s, &host, &outcome);
         self.last_snapshot = Some(host);
         let reason = supply.reasons.first().cloned().unwrap_or_default();

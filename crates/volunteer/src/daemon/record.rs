@@ -52,6 +52,11 @@ const HISTORY_EVERY: std::time::Duration = std::time::Duration::from_secs(900);
 /// desktop, `timeline::CPU_FOLD`) and serves only projections, for which a crash's lost hour
 /// is nothing; hourly keeps what the daemon writes to a donated disk small.
 const TIMELINE_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
+/// The contribution is written at the end of a cycle that counted this much data since it
+/// was last written: the day's data cap and `status` read the file, and a crash must not
+/// lose a download's worth of counting. A worker's keep-alives stay below it and write
+/// nothing until the next `HISTORY_EVERY`.
+const DATA_UNSAVED_MAX: u64 = 1 << 20;
 
 /// What one cycle observed, decided and did: the decision (none without a host observation),
 /// the workers' CPU share it was made with and the CPU-seconds they gave since the last cycle,
@@ -64,6 +69,8 @@ pub(super) struct CycleOutcome<'a> {
     pub(super) supply: Option<&'a Supply>,
     pub(super) own_cpu: f64,
     pub(super) given: f64,
+    /// The workers' network counters read this cycle (none when not measured).
+    pub(super) net: Vec<contribution::NetReading>,
     pub(super) workers: Option<Vec<Worker>>,
     pub(super) actions: Vec<String>,
     pub(super) notes: Vec<String>,
@@ -78,6 +85,8 @@ struct Saved {
     status: Option<(Status, DateTime<Utc>)>,
     history: Option<DateTime<Utc>>,
     timeline: Option<DateTime<Utc>>,
+    /// Bytes of data counted into the contribution since it was last written.
+    data_unsaved: u64,
 }
 
 /// The records, taken back from the state dir at the start and written back to it.
@@ -195,6 +204,17 @@ impl Records {
         };
         let before = self.contribution.ledger.all_time;
         self.contribution.record(tz, now, s.interval, seen);
+        if !o.net.is_empty() || o.workers.is_some() {
+            let listed: Option<Vec<String>> = o
+                .workers
+                .as_ref()
+                .map(|l| l.iter().map(|w| w.id.clone()).collect());
+            let was = self.contribution.ledger.all_time.network.total();
+            self.contribution
+                .network(tz, now, &o.net, listed.as_deref());
+            let moved = self.contribution.ledger.all_time.network.total() - was;
+            self.saved.data_unsaved = self.saved.data_unsaved.saturating_add(moved);
+        }
         if let Some(m) = &self.metrics {
             let after = &self.contribution.ledger.all_time;
             m.cpu_seconds_given
@@ -205,12 +225,32 @@ impl Records {
             m.open_seconds.inc_by(after.open_s - before.open_s);
             m.owner_present_seconds
                 .inc_by(after.owner_present_s - before.owner_present_s);
+            let (was, is) = (before.network, after.network);
+            m.count_network("received", is.received - was.received);
+            m.count_network("sent", is.sent - was.sent);
         }
         self.log_decision_change(supply);
         self.advertise(s, host, supply, now);
         self.status.owner_busy_since = supply.owner_busy_since;
         self.status.host_free_since = supply.host_free_since;
         self.status.own_cpu = o.own_cpu;
+        self.status.metered = host.metered;
+    }
+
+    /// A pull of the worker image downloaded `bytes`: into the contribution (the day's data
+    /// cap counts it), written at the cycle's end.
+    pub(super) fn pull_counted(&mut self, s: &Settings, bytes: u64, now: DateTime<Utc>) {
+        self.contribution.pulled(&s.policy.timezone, now, bytes);
+        self.saved.history = None;
+    }
+
+    /// What the day and the month used so far, for the data cap.
+    pub(super) fn data_used(
+        &self,
+        tz: &pilotd_core::zone::Zone,
+        now: DateTime<Utc>,
+    ) -> contribution::DataUsed {
+        self.contribution.ledger.data_used(tz, now)
     }
 
     /// One log line per change of decision, saying what changed and why.
@@ -529,19 +569,24 @@ impl Records {
     }
 
     /// The learned history and the contribution every `HISTORY_EVERY` (and at the end of a
-    /// cycle in which a worker ended), the presence timeline every `TIMELINE_EVERY`: they
+    /// cycle in which a worker ended; the contribution also once `DATA_UNSAVED_MAX` of data
+    /// was counted), the presence timeline every `TIMELINE_EVERY`: they
     /// count time, so they change every cycle, and a crash loses at most that much of them.
     pub(super) fn save_due(&mut self, s: &Settings, now: DateTime<Utc>) {
         let due = |at: Option<DateTime<Utc>>, every| {
             at.is_none_or(|at| now.signed_duration_since(at) >= pilotd_core::horizon::delta(every))
         };
-        if due(self.saved.history, HISTORY_EVERY) {
+        let history_due = due(self.saved.history, HISTORY_EVERY);
+        if history_due {
             match history::save(&s.state_dir, &self.learner.history) {
                 Ok(()) => self.saved.history = Some(now),
                 Err(e) => tracing::error!("{e}"),
             }
-            if let Err(e) = contribution::save(&s.state_dir, &self.contribution.ledger) {
-                tracing::error!("{e}");
+        }
+        if history_due || self.saved.data_unsaved >= DATA_UNSAVED_MAX {
+            match contribution::save(&s.state_dir, &self.contribution.ledger) {
+                Ok(()) => self.saved.data_unsaved = 0,
+                Err(e) => tracing::error!("{e}"),
             }
         }
         if due(self.saved.timeline, TIMELINE_EVERY) {

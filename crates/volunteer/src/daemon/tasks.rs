@@ -8,8 +8,7 @@ use crate::act::disk;
 use crate::act::image;
 use crate::record::manifest::{self, Manifest};
 use crate::settings::RemoteSettings;
-use crate::worker::LocalImage;
-use crate::worker::PulledImage;
+use crate::worker::{Pulled, PulledImage};
 use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -26,7 +25,7 @@ pub(crate) enum TaskDone {
     Pulled {
         pinned: String,
         digest: String,
-        result: Result<LocalImage, BackendError>,
+        result: Result<Pulled, BackendError>,
     },
     Manifest(Result<Manifest, manifest::ManifestError>),
     /// How full the running workers' scratch dirs are, in KiB by worker id.
@@ -174,12 +173,13 @@ impl<B: Backend> Daemon<B> {
                     self.work.in_flight.pulling = None;
                 }
                 match result {
-                    Ok(img) => {
-                        tracing::info!(image = %pinned, id = %img.id, "pulled");
+                    Ok(Pulled { image: img, bytes }) => {
+                        tracing::info!(image = %pinned, id = %img.id, bytes, "pulled");
                         if let Some(m) = &self.metrics {
                             m.image_pulls.inc();
-                            m.image_pull_bytes.inc_by(img.size);
+                            m.image_pull_bytes.inc_by(bytes);
                         }
+                        self.records.pull_counted(&self.s, bytes, now);
                         self.records.pulled(PulledImage {
                             id: img.id,
                             pinned,

@@ -621,6 +621,7 @@ async fn own_cpu_counts_a_new_worker_in_its_first_window() {
             CpuSample {
                 worker_ns: worker_s * 1_000_000_000,
                 system_ns: system_s * 1_000_000_000,
+                net: None,
             },
         );
     };
@@ -705,6 +706,7 @@ async fn the_cpu_given_is_each_counter_delta_once() {
             CpuSample {
                 worker_ns: worker_s * 1_000_000_000,
                 system_ns: 1_000_000_000_000,
+                net: None,
             },
         );
     };
@@ -761,6 +763,7 @@ async fn the_daemon_counts_what_the_machine_gave() {
             CpuSample {
                 worker_ns: worker_s * 1_000_000_000,
                 system_ns: 1_000_000_000_000,
+                net: None,
             },
         );
     };
@@ -1253,6 +1256,7 @@ async fn a_forged_report_is_held_to_what_the_workers_cgroup_used() {
                 CpuSample {
                     worker_ns: 100_000_000_000,
                     system_ns: 1_000_000_000_000,
+                    net: None,
                 },
             );
         }

@@ -2,7 +2,8 @@
 //! in all, the CPU time pilotd's workers used, the time they computed or sat paused, the time
 //! the policy allowed computing, the time the owner was there, how the workers ended, and the
 //! jobs their pilots reported (`Jobs`: started, completed, vacated, their time and CPU, the
-//! work evictions lost).
+//! work evictions lost); and the bytes the workers received and sent over the network and
+//! the image pulls downloaded (`Data`), per day as well, for the owner's data cap.
 //! Kept in the state dir (`contribution.json`), written atomically, survives restarts; a
 //! corrupted file is set aside as `contribution.json.corrupt` and counting starts over.
 //!
@@ -16,16 +17,20 @@
 
 use crate::outcome::Outcome;
 use crate::record::history::CycleClock;
-use chrono::{DateTime, Datelike, Utc};
+use crate::worker::NetSample;
+use chrono::{DateTime, Datelike, SubsecRound, Utc};
 use pilot_contract::{JobReport, PilotExit};
 use pilotd_core::service::state_file::{StateFileError, Store};
 use pilotd_core::zone::Zone;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 const FILE: &str = "contribution.json";
 /// Weeks kept besides the all-time total: a quarter.
 pub(crate) const WEEKS_KEPT: usize = 12;
+/// Days kept of the data figures: the month the cap counts, and the one before.
+pub(crate) const DAYS_KEPT: usize = 62;
 
 /// How the workers that ended, ended (from `Outcome`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,6 +87,92 @@ pub struct Tally {
     /// zero).
     #[serde(default)]
     pub jobs: Jobs,
+    /// The bytes over the network (absent from a ledger older than the count: zero).
+    #[serde(default)]
+    pub network: Data,
+}
+
+/// Bytes over the network that pilotd's work cost the owner: what the workers' interfaces
+/// received and sent (the engine's counters of their network namespaces, deltas cycle to
+/// cycle) and what pulls of the worker image downloaded (the engine's pull progress).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Data {
+    pub received: u64,
+    pub sent: u64,
+    pub pulled: u64,
+}
+
+impl Data {
+    /// All of it: what a data plan counts.
+    pub(crate) fn total(&self) -> u64 {
+        self.received
+            .saturating_add(self.sent)
+            .saturating_add(self.pulled)
+    }
+
+    fn add(&mut self, d: Data) {
+        self.received = self.received.saturating_add(d.received);
+        self.sent = self.sent.saturating_add(d.sent);
+        self.pulled = self.pulled.saturating_add(d.pulled);
+    }
+}
+
+/// One day in the policy's zone (`2026-01-05`), its data only.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Day {
+    pub day: String,
+    #[serde(flatten)]
+    pub network: Data,
+}
+
+/// The workers' network counters as last counted, and when: kept in the ledger, written with
+/// the totals they are counted into, so a daemon that crashed counts from where the file
+/// left off (a worker still alive loses nothing; one that ended since loses what it moved
+/// after the file was written, its counters gone with it).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Marks {
+    pub at: Option<DateTime<Utc>>,
+    pub workers: BTreeMap<String, NetSample>,
+}
+
+/// One worker's network counters as read this cycle, with its creation (its label).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NetReading {
+    pub id: String,
+    pub created: Option<DateTime<Utc>>,
+    pub sample: NetSample,
+}
+
+impl Marks {
+    /// The bytes `r` adds: from its mark; all of its counters for a worker created since
+    /// the last reading (they began at zero then); none for one without a mark that was
+    /// already there (adopted with no mark: its counters cover time nobody can tell
+    /// apart). The mark moves to `r` either way.
+    pub(crate) fn count(&mut self, r: &NetReading) -> NetSample {
+        let new = match self.workers.get(&r.id) {
+            Some(mark) => r.sample.since(*mark),
+            // The label has whole seconds.
+            None if r
+                .created
+                .zip(self.at)
+                .is_some_and(|(c, at)| c >= at.trunc_subsecs(0)) =>
+            {
+                r.sample
+            }
+            None => NetSample::default(),
+        };
+        self.workers.insert(r.id.clone(), r.sample);
+        new
+    }
+}
+
+/// The data used in the periods a cap counts: the day and the calendar month of `now`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct DataUsed {
+    pub today: u64,
+    pub this_month: u64,
 }
 
 /// The jobs the workers' pilots reported at their ends (`JobReport`), summed; and how many
@@ -238,6 +329,11 @@ impl Tally {
     }
 }
 
+/// The day of `t` in `tz`, as the ledger names it (`2026-01-05`).
+pub(crate) fn day_of(tz: &Zone, t: DateTime<Utc>) -> String {
+    t.with_timezone(tz).format("%Y-%m-%d").to_string()
+}
+
 /// One ISO week in the policy's zone (`2026-W03`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Week {
@@ -255,6 +351,11 @@ pub struct Ledger {
     /// Oldest first, at most `WEEKS_KEPT`.
     pub weeks: Vec<Week>,
     pub all_time: Tally,
+    /// Oldest first, at most `DAYS_KEPT` (absent from an older ledger: none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub days: Vec<Day>,
+    #[serde(default)]
+    pub marks: Marks,
 }
 
 impl Default for Ledger {
@@ -264,6 +365,8 @@ impl Default for Ledger {
             since: None,
             weeks: Vec::new(),
             all_time: Tally::default(),
+            days: Vec::new(),
+            marks: Marks::default(),
         }
     }
 }
@@ -283,6 +386,54 @@ impl Ledger {
             .find(|w| w.week == key)
             .map(|w| w.tally)
             .unwrap_or_default()
+    }
+
+    /// The data of the day `now` lies in (none when nothing was counted in it).
+    pub(crate) fn today(&self, tz: &Zone, now: DateTime<Utc>) -> Data {
+        let key = day_of(tz, now);
+        self.days
+            .iter()
+            .find(|d| d.day == key)
+            .map(|d| d.network)
+            .unwrap_or_default()
+    }
+
+    /// The data of the calendar month `now` lies in, in `tz`.
+    pub(crate) fn this_month(&self, tz: &Zone, now: DateTime<Utc>) -> Data {
+        let month = now.with_timezone(tz).format("%Y-%m-").to_string();
+        let mut sum = Data::default();
+        for d in self.days.iter().filter(|d| d.day.starts_with(&month)) {
+            sum.add(d.network);
+        }
+        sum
+    }
+
+    /// What a data cap counts at `now`.
+    pub(crate) fn data_used(&self, tz: &Zone, now: DateTime<Utc>) -> DataUsed {
+        DataUsed {
+            today: self.today(tz, now).total(),
+            this_month: self.this_month(tz, now).total(),
+        }
+    }
+
+    /// The day of `now`, added when new (the oldest beyond `DAYS_KEPT` dropped); `None` for
+    /// a day older than all those kept (a clock set far back: counted in the week only).
+    fn day_mut(&mut self, tz: &Zone, now: DateTime<Utc>) -> Option<&mut Data> {
+        let key = day_of(tz, now);
+        if !self.days.iter().any(|d| d.day == key) {
+            self.days.push(Day {
+                day: key.clone(),
+                network: Data::default(),
+            });
+            // A clock set back keeps the days in the order of their names.
+            self.days.sort_by(|a, b| a.day.cmp(&b.day));
+            let excess = self.days.len().saturating_sub(DAYS_KEPT);
+            self.days.drain(..excess);
+        }
+        self.days
+            .iter_mut()
+            .find(|d| d.day == key)
+            .map(|d| &mut d.network)
     }
 
     /// The week of `now`, added when new (the oldest beyond `WEEKS_KEPT` dropped).
@@ -354,6 +505,53 @@ impl Contribution {
         self.ledger.all_time.add(&o, secs);
     }
 
+    /// Counts the workers' network counters read at `now` (`readings`) into the day, the week
+    /// and all time; `listed`: the engine's list of this cycle, whose workers alone keep a
+    /// mark (`None`: not listed, every mark kept).
+    pub(crate) fn network(
+        &mut self,
+        tz: &Zone,
+        now: DateTime<Utc>,
+        readings: &[NetReading],
+        listed: Option<&[String]>,
+    ) {
+        let mut moved = Data::default();
+        for r in readings {
+            let n = self.ledger.marks.count(r);
+            moved.received = moved.received.saturating_add(n.received);
+            moved.sent = moved.sent.saturating_add(n.sent);
+        }
+        if let Some(ids) = listed {
+            self.ledger.marks.workers.retain(|id, _| ids.contains(id));
+        }
+        self.ledger.marks.at = Some(now);
+        self.count_data(tz, now, moved);
+    }
+
+    /// A pull of the worker image downloaded `bytes`, finished at `now`.
+    pub(crate) fn pulled(&mut self, tz: &Zone, now: DateTime<Utc>, bytes: u64) {
+        self.count_data(
+            tz,
+            now,
+            Data {
+                pulled: bytes,
+                ..Data::default()
+            },
+        );
+    }
+
+    fn count_data(&mut self, tz: &Zone, now: DateTime<Utc>, d: Data) {
+        if d == Data::default() {
+            return;
+        }
+        self.ledger.since.get_or_insert(now);
+        if let Some(day) = self.ledger.day_mut(tz, now) {
+            day.add(d);
+        }
+        self.ledger.week_mut(tz, now).network.add(d);
+        self.ledger.all_time.network.add(d);
+    }
+
     /// A worker's pilot reported its jobs at its end (`None`: it ended without a readable
     /// report), at `now`; the daemon calls this once per container, with the report already
     /// held to its `Claim`.
@@ -385,7 +583,7 @@ pub(crate) fn path(state_dir: &Path) -> PathBuf {
 
 fn store(state_dir: &Path) -> Store<Ledger> {
     Store::new(path(state_dir), "contribution ledger").checked(|l| {
-        (l.version == 1 && l.weeks.len() <= WEEKS_KEPT)
+        (l.version == 1 && l.weeks.len() <= WEEKS_KEPT && l.days.len() <= DAYS_KEPT)
             .then_some(())
             .ok_or_else(|| "unexpected version or size".to_string())
     })
@@ -455,13 +653,13 @@ pub(crate) fn hours(secs: f64) -> String {
 }
 
 /// The lines `status` and the page show for one stretch: CPU-hours given, hours computing,
-/// open and with the owner there, how the workers ended, and their jobs as the pilots
-/// reported them (or that they did not).
+/// open and with the owner there, how the workers ended, their jobs as the pilots reported
+/// them (or that they did not), and the data their work moved.
 pub(crate) fn lines(t: &Tally) -> Vec<String> {
     if t.is_empty() {
         return vec!["nothing recorded yet".into()];
     }
-    vec![
+    let mut lines = vec![
         format!("{} CPU-hours given", hours(t.cpu_seconds)),
         format!(
             "{} h computing, {} h paused",
@@ -475,7 +673,24 @@ pub(crate) fn lines(t: &Tally) -> Vec<String> {
             t.ended.ran_jobs, t.ended.no_job, t.ended.evicted, t.ended.failed
         ),
         jobs_line(&t.jobs),
-    ]
+    ];
+    // Only once something was counted: a ledger from before the count says nothing of it.
+    if t.network != Data::default() {
+        lines.push(data_line(&t.network));
+    }
+    lines
+}
+
+/// The bytes pilotd's work moved: "data: 1.2GiB received, 40.5MiB sent, 300MiB pulled for
+/// the worker image".
+pub(crate) fn data_line(d: &Data) -> String {
+    use pilotd_core::config::units::format_size;
+    format!(
+        "data: {} received, {} sent, {} pulled for the worker image",
+        format_size(d.received),
+        format_size(d.sent),
+        format_size(d.pulled)
+    )
 }
 
 /// The jobs as the pilots reported them: "jobs: 12 finished, 1 vacated (0.2 CPU-hours of work

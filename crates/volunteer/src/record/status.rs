@@ -109,6 +109,10 @@ pub struct Status {
     pub locks: BTreeMap<String, DateTime<Utc>>,
     pub last_actions: Vec<String>,
     pub notes: Vec<String>,
+    /// The link's price as the last cycle observed it (NetworkManager; absent when not
+    /// known): `status` shows it beside the data used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metered: Option<crate::snapshot::Metered>,
 }
 
 /// The daemon rewrites an unchanged status file this often, so readers can tell it is alive

@@ -6,7 +6,9 @@
 
 use super::docker::errors::{Change, already_there};
 use super::{BackendError, BackendEvent, Images, Network, Observe, Workers};
-use crate::worker::{CpuSample, LocalImage, Worker, WorkerSpec, WorkerState, split_reference};
+use crate::worker::{
+    CpuSample, LocalImage, Pulled, Worker, WorkerSpec, WorkerState, split_reference,
+};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -36,6 +38,8 @@ pub(crate) struct FakeWorld {
     pub specs: Vec<WorkerSpec>,
     /// What `cpu_sample` reads for a worker, by id (zero when unset).
     pub cpu: BTreeMap<String, CpuSample>,
+    /// The bytes a pull says it downloaded.
+    pub pull_bytes: u64,
     /// Workers (by id) whose process ignores SIGTERM: a stop waits its grace, then kills.
     pub ignores_term: BTreeSet<String>,
     /// Every stop asked, with its grace, in order.
@@ -194,7 +198,7 @@ impl Images for FakeBackend {
             .cloned())
     }
 
-    async fn pull_image(&self, repository: &str, digest: &str) -> Result<LocalImage, BackendError> {
+    async fn pull_image(&self, repository: &str, digest: &str) -> Result<Pulled, BackendError> {
         let mut w = self.call(format!("pull {repository}@{digest}"))?;
         if w.registry_down {
             return Err(BackendError::Registry {
@@ -211,7 +215,10 @@ impl Images for FakeBackend {
             size: 0,
         };
         w.images.push(image.clone());
-        Ok(image)
+        Ok(Pulled {
+            image,
+            bytes: w.pull_bytes,
+        })
     }
 
     async fn list_images(&self, repository: &str) -> Result<Vec<LocalImage>, BackendError> {

@@ -6,7 +6,7 @@ pub(crate) mod fake;
 pub mod freezer;
 
 use crate::settings::EngineSettings;
-use crate::worker::{CpuSample, LocalImage, Worker, WorkerSpec};
+use crate::worker::{CpuSample, LocalImage, Pulled, Worker, WorkerSpec};
 use std::future::Future;
 use std::time::Duration;
 
@@ -104,12 +104,13 @@ pub trait Images {
         reference: &str,
     ) -> impl Future<Output = Result<Option<LocalImage>, BackendError>> + Send;
 
-    /// Pulls `repository@digest` (always a digest: never a tag-less pull of every tag).
+    /// Pulls `repository@digest` (always a digest: never a tag-less pull of every tag), and
+    /// says how many bytes it downloaded.
     fn pull_image(
         &self,
         repository: &str,
         digest: &str,
-    ) -> impl Future<Output = Result<LocalImage, BackendError>> + Send;
+    ) -> impl Future<Output = Result<Pulled, BackendError>> + Send;
 
     /// Local images of one repository (`host/path`, no tag).
     fn list_images(
@@ -149,7 +150,8 @@ pub trait Observe {
         lines: usize,
     ) -> impl Future<Output = Result<Vec<String>, BackendError>> + Send;
 
-    /// Cumulative CPU counters of a running or paused worker.
+    /// Cumulative CPU counters of a running or paused worker, and its network bytes (one
+    /// statistics call for both).
     fn cpu_sample(&self, id: &str) -> impl Future<Output = Result<CpuSample, BackendError>> + Send;
 
     /// Streams events about this daemon's workers into `tx` until the stream breaks; the

@@ -436,3 +436,112 @@ fn a_ledger_from_before_the_reports_loads() {
     assert_eq!(again.this_week(&rome(), now).jobs.completed, 2);
     assert_eq!(again.all_time.ended.ran_jobs, 1);
 }
+
+fn reading(id: &str, created: Option<&str>, received: u64, sent: u64) -> NetReading {
+    NetReading {
+        id: id.into(),
+        created: created.map(utc),
+        sample: NetSample { received, sent },
+    }
+}
+
+#[test]
+fn network_counters_count_their_deltas_from_the_marks_the_ledger_keeps() {
+    let tz = rome();
+    let mut c = Contribution::new(Ledger::default());
+    let t0 = utc("2026-03-10T10:00:00Z");
+    // The first reading: a worker already there (adopted, no mark) counts from here on.
+    c.network(
+        &tz,
+        t0,
+        &[reading("a", Some("2026-03-10T09:00:00Z"), 5_000, 100)],
+        None,
+    );
+    assert_eq!(c.ledger.all_time.network, Data::default());
+    // Its deltas count; a worker created since the last reading counts whole.
+    let t1 = t0 + Duration::seconds(30);
+    let readings = [
+        reading("a", Some("2026-03-10T09:00:00Z"), 8_000, 150),
+        reading("b", Some("2026-03-10T10:00:10Z"), 700, 20),
+    ];
+    c.network(&tz, t1, &readings, Some(&["a".into(), "b".into()]));
+    let d = c.ledger.all_time.network;
+    assert_eq!((d.received, d.sent), (3_700, 70));
+    // The container restarted: its counters began again at zero, none is negative.
+    let t2 = t1 + Duration::seconds(30);
+    c.network(&tz, t2, &[reading("a", None, 200, 10)], Some(&["a".into()]));
+    let d = c.ledger.all_time.network;
+    assert_eq!((d.received, d.sent), (3_900, 80));
+    // b is no longer listed: its mark goes.
+    assert_eq!(c.ledger.marks.workers.keys().collect::<Vec<_>>(), ["a"]);
+
+    // A crash: the file written at t2 is taken back by the next daemon, which counts a's
+    // bytes since that mark (nothing lost), and a worker created after it in whole.
+    let saved: Ledger = serde_json::from_str(&serde_json::to_string(&c.ledger).unwrap()).unwrap();
+    let mut again = Contribution::new(saved);
+    let t3 = t2 + Duration::seconds(90);
+    again.network(
+        &tz,
+        t3,
+        &[
+            reading("a", None, 10_200, 10),
+            reading("c", Some("2026-03-10T10:01:30Z"), 4_000, 0),
+        ],
+        None,
+    );
+    assert_eq!(
+        again.ledger.all_time.network.received,
+        3_900 + 10_000 + 4_000
+    );
+    assert_eq!(again.ledger.today(&tz, t3).received, 3_900 + 14_000);
+}
+
+#[test]
+fn an_older_ledger_loads_with_no_data_counted() {
+    let old = r#"{"version":1,"since":"2026-01-05T10:00:00Z","weeks":[{"week":"2026-W02","cpu_seconds":1.0,"computing_s":30,"paused_s":0,"open_s":30,"owner_present_s":0,"ended":{"ran_jobs":0,"no_job":0,"evicted":0,"failed":0}}],"all_time":{"cpu_seconds":1.0,"computing_s":30,"paused_s":0,"open_s":30,"owner_present_s":0,"ended":{"ran_jobs":0,"no_job":0,"evicted":0,"failed":0}}}"#;
+    let l: Ledger = serde_json::from_str(old).unwrap();
+    assert_eq!(l.all_time.network, Data::default());
+    assert!(l.days.is_empty() && l.marks == Marks::default());
+}
+
+#[test]
+fn days_and_months_are_the_policy_zones_across_a_change_of_time() {
+    let tz = rome();
+    let mut c = Contribution::new(Ledger::default());
+    // Rome leaves summer time on Sunday 2026-10-25 (03:00 CEST -> 02:00 CET): that day has
+    // 25 hours, from 2026-10-24T22:00Z to 2026-10-25T23:00Z.
+    let table = [
+        ("2026-10-24T21:59:59Z", "2026-10-24", 1),
+        ("2026-10-24T22:00:00Z", "2026-10-25", 10),
+        ("2026-10-25T22:59:59Z", "2026-10-25", 100),
+        ("2026-10-25T23:00:00Z", "2026-10-26", 1_000),
+        // 31 October 23:00Z is 1 November 00:00 in Rome: the next month.
+        ("2026-10-31T23:00:00Z", "2026-11-01", 10_000),
+    ];
+    for (t, day, bytes) in table {
+        assert_eq!(day_of(&tz, utc(t)), day, "{t}");
+        c.pulled(&tz, utc(t), bytes);
+    }
+    let on = |t: &str| c.ledger.data_used(&tz, utc(t));
+    assert_eq!(on("2026-10-25T12:00:00Z").today, 110);
+    assert_eq!(on("2026-10-31T12:00:00Z").this_month, 1_111);
+    assert_eq!(on("2026-11-01T00:30:00Z").this_month, 10_000);
+    assert_eq!(on("2026-11-01T00:30:00Z").today, 10_000);
+}
+
+#[test]
+fn days_beyond_those_kept_are_dropped_oldest_first() {
+    let tz = Zone::utc();
+    let mut c = Contribution::new(Ledger::default());
+    let start = utc("2026-01-01T12:00:00Z");
+    for i in 0..(DAYS_KEPT as i64 + 3) {
+        c.pulled(&tz, start + Duration::days(i), 1);
+    }
+    assert_eq!(c.ledger.days.len(), DAYS_KEPT);
+    assert_eq!(c.ledger.days[0].day, "2026-01-04");
+    assert_eq!(c.ledger.all_time.network.pulled, DAYS_KEPT as u64 + 3);
+    // A clock set back before them all: counted in the week and all time only.
+    c.pulled(&tz, start, 5);
+    assert_eq!(c.ledger.days.len(), DAYS_KEPT);
+    assert_eq!(c.ledger.all_time.network.pulled, DAYS_KEPT as u64 + 8);
+}

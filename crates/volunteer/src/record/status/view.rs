@@ -7,9 +7,10 @@
 
 use super::Status;
 use crate::decide::policy::schedule::{self, Day};
-use crate::record::contribution::{self, Ledger, Summary};
+use crate::record::contribution::{self, Data, Ledger, Summary};
 use crate::record::history::{self, History};
 use crate::record::snooze::{self, Snooze};
+use crate::snapshot::Metered;
 use crate::worker::Worker;
 use chrono::{DateTime, Utc};
 use pilotd_core::config::Policy;
@@ -45,6 +46,8 @@ pub struct StatusView {
     /// Why the contribution ledger cannot be read, when it cannot (counting starts over).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub contribution_unreadable: Option<String>,
+    /// The bytes pilotd's work moved over the network: today, this week, this month, in all.
+    pub network: NetworkView,
     /// The owner's snooze in force (`pilotd snooze`), if any.
     pub snooze: Option<Snooze>,
     /// Why the owner's snooze cannot be read, when it cannot: counted as snoozed.
@@ -90,6 +93,32 @@ pub struct LearnedFigures {
     pub likely_free_hours: Option<i64>,
 }
 
+/// The data pilotd's work used (`contribution::Data`: the workers' bytes received and sent,
+/// the image pulls), by the periods an owner's plan counts, and the link's price as last
+/// observed.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NetworkView {
+    pub today: Data,
+    pub this_week: Data,
+    pub this_month: Data,
+    pub all_time: Data,
+    /// NetworkManager's word on the link at the daemon's last cycle, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metered: Option<Metered>,
+}
+
+impl NetworkView {
+    fn of(l: &Ledger, tz: &Zone, now: DateTime<Utc>, metered: Option<Metered>) -> NetworkView {
+        NetworkView {
+            today: l.today(tz, now),
+            this_week: l.this_week(tz, now).network,
+            this_month: l.this_month(tz, now),
+            all_time: l.all_time.network,
+            metered,
+        }
+    }
+}
+
 /// The status file's keys that the view does not already give: one JSON object must not name
 /// a key twice (parsers keep one of them, and `workers` is the live list here).
 fn rest_of<S: Serializer>(status: &Status, ser: S) -> Result<S::Ok, S::Error> {
@@ -99,7 +128,7 @@ fn rest_of<S: Serializer>(status: &Status, ser: S) -> Result<S::Ok, S::Error> {
     else {
         return Err(S::Error::custom("the status is not a JSON object"));
     };
-    for key in ["pid", "updated_at", "instance", "workers"] {
+    for key in ["pid", "updated_at", "instance", "workers", "metered"] {
         rest.remove(key);
     }
     rest.serialize(ser)
@@ -140,6 +169,7 @@ impl StatusView {
             }),
             contribution: Summary::of(&given.ledger, tz, now),
             contribution_unreadable: given.warning,
+            network: NetworkView::of(&given.ledger, tz, now, status.metered),
             snooze: snooze.as_ref().ok().cloned().flatten(),
             snooze_unreadable: snooze.as_ref().err().map(ToString::to_string),
             status,

@@ -1,9 +1,9 @@
-//! What the engine tells about itself and its workers: its version, a worker's output and
-//! CPU time, and the stream of workers' exits.
+//! What the engine tells about itself and its workers: its version, a worker's output, its
+//! CPU time and network bytes, and the stream of workers' exits.
 
 use super::DockerBackend;
 use crate::act::backend::{BackendError, BackendEvent, Observe};
-use crate::worker::CpuSample;
+use crate::worker::{CpuSample, NetSample};
 use bollard::query_parameters::{EventsOptionsBuilder, LogsOptionsBuilder, StatsOptionsBuilder};
 use futures_util::StreamExt;
 use std::collections::BTreeMap;
@@ -71,10 +71,20 @@ impl Observe for DockerBackend {
                 });
             }
         };
+        // Every interface of the worker's namespace (pilotd's network is one; a site's
+        // template may add none, but a sum holds whatever the engine lists).
+        let net = stats.networks.map(|nets| {
+            nets.values()
+                .fold(NetSample::default(), |sum, n| NetSample {
+                    received: sum.received.saturating_add(n.rx_bytes.unwrap_or(0)),
+                    sent: sum.sent.saturating_add(n.tx_bytes.unwrap_or(0)),
+                })
+        });
         let cpu = stats.cpu_stats.unwrap_or_default();
         Ok(CpuSample {
             worker_ns: cpu.cpu_usage.and_then(|u| u.total_usage).unwrap_or(0),
             system_ns: cpu.system_cpu_usage.unwrap_or(0),
+            net,
         })
     }
 
