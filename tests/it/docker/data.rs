@@ -256,3 +256,143 @@ fn a_restart_in_mid_download_loses_at_most_one_interval() {
     );
     h.term();
 }
+
+/// A time zone of this test's own, compiled by zic into `dir` (pilotd finds it through
+/// `TZDIR`): its offset puts local midnight `secs` seconds from now, so the day's data cap
+/// ends while the test waits.
+fn zone_with_midnight_in(dir: &std::path::Path, secs: u64) -> std::time::SystemTime {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let midnight = now + secs;
+    // local = UTC + offset, and local midnight falls at `midnight`.
+    let mut offset = (86_400 - midnight % 86_400) as i64 % 86_400;
+    if offset > 43_200 {
+        offset -= 86_400;
+    }
+    let (sign, o) = (if offset < 0 { "-" } else { "" }, offset.unsigned_abs());
+    let rule = format!(
+        "Zone Pilotd/Soon {sign}{}:{:02}:{:02} - PSOON\n",
+        o / 3600,
+        o / 60 % 60,
+        o % 60
+    );
+    std::fs::write(dir.join("soon.zi"), rule).unwrap();
+    sh_ok(&format!(
+        "zic -d {} {}",
+        dir.display(),
+        dir.join("soon.zi").display()
+    ));
+    std::time::UNIX_EPOCH + Duration::from_secs(midnight)
+}
+
+#[test]
+#[ignore = "needs the Docker engine and the local registry: tests/run.sh sets them up and runs it"]
+fn at_the_days_data_cap_the_worker_stops_and_none_starts_until_the_next_day() {
+    let rate = 4 * MIB;
+    let origin = Origin::new(2, rate);
+    let mut h = Harness::new(
+        "datacap",
+        &policy("graceful", 1),
+        "",
+        &format!("image = \"{REPO}:v1\"\n{}[worker.env]\n", origin.allow()),
+    );
+    let tzdir = h.path("zoneinfo");
+    std::fs::create_dir_all(&tzdir).unwrap();
+    let tzdir_env = tzdir.display().to_string();
+    h.start_with(&[("TZDIR", &tzdir_env)]);
+    let w = h.wait_for("a running worker", Duration::from_secs(60), || {
+        h.running().pop()
+    });
+    // The cap, in a zone whose day ends 45 s from now.
+    let midnight = zone_with_midnight_in(&tzdir, 45);
+    let policy_path = h.path("policy.toml");
+    let p = std::fs::read_to_string(&policy_path).unwrap();
+    std::fs::write(
+        &policy_path,
+        p.replace("timezone = \"UTC\"", "timezone = \"Pilotd/Soon\"")
+            .replace("[share]\n", "[share]\ndata_per_day = \"20MiB\"\n"),
+    )
+    .unwrap();
+    h.reload();
+    let status = |h: &Harness| -> serde_json::Value {
+        let out = h
+            .pilotd()
+            .env("TZDIR", &tzdir_env)
+            .args(["status", "--format", "json"])
+            .output()
+            .unwrap();
+        serde_json::from_slice(&out.stdout).unwrap_or_default()
+    };
+    let before = bytes(&status(&h)["network"], "today", "received");
+    let started = Instant::now();
+    let mut fetch = download(&w.id, &origin, 50 * MIB);
+    // The cap is crossed once 20 MiB of the day are used; one cycle (2 s) later the
+    // decision stops the worker (its SIGTERM ends it at once).
+    let crossing = Duration::from_secs_f64((20 * MIB - before) as f64 / rate as f64);
+    let gone = h.wait_for(
+        "the worker stopped at the cap",
+        Duration::from_secs(30),
+        || {
+            h.running()
+                .iter()
+                .all(|r| r.id != w.id)
+                .then(|| started.elapsed())
+        },
+    );
+    let _ = fetch.wait();
+    let v = status(&h);
+    eprintln!(
+        "cap crossed about {crossing:?} after the download began, the worker gone at {gone:?}; \
+         today: {}",
+        v["network"]["today"]
+    );
+    // What the worker received past the cap until it stopped, by the engine's own counters:
+    // no more than one interval (2 s) of the download.
+    let today = bytes(&v["network"], "today", "received") + bytes(&v["network"], "today", "sent");
+    let over = today.saturating_sub(20 * MIB);
+    eprintln!(
+        "{over} B past the cap before the worker stopped (one interval: {} B)",
+        2 * rate
+    );
+    assert!(
+        today >= 20 * MIB && over <= 2 * rate,
+        "{today} B used for a 20 MiB cap\n{}",
+        h.log()
+    );
+    // The clock says the same, with the exec's start and the stop's own time besides.
+    assert!(
+        gone <= crossing + Duration::from_secs(2 + 4),
+        "stopped {gone:?} after the download began; the cap was crossed at {crossing:?}\n{}",
+        h.log()
+    );
+    let reasons = v["decision"]["reasons"].to_string();
+    assert!(
+        reasons.contains("the day's data cap is reached: 2") && reasons.contains("of 20MiB"),
+        "{reasons}"
+    );
+    let text = h
+        .pilotd()
+        .env("TZDIR", &tzdir_env)
+        .arg("status")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("the day's data cap is reached"), "{text}");
+    // Nothing starts again before the day ends...
+    while std::time::SystemTime::now() + Duration::from_secs(2) < midnight {
+        assert!(
+            h.running().is_empty(),
+            "a worker started under the day's cap\n{}",
+            h.log()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // ...and one does once it has.
+    h.wait_for("a worker on the next day", Duration::from_secs(30), || {
+        h.running().pop()
+    });
+    assert!(std::time::SystemTime::now() >= midnight);
+    h.term();
+}

@@ -78,6 +78,8 @@ struct RawShare {
     disk_limit: Option<Spanned<String>>,
     gpus: Option<Spanned<i64>>,
     workers: Option<Spanned<i64>>,
+    data_per_day: Option<Spanned<StrOrInt>>,
+    data_per_month: Option<Spanned<StrOrInt>>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -220,6 +222,11 @@ pub struct ShareSpec {
     pub disk_limit: DiskLimit,
     pub gpus: u32,
     pub workers: u32,
+    /// The most data pilotd's work may use in a day of the policy's zone (the workers'
+    /// bytes received and sent, and image pulls); `None`: no cap (the default).
+    pub data_per_day: Option<u64>,
+    /// The same for a calendar month: a donor's plan is monthly.
+    pub data_per_month: Option<u64>,
 }
 
 /// Positions of the values that can only be checked against a machine or another file
@@ -268,6 +275,8 @@ impl Policy {
                 disk_limit: DiskLimit::Enforced,
                 gpus: 0,
                 workers: 1,
+                data_per_day: None,
+                data_per_month: None,
             },
             longest_job: Duration::from_secs(8 * 3600),
         }
@@ -467,6 +476,12 @@ fn validate_share(s: &RawShare, p: &mut Policy, spans: &mut PolicySpans, d: &mut
             ),
         }
     }
+    for (v, out) in [
+        (&s.data_per_day, &mut p.share.data_per_day),
+        (&s.data_per_month, &mut p.share.data_per_month),
+    ] {
+        data_cap(v, out, d);
+    }
     if let Some(w) = &s.workers {
         match u32::try_from(*w.get_ref()) {
             Ok(n) if (1..=256).contains(&n) => p.share.workers = n,
@@ -561,6 +576,22 @@ fn share(
                 ShareUnit::Bytes => "write a size like \"8GiB\" or a percentage like \"50%\"",
             },
         ),
+    }
+}
+
+/// A data cap: a size above zero ("2GiB", "500MB"); a percentage has nothing to be a
+/// percentage of.
+fn data_cap(v: &Option<Spanned<StrOrInt>>, out: &mut Option<u64>, d: &mut Diagnostics) {
+    let Some(v) = v else { return };
+    let hint = "write a size like \"2GiB\" or \"500MB\"; leave the key out for no cap";
+    let text = match v.get_ref() {
+        StrOrInt::Str(s) => s.clone(),
+        StrOrInt::Int(n) => n.to_string(),
+    };
+    match super::units::parse_size(&text) {
+        Ok(0) => d.error(v.span(), "a data cap of 0 would never start a worker", hint),
+        Ok(n) => *out = Some(n),
+        Err(e) => d.error(v.span(), e, hint),
     }
 }
 
@@ -661,6 +692,8 @@ disk = "20GiB"
 disk_limit = "measured"
 gpus = 1
 workers = 2
+data_per_day = "2GiB"
+data_per_month = "30GB"
 [jobs]
 longest_job = "4h"
 "#,
@@ -686,6 +719,13 @@ longest_job = "4h"
         assert_eq!(p.share.memory, Share::Amount(8 << 30));
         assert_eq!(p.share.workers, 2);
         assert_eq!(p.share.disk_limit, DiskLimit::Measured);
+        assert_eq!(p.share.data_per_day, Some(2 << 30));
+        assert_eq!(p.share.data_per_month, Some(30_000_000_000));
+        assert_eq!(
+            parse("").unwrap().share.data_per_day,
+            None,
+            "off by default"
+        );
         assert_eq!(p.longest_job, Duration::from_secs(4 * 3600));
         // Unset, the kernel enforces the disk share, and a metered link holds downloads.
         assert_eq!(parse("").unwrap().share.disk_limit, DiskLimit::Enforced);
@@ -746,6 +786,18 @@ disk_limit = "off"
         );
         assert_eq!(errs.len(), 9, "{all}");
         assert!(errs.iter().all(|e| e.contains("\n  hint: ")), "{all}");
+    }
+
+    #[test]
+    fn a_data_cap_is_a_size_above_zero_refused_at_its_value() {
+        let e = parse("[share]\ndata_per_day = \"50%\"\ndata_per_month = 0\n").unwrap_err();
+        assert_eq!(e.len(), 2, "{e:?}");
+        assert!(e[0].starts_with("policy.toml:2:16: "), "{e:?}");
+        assert!(
+            e[1].starts_with("policy.toml:3:18: a data cap of 0 would never start a worker"),
+            "{e:?}"
+        );
+        assert!(e.iter().all(|e| e.contains("\"2GiB\"")), "{e:?}");
     }
 
     #[test]

@@ -98,6 +98,11 @@ impl<B: Backend> Daemon<B> {
             self.finish(outcome);
             return Some("host probe failed".into());
         };
+        // The data the workers moved since the last cycle, counted before deciding: the
+        // decision judges the owner's data cap with it.
+        let net = self.cpu.take_net();
+        self.records
+            .network(&self.s, &net, outcome.workers.as_deref(), now);
         let (supply, outlook) = decided.unwrap_or_else(|| self.decide(now, &host));
         // Beside the loop, never on a metered link the owner's policy holds.
         if supply.link == LinkHold::Nothing {
@@ -105,7 +110,6 @@ impl<B: Backend> Daemon<B> {
         }
         outcome.supply = Some(&supply);
         outcome.given = self.cpu.take_given();
-        outcome.net = self.cpu.take_net();
         self.records.decided(&self.s, &host, &outcome);
         self.last_snapshot = Some(host);
         let reason = supply.reasons.first().cloned().unwrap_or_default();
@@ -312,6 +316,7 @@ impl<B: Backend> Daemon<B> {
     fn decide(&self, now: DateTime<Utc>, host: &HostSnapshot) -> (Supply, Outlook) {
         let mut outlook = Outlook::at(&self.s, self.records.history(), now);
         outlook.limits.started = Some(self.started);
+        outlook.limits.data = Some(self.records.data_used(&self.s.policy.timezone, now));
         (decide(&self.s.policy, host, outlook.limits, now), outlook)
     }
 

@@ -69,8 +69,6 @@ pub(super) struct CycleOutcome<'a> {
     pub(super) supply: Option<&'a Supply>,
     pub(super) own_cpu: f64,
     pub(super) given: f64,
-    /// The workers' network counters read this cycle (none when not measured).
-    pub(super) net: Vec<contribution::NetReading>,
     pub(super) workers: Option<Vec<Worker>>,
     pub(super) actions: Vec<String>,
     pub(super) notes: Vec<String>,
@@ -204,17 +202,6 @@ impl Records {
         };
         let before = self.contribution.ledger.all_time;
         self.contribution.record(tz, now, s.interval, seen);
-        if !o.net.is_empty() || o.workers.is_some() {
-            let listed: Option<Vec<String>> = o
-                .workers
-                .as_ref()
-                .map(|l| l.iter().map(|w| w.id.clone()).collect());
-            let was = self.contribution.ledger.all_time.network.total();
-            self.contribution
-                .network(tz, now, &o.net, listed.as_deref());
-            let moved = self.contribution.ledger.all_time.network.total() - was;
-            self.saved.data_unsaved = self.saved.data_unsaved.saturating_add(moved);
-        }
         if let Some(m) = &self.metrics {
             let after = &self.contribution.ledger.all_time;
             m.cpu_seconds_given
@@ -225,9 +212,6 @@ impl Records {
             m.open_seconds.inc_by(after.open_s - before.open_s);
             m.owner_present_seconds
                 .inc_by(after.owner_present_s - before.owner_present_s);
-            let (was, is) = (before.network, after.network);
-            m.count_network("received", is.received - was.received);
-            m.count_network("sent", is.sent - was.sent);
         }
         self.log_decision_change(supply);
         self.advertise(s, host, supply, now);
@@ -235,6 +219,32 @@ impl Records {
         self.status.host_free_since = supply.host_free_since;
         self.status.own_cpu = o.own_cpu;
         self.status.metered = host.metered;
+    }
+
+    /// The workers' network counters read this cycle (`net`), counted before the cycle
+    /// decides, so a cap crossed since the last cycle is acted on in this one; `workers`: the
+    /// engine's list (`None`: not listed, every worker's mark kept).
+    pub(super) fn network(
+        &mut self,
+        s: &Settings,
+        net: &[contribution::NetReading],
+        workers: Option<&[Worker]>,
+        now: DateTime<Utc>,
+    ) {
+        if net.is_empty() && workers.is_none() {
+            return;
+        }
+        let listed: Option<Vec<String>> = workers.map(|l| l.iter().map(|w| w.id.clone()).collect());
+        let was = self.contribution.ledger.all_time.network;
+        self.contribution
+            .network(&s.policy.timezone, now, net, listed.as_deref());
+        let is = self.contribution.ledger.all_time.network;
+        let moved = is.total() - was.total();
+        self.saved.data_unsaved = self.saved.data_unsaved.saturating_add(moved);
+        if let Some(m) = &self.metrics {
+            m.count_network("received", is.received - was.received);
+            m.count_network("sent", is.sent - was.sent);
+        }
     }
 
     /// A pull of the worker image downloaded `bytes`: into the contribution (the day's data
@@ -249,7 +259,7 @@ impl Records {
         &self,
         tz: &pilotd_core::zone::Zone,
         now: DateTime<Utc>,
-    ) -> contribution::DataUsed {
+    ) -> crate::decide::policy::data::DataUsed {
         self.contribution.ledger.data_used(tz, now)
     }
 

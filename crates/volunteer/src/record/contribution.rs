@@ -15,6 +15,7 @@
 //! and `save` touch the filesystem. Nothing here leaves the machine unless the site scrapes
 //! pilotd's metrics.
 
+use crate::decide::policy::data::DataUsed;
 use crate::outcome::Outcome;
 use crate::record::history::CycleClock;
 use crate::worker::NetSample;
@@ -166,13 +167,6 @@ impl Marks {
         self.workers.insert(r.id.clone(), r.sample);
         new
     }
-}
-
-/// The data used in the periods a cap counts: the day and the calendar month of `now`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct DataUsed {
-    pub today: u64,
-    pub this_month: u64,
 }
 
 /// The jobs the workers' pilots reported at their ends (`JobReport`), summed; and how many
@@ -356,6 +350,9 @@ pub struct Ledger {
     pub days: Vec<Day>,
     #[serde(default)]
     pub marks: Marks,
+    /// What the last pull of the worker image downloaded: what the next one may cost.
+    #[serde(default)]
+    pub last_pull: u64,
 }
 
 impl Default for Ledger {
@@ -367,6 +364,7 @@ impl Default for Ledger {
             all_time: Tally::default(),
             days: Vec::new(),
             marks: Marks::default(),
+            last_pull: 0,
         }
     }
 }
@@ -413,6 +411,7 @@ impl Ledger {
         DataUsed {
             today: self.today(tz, now).total(),
             this_month: self.this_month(tz, now).total(),
+            last_pull: self.last_pull,
         }
     }
 
@@ -530,6 +529,7 @@ impl Contribution {
 
     /// A pull of the worker image downloaded `bytes`, finished at `now`.
     pub(crate) fn pulled(&mut self, tz: &Zone, now: DateTime<Utc>, bytes: u64) {
+        self.ledger.last_pull = bytes;
         self.count_data(
             tz,
             now,

@@ -190,6 +190,7 @@ impl Outlook {
                 }),
                 splay: s.fleet,
                 started: None,
+                data: None,
             },
         }
     }

@@ -114,7 +114,9 @@ fn published(c: Cause) -> &'static str {
         | Cause::WaitingFreeFor
         | Cause::NoRoom
         // Where the machine is (a phone's hotspot) is the owner's business too.
-        | Cause::Metered => OWNER,
+        | Cause::Metered
+        // The owner's data plan.
+        | Cause::DataCap => OWNER,
     }
 }
 
@@ -181,6 +183,7 @@ mod tests {
         likely_free_until: None,
         splay: crate::splay::Splay::OFF,
         started: None,
+        data: None,
     };
 
     fn at(h: u32, m: u32) -> DateTime<Utc> {

@@ -35,6 +35,7 @@ fn limits(splay: Splay, started: Option<DateTime<Utc>>) -> Limits {
         likely_free_until: None,
         splay,
         started,
+        data: None,
     }
 }
 

@@ -968,6 +968,7 @@ fn the_fleet_splay_holds_starts_and_pulls_never_an_eviction() {
         likely_free_until: None,
         splay,
         started: None,
+        data: None,
     };
     let four = Splay::with_offset(Duration::from_secs(300), Duration::from_secs(240));
     let open = t(18, 0);

@@ -1,6 +1,7 @@
 //! The owner's policy engine, pure: `(Policy, HostSnapshot, limits, now) -> Supply`.
 
 pub(crate) mod calendar;
+pub(crate) mod data;
 pub mod schedule;
 
 use crate::snapshot::{HostSnapshot, Session, Sessions};
@@ -26,6 +27,9 @@ pub struct Limits {
     pub splay: Splay,
     /// When this pilotd started (the daemon knows; a one-shot `plan` does not).
     pub started: Option<DateTime<Utc>>,
+    /// The data used in the caps' periods (the contribution ledger; `None`: not known, no
+    /// cap judged).
+    pub data: Option<data::DataUsed>,
 }
 
 /// Resources of one worker.
@@ -60,6 +64,9 @@ pub enum Cause {
     /// The machine's link is metered (NetworkManager) and the owner's `on_metered` holds
     /// pilotd's traffic back.
     Metered,
+    /// The owner's data cap of the day or the month is reached, or nearly
+    /// (`[share] data_per_day`, `data_per_month`).
+    DataCap,
     Free,
 }
 
@@ -111,6 +118,7 @@ impl Cause {
             Cause::NoRoom => "no_room",
             Cause::FleetSplay => "fleet_splay",
             Cause::Metered => "metered",
+            Cause::DataCap => "data_cap",
             Cause::Free => "free",
         }
     }
@@ -214,9 +222,11 @@ pub(crate) fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime
     // workers start at once when the link is free again, if the host was free meanwhile.
     let host_free_since = (!f.blocked).then(|| h.host_free_since.unwrap_or(now));
     let link = metered(p, h, &mut f);
+    let room = data::cap(p, limits.data, now, &mut f);
     let accept_until = die_at.map(|d| before(d, p.longest_job));
     let share = split_share(p, h);
     let allowed = link == LinkHold::Nothing
+        && room.workers
         && host_free_since.is_some_and(|since| {
             admit(
                 p,
@@ -256,7 +266,7 @@ pub(crate) fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime
         notes,
         causes,
         next_change: next.into_iter().min(),
-        downloads: downloads && link == LinkHold::Nothing,
+        downloads: downloads && link == LinkHold::Nothing && room.pull,
         owner_busy_since,
         host_free_since,
         link,

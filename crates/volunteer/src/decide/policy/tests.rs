@@ -36,6 +36,7 @@ const LIMITS: Limits = Limits {
     likely_free_until: None,
     splay: crate::splay::Splay::OFF,
     started: None,
+    data: None,
 };
 
 /// A host that has been free for an hour at `now`.
@@ -891,4 +892,130 @@ fn a_metered_link_holds_downloads_and_new_workers_as_the_owner_says() {
     );
     assert!(!s.downloads);
     assert_eq!(s.causes, vec![Cause::OutsideSchedule, Cause::Metered]);
+}
+
+mod data_cap {
+    use super::*;
+    use crate::decide::policy::data::{DataUsed, Period, period_end};
+
+    const MIB: u64 = 1 << 20;
+
+    fn capped(day: Option<u64>, month: Option<u64>) -> Policy {
+        let mut p = Policy::defaults(rome());
+        (p.share.data_per_day, p.share.data_per_month) = (day, month);
+        p
+    }
+
+    fn with(today: u64, this_month: u64, last_pull: u64) -> Limits {
+        Limits {
+            data: Some(DataUsed {
+                today,
+                this_month,
+                last_pull,
+            }),
+            ..LIMITS
+        }
+    }
+
+    #[test]
+    fn periods_end_at_local_midnight_across_changes_of_time() {
+        let tz = rome();
+        let table = [
+            // Summer time begins Sunday 2026-03-29 at 02:00 (a 23-hour day).
+            ("2026-03-28T23:30:00Z", Period::Day, "2026-03-29T22:00:00Z"),
+            // It ends Sunday 2026-10-25 at 03:00 (a 25-hour day).
+            ("2026-10-24T22:00:00Z", Period::Day, "2026-10-25T23:00:00Z"),
+            ("2026-10-25T22:59:59Z", Period::Day, "2026-10-25T23:00:00Z"),
+            // 23:30 UTC on 31 October is already 1 November in Rome.
+            (
+                "2026-10-31T22:30:00Z",
+                Period::Month,
+                "2026-10-31T23:00:00Z",
+            ),
+            (
+                "2026-10-31T23:30:00Z",
+                Period::Month,
+                "2026-11-30T23:00:00Z",
+            ),
+            (
+                "2026-12-15T12:00:00Z",
+                Period::Month,
+                "2026-12-31T23:00:00Z",
+            ),
+        ];
+        for (now, period, end) in table {
+            assert_eq!(
+                period_end(&tz, utc(now), period),
+                utc(end),
+                "{now} {period:?}"
+            );
+        }
+        // A zone whose midnight a change of time skips (Santiago, 2026-09-06): the first
+        // instant of the day.
+        let santiago = pilotd_core::zone::Zone::named("America/Santiago").unwrap();
+        assert_eq!(
+            period_end(&santiago, utc("2026-09-05T12:00:00Z"), Period::Day),
+            utc("2026-09-06T04:00:00Z")
+        );
+    }
+
+    #[test]
+    fn at_the_cap_workers_stop_gracefully_until_the_period_ends() {
+        let p = capped(Some(2 << 30), None);
+        let now = utc("2026-01-13T20:30:00Z");
+        let s = decide(&p, &free_host(now), with(2 << 30, 2 << 30, 0), now);
+        assert!(!s.allowed && !s.downloads);
+        assert_eq!(s.evict, Evict::Graceful);
+        assert_eq!(s.causes, vec![Cause::DataCap]);
+        assert_eq!(
+            s.reasons[0],
+            "the day's data cap is reached: 2GiB of 2GiB; workers are stopped until Wed 00:00 CET"
+        );
+        assert_eq!(s.next_change, Some(utc("2026-01-13T23:00:00Z")));
+        // The next day counts from nothing.
+        let next = utc("2026-01-13T23:00:00Z");
+        let s = decide(&p, &free_host(next), with(0, 2 << 30, 0), next);
+        assert!(s.allowed && s.downloads, "{:?}", s.reasons);
+    }
+
+    #[test]
+    fn before_the_cap_room_for_a_worker_and_for_a_pull_are_judged_apart() {
+        let p = capped(Some(100 * MIB), Some(1000 * MIB));
+        let now = utc("2026-01-13T20:30:00Z");
+        let h = free_host(now);
+        // 90 MiB of 100: 10 left, above the 5 MiB margin but not enough for a 30 MiB image.
+        let s = decide(&p, &h, with(90 * MIB, 90 * MIB, 30 * MIB), now);
+        assert!(s.allowed, "{:?}", s.reasons);
+        assert!(!s.downloads, "a pull that would cross the cap");
+        assert_eq!(s.evict, Evict::None);
+        // 96 of 100: less than the margin, no new worker; running ones go on.
+        let s = decide(&p, &h, with(96 * MIB, 96 * MIB, 0), now);
+        assert!(!s.allowed && !s.downloads);
+        assert_eq!(s.evict, Evict::None);
+        assert!(s.reasons[0].starts_with("the day's data cap is near: 96MiB of 100MiB"));
+        // The month's cap counts on its own, and ends at the month's end.
+        let s = decide(&p, &h, with(0, 1000 * MIB, 0), now);
+        assert!(!s.allowed);
+        assert_eq!(s.evict, Evict::Graceful);
+        assert!(
+            s.reasons[0].starts_with("the month's data cap is reached"),
+            "{:?}",
+            s.reasons
+        );
+        assert_eq!(s.next_change, Some(utc("2026-01-31T23:00:00Z")));
+        // Well below: nothing said, nothing held.
+        let s = decide(&p, &h, with(MIB, MIB, 30 * MIB), now);
+        assert!(s.allowed && s.downloads && !s.causes.contains(&Cause::DataCap));
+    }
+
+    #[test]
+    fn no_cap_or_no_count_judges_nothing() {
+        let now = utc("2026-01-13T20:30:00Z");
+        let h = free_host(now);
+        let uncapped = decide(&capped(None, None), &h, with(u64::MAX, u64::MAX, 0), now);
+        let unknown = decide(&capped(Some(1), Some(1)), &h, LIMITS, now);
+        for s in [uncapped, unknown] {
+            assert!(s.allowed && s.downloads, "{:?}", s.reasons);
+        }
+    }
 }

@@ -111,6 +111,7 @@ fn simulate(hosts: usize, splay: Duration) -> Counts {
             likely_free_until: None,
             splay: s.fleet,
             started: Some(t0),
+            data: None,
         };
         // The manifest: fetched at the first cycle at or after each due instant.
         let every = s.remote.as_ref().unwrap().refresh;
