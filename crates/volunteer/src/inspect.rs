@@ -130,7 +130,14 @@ pub async fn plan_report(
     } else {
         History::new(&s.policy.timezone)
     };
-    let outlook = Outlook::at(s, &learned, now);
+    let mut outlook = Outlook::at(s, &learned, now);
+    // The data cap judged on what the daemon's ledger counted, as the daemon does; only when
+    // the policy sets one, so a policy without a cap plans from the snapshot alone.
+    let share = &s.policy.share;
+    if share.data_per_day.is_some() || share.data_per_month.is_some() {
+        let ledger = crate::record::contribution::peek(&s.state_dir).ledger;
+        outlook.limits.data = Some(ledger.data_used(&s.policy.timezone, now));
+    }
     let mut supply = policy::decide(&s.policy, host, outlook.limits, now);
     let status = status::load(&status::path(&s.state_dir))
         .ok()

@@ -349,7 +349,8 @@ fn at_the_days_data_cap_the_worker_stops_and_none_starts_until_the_next_day() {
         v["network"]["today"]
     );
     // What the worker received past the cap until it stopped, by the engine's own counters:
-    // no more than one interval (2 s) of the download.
+    // no more than one interval (2 s) of the download. (The wall clock tells less: the
+    // exec's start and the stop's own time, loaded machine, are in it.)
     let today = bytes(&v["network"], "today", "received") + bytes(&v["network"], "today", "sent");
     let over = today.saturating_sub(20 * MIB);
     eprintln!(
@@ -359,12 +360,6 @@ fn at_the_days_data_cap_the_worker_stops_and_none_starts_until_the_next_day() {
     assert!(
         today >= 20 * MIB && over <= 2 * rate,
         "{today} B used for a 20 MiB cap\n{}",
-        h.log()
-    );
-    // The clock says the same, with the exec's start and the stop's own time besides.
-    assert!(
-        gone <= crossing + Duration::from_secs(2 + 4),
-        "stopped {gone:?} after the download began; the cap was crossed at {crossing:?}\n{}",
         h.log()
     );
     let reasons = v["decision"]["reasons"].to_string();
@@ -380,6 +375,15 @@ fn at_the_days_data_cap_the_worker_stops_and_none_starts_until_the_next_day() {
         .unwrap();
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("the day's data cap is reached"), "{text}");
+    // `pilotd plan` judges the cap on the daemon's ledger as the daemon does.
+    let plan = h
+        .pilotd()
+        .env("TZDIR", &tzdir_env)
+        .arg("plan")
+        .output()
+        .unwrap();
+    let plan = String::from_utf8_lossy(&plan.stdout);
+    assert!(plan.contains("the day's data cap is reached"), "{plan}");
     // Nothing starts again before the day ends...
     while std::time::SystemTime::now() + Duration::from_secs(2) < midnight {
         assert!(
