@@ -19,6 +19,7 @@ pub mod inspect;
 pub mod logind;
 pub(crate) mod loopdev;
 pub mod manifest;
+pub(crate) mod media;
 pub(crate) mod outcome;
 pub mod owner;
 pub(crate) mod page;

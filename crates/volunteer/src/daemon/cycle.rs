@@ -186,7 +186,7 @@ impl<B: Backend> Daemon<B> {
             }
             _ => (self.records.status().own_cpu, false),
         };
-        if !self.sleeping && matches!(logind, logind::Seen::Sessions(_)) {
+        if !self.sleeping && matches!(logind, logind::Seen::Sessions { .. }) {
             self.logind.hold_sleep_lock().await;
         }
         let observed = match early_host {
