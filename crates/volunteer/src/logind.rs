@@ -407,13 +407,15 @@ impl Logind {
 /// at once to what, mode and uid, and this process's own locks (the sleep delay, the idle
 /// lock of `keep_awake`) left out.
 fn inhibitors_of(m: &zbus::Message) -> zbus::Result<Vec<Inhibitor>> {
-    let all: Vec<(String, String, String, String, u32, u32)> = m.body().deserialize()?;
-    let me = std::process::id();
-    Ok(all
-        .into_iter()
+    Ok(reduced(m.body().deserialize()?, std::process::id()))
+}
+
+/// `ListInhibitors`' entries without content and without the locks of process `me`.
+fn reduced(all: Vec<(String, String, String, String, u32, u32)>, me: u32) -> Vec<Inhibitor> {
+    all.into_iter()
         .filter(|(.., pid)| *pid != me)
         .map(|(what, _who, _why, mode, uid, _pid)| Inhibitor { what, mode, uid })
-        .collect())
+        .collect()
 }
 
 /// The uses the idle inhibitors stand for: one per uid holding one, named by `user_of`.
@@ -623,8 +625,9 @@ fn session_of(
 /// - logind answered: its sessions join utmp's; a utmp record of the same user on the same
 ///   terminal is the same session and gives way to logind's, which knows its lock. Without a
 ///   utmp file, logind's sessions are the whole truth (Debian 13). Its idle inhibitors join
-///   the uses the host probe found, and a use no process could be found for (a sound stream
-///   whose holder pilotd cannot see) is attributed to the user in front at the seat.
+///   the uses the host probe found, each named as its uid's sessions are, and a use no
+///   process could be found for (a sound stream whose holder pilotd cannot see) is
+///   attributed to the user in front at the seat.
 /// - logind could not be asked: the snapshot says why, and utmp alone decides; without utmp
 ///   either, the sessions stay unknown (the owner is assumed here).
 ///
@@ -641,6 +644,12 @@ pub(crate) fn lay_on(h: &mut HostSnapshot, seen: Seen) {
                 .filter(|s| s.foreground)
                 .map(|s| (s.session.user.clone(), s.session.uid))
                 .collect();
+            // A uid is named as its sessions are, so a use and a login of one user read as
+            // one person (the user database may lag, or name a uid otherwise in a container).
+            let named: Vec<(u32, String)> = sessions
+                .iter()
+                .filter_map(|s| Some((s.session.uid?, s.session.user.clone())))
+                .collect();
             let list: Vec<Session> = sessions.into_iter().map(|s| s.session).collect();
             match &mut h.sessions {
                 Sessions::Known(v) => {
@@ -651,7 +660,10 @@ pub(crate) fn lay_on(h: &mut HostSnapshot, seen: Seen) {
                 Sessions::Unknown(_) => {}
             }
             let mut uses = Vec::with_capacity(h.in_use.len() + inhibitors.len());
-            for u in std::mem::take(&mut h.in_use).into_iter().chain(inhibitors) {
+            for mut u in std::mem::take(&mut h.in_use).into_iter().chain(inhibitors) {
+                if let Some((_, name)) = named.iter().find(|(uid, _)| Some(*uid) == u.uid) {
+                    u.user = Some(name.clone());
+                }
                 if u.uid.is_some() || in_front.is_empty() {
                     uses.push(u);
                     continue;
@@ -1038,11 +1050,20 @@ mod tests {
             uid: Some(1001),
             by_seat: false,
         };
+        // The user database names uid 1000 otherwise (a container's): logind's name wins.
+        let camera = InUse {
+            kind: UseKind::Camera,
+            user: Some("cloudsdk".into()),
+            uid: Some(1000),
+            by_seat: false,
+        };
         let mut front = from_logind("2", person("alice", "seat0", now));
         front.foreground = true;
-        let behind = from_logind("3", person("carol", "seat0", now));
+        let mut carol = person("carol", "seat0", now);
+        carol.uid = Some(1002);
+        let behind = from_logind("3", carol);
         let mut h = HostSnapshot::test(now);
-        h.in_use = vec![nobody.clone()];
+        h.in_use = vec![nobody.clone(), camera];
         lay_on(
             &mut h,
             Seen::Sessions {
@@ -1059,6 +1080,12 @@ mod tests {
                     user: Some("alice".into()),
                     uid: Some(1000),
                     by_seat: true,
+                },
+                InUse {
+                    kind: UseKind::Camera,
+                    user: Some("alice".into()),
+                    uid: Some(1000),
+                    by_seat: false,
                 },
             ]
         );
@@ -1149,6 +1176,38 @@ mod tests {
             .build(&("2", OwnedObjectPath::try_from(session).unwrap()))
             .unwrap();
         assert_eq!(signal_of(&new), Some(Signal::Sessions));
+    }
+
+    /// Of each lock only what, mode and uid are kept; pilotd's own (its `keep_awake` idle
+    /// lock, its sleep delay) are no one's use.
+    #[test]
+    fn listed_locks_keep_no_content_and_not_pilotds_own() {
+        let entry = |what: &str, mode: &str, uid, pid| {
+            (
+                what.to_string(),
+                "Totem".to_string(),
+                "Playing a film".to_string(),
+                mode.to_string(),
+                uid,
+                pid,
+            )
+        };
+        let got = reduced(
+            vec![
+                entry("idle", "block", 1000, 4243),
+                entry("idle", "block", 0, 777),
+                entry("sleep", "delay", 0, 777),
+            ],
+            777,
+        );
+        assert_eq!(
+            got,
+            vec![Inhibitor {
+                what: "idle".into(),
+                mode: "block".into(),
+                uid: 1000
+            }]
+        );
     }
 
     #[test]
