@@ -23,6 +23,7 @@ fn apply_flags(mut a: Answers, args: &InitArgs) -> Result<Answers, CmdError> {
         ("longest-job", &args.longest_job),
         ("on-return", &args.on_return),
         ("timezone", &args.timezone),
+        ("media", &args.media),
     ];
     for (name, value) in flags {
         if let Some(v) = value {

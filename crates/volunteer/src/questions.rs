@@ -22,6 +22,9 @@ pub struct Answers {
     pub memory: String,
     pub longest_job: String,
     pub on_return: String,
+    /// Whether using the machine without typing counts (`media_is_use`,
+    /// `inhibitors_are_use`): "true" or "false".
+    pub media: String,
 }
 
 /// Why an answer is not taken (the message says what would be), or why the owner could not
@@ -58,6 +61,9 @@ struct Question {
     prompt: &'static str,
     default: fn(&Answers) -> String,
     apply: fn(&mut Answers, &str) -> Result<(), AnswerError>,
+    /// Asked after the questions install scripts were written for: the end of the answers
+    /// takes its default, so piped answers to the earlier questions still work.
+    added: bool,
 }
 
 const QUESTIONS: &[Question] = &[
@@ -69,6 +75,7 @@ const QUESTIONS: &[Question] = &[
             a.windows = parse_when(s)?;
             Ok(())
         },
+        added: false,
     },
     Question {
         name: "sessions",
@@ -89,6 +96,7 @@ const QUESTIONS: &[Question] = &[
             }
             _ => Err(AnswerError::Choice("any, active or ignore")),
         },
+        added: false,
     },
     Question {
         name: "cpus",
@@ -99,6 +107,7 @@ const QUESTIONS: &[Question] = &[
             a.cpus = s.into();
             Ok(())
         },
+        added: false,
     },
     Question {
         name: "memory",
@@ -109,6 +118,7 @@ const QUESTIONS: &[Question] = &[
             a.memory = s.into();
             Ok(())
         },
+        added: false,
     },
     Question {
         name: "longest-job",
@@ -122,6 +132,7 @@ const QUESTIONS: &[Question] = &[
             a.longest_job = s.into();
             Ok(())
         },
+        added: false,
     },
     Question {
         name: "on-return",
@@ -134,6 +145,7 @@ const QUESTIONS: &[Question] = &[
             }
             _ => Err(AnswerError::Choice("pause, graceful or fast")),
         },
+        added: false,
     },
     Question {
         name: "timezone",
@@ -145,6 +157,24 @@ const QUESTIONS: &[Question] = &[
             a.timezone = s.into();
             Ok(())
         },
+        added: false,
+    },
+    Question {
+        name: "media",
+        prompt: "Does watching, listening or a call count as using this machine, without a key typed?\n  yes: sound playing or recorded, a camera in use, or a program keeping the screen awake\n       (a player, a presentation) keeps the workers away; a locked screen outweighs a film\n       or music left playing, never a call or a camera\n  no: only logins, the keyboard and the mouse count",
+        default: |_| "yes".into(),
+        apply: |a, s| match s {
+            "yes" | "y" | "true" => {
+                a.media = "true".into();
+                Ok(())
+            }
+            "no" | "n" | "false" => {
+                a.media = "false".into();
+                Ok(())
+            }
+            _ => Err(AnswerError::Choice("yes or no")),
+        },
+        added: true,
     },
 ];
 
@@ -198,6 +228,7 @@ impl Answers {
             memory: String::new(),
             longest_job: String::new(),
             on_return: String::new(),
+            media: String::new(),
         };
         for q in QUESTIONS {
             let d = (q.default)(&a);
@@ -246,6 +277,12 @@ evict_before_end = "10m"
 sessions = "{sessions}"
 session_idle = "15m"
 lock_grace = "1m"
+# Someone using the machine without typing is here too: sound playing or recorded, or a
+# camera in use, by a user who counts (a film, music, a call; by kind only, never what)...
+media_is_use = {media}
+# ...or a program holding off idleness in logind (a player, a presentation,
+# `systemd-inhibit --what=idle`). A locked screen outweighs a film or music, not a call.
+inhibitors_are_use = {media}
 # Keep the machine from sleeping on its idle timer while workers compute in a window
 # (a sleep you ask for is never held up; workers pause first).
 keep_awake = false
@@ -285,13 +322,15 @@ longest_job = "{longest_job}"
             cpus = self.cpus,
             memory = self.memory,
             longest_job = self.longest_job,
+            media = self.media,
         )
     }
 }
 
 /// Asks every question on `out`, reading answers from `input`. An empty line takes the
 /// default; a bad answer is explained and asked again; end of input takes the defaults of the
-/// remaining questions only when `yes` is set.
+/// remaining questions only when `yes` is set, or when they were added after the others
+/// (piped answers written for the earlier questions still work).
 pub fn ask(
     mut a: Answers,
     input: &mut dyn BufRead,
@@ -306,7 +345,7 @@ pub fn ask(
             out.flush().map_err(io)?;
             let mut line = String::new();
             if input.read_line(&mut line).map_err(io)? == 0 {
-                if yes {
+                if yes || q.added {
                     break;
                 }
                 return Err(AnswerError::EndOfInput);
@@ -385,6 +424,43 @@ mod tests {
         assert_eq!(p.on_return, config::Evict::Pause);
         assert_eq!(p.longest_job, std::time::Duration::from_secs(4 * 3600));
         assert_eq!(p.timezone, Zone::named("Europe/Rome").unwrap());
+        // The answers ended before the question added since: its default, use counts.
+        assert!(p.media_is_use && p.inhibitors_are_use);
+    }
+
+    /// Whether watching, listening or a call counts: asked last, written as both keys, and
+    /// answered by its default when piped answers written for the earlier questions end.
+    #[test]
+    fn using_without_typing_is_asked_last_and_written_as_both_keys() {
+        let parse = |a: &Answers| {
+            let text = a.render(NaiveDate::from_ymd_opt(2026, 12, 1).unwrap());
+            config::parse_policy(
+                Path::new("p.toml"),
+                &text,
+                &config::SiteConfig::defaults(),
+                None,
+                Zone::utc(),
+            )
+            .unwrap()
+        };
+        let mut input: &[u8] = b"always\nactive\n1\n128MiB\n1h\npause\nUTC\nmaybe\nno\n";
+        let mut out = Vec::new();
+        let a = ask(defaults(), &mut input, &mut out, false).unwrap();
+        assert!(String::from_utf8(out).unwrap().contains("answer yes or no"));
+        let p = parse(&a);
+        assert!(!p.media_is_use && !p.inhibitors_are_use);
+        // Seven answers, as scripts piped them before the question existed.
+        let mut input: &[u8] = b"always\nactive\n1\n128MiB\n1h\npause\nUTC\n";
+        let a = ask(defaults(), &mut input, &mut Vec::new(), false).unwrap();
+        assert!(parse(&a).media_is_use);
+        // The flag.
+        let mut a = defaults();
+        a.set("media", "no").unwrap();
+        assert!(!parse(&a).inhibitors_are_use);
+        assert_eq!(
+            a.set("media", "sometimes"),
+            Err(AnswerError::Choice("yes or no"))
+        );
     }
 
     #[test]

@@ -96,6 +96,8 @@ fn scripted_install_with_flags() {
             "fast",
             "--timezone",
             "America/Chicago",
+            "--media",
+            "no",
         ])
         .arg("--output")
         .arg(&out)
@@ -107,6 +109,9 @@ fn scripted_install_with_flags() {
         text.contains("daily")
             && text.contains("sessions = \"ignore\"")
             && text.contains("cpus = \"2\"")
+            && text.contains("\nmedia_is_use = false\n")
+            && text.contains("\ninhibitors_are_use = false\n"),
+        "{text}"
     );
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(
