@@ -265,13 +265,27 @@ pub(crate) fn walk_processes(proc: &Path, names: &[String], devices: bool) -> Pr
 
 /// The sound and video devices a process holds open, from its descriptors' links (each once).
 /// A process whose descriptors cannot be read (another user's, without root; gone) holds none.
+/// Each link is read relative to the open `fd` directory (`readlinkat`): a path from /proc
+/// down for each would have the kernel look the process up again for every descriptor.
 fn devices_held(pid_dir: &Path) -> Vec<media::Device> {
-    let mut held: Vec<media::Device> = std::fs::read_dir(pid_dir.join("fd"))
-        .into_iter()
+    use nix::fcntl::OFlag;
+    let Ok(mut dir) = nix::dir::Dir::open(
+        &pid_dir.join("fd"),
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    ) else {
+        return Vec::new();
+    };
+    let names: Vec<std::ffi::CString> = dir
+        .iter()
         .flatten()
-        .flatten()
-        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
-        .filter_map(|link| media::Device::of_link(link.as_os_str().as_encoded_bytes()))
+        .map(|e| e.file_name().to_owned())
+        .filter(|n| n.as_bytes().iter().all(u8::is_ascii_digit))
+        .collect();
+    let mut held: Vec<media::Device> = names
+        .iter()
+        .filter_map(|n| nix::fcntl::readlinkat(&dir, n.as_c_str()).ok())
+        .filter_map(|link| media::Device::of_link(link.as_encoded_bytes()))
         .collect();
     held.sort_unstable();
     held.dedup();

@@ -6,6 +6,9 @@
 
 use super::*;
 use std::fs;
+
+/// The probe's cost, for tests/bench/use_signals.sh (ignored: a figure, run on its own).
+mod bench;
 use std::os::unix::fs::symlink;
 use std::path::PathBuf;
 
