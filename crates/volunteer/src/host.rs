@@ -102,7 +102,13 @@ impl HostProbe {
         let processes = walk_processes(&self.cfg.proc, &self.cfg.exclusive_processes, devices);
         match streams {
             Some(streams) => {
-                self.in_use = media::uses(&streams, &processes.holders, media::user_of)
+                let proc = &self.cfg.proc;
+                self.in_use = media::uses(
+                    &streams,
+                    &processes.holders,
+                    |pid| media::uid_of_pid(proc, pid),
+                    media::user_of,
+                )
             }
             None if !self.cfg.media => self.in_use.clear(),
             None => {}
@@ -250,7 +256,11 @@ pub(crate) fn walk_processes(proc: &Path, names: &[String], devices: bool) -> Pr
         if devices {
             let held = devices_held(&dir);
             if !held.is_empty()
-                && let Some(uid) = real_uid(&dir)
+                && let Some(uid) = e
+                    .file_name()
+                    .to_str()
+                    .and_then(|pid| pid.parse().ok())
+                    .and_then(|pid| media::uid_of_pid(proc, pid))
             {
                 found.holders.extend(held.into_iter().map(|d| (uid, d)));
             }
@@ -290,20 +300,6 @@ fn devices_held(pid_dir: &Path) -> Vec<media::Device> {
     held.sort_unstable();
     held.dedup();
     held
-}
-
-/// The real uid of a process, from the `Uid:` line of its `status` (real, effective, saved,
-/// filesystem): the user who ran it, even when the process may not be inspected (its
-/// `/proc/PID` then belongs to root).
-fn real_uid(pid_dir: &Path) -> Option<u32> {
-    let status = std::fs::read_to_string(pid_dir.join("status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))?
-        .split_ascii_whitespace()
-        .next()?
-        .parse()
-        .ok()
 }
 
 /// Which of `names` are running, by the kernel's process name (`/proc/PID/comm`), sorted.

@@ -11,9 +11,11 @@
 //!   its last stream ends, so a running substream is sound now, not a player left open.
 //! - **Whose**: the processes that hold the stream's device node `/dev/snd/pcmC<C>D<D><p|c>`
 //!   open (`/proc/PID/fd` links, read by the one walk over /proc of `host::walk_processes`),
-//!   by their uid: on a desktop that is the user's own sound server. A stream none of whose
-//!   holders can be seen (pilotd not root, a process gone between two reads) is attributed
-//!   later to the seat's active session (`logind::lay_on`).
+//!   by their uid: on a desktop that is the user's own sound server. Another user's links
+//!   need CAP_SYS_PTRACE (the kernel's ptrace read check); without them (`pilotd plan` as a
+//!   user) the stream is its opener's (`owner_pid` in the status, whose `status` anyone may
+//!   read), and with neither it is attributed later to the seat's active session
+//!   (`logind::lay_on`).
 //! - **Cameras**: a process holding a `/dev/video<N>` open, by its uid.
 //!
 //! Observation only: the policy decides whether a user counts and what a lock means. The
@@ -67,12 +69,14 @@ fn digits(s: &[u8]) -> Option<u32> {
     std::str::from_utf8(s).ok()?.parse().ok()
 }
 
-/// One PCM stream under way: which card and device, which direction.
+/// One PCM stream under way: which card and device, which direction, and the process that
+/// opened it (`owner_pid` in its status, in pilotd's pid namespace), when the kernel says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct Stream {
     pub card: u32,
     pub device: u32,
     pub capture: bool,
+    pub opener: Option<u32>,
 }
 
 /// The PCM streams running now, from ALSA's procfs tree at `asound` (normally /proc/asound),
@@ -91,16 +95,18 @@ pub(crate) fn streams(asound: &Path) -> Vec<Stream> {
             let Some((device, capture)) = pcm_dir(name.as_encoded_bytes()) else {
                 continue;
             };
-            let running = numbered(&pcm.path(), "sub").into_iter().any(|sub| {
-                std::fs::read(pcm.path().join(format!("sub{sub}/status")))
-                    .is_ok_and(|status| is_running(&status))
-            });
-            if running {
-                out.push(Stream {
-                    card,
-                    device,
-                    capture,
-                });
+            for sub in numbered(&pcm.path(), "sub") {
+                let Ok(status) = std::fs::read(pcm.path().join(format!("sub{sub}/status"))) else {
+                    continue;
+                };
+                if is_running(&status) {
+                    out.push(Stream {
+                        card,
+                        device,
+                        capture,
+                        opener: opener(&status),
+                    });
+                }
             }
         }
     }
@@ -146,12 +152,25 @@ pub(crate) fn is_running(status: &[u8]) -> bool {
         .is_some_and(|s| s.trim_ascii() == b"RUNNING")
 }
 
+/// The pid a running substream's `status` names as its opener (`owner_pid   : 2315`).
+fn opener(status: &[u8]) -> Option<u32> {
+    status
+        .split(|&b| b == b'\n')
+        .find_map(|l| l.strip_prefix(b"owner_pid"))
+        .and_then(|rest| rest.trim_ascii().strip_prefix(b":"))
+        .and_then(|pid| digits(pid.trim_ascii()))
+        .filter(|pid| *pid > 0)
+}
+
 /// What the running streams and the devices' holders say: each kind of use once per uid,
-/// sorted; a running stream with no holder pilotd could see is one use attributed to nobody
-/// (yet). `user_of` names a uid (None: a uid without a name, still counted by its number).
+/// sorted. A stream is its holders' (who has its device open); when none can be seen (their
+/// descriptors need a right pilotd may lack), its opener's, by `uid_of_pid`; else it is one
+/// use attributed to nobody (yet). `user_of` names a uid (None: a uid without a name, still
+/// counted by its number).
 pub(crate) fn uses(
     streams: &[Stream],
     holders: &[(u32, Device)],
+    uid_of_pid: impl Fn(u32) -> Option<u32>,
     user_of: impl Fn(u32) -> Option<String>,
 ) -> Vec<InUse> {
     let mut out: Vec<(UseKind, Option<u32>)> = Vec::new();
@@ -174,7 +193,7 @@ pub(crate) fn uses(
                 .map(|(uid, _)| (kind, Some(*uid))),
         );
         if out.len() == before {
-            out.push((kind, None));
+            out.push((kind, s.opener.and_then(&uid_of_pid)));
         }
     }
     out.extend(
@@ -193,6 +212,19 @@ pub(crate) fn uses(
             by_seat: false,
         })
         .collect()
+}
+
+/// The real uid of process `pid` under `proc` (the `Uid:` line of its `status`, which anyone
+/// may read).
+pub(crate) fn uid_of_pid(proc: &Path, pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(proc.join(pid.to_string()).join("status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_ascii_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// Whether `dev` holds a video device node (`video<N>`): without one no camera can be in use,

@@ -57,10 +57,18 @@ fn observed_uses(dir: &Path, bus: &str) -> serde_json::Value {
     v["in_use"].clone()
 }
 
+async fn observed(dir: &Path, bus: &str) -> serde_json::Value {
+    let (d, a) = (dir.to_path_buf(), bus.to_string());
+    tokio::task::spawn_blocking(move || observed_uses(&d, &a))
+        .await
+        .unwrap()
+}
+
 /// alice at her desk, her desktop saying she has been idle for 10 minutes: away, unless
 /// something she plays, records or films keeps her here. A lock outweighs what she plays,
-/// not a call (sound recorded) or a camera; a stream whose holder cannot be seen is hers as
-/// the one in front at the seat; `media_is_use = false` turns it all off.
+/// not a call (sound recorded) or a camera; a stream whose holder cannot be seen is its
+/// opener's, and with neither to be seen hers as the one in front at the seat;
+/// `media_is_use = false` turns it all off.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sound_and_cameras_keep_their_user_here_by_the_rules() {
     let dir = tempfile::tempdir().unwrap();
@@ -97,11 +105,11 @@ async fn sound_and_cameras_keep_their_user_here_by_the_rules() {
         said(&v)
     );
 
-    // Music: her sound server plays.
+    // Music: her sound server holds the device (its stream opened by her player, 2315).
     stream(d, "pcm0p", RUNNING);
     process(
         d,
-        2315,
+        2400,
         1000,
         &[
             "/dev/snd/controlC0",
@@ -120,19 +128,14 @@ async fn sound_and_cameras_keep_their_user_here_by_the_rules() {
     assert!(!said(&v).contains("pipewire"), "{}", said(&v));
     // The observation says the kind and whose, named as her session (the user database of
     // this machine may name uid 1000 otherwise), and nothing of the program.
-    let uses = {
-        let d = d.to_path_buf();
-        let a = address.clone();
-        tokio::task::spawn_blocking(move || observed_uses(&d, &a))
-            .await
-            .unwrap()
-    };
     assert_eq!(
-        uses,
+        observed(d, &address).await,
         serde_json::json!([{ "kind": "sound_playing", "user": "alice", "uid": 1000 }])
     );
 
-    // The player's descriptors cannot be seen: the stream is hers, in front at the seat.
+    // The sound server's descriptors cannot be seen (another user's need CAP_SYS_PTRACE):
+    // the stream is its opener's (`owner_pid` in its status), still hers.
+    process(d, 2400, 1000, &[]);
     process(d, 2315, 1000, &[]);
     let v = run(d, &address).await.unwrap();
     assert_eq!(v["allowed"], false, "{}", said(&v));
@@ -140,15 +143,16 @@ async fn sound_and_cameras_keep_their_user_here_by_the_rules() {
         v["reasons"][0],
         "alice is using the machine: sound is playing"
     );
-    let uses = {
-        let d = d.to_path_buf();
-        let a = address.clone();
-        tokio::task::spawn_blocking(move || observed_uses(&d, &a))
-            .await
-            .unwrap()
-    };
     assert_eq!(
-        uses,
+        observed(d, &address).await,
+        serde_json::json!([{ "kind": "sound_playing", "user": "alice", "uid": 1000 }])
+    );
+    // Nor its opener (gone from this /proc): hers as the one in front at the seat.
+    fs::remove_dir_all(d.join("proc/2315")).unwrap();
+    let v = run(d, &address).await.unwrap();
+    assert_eq!(v["allowed"], false, "{}", said(&v));
+    assert_eq!(
+        observed(d, &address).await,
         serde_json::json!([{ "kind": "sound_playing", "user": "alice", "uid": 1000, "by_seat": true }])
     );
 

@@ -113,6 +113,14 @@ fn device_links_are_read_by_their_names_alone() {
 }
 
 #[test]
+fn a_running_substream_names_its_opener() {
+    assert_eq!(opener(RUNNING.as_bytes()), Some(2315));
+    assert_eq!(opener(CLOSED.as_bytes()), None);
+    // Opened in a pid namespace pilotd cannot see into: pid 0, no one.
+    assert_eq!(opener(b"state: RUNNING\nowner_pid   : 0\n"), None);
+}
+
+#[test]
 fn a_substream_runs_only_when_its_status_says_running() {
     assert!(is_running(RUNNING.as_bytes()));
     assert!(!is_running(PREPARED.as_bytes()));
@@ -143,12 +151,14 @@ fn running_streams_by_card_device_and_direction() {
             Stream {
                 card: 0,
                 device: 0,
-                capture: false
+                capture: false,
+                opener: Some(2315),
             },
             Stream {
                 card: 1,
                 device: 0,
-                capture: true
+                capture: true,
+                opener: Some(2315),
             },
         ]
     );
@@ -166,12 +176,13 @@ fn uses_are_attributed_to_the_holders_uids() {
         card: 0,
         device: 0,
         capture: false,
+        opener: None,
     };
     let rec = Stream {
-        card: 0,
-        device: 0,
         capture: true,
+        ..play
     };
+    let no_pid = |_| None;
     let node = |capture| Device::Pcm {
         card: 0,
         device: 0,
@@ -193,6 +204,7 @@ fn uses_are_attributed_to_the_holders_uids() {
                 },
             ),
         ],
+        no_pid,
         name,
     );
     let said: Vec<(UseKind, Option<&str>, Option<u32>)> = got
@@ -207,18 +219,31 @@ fn uses_are_attributed_to_the_holders_uids() {
             (UseKind::Camera, Some("bob"), Some(1001)),
         ]
     );
-    // Nobody seen holding the running stream (pilotd not root): one use, for nobody yet.
-    let got = uses(&[play], &[], name);
+    // Nobody seen holding the running stream, and no opener: one use, for nobody yet.
+    let got = uses(&[play], &[], no_pid, name);
     assert_eq!(got.len(), 1);
     assert_eq!(
         (got[0].kind, got[0].uid, got[0].user.as_deref()),
         (UseKind::SoundPlaying, None, None)
     );
+    // No holder's links readable (another user's need CAP_SYS_PTRACE): the opener's uid.
+    let opened = Stream {
+        opener: Some(2315),
+        ..play
+    };
+    let got = uses(&[opened], &[], |pid| (pid == 2315).then_some(1000), name);
+    assert_eq!(
+        (got[0].uid, got[0].user.as_deref()),
+        (Some(1000), Some("alice"))
+    );
+    // Holders seen: theirs, whoever opened it.
+    let got = uses(&[opened], &[(1001, node(false))], |_| Some(1000), name);
+    assert_eq!((got[0].uid, got.len()), (Some(1001), 1));
     // A uid without a name is still that uid.
-    let got = uses(&[], &[(4242, Device::Video)], name);
+    let got = uses(&[], &[(4242, Device::Video)], no_pid, name);
     assert_eq!((got[0].uid, got[0].user.as_deref()), (Some(4242), None));
     // Nothing running, no camera held: no use.
-    assert_eq!(uses(&[], &[(1000, node(false))], name), vec![]);
+    assert_eq!(uses(&[], &[(1000, node(false))], no_pid, name), vec![]);
 }
 
 /// The one walk over /proc finds the exclusive programs and the devices' holders together,
