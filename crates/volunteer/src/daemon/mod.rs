@@ -11,16 +11,16 @@ mod tasks;
 mod tests;
 pub(crate) mod triggers;
 
-use crate::backend::{Backend, BackendError};
-use crate::egress;
-use crate::host::{HostProbe, ProbeError};
-use crate::input::LastInput;
-use crate::logind::Logind;
-use crate::manifest::{self, Manifest};
-use crate::plan::{InFlight, Reason};
+use crate::act::backend::{Backend, BackendError};
+use crate::act::egress;
+use crate::decide::plan::{InFlight, Reason};
+use crate::observe::host::{HostProbe, ProbeError};
+use crate::observe::input::LastInput;
+use crate::observe::logind::Logind;
+use crate::record::manifest::{self, Manifest};
+use crate::record::status::Status;
 use crate::settings::{EngineSettings, Settings, WorkerSettings};
 use crate::snapshot::HostSnapshot;
-use crate::status::Status;
 use crate::worker::WorkerState;
 use chrono::{DateTime, Utc};
 use cpu::CpuMeter;
@@ -51,7 +51,7 @@ pub enum DaemonError {
 /// through a scripted month of presence and load.
 #[cfg(test)]
 pub(super) type SyntheticHost =
-    Box<dyn FnMut(DateTime<Utc>, crate::host::Carry) -> HostSnapshot + Send>;
+    Box<dyn FnMut(DateTime<Utc>, crate::observe::host::Carry) -> HostSnapshot + Send>;
 
 /// Makes the engine client from its settings (no request is made yet).
 pub(crate) type Connector<B> = Box<dyn Fn(&EngineSettings) -> Result<B, BackendError> + Send>;
@@ -65,12 +65,17 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
     reloads: mpsc::Receiver<Reload>,
 ) -> Result<(), DaemonError> {
-    let mut d = Daemon::new(s, Box::new(crate::backend::connect), metrics, Utc::now())?;
+    let mut d = Daemon::new(
+        s,
+        Box::new(crate::act::backend::connect),
+        metrics,
+        Utc::now(),
+    )?;
     tracing::info!(
         instance = %d.worker.instance,
         image = %d.worker.image,
         socket = %d.s.engine.socket,
-        state = %crate::status::path(&d.s.state_dir).display(),
+        state = %crate::record::status::path(&d.s.state_dir).display(),
         "pilotd starting in volunteer mode"
     );
     d.serve(hooks, shutdown, reloads).await;
@@ -83,7 +88,7 @@ struct Work {
     in_flight: InFlight,
     tasks: JoinSet<TaskDone>,
     /// KiB in each worker's scratch dir at the last measurement, and when it was started.
-    scratch_use: BTreeMap<String, crate::disk::ScratchUse>,
+    scratch_use: BTreeMap<String, crate::worker::ScratchUse>,
     measured_at: Option<DateTime<Utc>>,
     measuring: bool,
     /// When scratch dirs and images were last collected.

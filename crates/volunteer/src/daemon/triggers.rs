@@ -8,11 +8,11 @@
 //! size are polled every 250 ms instead — still well under the one-second goal, at the cost of
 //! a few stat calls per second.
 
-use crate::backend::{Backend, BackendEvent};
-use crate::egress;
-use crate::inotify::{DirWatch, InotifyError};
-use crate::input::LastInput;
-use crate::logind::Signal;
+use crate::act::backend::{Backend, BackendEvent};
+use crate::act::egress;
+use crate::observe::inotify::{DirWatch, InotifyError};
+use crate::observe::input::LastInput;
+use crate::observe::logind::Signal;
 use crate::settings::Settings;
 use chrono::{DateTime, Utc};
 use nix::sys::inotify::AddWatchFlags;
@@ -272,7 +272,7 @@ impl Wakeups {
     ) {
         self.watch(watch_utmp(s.probe.utmp.clone(), self.sender()));
         let tx = self.sender();
-        self.watch(crate::logind::watch(move |signal| {
+        self.watch(crate::observe::logind::watch(move |signal| {
             let t = match signal {
                 // An idle inhibitor taken or released is someone starting or ending a film or
                 // a presentation: acted on as urgently as a login.
@@ -295,7 +295,7 @@ impl Wakeups {
         // The machine's keyboards, mice and touchpads: the first input after a quiet spell as
         // long as `session_idle` is the owner coming back.
         let tx = self.sender();
-        self.watch(crate::input::watch(
+        self.watch(crate::observe::input::watch(
             s.probe.dev.join("input"),
             input_sysfs(&s.probe.power_supply),
             input,

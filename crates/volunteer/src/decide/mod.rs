@@ -1,0 +1,4 @@
+//! Decide, purely: may the machine compute now and how much (`policy`), and the actions of one cycle (`plan`).
+
+pub(crate) mod plan;
+pub mod policy;
