@@ -727,8 +727,13 @@ scenario_use() {
   plan_has "alice is away (idle for 10s or more)" || fail "with her sleep lock, plan does not say alice is away: $(c pilotd plan 2>&1)"
   inhibit_stop
 
-  # An idle lock: she is using the machine, at once.
-  local t0_ns lock_ms back_ms plan
+  # An idle lock: she is using the machine, at once. logind's announcement of it, as the
+  # bus delivers it, is kept to compare with the tests' stand-in.
+  local t0_ns lock_ms back_ms plan announced
+  docker exec -d "$ctr" sh -c "exec busctl monitor --json=short --match \
+    'type=signal,interface=org.freedesktop.DBus.Properties,member=PropertiesChanged,path=/org/freedesktop/login1' \
+    >/root/login1-manager-signals.json 2>&1"
+  sleep 0.5
   t0_ns=$(date +%s%N)
   inhibit_start idle block
   wait_for 5 "alice's idle lock to pause the worker" all_paused
@@ -739,6 +744,12 @@ scenario_use() {
   says_no_content "$plan" "pilotd plan"
   wait_for 10 "status to say alice uses the machine" status_has "alice is using the machine: an idle inhibitor is held"
   says_no_content "$(c pilotd status 2>&1)" "pilotd status"
+  announced=$(grep -F '"BlockInhibited"' <<<"$(c cat /root/login1-manager-signals.json)" | tail -n 1 \
+    | grep -o '"payload":{.*' | head -c 400)
+  # As the stand-in announces it (sessions::logind, login1.rs): the Manager's BlockInhibited
+  # with its new value, nothing else, nothing invalidated (systemd 257 here).
+  grep -qF '"data":["org.freedesktop.login1.Manager",{"BlockInhibited":{"type":"s","data":"idle"}},[]]' <<<"$announced" \
+    || fail "logind's PropertiesChanged for the lock is not (BlockInhibited = idle, nothing invalidated) as the stand-in sends it: $announced"
   # Its end: away again, at once.
   t0_ns=$(date +%s%N)
   inhibit_stop
@@ -761,7 +772,7 @@ scenario_use() {
 
   set_owner session_idle '"15m"'
   wait_for 10 "alice (her terminal used within 15m) to be here again" all_paused
-  ok "alice's ssh terminal idle past 10s: away; her --what=sleep lock: still away; her idle lock (systemd-inhibit, polkit): paused $lock_ms ms after it started, plan and status say 'an idle inhibitor is held' and nowhere its who or why; released: resumed $back_ms ms later; /dev/video0 held open by her process: paused at the next cycle, closed: resumed"
+  ok "alice's ssh terminal idle past 10s: away; her --what=sleep lock: still away; her idle lock (systemd-inhibit, polkit): paused $lock_ms ms after it started, plan and status say 'an idle inhibitor is held' and nowhere its who or why, logind announced it as the tests' stand-in does; released: resumed $back_ms ms later; /dev/video0 held open by her process: paused at the next cycle, closed: resumed"
 }
 
 scenario_lock() {

@@ -22,9 +22,12 @@
 //! logind-dbus.c): `ListInhibitors` answers `a(ssssuu)` (what, who, why, mode, uid, pid) of
 //! the locks held; a lock taken or released is announced as a `PropertiesChanged` of the
 //! Manager's `BlockInhibited` (block and block-weak modes) or `DelayInhibited` with its new
-//! value, the union of the held locks' `what` in logind's order (`sleep:idle`). The uid and
-//! pid of a lock taken through `Inhibit` are its caller's, as the bus tells them; `take`
-//! stands for another user's program taking one.
+//! value, the union of the held locks' `what` in logind's order (`sleep:idle`), nothing
+//! invalidated: systemd 257's logind in the real-systemd image announces alice's
+//! `systemd-inhibit --what=idle` as `("org.freedesktop.login1.Manager", {"BlockInhibited":
+//! <"idle">}, [])`, and the suite's use scenario fails if it stops doing so. The uid and pid
+//! of a lock taken through `Inhibit` are its caller's, as the bus tells them; `take` stands
+//! for another user's program taking one.
 //!
 //! The bus is shaped as the system bus where it matters here: any uid may connect and send
 //! signals, only root (the test's uid) may own a name; `forge` sends a signal as `nobody`.

@@ -280,6 +280,22 @@ async fn the_watch_tells_sessions_from_sleep() {
     watcher.abort();
 }
 
+/// A call of the login1 Manager's `method` on `conn`.
+async fn manager<B>(conn: &zbus::Connection, method: &str, body: &B) -> zbus::Message
+where
+    B: serde::Serialize + zbus::zvariant::DynamicType,
+{
+    conn.call_method(
+        Some("org.freedesktop.login1"),
+        "/org/freedesktop/login1",
+        Some("org.freedesktop.login1.Manager"),
+        method,
+        body,
+    )
+    .await
+    .unwrap()
+}
+
 async fn expect(rx: &mut tokio::sync::mpsc::Receiver<Signal>, sent: Signal) {
     let t0 = Instant::now();
     let got = tokio::time::timeout(Duration::from_secs(1), rx.recv())
@@ -412,5 +428,45 @@ async fn the_watch_hears_inhibitors_taken_and_released() {
     tokio::time::sleep(pace).await;
     logind.release(&lock).await;
     expect(&mut rx, Signal::Inhibitors).await;
+
+    // A lock taken through `Inhibit`, as pilotd's own: its caller's uid and pid, announced,
+    // and released (and announced again) once the caller closes its end.
+    tokio::time::sleep(pace).await;
+    let caller = zbus::connection::Builder::address(logind.address.as_str())
+        .unwrap()
+        .build()
+        .await
+        .unwrap();
+    let fd: zbus::zvariant::OwnedFd = manager(
+        &caller,
+        "Inhibit",
+        &("idle", "pilotd", "keep awake", "block"),
+    )
+    .await
+    .body()
+    .deserialize()
+    .unwrap();
+    expect(&mut rx, Signal::Inhibitors).await;
+    type Listed = Vec<(String, String, String, String, u32, u32)>;
+    let listed = |m: zbus::Message| m.body().deserialize::<Listed>().unwrap();
+    let held = listed(manager(&caller, "ListInhibitors", &()).await);
+    assert_eq!(
+        held,
+        vec![(
+            "idle".to_string(),
+            "pilotd".to_string(),
+            "keep awake".to_string(),
+            "block".to_string(),
+            nix::unistd::geteuid().as_raw(),
+            std::process::id()
+        )]
+    );
+    tokio::time::sleep(pace).await;
+    drop(fd);
+    expect(&mut rx, Signal::Inhibitors).await;
+    assert_eq!(
+        listed(manager(&caller, "ListInhibitors", &()).await),
+        vec![]
+    );
     watcher.abort();
 }
