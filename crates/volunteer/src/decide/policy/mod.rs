@@ -77,9 +77,10 @@ impl Cause {
         )
     }
 
-    /// The owner was there: logged in and active, busy on the CPU, running a program that
-    /// wants the machine alone, or asking for it (a snooze). What the contribution counts as
-    /// "the owner was there"; not a sleeping machine, a battery or sessions pilotd cannot see.
+    /// The owner was there: logged in and active or using the machine without typing, busy on
+    /// the CPU, running a program that wants the machine alone, or asking for it (a snooze).
+    /// What the contribution counts as "the owner was there"; not a sleeping machine, a
+    /// battery or sessions pilotd cannot see.
     pub(crate) fn owner_there(self) -> bool {
         matches!(
             self,
@@ -659,8 +660,10 @@ fn admit(
 
 /// Why a session counts as away under `sessions = "active"`, or None when it is in use. Any
 /// one signal is enough: locked for `lock_grace`; idle for `session_idle` as its source says
-/// (logind's idle hint, a terminal's idle time); or, at this machine's own keyboard, no input
-/// on the machine's keyboards, mice and touchpads for `session_idle`. A signal nobody can read
+/// (logind's idle hint, a terminal's idle time); or, at this machine's own keyboard and unless
+/// its desktop reports idleness itself, no input on the machine's keyboards, mice and
+/// touchpads for `session_idle`. A use without typing (`using`) is judged after, per user.
+/// A signal nobody can read
 /// says nothing, so a session with none is in use (fail safe). Pushes onto `next` the instants
 /// a lock becomes long enough and the machine's input has been quiet long enough.
 fn away(
