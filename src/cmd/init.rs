@@ -22,6 +22,7 @@ fn apply_flags(mut a: Answers, args: &InitArgs) -> Result<Answers, CmdError> {
         ("memory", &args.memory),
         ("longest-job", &args.longest_job),
         ("on-return", &args.on_return),
+        ("on-metered", &args.on_metered),
         ("timezone", &args.timezone),
         ("media", &args.media),
     ];

@@ -60,6 +60,7 @@ pub fn run(g: &Global, a: &PlanArgs) -> Result<String, CmdError> {
                 _ => {
                     let mut h = HostProbe::observe_once(&s.probe, Carry::default())?;
                     block_on(inspect::lay_on_logind(&mut h, &s.state_dir, &s.probe))?;
+                    block_on(inspect::lay_on_link(&mut h))?;
                     // The owner's snooze, as the daemon would lay it on this observation.
                     snooze::lay_on(&mut h, &s.state_dir);
                     h

@@ -39,6 +39,7 @@ pub fn run(g: &Global) -> Result<String, CmdError> {
     };
     let mut snap = HostProbe::observe_once(&s.probe, carry)?;
     block_on(inspect::lay_on_logind(&mut snap, &s.state_dir, &s.probe))?;
+    block_on(inspect::lay_on_link(&mut snap))?;
     pilotd_volunteer::record::snooze::lay_on(&mut snap, &s.state_dir);
     serde_json::to_string_pretty(&snap)
         .map(|s| s + "\n")

@@ -213,6 +213,15 @@ pub async fn lay_on_logind(
     h.lock_instants_unknown = !known;
 }
 
+/// Lays NetworkManager's word on the link's price on a one-shot observation (absent when it
+/// cannot be asked: not known to be metered).
+pub async fn lay_on_link(h: &mut HostSnapshot) {
+    let seen = crate::observe::metered::Link::default()
+        .observe(h.taken_at)
+        .await;
+    crate::observe::metered::lay_on(h, seen);
+}
+
 /// What `policy` is expected to give per week on this machine, as `schedule` and `init` print
 /// it: its recorded presence (`timeline`) replayed through `projection`, or a fresh machine's
 /// stated defaults. Reads the state dir `site` names (history, timeline, contribution ledger)

@@ -14,6 +14,7 @@ mod freezer;
 mod freshness;
 mod hardening;
 mod input;
+mod metered;
 mod own_load;
 mod page;
 mod pilot;

@@ -14,9 +14,9 @@ use crate::act::backend::Backend;
 use crate::act::gc;
 use crate::act::image;
 use crate::decide::plan::{self, Action, Observed, Plan};
-use crate::decide::policy::{Supply, decide};
+use crate::decide::policy::{LinkHold, Supply, decide};
 use crate::observe::host::Carry;
-use crate::observe::logind;
+use crate::observe::{logind, metered};
 use crate::outcome::Outcome;
 use crate::record::contribution::{Claim, Measured};
 use crate::record::history::Outlook;
@@ -79,7 +79,6 @@ impl<B: Backend> Daemon<B> {
         urgent: bool,
         int: &mut Interrupt<'_>,
     ) -> Option<String> {
-        self.fetch_manifest_if_due(now);
         let mut outcome = CycleOutcome {
             now,
             ..Default::default()
@@ -100,6 +99,10 @@ impl<B: Backend> Daemon<B> {
             return Some("host probe failed".into());
         };
         let (supply, outlook) = decided.unwrap_or_else(|| self.decide(now, &host));
+        // Beside the loop, never on a metered link the owner's policy holds.
+        if supply.link == LinkHold::Nothing {
+            self.fetch_manifest_if_due(now);
+        }
         outcome.supply = Some(&supply);
         outcome.given = self.cpu.take_given();
         self.records.decided(&self.s, &host, &outcome);
@@ -143,13 +146,16 @@ impl<B: Backend> Daemon<B> {
             };
             tokio::pin!(list);
             let mut listed = None;
+            // NetworkManager is asked beside logind (a change of the link is as urgent as a
+            // login, and takes no longer); its answer is kept by `self.link`.
             let logind = {
-                let sessions = self.logind.observe(now);
+                let sessions =
+                    futures_util::future::join(self.logind.observe(now), self.link.observe(now));
                 tokio::pin!(sessions);
                 loop {
                     tokio::select! {
                         l = &mut list, if listed.is_none() => listed = Some(l),
-                        seen = &mut sessions => break seen,
+                        (seen, _) = &mut sessions => break seen,
                     }
                 }
             };
@@ -319,7 +325,9 @@ impl<B: Backend> Daemon<B> {
         urgent: bool,
         now: DateTime<Utc>,
     ) -> Plan {
-        if !self.work.in_flight.checking
+        // The registry's check is traffic too: none on a metered link the policy holds.
+        if supply.link == LinkHold::Nothing
+            && !self.work.in_flight.checking
             && image::check_needed(self.records.image(), &self.worker.image, now, &self.s.image)
         {
             self.work.in_flight.checking = true;
@@ -544,6 +552,7 @@ impl<B: Backend> Daemon<B> {
         };
         s.sleeping = self.sleeping;
         s.input_idle_s = self.input.idle_s(now);
+        metered::lay_on(&mut s, self.link.seen());
         snooze::lay_on(&mut s, &self.s.state_dir);
         Some(s)
     }

@@ -17,6 +17,7 @@ use crate::decide::plan::{InFlight, Reason};
 use crate::observe::host::{HostProbe, ProbeError};
 use crate::observe::input::LastInput;
 use crate::observe::logind::Logind;
+use crate::observe::metered::Link;
 use crate::record::manifest::{self, Manifest};
 use crate::record::status::Status;
 use crate::settings::{EngineSettings, Settings, WorkerSettings};
@@ -137,6 +138,8 @@ pub struct Daemon<B> {
     logind: Logind,
     /// logind announced a sleep and no wake-up yet: workers make room, nothing starts.
     sleeping: bool,
+    /// NetworkManager: whether the link is metered.
+    link: Link,
     /// When the machine's keyboards, mice and touchpads last had input (`input::watch`).
     input: Arc<LastInput>,
     /// Tests only: the host observation, instead of the probe's (`tests::agreement`).
@@ -196,6 +199,7 @@ impl<B: Backend> Daemon<B> {
             last_snapshot: None,
             logind: Logind::default().looking_in(&s.probe.proc, &s.probe.dev),
             sleeping: false,
+            link: Link::default(),
             input: {
                 let input = LastInput::new(now);
                 input.set_wake_gap(s.policy.session_idle);
@@ -213,7 +217,7 @@ impl<B: Backend> Daemon<B> {
     }
 
     /// Serves until `shutdown` completes: the watchers beside the loop (utmp, logind, input
-    /// devices, firewalld), the owner's doors, then the service skeleton's loop. Every task
+    /// devices, firewalld, NetworkManager), the owner's doors, then the service skeleton's loop. Every task
     /// started here is the daemon's and ends with the drain, so a loop driven in-process
     /// leaves nothing running behind it.
     pub(crate) async fn serve(
@@ -223,7 +227,8 @@ impl<B: Backend> Daemon<B> {
         reloads: mpsc::Receiver<Reload>,
     ) {
         let (input, guard) = (self.input.clone(), self.work.egress.clone());
-        self.wakeups.watch_the_machine(&self.s, input, guard);
+        self.wakeups
+            .watch_the_machine(&self.s, input, guard, self.link.heard());
         self.doors.open(&self.s, &mut self.wakeups).await;
         lifecycle::serve(self, hooks, shutdown, reloads).await;
     }

@@ -1,6 +1,6 @@
 //! What wakes the loop (`Wakeups`): the tick every `interval`, the decision's `next_change`,
 //! and the triggers that the watchers beside it send — utmp, logind, input devices, firewalld,
-//! the engine's events, the owner's doors. The watchers are the daemon's own: the drain ends
+//! NetworkManager, the engine's events, the owner's doors. The watchers are the daemon's own: the drain ends
 //! them, as does dropping the daemon, so nothing of it is left running.
 //!
 //! The owner's return must evict within a second, so utmp is watched with inotify; where
@@ -13,6 +13,7 @@ use crate::act::egress;
 use crate::observe::inotify::{DirWatch, InotifyError};
 use crate::observe::input::LastInput;
 use crate::observe::logind::Signal;
+use crate::observe::metered;
 use crate::settings::Settings;
 use chrono::{DateTime, Utc};
 use nix::sys::inotify::AddWatchFlags;
@@ -39,6 +40,9 @@ pub enum Trigger {
     WorkerExited(String),
     /// The workers' traffic filter went down or came back.
     Filter,
+    /// NetworkManager said the link's price changed, or came or went: a metered link must
+    /// stop a pull or pause workers as soon as a login would.
+    Link,
 }
 
 impl Trigger {
@@ -47,7 +51,7 @@ impl Trigger {
     pub(crate) fn is_urgent(&self) -> bool {
         matches!(
             self,
-            Trigger::Sessions | Trigger::Owner | Trigger::Input | Trigger::Sleep(_)
+            Trigger::Sessions | Trigger::Owner | Trigger::Input | Trigger::Sleep(_) | Trigger::Link
         )
     }
 }
@@ -263,12 +267,13 @@ impl Wakeups {
         self.watchers.spawn(w)
     }
 
-    /// Watches the machine: utmp, logind, the input devices and firewalld.
+    /// Watches the machine: utmp, logind, the input devices, firewalld and NetworkManager.
     pub(super) fn watch_the_machine(
         &mut self,
         s: &Settings,
         input: Arc<LastInput>,
         guard: egress::Guard,
+        link: metered::Heard,
     ) {
         self.watch(watch_utmp(s.probe.utmp.clone(), self.sender()));
         let tx = self.sender();
@@ -313,6 +318,18 @@ impl Wakeups {
             tracing::debug!(?announced, "firewalld");
             guard.reloaded();
             true
+        }));
+        // The link's price changed (the laptop joined a phone's hotspot, the owner marked the
+        // connection metered): NetworkManager is asked at once, back-off or not, by an urgent
+        // cycle. A full channel already holds a trigger that runs one.
+        let tx = self.sender();
+        self.watch(metered::watch(move |announced| {
+            tracing::debug!(?announced, "NetworkManager");
+            link.set();
+            !matches!(
+                tx.try_send(Trigger::Link),
+                Err(mpsc::error::TrySendError::Closed(_))
+            )
         }));
     }
 

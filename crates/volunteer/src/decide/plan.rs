@@ -24,11 +24,14 @@
 //!   holds workers back (so they start on time), or when the site allows pulls while the owner
 //!   is present — within the schedule's season in every case: never while the machine is
 //!   closed for days, nor while the host's start waits for its turn in the fleet's spread.
+//! - While the link is metered and the owner's `on_metered` holds it (`Supply::link`), nothing
+//!   is pulled and nothing starts; with "pause", running workers are paused for it
+//!   (`Reason::Metered`, not an eviction), and resume once the link is free again.
 //!
 //! The spec of a new worker (resources, env template, labels) is `spec.rs`; what `pilotd plan`
 //! prints of a decision and its plan, `report.rs`.
 
-use crate::decide::policy::{Cause, Supply};
+use crate::decide::policy::{Cause, LinkHold, Supply};
 use crate::outcome::{Outcome, StartBackoff};
 use crate::settings::WorkerSettings;
 use crate::worker::ImageState;
@@ -66,6 +69,8 @@ pub enum Reason {
     ScratchFull { share_kib: u64 },
     /// The workers' traffic filter is down and could not be restored.
     FilterDown,
+    /// The machine's link is metered and the owner's `on_metered` pauses the workers.
+    Metered,
 }
 
 impl Reason {
@@ -104,6 +109,7 @@ impl fmt::Display for Reason {
                 share_kib / 1024
             ),
             Reason::FilterDown => f.write_str("its traffic filter is down"),
+            Reason::Metered => f.write_str("the network is metered"),
         }
     }
 }
@@ -389,7 +395,10 @@ fn sort_workers<'a>(supply: &Supply, obs: &Observed<'a>, now: DateTime<Utc>) -> 
                 Evict::Pause => out.actions.push(Action::Pause {
                     id,
                     name,
-                    why: Reason::Eviction(Evict::Pause),
+                    why: match supply.link {
+                        LinkHold::Workers => Reason::Metered,
+                        _ => Reason::Eviction(Evict::Pause),
+                    },
                 }),
                 Evict::Graceful => out.actions.push(Action::Stop {
                     id,
@@ -482,7 +491,9 @@ fn pull_new_image(supply: &Supply, obs: &Observed<'_>, s: &WorkerSettings, p: &m
             digest: digest.clone(),
         });
     } else {
-        let why = if held {
+        let why = if supply.link != LinkHold::Nothing {
+            "the network is metered"
+        } else if held {
             "this host's turn in the fleet's spread has not come"
         } else if supply.downloads {
             "no downloads while the owner needs the machine"

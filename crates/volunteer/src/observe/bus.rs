@@ -22,7 +22,8 @@
 //! actions of a kind and then one per `pace`.
 //!
 //! Every watch of the daemon on the system bus is one `BusWatch`: logind's (`logind`),
-//! firewalld's (`egress::firewalld`), and those to come get both for nothing.
+//! firewalld's (`egress::firewalld`), NetworkManager's (`metered`), and those to come get both
+//! for nothing.
 
 use pilotd_core::backoff::Backoff;
 use std::fmt::Debug;
@@ -41,8 +42,13 @@ const OWNER_DEADLINE: Duration = Duration::from_secs(5);
 pub struct BusWatch<T> {
     /// The service's well-known name: only its current owner is believed.
     pub name: &'static str,
-    /// Its objects: every signal under this path (itself included) is read.
+    /// Its objects: every signal under this path (itself included) is read, or with `subtree`
+    /// false only the signals of this one object.
     pub path: &'static str,
+    /// Whether the objects below `path` are watched too. A service with many busy objects
+    /// (NetworkManager's access points announce their signal strength) is watched on the one
+    /// object it speaks on, so the bus does not wake pilotd for the others.
+    pub subtree: bool,
     /// What a signal from the owner means; None: nothing to act on.
     pub read: fn(&zbus::Message) -> Option<T>,
     /// What the name changing owner (the service started, stopped or restarted) means; None:
@@ -103,9 +109,12 @@ impl Subscription {
             .build();
         let signals = zbus::MatchRule::builder()
             .msg_type(zbus::message::Type::Signal)
-            .sender(w.name)?
-            .path_namespace(w.path)?
-            .build();
+            .sender(w.name)?;
+        let signals = match w.subtree {
+            true => signals.path_namespace(w.path)?,
+            false => signals.path(w.path)?,
+        }
+        .build();
         // Subscribed to the owner changes first, asked then: a change in between is in the
         // stream. The service's signals after: while their queue is full the connection reads
         // nothing more, the answer included, and the service may be flooding.

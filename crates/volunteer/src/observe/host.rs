@@ -140,6 +140,8 @@ impl HostProbe {
             lock_instants_unknown: false,
             // logind's idle inhibitors join these when it answers (`logind::lay_on`).
             in_use: self.in_use.clone(),
+            // NetworkManager is asked asynchronously by the caller (`metered::lay_on`).
+            metered: None,
         })
     }
 }

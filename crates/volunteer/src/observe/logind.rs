@@ -454,6 +454,7 @@ struct Raw {
 const WATCH: BusWatch<Signal> = BusWatch {
     name: SERVICE,
     path: MANAGER_PATH,
+    subtree: true,
     read: signal_of,
     owner_changed: None,
     pace: PACE,

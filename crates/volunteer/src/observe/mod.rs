@@ -1,4 +1,4 @@
-//! Observe: the probes of the host, its sessions, its owner's input and media, the bus and inotify watches they wake on, and the registry's one HEAD.
+//! Observe: the probes of the host, its sessions, its owner's input and media, its link's price, the bus and inotify watches they wake on, and the registry's one HEAD.
 
 pub mod bus;
 pub mod host;
@@ -6,6 +6,7 @@ pub(crate) mod inotify;
 pub(crate) mod input;
 pub mod logind;
 pub(crate) mod media;
+pub mod metered;
 pub mod registry;
 pub mod sessions;
 pub mod terminals;

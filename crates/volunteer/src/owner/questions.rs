@@ -22,6 +22,7 @@ pub struct Answers {
     pub memory: String,
     pub longest_job: String,
     pub on_return: String,
+    pub on_metered: String,
     /// Whether using the machine without typing counts (`media_is_use`,
     /// `inhibitors_are_use`): "true" or "false".
     pub media: String,
@@ -61,9 +62,10 @@ struct Question {
     prompt: &'static str,
     default: fn(&Answers) -> String,
     apply: fn(&mut Answers, &str) -> Result<(), AnswerError>,
-    /// Asked after the questions install scripts were written for: the end of the answers
-    /// takes its default, so piped answers to the earlier questions still work.
-    added: bool,
+    /// Asked since after the wizard's first release, and so after every question of that
+    /// one: answers a script pipes for the older wizard end before it, and it then takes its
+    /// default rather than failing an install script that worked.
+    later: bool,
 }
 
 const QUESTIONS: &[Question] = &[
@@ -75,7 +77,7 @@ const QUESTIONS: &[Question] = &[
             a.windows = parse_when(s)?;
             Ok(())
         },
-        added: false,
+        later: false,
     },
     Question {
         name: "sessions",
@@ -96,7 +98,7 @@ const QUESTIONS: &[Question] = &[
             }
             _ => Err(AnswerError::Choice("any, active or ignore")),
         },
-        added: false,
+        later: false,
     },
     Question {
         name: "cpus",
@@ -107,7 +109,7 @@ const QUESTIONS: &[Question] = &[
             a.cpus = s.into();
             Ok(())
         },
-        added: false,
+        later: false,
     },
     Question {
         name: "memory",
@@ -118,7 +120,7 @@ const QUESTIONS: &[Question] = &[
             a.memory = s.into();
             Ok(())
         },
-        added: false,
+        later: false,
     },
     Question {
         name: "longest-job",
@@ -132,7 +134,7 @@ const QUESTIONS: &[Question] = &[
             a.longest_job = s.into();
             Ok(())
         },
-        added: false,
+        later: false,
     },
     Question {
         name: "on-return",
@@ -145,7 +147,7 @@ const QUESTIONS: &[Question] = &[
             }
             _ => Err(AnswerError::Choice("pause, graceful or fast")),
         },
-        added: false,
+        later: false,
     },
     Question {
         name: "timezone",
@@ -157,7 +159,21 @@ const QUESTIONS: &[Question] = &[
             a.timezone = s.into();
             Ok(())
         },
-        added: false,
+        later: false,
+    },
+    // Last, after the questions of earlier versions: a script's answers keep their places.
+    Question {
+        name: "on-metered",
+        prompt: "On a metered network (a phone's hotspot, or a connection you marked metered in NetworkManager):\n  no-downloads (no image or new worker; running ones finish their jobs), pause (also pause them) or ignore?",
+        default: |_| "no-downloads".into(),
+        apply: |a, s| match s {
+            "no-downloads" | "pause" | "ignore" => {
+                a.on_metered = s.into();
+                Ok(())
+            }
+            _ => Err(AnswerError::Choice("no-downloads, pause or ignore")),
+        },
+        later: true,
     },
     Question {
         name: "media",
@@ -174,7 +190,7 @@ const QUESTIONS: &[Question] = &[
             }
             _ => Err(AnswerError::Choice("yes or no")),
         },
-        added: true,
+        later: true,
     },
 ];
 
@@ -228,6 +244,7 @@ impl Answers {
             memory: String::new(),
             longest_job: String::new(),
             on_return: String::new(),
+            on_metered: String::new(),
             media: String::new(),
         };
         for q in QUESTIONS {
@@ -301,6 +318,10 @@ on_battery = "stop"
 # When you come back: "pause", "graceful" (within grace) or "fast".
 on_return = "{on_return}"
 grace = "10m"
+# On a metered network (NetworkManager: a phone's hotspot, a connection marked metered):
+# "no-downloads" (no image pull, no new worker; running ones finish their jobs), "pause"
+# (also pause running workers) or "ignore".
+on_metered = "{on_metered}"
 
 [share]
 cpus = "{cpus}"
@@ -319,6 +340,7 @@ longest_job = "{longest_job}"
             tz = self.timezone,
             sessions = self.sessions,
             on_return = self.on_return,
+            on_metered = self.on_metered,
             cpus = self.cpus,
             memory = self.memory,
             longest_job = self.longest_job,
@@ -329,8 +351,8 @@ longest_job = "{longest_job}"
 
 /// Asks every question on `out`, reading answers from `input`. An empty line takes the
 /// default; a bad answer is explained and asked again; end of input takes the defaults of the
-/// remaining questions only when `yes` is set, or when they were added after the others
-/// (piped answers written for the earlier questions still work).
+/// remaining questions when `yes` is set, or when they all came after the first release's
+/// (`Question::later`: a script's answers for an older wizard still install).
 pub fn ask(
     mut a: Answers,
     input: &mut dyn BufRead,
@@ -345,7 +367,8 @@ pub fn ask(
             out.flush().map_err(io)?;
             let mut line = String::new();
             if input.read_line(&mut line).map_err(io)? == 0 {
-                if yes || q.added {
+                if yes || q.later {
+                    writeln!(out).map_err(io)?;
                     break;
                 }
                 return Err(AnswerError::EndOfInput);
@@ -397,9 +420,32 @@ mod tests {
         assert_eq!(parse_when(" ; ").unwrap_err(), AnswerError::NoWindow);
     }
 
+    /// An install script that pipes the first release's answers, and no more, still installs:
+    /// the questions asked since take their defaults, and they all come after the old ones.
+    #[test]
+    fn the_first_release_s_answers_alone_still_install() {
+        let first = QUESTIONS.iter().take_while(|q| !q.later).count();
+        assert!(
+            QUESTIONS[first..].iter().all(|q| q.later),
+            "a question of the first release comes after a later one"
+        );
+        let mut input: &[u8] = b"always\nactive\n1\n128MiB\n1h\npause\nUTC\n";
+        assert_eq!(input.iter().filter(|b| **b == b'\n').count(), first);
+        let a = ask(defaults(), &mut input, &mut Vec::new(), false).unwrap();
+        assert_eq!(a.on_return, "pause");
+        assert_eq!(a.on_metered, "no-downloads");
+        // One answer short of the first release's still fails, as it did.
+        let mut short: &[u8] = b"always\nactive\n1\n128MiB\n1h\npause\n";
+        assert!(matches!(
+            ask(defaults(), &mut short, &mut Vec::new(), false),
+            Err(AnswerError::EndOfInput)
+        ));
+    }
+
     #[test]
     fn piped_answers_with_a_retry_produce_a_valid_policy() {
-        let mut input: &[u8] = b"nights\nactive\n150%\n75%\n6GiB\n4h\npause\nEurope/Rome\n";
+        let mut input: &[u8] =
+            b"nights\nactive\n150%\n75%\n6GiB\n4h\npause\nEurope/Rome\ncheap\npause\n";
         let mut out = Vec::new();
         let a = ask(defaults(), &mut input, &mut out, false).unwrap();
         let shown = String::from_utf8(out).unwrap();
@@ -411,6 +457,11 @@ mod tests {
         assert_eq!(a.memory, "6GiB");
         assert_eq!(a.sessions, "active");
         assert_eq!(a.timezone, "Europe/Rome");
+        assert!(
+            shown.contains("answer no-downloads, pause or ignore"),
+            "{shown}"
+        );
+        assert_eq!(a.on_metered, "pause");
         let text = a.render(NaiveDate::from_ymd_opt(2026, 12, 1).unwrap());
         assert!(text.starts_with("# pilotd owner policy, written by `pilotd init` on 2026-12-01."));
         let p = config::parse_policy(
@@ -422,9 +473,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(p.on_return, config::Evict::Pause);
+        assert_eq!(p.on_metered, config::MeteredRule::Pause);
         assert_eq!(p.longest_job, std::time::Duration::from_secs(4 * 3600));
         assert_eq!(p.timezone, Zone::named("Europe/Rome").unwrap());
-        // The answers ended before the question added since: its default, use counts.
+        // The answers ended before the question asked since: its default, use counts.
         assert!(p.media_is_use && p.inhibitors_are_use);
     }
 
@@ -443,16 +495,22 @@ mod tests {
             )
             .unwrap()
         };
-        let mut input: &[u8] = b"always\nactive\n1\n128MiB\n1h\npause\nUTC\nmaybe\nno\n";
+        let mut input: &[u8] =
+            b"always\nactive\n1\n128MiB\n1h\npause\nUTC\nno-downloads\nmaybe\nno\n";
         let mut out = Vec::new();
         let a = ask(defaults(), &mut input, &mut out, false).unwrap();
         assert!(String::from_utf8(out).unwrap().contains("answer yes or no"));
         let p = parse(&a);
         assert!(!p.media_is_use && !p.inhibitors_are_use);
-        // Seven answers, as scripts piped them before the question existed.
-        let mut input: &[u8] = b"always\nactive\n1\n128MiB\n1h\npause\nUTC\n";
-        let a = ask(defaults(), &mut input, &mut Vec::new(), false).unwrap();
-        assert!(parse(&a).media_is_use);
+        // Seven answers and eight, as scripts piped them before the question existed.
+        for piped in [
+            &b"always\nactive\n1\n128MiB\n1h\npause\nUTC\n"[..],
+            b"always\nactive\n1\n128MiB\n1h\npause\nUTC\nignore\n",
+        ] {
+            let mut input = piped;
+            let a = ask(defaults(), &mut input, &mut Vec::new(), false).unwrap();
+            assert!(parse(&a).media_is_use);
+        }
         // The flag.
         let mut a = defaults();
         a.set("media", "no").unwrap();
@@ -474,6 +532,7 @@ mod tests {
         let a = ask(defaults(), &mut input, &mut Vec::new(), true).unwrap();
         assert_eq!(a.windows, parse_when("always").unwrap());
         assert_eq!(a.sessions, "active");
+        assert_eq!(a.on_metered, "no-downloads");
     }
 
     /// A flag answers its question as the prompt would, and only a question that exists.
@@ -482,6 +541,8 @@ mod tests {
         let mut a = defaults();
         a.set("longest-job", "6h").unwrap();
         a.set("on-return", "fast").unwrap();
+        a.set("on-metered", "ignore").unwrap();
+        assert_eq!(a.on_metered, "ignore");
         a.set("when", "weekends").unwrap();
         assert_eq!(a.longest_job, "6h");
         assert_eq!(a.on_return, "fast");

@@ -278,6 +278,8 @@ pub(crate) fn machine(
         sleeping: false,
         lock_instants_unknown: false,
         in_use: Vec::new(),
+        // The timeline keeps no link: a projection is of the week's hours, not its networks.
+        metered: None,
     }
 }
 

@@ -112,7 +112,9 @@ fn published(c: Cause) -> &'static str {
         | Cause::OwnerCpuHigh
         | Cause::OwnerCpuEvict
         | Cause::WaitingFreeFor
-        | Cause::NoRoom => OWNER,
+        | Cause::NoRoom
+        // Where the machine is (a phone's hotspot) is the owner's business too.
+        | Cause::Metered => OWNER,
     }
 }
 

@@ -41,6 +41,7 @@ pub enum Announced {
 const WATCH: BusWatch<Announced> = BusWatch {
     name: NAME,
     path: PATH,
+    subtree: true,
     read: announced,
     owner_changed: Some(Announced::Restarted),
     pace: PACE,

@@ -142,6 +142,7 @@ mod tests {
             downloads: true,
             owner_busy_since: None,
             host_free_since: None,
+            link: crate::decide::policy::LinkHold::Nothing,
         }
     }
 

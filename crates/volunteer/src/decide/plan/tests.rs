@@ -1,5 +1,5 @@
 use super::*;
-use crate::decide::policy::{Cause, Resources};
+use crate::decide::policy::{Cause, LinkHold, Resources};
 use chrono::TimeZone;
 use pilot_contract::PilotExit;
 use pilotd_core::backoff::Backoff;
@@ -37,6 +37,7 @@ fn supply(allowed: bool, workers: u32, evict: Evict) -> Supply {
         downloads: true,
         owner_busy_since: None,
         host_free_since: None,
+        link: LinkHold::Nothing,
     }
 }
 
@@ -405,6 +406,90 @@ fn plans() {
         );
         assert_eq!(short(&p), c.want, "case: {} (notes: {:?})", c.name, p.notes);
     }
+}
+
+/// A metered link: nothing is pulled and nothing starts; running workers go on, or with
+/// "pause" are paused for the link (not an eviction), and resume once it is free again.
+#[test]
+fn a_metered_link_pulls_and_starts_nothing_and_pauses_only_when_asked() {
+    let in_flight = InFlight::default();
+    let backoff = StartBackoff::default();
+    let new_image = ImageState::NeedsPull {
+        repository: "127.0.0.1:5000/pilotd-test/worker".into(),
+        digest: "sha256:bb".into(),
+    };
+    let no_use = BTreeMap::new();
+    let image = ready();
+    let running = vec![worker("a", WorkerState::Running, t(19, 0))];
+    let obs = |workers, image| Observed {
+        scratch_use: &no_use,
+        workers,
+        in_flight: &in_flight,
+        backoff: &backoff,
+        image,
+        free_hours: None,
+        filter_down: None,
+    };
+    let metered = |link: LinkHold, evict: Evict| Supply {
+        causes: vec![Cause::Metered],
+        downloads: false,
+        link,
+        ..supply(false, 0, evict)
+    };
+    // no-downloads: the running worker stays, the new image waits, nothing starts.
+    let p = plan(
+        &metered(LinkHold::Downloads, Evict::None),
+        obs(&running, &new_image),
+        &settings(),
+        t(20, 0),
+    );
+    assert_eq!(short(&p), Vec::<String>::new(), "{:?}", p.notes);
+    assert!(
+        p.notes
+            .iter()
+            .any(|n| n.ends_with("waits: the network is metered")),
+        "{:?}",
+        p.notes
+    );
+    // Nothing running, an image ready: still no start.
+    let p = plan(
+        &metered(LinkHold::Downloads, Evict::None),
+        obs(&[], &image),
+        &settings(),
+        t(20, 0),
+    );
+    assert_eq!(short(&p), Vec::<String>::new());
+    // pause: the running worker is paused for the link, which is no eviction.
+    let p = plan(
+        &metered(LinkHold::Workers, Evict::Pause),
+        obs(&running, &new_image),
+        &settings(),
+        t(20, 0),
+    );
+    assert_eq!(short(&p), vec!["pause a"]);
+    assert_eq!(p.actions[0].reason(), Some(Reason::Metered));
+    assert_eq!(Reason::Metered.eviction(), None);
+    assert_eq!(
+        p.actions[0].to_string(),
+        "pause pilotd-test-a (the network is metered)"
+    );
+    // The owner's own pause under a metered link stays an eviction.
+    let p = plan(
+        &metered(LinkHold::Downloads, Evict::Pause),
+        obs(&running, &new_image),
+        &settings(),
+        t(20, 0),
+    );
+    assert_eq!(p.actions[0].reason(), Some(Reason::Eviction(Evict::Pause)));
+    // The link is free again: the paused worker resumes.
+    let paused = vec![worker("a", WorkerState::Paused, t(19, 0))];
+    let p = plan(
+        &supply(true, 1, Evict::None),
+        obs(&paused, &image),
+        &settings(),
+        t(20, 0),
+    );
+    assert_eq!(short(&p), vec!["unpause a"]);
 }
 
 #[test]

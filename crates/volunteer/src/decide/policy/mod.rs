@@ -7,7 +7,7 @@ use crate::snapshot::{HostSnapshot, Session, Sessions, UseKind};
 use crate::splay::Splay;
 use calendar::Period;
 use chrono::{DateTime, Utc};
-use pilotd_core::config::policy::{BatteryRule, SessionRule};
+use pilotd_core::config::policy::{BatteryRule, MeteredRule, SessionRule};
 use pilotd_core::config::units::format_duration;
 use pilotd_core::config::{Evict, Policy};
 use pilotd_core::horizon::{after, before};
@@ -57,6 +57,9 @@ pub enum Cause {
     NoRoom,
     /// Free, but this host's turn in the fleet's spread has not come (`splay`).
     FleetSplay,
+    /// The machine's link is metered (NetworkManager) and the owner's `on_metered` holds
+    /// pilotd's traffic back.
+    Metered,
     Free,
 }
 
@@ -108,6 +111,7 @@ impl Cause {
             Cause::TooLittleTime => "too_little_time",
             Cause::NoRoom => "no_room",
             Cause::FleetSplay => "fleet_splay",
+            Cause::Metered => "metered",
             Cause::Free => "free",
         }
     }
@@ -148,6 +152,24 @@ pub struct Supply {
     /// Latch state to carry into the next snapshot.
     pub owner_busy_since: Option<DateTime<Utc>>,
     pub host_free_since: Option<DateTime<Utc>>,
+    /// What a metered link holds back (`causes` then holds `Metered`): the daemon fetches no
+    /// manifest and asks the registry nothing while it holds anything.
+    #[serde(skip)]
+    pub link: LinkHold,
+}
+
+/// What the machine's metered link holds back this cycle, by the owner's `on_metered`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LinkHold {
+    /// Nothing: the link is not metered, not known to be, or the owner ignores its price.
+    #[default]
+    Nothing,
+    /// pilotd's downloads (image pulls, the manifest, the registry's check) and new workers;
+    /// running workers go on as the other steps decided.
+    Downloads,
+    /// Downloads and new workers, and the running workers are paused for the link alone
+    /// (`on_metered = "pause"`, nothing else asking more of them).
+    Workers,
 }
 
 /// How long before a window opens a new image is fetched, so workers start on time.
@@ -189,21 +211,25 @@ pub(crate) fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime
     battery_and_exclusive(p, h, &mut f);
     let owner_busy_since = owner_cpu(p, h, now, &mut f);
 
+    // The link's price is not the owner's presence: the latch "free since" runs on, so the
+    // workers start at once when the link is free again, if the host was free meanwhile.
     let host_free_since = (!f.blocked).then(|| h.host_free_since.unwrap_or(now));
+    let link = metered(p, h, &mut f);
     let accept_until = die_at.map(|d| before(d, p.longest_job));
     let share = split_share(p, h);
-    let allowed = host_free_since.is_some_and(|since| {
-        admit(
-            p,
-            limits,
-            opened,
-            now,
-            since,
-            (accept_until, die_at),
-            share,
-            &mut f,
-        )
-    });
+    let allowed = link == LinkHold::Nothing
+        && host_free_since.is_some_and(|since| {
+            admit(
+                p,
+                limits,
+                opened,
+                now,
+                since,
+                (accept_until, die_at),
+                share,
+                &mut f,
+            )
+        });
 
     // They change no decision, but the owner should know what pilotd can see.
     let mut notes = away_notes;
@@ -231,9 +257,10 @@ pub(crate) fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime
         notes,
         causes,
         next_change: next.into_iter().min(),
-        downloads,
+        downloads: downloads && link == LinkHold::Nothing,
         owner_busy_since,
         host_free_since,
+        link,
     }
 }
 
@@ -529,6 +556,36 @@ fn battery_and_exclusive(p: &Policy, h: &HostSnapshot, f: &mut Findings) {
             format!("{} running", h.exclusive_running.join(", ")),
         );
     }
+}
+
+/// A metered link (NetworkManager's `Metered`, yes or guess-yes) holds pilotd's traffic back
+/// as the owner's `on_metered` says: no download and no new worker, and with "pause" the
+/// running workers paused (unless another step asks more of them). A link not known to be
+/// metered (no NetworkManager, an old snapshot) holds nothing.
+fn metered(p: &Policy, h: &HostSnapshot, f: &mut Findings) -> LinkHold {
+    if !h.metered.is_some_and(|m| m.is_metered()) {
+        return LinkHold::Nothing;
+    }
+    let (hold, evict, reason) = match p.on_metered {
+        MeteredRule::Ignore => return LinkHold::Nothing,
+        MeteredRule::NoDownloads => (LinkHold::Downloads, Evict::None, "no downloads"),
+        MeteredRule::Pause if f.evict > Evict::None => (
+            LinkHold::Downloads,
+            Evict::Pause,
+            "no downloads; workers paused",
+        ),
+        MeteredRule::Pause => (
+            LinkHold::Workers,
+            Evict::Pause,
+            "no downloads; workers paused",
+        ),
+    };
+    f.evict = f.evict.max(evict);
+    f.say(
+        Cause::Metered,
+        format!("the network is metered (NetworkManager): {reason}"),
+    );
+    hold
 }
 
 /// Owner CPU, latched: a short spike neither evicts nor restarts anything. Returns the latch

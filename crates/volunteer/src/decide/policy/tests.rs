@@ -1034,3 +1034,85 @@ fn use_signals_keep_the_owner_here_as_the_rules_say() {
         }
     }
 }
+
+/// NetworkManager's word on the link, by the owner's `on_metered`: yes and guess-yes hold
+/// pilotd's traffic (no downloads, no new worker; with "pause" the workers paused), every
+/// other word, and no word at all, decides as an unmetered link does.
+#[test]
+fn a_metered_link_holds_downloads_and_new_workers_as_the_owner_says() {
+    use crate::snapshot::Metered;
+    use pilotd_core::config::MeteredRule;
+    let p = nights_and_weekends();
+    // Tuesday evening, in the window, the host free for an hour.
+    let now = utc("2026-01-13T20:30:00Z");
+    let free = decide(&p, &free_host(now), LIMITS, now);
+    assert!(free.allowed && free.downloads, "{:?}", free.reasons);
+    assert_eq!(free.link, LinkHold::Nothing);
+    for m in [
+        None,
+        Some(Metered::No),
+        Some(Metered::GuessNo),
+        Some(Metered::Unknown),
+    ] {
+        let s = decide(&p, &free_host(now).with_metered(m), LIMITS, now);
+        assert_eq!(s, free, "{m:?}: as if unmetered");
+    }
+    for m in [Metered::Yes, Metered::GuessYes] {
+        let h = free_host(now).with_metered(Some(m));
+        let s = decide(&p, &h, LIMITS, now);
+        assert!(!s.allowed, "{m:?}");
+        assert_eq!(s.workers, 0);
+        assert!(!s.downloads, "{m:?}: no downloads");
+        assert_eq!(s.evict, Evict::None, "running workers go on");
+        assert_eq!(s.link, LinkHold::Downloads);
+        assert_eq!(s.causes, vec![Cause::Metered]);
+        assert_eq!(
+            s.reasons,
+            vec!["the network is metered (NetworkManager): no downloads".to_string()]
+        );
+        // Not the owner's presence: the host stays free, and is not busy in the history.
+        assert_eq!(s.host_free_since, free.host_free_since);
+        assert!(!Cause::Metered.owner_or_host_busy() && !Cause::Metered.owner_there());
+
+        let mut pause = p.clone();
+        pause.on_metered = MeteredRule::Pause;
+        let s = decide(&pause, &h, LIMITS, now);
+        assert_eq!(s.evict, Evict::Pause);
+        assert_eq!(s.link, LinkHold::Workers);
+        assert_eq!(
+            s.reasons,
+            vec![
+                "the network is metered (NetworkManager): no downloads; workers paused".to_string()
+            ]
+        );
+        // The owner back as well: their on_return (graceful) wins, and the pause is not the
+        // link's alone.
+        let s = decide(
+            &pause,
+            &h.clone().with_session("alice", 1000, Some(0)),
+            LIMITS,
+            now,
+        );
+        assert_eq!(s.evict, Evict::Graceful);
+        assert_eq!(s.link, LinkHold::Downloads);
+        assert_eq!(s.causes, vec![Cause::OwnerPresent, Cause::Metered]);
+
+        let mut ignore = p.clone();
+        ignore.on_metered = MeteredRule::Ignore;
+        let mut want = decide(&ignore, &free_host(now), LIMITS, now);
+        want.link = LinkHold::Nothing;
+        assert_eq!(decide(&ignore, &h, LIMITS, now), want, "ignored");
+    }
+    // Outside the schedule, the prefetch before a window is held too.
+    let before = utc("2026-01-13T17:45:00Z");
+    let s = decide(&p, &free_host(before), LIMITS, before);
+    assert!(s.downloads, "the prefetch half an hour before 19:00");
+    let s = decide(
+        &p,
+        &free_host(before).with_metered(Some(Metered::Yes)),
+        LIMITS,
+        before,
+    );
+    assert!(!s.downloads);
+    assert_eq!(s.causes, vec![Cause::OutsideSchedule, Cause::Metered]);
+}
