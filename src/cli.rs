@@ -194,6 +194,10 @@ pub struct InitArgs {
     /// IANA time zone (default: the system's)
     #[arg(long)]
     pub timezone: Option<String>,
+    /// Whether sound playing or recorded, a camera in use or an idle inhibitor counts as
+    /// the owner using the machine: yes or no
+    #[arg(long)]
+    pub media: Option<String>,
 }
 
 #[derive(Debug, Args)]

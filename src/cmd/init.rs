@@ -24,6 +24,7 @@ fn apply_flags(mut a: Answers, args: &InitArgs) -> Result<Answers, CmdError> {
         ("on-return", &args.on_return),
         ("on-metered", &args.on_metered),
         ("timezone", &args.timezone),
+        ("media", &args.media),
     ];
     for (name, value) in flags {
         if let Some(v) = value {

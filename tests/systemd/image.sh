@@ -6,6 +6,8 @@
 #   openssh-server, libpam-systemd: a real user's ssh login is a real logind session
 #   (class user, type tty), and a PAM service run by systemd-run makes a graphical-type one.
 #   e2fsprogs: a dependency of the package (mke2fs, the disk limit), installed with it offline.
+#   polkitd: logind asks it whether a user may take an inhibitor lock (without it, "Access
+#   denied"): the use scenario's `systemd-inhibit --what=idle` as alice.
 set -eu
 exec sh "$(dirname "$0")/../images/build-debian-image.sh" pilotd-test/systemd \
-    systemd systemd-sysv dbus iptables openssh-server libpam-systemd e2fsprogs
+    systemd systemd-sysv dbus iptables openssh-server libpam-systemd e2fsprogs polkitd

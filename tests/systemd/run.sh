@@ -18,6 +18,10 @@
 #   ssh-idle   the same ssh session, whose terminal logind does not name: away once her pts
 #              (found through her processes in /proc) is idle past session_idle; a key typed
 #              through ssh makes her present again (plan at once, the daemon within a cycle)
+#   use        alice, her ssh terminal idle past session_idle: away; her `systemd-inhibit
+#              --what=idle` (through logind and polkit): present within 5 s, said by kind only;
+#              it ends: away within 5 s; a --what=sleep lock is no use; a /dev/video0 (mknod,
+#              /dev/null's numbers) one of her processes holds open: present; closed: away
 #   lock       the session's owner sets LockedHint over the system bus: away after lock_grace
 #              (not before), the worker resumes; unlock -> paused again (latency measured)
 #   desktop    a graphical-type (x11) session through PAM (systemd-run -p PAMName=): present;
@@ -355,7 +359,7 @@ mkdir -p "$state"
 touch "$marker"
 log "starting systemd in container $ctr"
 docker run -d --name "$ctr" --hostname pilotd-systemd-test \
-  --cap-add SYS_ADMIN --cap-add DAC_READ_SEARCH --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
+  --cap-add SYS_ADMIN --cap-add DAC_READ_SEARCH --cap-add SYS_PTRACE --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
   -v /sys/fs/cgroup:/sys/fs/cgroup:ro --tmpfs /run --tmpfs /run/lock -e container=docker \
   --device /dev/loop-control --device-cgroup-rule 'b 7:* rwm' \
   -v /var/run/docker.sock:/run/docker.sock \
@@ -465,8 +469,9 @@ scenario_hardening() {
   status=$(c cat "/proc/$pid/status")
   grep -qP '^NoNewPrivs:\t1$' <<<"$status" || fail "NoNewPrivs is not set"
   grep -qP '^Seccomp:\t2$' <<<"$status" || fail "no seccomp filter (SystemCallArchitectures/RestrictNamespaces/...)"
-  # CAP_CHOWN(0) CAP_DAC_READ_SEARCH(2) CAP_FOWNER(3) CAP_KILL(5) = 0x2d
-  grep -qP '^CapBnd:\t000000000000002d$' <<<"$status" || fail "bounding set is not the unit's: $(grep CapBnd <<<"$status")"
+  # CAP_CHOWN(0) CAP_DAC_READ_SEARCH(2) CAP_FOWNER(3) CAP_KILL(5) CAP_SYS_PTRACE(19) = 0x8002d
+  # (the unit's CAP_NET_ADMIN is not the container's to give)
+  grep -qP '^CapBnd:\t000000000008002d$' <<<"$status" || fail "bounding set is not the unit's: $(grep CapBnd <<<"$status")"
   # The file system as pilotd sees it (its mount namespace): read-only but for its state dir.
   local d
   for d in /usr /etc /home/alice /var/lib /root; do
@@ -549,7 +554,7 @@ scenario_hardening() {
   [ -z "$sd_notes" ] || log "note: systemd in this container reported: $sd_notes"
   local exposure
   exposure=$(c systemd-analyze security pilotd.service --no-pager 2>/dev/null | tail -n 1 || true)
-  ok "NoNewPrivs, seccomp, bounding set 0x2d, /usr /etc /var/lib /root /home/alice read-only, /var/lib/pilotd writable; engine via socket; the worker's /pilot is its 64 MiB image on $dev; status+history written; /metrics served; alice's utmp login paused the worker in $t_login s and her logout resumed it; an exclusive process (read from /proc) paused it; /run/utmp removed again: still computing; nothing denied in the journal; ${exposure:-no systemd-analyze security}"
+  ok "NoNewPrivs, seccomp, bounding set 0x8002d, /usr /etc /var/lib /root /home/alice read-only, /var/lib/pilotd writable; engine via socket; the worker's /pilot is its 64 MiB image on $dev; status+history written; /metrics served; alice's utmp login paused the worker in $t_login s and her logout resumed it; an exclusive process (read from /proc) paused it; /run/utmp removed again: still computing; nothing denied in the journal; ${exposure:-no systemd-analyze security}"
 }
 
 scenario_reload() {
@@ -667,6 +672,107 @@ scenario_ssh_idle() {
   set_owner session_idle '"15m"'
   all_paused || fail "the worker resumed when session_idle went back to 15m"
   ok "alice's ssh session (logind TTY empty, no utmp; her command on $pts): away after $(elapsed "$t0") s with session_idle = 10s ($pts idle $idle_at_resume s), plan and status say 'idle for 10s or more'; a key through ssh: plan says in use after $t_plan s, the daemon paused the worker $key_ms ms after it (cycle 5s)"
+}
+
+# alice's logind locks, as a player or a presentation takes them: systemd-inhibit as her uid
+# and groups (setpriv, no PAM: no session of its own), through logind and polkit. The lock's
+# who and why are content pilotd must never say. inhibit_pid: the systemd-inhibit process.
+inhibit_start() { # WHAT MODE
+  c rm -f /root/inhibit.pid
+  docker exec -d "$ctr" sh -c "echo \$\$ >/root/inhibit.pid; exec setpriv --reuid=1000 --regid=1000 \
+    --init-groups systemd-inhibit --what=$1 --mode=$2 --who='a film player' --why='Playing a film' sleep 600"
+  wait_for 5 "systemd-inhibit to start" c test -s /root/inhibit.pid
+  inhibit_pid=$(c cat /root/inhibit.pid)
+  wait_for 5 "logind to list alice's $1 lock" inhibitor_listed "$1"
+}
+inhibitor_listed() { # WHAT: logind lists a lock of alice (uid 1000) on exactly WHAT
+  grep -qF "\"$1\" \"a film player\" \"Playing a film\"" <<<"$(c busctl call org.freedesktop.login1 \
+    /org/freedesktop/login1 org.freedesktop.login1.Manager ListInhibitors 2>&1)"
+}
+inhibit_stop() { # ends systemd-inhibit and its sleep; logind then drops the lock
+  c sh -c "kids=\$(cat /proc/$inhibit_pid/task/$inhibit_pid/children 2>/dev/null); kill $inhibit_pid \$kids"
+}
+# alice_films: one of her processes holds /dev/video0 open (its pid in film_pid), as a
+# camera's viewer does; film_stop closes it.
+alice_films() {
+  c rm -f /root/film.pid
+  docker exec -d "$ctr" sh -c "echo \$\$ >/root/film.pid; exec setpriv --reuid=1000 --regid=1000 \
+    --init-groups sh -c 'exec sleep 600 </dev/video0'"
+  wait_for 5 "alice's camera viewer to start" c test -s /root/film.pid
+  film_pid=$(c cat /root/film.pid)
+  wait_for 5 "alice's process to hold /dev/video0" c sh -c "readlink /proc/$film_pid/fd/0 | grep -qx /dev/video0"
+}
+film_stop() { sh_kill TERM "$film_pid"; }
+plan_has() { grep -qF "$1" <<<"$(c pilotd plan 2>&1)"; }
+says_no_content() { # TEXT WHERE
+  if grep -qF -e 'a film player' -e 'Playing a film' <<<"$1"; then
+    fail "$2 names the lock's program or reason: $(grep -F -e 'a film player' -e 'Playing a film' <<<"$1" | head -n 3)"
+  fi
+}
+
+# Someone using the machine without typing (issue 33): logind's idle locks, at once through
+# its PropertiesChanged; a camera held open, at the next cycle.
+scenario_use() {
+  begin use
+  all_paused || fail "the worker is not paused while alice is logged in"
+  c systemctl start polkit.service || fail "polkitd is not in the image: logind refuses a user's lock without it"
+  set_owner session_idle '"10s"'
+  wait_for 40 "alice's idle ssh session to count as away (session_idle = 10s)" running_is "$first_worker"
+  plan_has "alice is away (idle for 10s or more)" || fail "plan does not say alice is idle: $(c pilotd plan 2>&1)"
+
+  # A sleep lock (what a desktop's power manager holds) is no use: two cycles on, away.
+  inhibit_start sleep delay
+  sleep 11
+  running_is "$first_worker" || fail "alice's --what=sleep lock paused the worker"
+  plan_has "alice is away (idle for 10s or more)" || fail "with her sleep lock, plan does not say alice is away: $(c pilotd plan 2>&1)"
+  inhibit_stop
+
+  # An idle lock: she is using the machine, at once. logind's announcement of it, as the
+  # bus delivers it, is kept to compare with the tests' stand-in.
+  local t0_ns lock_ms back_ms plan announced
+  docker exec -d "$ctr" sh -c "exec busctl monitor --json=short --match \
+    'type=signal,interface=org.freedesktop.DBus.Properties,member=PropertiesChanged,path=/org/freedesktop/login1' \
+    >/root/login1-manager-signals.json 2>&1"
+  sleep 0.5
+  t0_ns=$(date +%s%N)
+  inhibit_start idle block
+  wait_for 5 "alice's idle lock to pause the worker" all_paused
+  lock_ms=$(latency_ms "$t0_ns" pause)
+  plan=$(c pilotd plan 2>&1) || true
+  grep -qF "alice is using the machine: an idle inhibitor is held" <<<"$plan" \
+    || fail "plan does not say alice uses the machine by an idle inhibitor: $plan"
+  says_no_content "$plan" "pilotd plan"
+  wait_for 10 "status to say alice uses the machine" status_has "alice is using the machine: an idle inhibitor is held"
+  says_no_content "$(c pilotd status 2>&1)" "pilotd status"
+  announced=$(grep -F '"BlockInhibited"' <<<"$(c cat /root/login1-manager-signals.json)" | tail -n 1 \
+    | grep -o '"payload":{.*' | head -c 400)
+  # As the stand-in announces it (sessions::logind, login1.rs): the Manager's BlockInhibited
+  # with its new value, nothing else, nothing invalidated (systemd 257 here).
+  grep -qF '"data":["org.freedesktop.login1.Manager",{"BlockInhibited":{"type":"s","data":"idle"}},[]]' <<<"$announced" \
+    || fail "logind's PropertiesChanged for the lock is not (BlockInhibited = idle, nothing invalidated) as the stand-in sends it: $announced"
+  # Its end: away again, at once.
+  t0_ns=$(date +%s%N)
+  inhibit_stop
+  wait_for 5 "the end of alice's idle lock to resume the worker" running_is "$first_worker"
+  back_ms=$(latency_ms "$t0_ns" unpause)
+  says_no_content "$(journal)" "pilotd's journal"
+
+  # A camera: /dev/null's numbers under a camera's name, held open by a process of hers.
+  c sh -c 'rm -f /dev/video0 && mknod -m 666 /dev/video0 c 1 3' || fail "cannot make /dev/video0"
+  sleep 6
+  running_is "$first_worker" || fail "a camera nobody holds open paused the worker"
+  alice_films
+  wait_for 15 "alice's camera to pause the worker (at the next cycle)" all_paused
+  plan=$(c pilotd plan 2>&1) || true
+  grep -qF "alice is using the machine: the camera is in use" <<<"$plan" \
+    || fail "plan does not say alice's camera is in use: $plan"
+  film_stop
+  wait_for 15 "alice's camera closed to resume the worker" running_is "$first_worker"
+  c rm -f /dev/video0
+
+  set_owner session_idle '"15m"'
+  wait_for 10 "alice (her terminal used within 15m) to be here again" all_paused
+  ok "alice's ssh terminal idle past 10s: away; her --what=sleep lock: still away; her idle lock (systemd-inhibit, polkit): paused $lock_ms ms after it started, plan and status say 'an idle inhibitor is held' and nowhere its who or why, logind announced it as the tests' stand-in does; released: resumed $back_ms ms later; /dev/video0 held open by her process: paused at the next cycle, closed: resumed"
 }
 
 scenario_lock() {
@@ -1064,6 +1170,7 @@ scenario_hardening
 scenario_cgroup
 scenario_ssh_login
 scenario_ssh_idle
+scenario_use
 scenario_lock
 scenario_desktop
 scenario_logind_restart

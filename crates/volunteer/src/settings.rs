@@ -68,8 +68,12 @@ pub struct ProbeSettings {
     /// Its filesystem's free space is the disk budget.
     pub scratch: PathBuf,
     pub proc: PathBuf,
+    /// ALSA's procfs tree (sound streams running).
+    pub asound: PathBuf,
     /// Process names that mean the owner is busy (from the policy).
     pub exclusive_processes: Vec<String>,
+    /// Look for sound and cameras in use (the policy's `media_is_use`).
+    pub media: bool,
 }
 
 /// What every new worker is made of, besides the decision's resources and times.
@@ -243,8 +247,10 @@ impl Settings {
                 dev: site.host.dev.clone(),
                 power_supply: site.host.power_supply.clone(),
                 scratch: scratch.clone(),
-                proc: "/proc".into(),
+                proc: site.host.proc.clone(),
+                asound: site.host.asound.clone(),
                 exclusive_processes: cfg.policy.exclusive_processes.clone(),
+                media: cfg.policy.media_is_use,
             },
             worker: {
                 let w = WorkerSettings::of_site(site);

@@ -59,11 +59,59 @@ pub struct HostSnapshot {
     /// and the decision says the instant is unknown.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub lock_instants_unknown: bool,
+    /// Signs that someone uses the machine without typing (sound, a camera, an idle
+    /// inhibitor), each by kind and whose: never which program, what it plays or who is on
+    /// the other end. Absent when there are none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub in_use: Vec<InUse>,
     /// Whether the machine's link is metered, as NetworkManager says (its `Metered`); absent
     /// when NetworkManager could not be asked (not installed, not running, no bus): the link
     /// is then not known to be metered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metered: Option<Metered>,
+}
+
+/// One sign that the machine is in use without a key being typed, by kind and whose.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct InUse {
+    pub kind: UseKind,
+    /// The user it is attributed to; absent when it could not be (a sound stream whose
+    /// process pilotd cannot see, on a machine with nobody at its seat).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+    /// Attributed to the user of the seat's active session, for want of a process to
+    /// attribute it to.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub by_seat: bool,
+}
+
+/// What kind of use: the only thing said about it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UseKind {
+    /// A program holds an idle inhibitor in logind (a player, a presentation,
+    /// `systemd-inhibit --what=idle`).
+    IdleInhibitor,
+    /// A sound card plays (ALSA playback stream running): a film, music.
+    SoundPlaying,
+    /// A sound card records (ALSA capture stream running): a call, a recording.
+    SoundRecorded,
+    /// A camera (`/dev/video*`) is held open.
+    Camera,
+}
+
+impl UseKind {
+    /// How `plan` and `status` say it: the kind, nothing of what or who else.
+    pub(crate) fn said(self) -> &'static str {
+        match self {
+            UseKind::IdleInhibitor => "an idle inhibitor is held",
+            UseKind::SoundPlaying => "sound is playing",
+            UseKind::SoundRecorded => "sound is being recorded",
+            UseKind::Camera => "the camera is in use",
+        }
+    }
 }
 
 /// NetworkManager's word on the primary connection's price (its `NMMetered`): set per
@@ -128,6 +176,11 @@ pub struct Session {
     /// locker); absent when it is not locked, or when the source cannot tell.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub locked_since: Option<DateTime<Utc>>,
+    /// The session's desktop tells logind when it is idle (it has set `IdleHint` at least
+    /// once: GNOME does, KDE never): its "not idle" is believed over a quiet keyboard and
+    /// mouse, since it knows of a film or a call that keeps it awake.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub idle_reported: bool,
 }
 
 impl HostSnapshot {
@@ -245,6 +298,7 @@ impl HostSnapshot {
             input_idle_s: None,
             sleeping: false,
             lock_instants_unknown: false,
+            in_use: vec![],
             metered: None,
         }
     }
@@ -264,6 +318,7 @@ impl HostSnapshot {
             idle_s,
             local: false,
             locked_since: None,
+            idle_reported: false,
         };
         match &mut self.sessions {
             Sessions::Known(v) => v.push(s),
@@ -288,6 +343,27 @@ impl HostSnapshot {
             s.local = true;
             s.locked_since = locked;
         }
+        self
+    }
+
+    /// The last session added, its desktop reporting idleness to logind (GNOME).
+    pub(crate) fn idle_reported(mut self) -> Self {
+        if let Sessions::Known(v) = &mut self.sessions
+            && let Some(s) = v.last_mut()
+        {
+            s.idle_reported = true;
+        }
+        self
+    }
+
+    /// `kind` in use, attributed to `user` (None: to nobody).
+    pub(crate) fn with_use(mut self, kind: UseKind, user: Option<(&str, u32)>) -> Self {
+        self.in_use.push(InUse {
+            kind,
+            user: user.map(|(u, _)| u.to_string()),
+            uid: user.map(|(_, uid)| uid),
+            by_seat: false,
+        });
         self
     }
 

@@ -98,6 +98,8 @@ fn scripted_install_with_flags() {
             "ignore",
             "--timezone",
             "America/Chicago",
+            "--media",
+            "no",
         ])
         .arg("--output")
         .arg(&out)
@@ -109,7 +111,9 @@ fn scripted_install_with_flags() {
         text.contains("daily")
             && text.contains("sessions = \"ignore\"")
             && text.contains("cpus = \"2\"")
-            && text.contains("on_metered = \"ignore\""),
+            && text.contains("on_metered = \"ignore\"")
+            && text.contains("\nmedia_is_use = false\n")
+            && text.contains("\ninhibitors_are_use = false\n"),
         "{text}"
     );
     use std::os::unix::fs::PermissionsExt;

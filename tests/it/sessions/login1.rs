@@ -18,6 +18,17 @@
 //! `IdleSinceHintMonotonic` with values, on the session, its user and the manager; the stand-in
 //! announces only the lock).
 //!
+//! Inhibitor locks as logind keeps them (systemd's src/login/logind-inhibit.c and
+//! logind-dbus.c): `ListInhibitors` answers `a(ssssuu)` (what, who, why, mode, uid, pid) of
+//! the locks held; a lock taken or released is announced as a `PropertiesChanged` of the
+//! Manager's `BlockInhibited` (block and block-weak modes) or `DelayInhibited` with its new
+//! value, the union of the held locks' `what` in logind's order (`sleep:idle`), nothing
+//! invalidated: systemd 257's logind in the real-systemd image announces alice's
+//! `systemd-inhibit --what=idle` as `("org.freedesktop.login1.Manager", {"BlockInhibited":
+//! <"idle">}, [])`, and the suite's use scenario fails if it stops doing so. The uid and pid
+//! of a lock taken through `Inhibit` are its caller's, as the bus tells them; `take` stands
+//! for another user's program taking one.
+//!
 //! The bus is shaped as the system bus where it matters here: any uid may connect and send
 //! signals, only root (the test's uid) may own a name; `forge` sends a signal as `nobody`.
 
@@ -29,11 +40,15 @@ use zbus::zvariant::OwnedObjectPath;
 
 type Listed = (String, u32, String, String, OwnedObjectPath);
 
-/// One inhibitor lock a caller took: what, mode, and when its end was closed (released).
+/// One inhibitor lock: what, mode, whose, and when it was released (its caller's end closed).
 #[derive(Debug, Clone)]
 pub struct Inhibitor {
     pub what: String,
     pub mode: String,
+    pub who: String,
+    pub why: String,
+    pub uid: u32,
+    pub pid: u32,
     pub released: Arc<Mutex<Option<SystemTime>>>,
 }
 
@@ -49,6 +64,57 @@ struct Shared {
     inhibitors: Arc<Mutex<Vec<Inhibitor>>>,
 }
 
+impl Shared {
+    /// What the held locks of `mode`'s property inhibit together, in logind's order
+    /// (`inhibit_what_to_string`): block and block-weak locks are `BlockInhibited`'s.
+    fn inhibited(&self, delay: bool) -> String {
+        const ORDER: [&str; 8] = [
+            "shutdown",
+            "sleep",
+            "idle",
+            "handle-power-key",
+            "handle-suspend-key",
+            "handle-hibernate-key",
+            "handle-lid-switch",
+            "handle-reboot-key",
+        ];
+        let held = self.inhibitors.lock().unwrap();
+        let whats: Vec<&str> = held
+            .iter()
+            .filter(|i| i.released_at().is_none() && (i.mode == "delay") == delay)
+            .flat_map(|i| i.what.split(':'))
+            .collect();
+        ORDER
+            .iter()
+            .filter(|w| whats.contains(w))
+            .copied()
+            .collect::<Vec<_>>()
+            .join(":")
+    }
+
+    /// As logind when a lock starts or stops: `PropertiesChanged` of the Manager's
+    /// `BlockInhibited` or `DelayInhibited`, with its new value, nothing invalidated.
+    async fn announce(&self, conn: &zbus::Connection, mode: &str) {
+        let delay = mode == "delay";
+        let name = if delay {
+            "DelayInhibited"
+        } else {
+            "BlockInhibited"
+        };
+        let value = zbus::zvariant::Value::from(self.inhibited(delay));
+        let emitter =
+            zbus::object_server::SignalEmitter::new(conn, "/org/freedesktop/login1").unwrap();
+        zbus::fdo::Properties::properties_changed(
+            &emitter,
+            zbus::names::InterfaceName::from_static_str_unchecked("org.freedesktop.login1.Manager"),
+            std::collections::HashMap::from([(name, value)]),
+            std::borrow::Cow::Borrowed(&[]),
+        )
+        .await
+        .unwrap();
+    }
+}
+
 struct Manager {
     shared: Shared,
 }
@@ -59,29 +125,81 @@ impl Manager {
         self.shared.sessions.lock().unwrap().clone()
     }
 
+    /// As logind: every lock still held, `(what, who, why, mode, uid, pid)`.
+    fn list_inhibitors(&self) -> Vec<(String, String, String, String, u32, u32)> {
+        self.shared
+            .inhibitors
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|i| i.released_at().is_none())
+            .map(|i| {
+                let i = i.clone();
+                (i.what, i.who, i.why, i.mode, i.uid, i.pid)
+            })
+            .collect()
+    }
+
+    #[zbus(property)]
+    fn block_inhibited(&self) -> String {
+        self.shared.inhibited(false)
+    }
+
+    #[zbus(property)]
+    fn delay_inhibited(&self) -> String {
+        self.shared.inhibited(true)
+    }
+
     /// As logind: the caller gets one end of a pipe; the lock lasts until every copy of it is
-    /// closed, which the other end sees as end-of-file.
-    fn inhibit(
+    /// closed, which the other end sees as end-of-file. The lock is its caller's (the uid and
+    /// pid the bus knows of the connection), and its start and end are announced.
+    async fn inhibit(
         &self,
         what: String,
-        _who: String,
-        _why: String,
+        who: String,
+        why: String,
         mode: String,
+        #[zbus(header)] header: zbus::message::Header<'_>,
+        #[zbus(connection)] conn: &zbus::Connection,
     ) -> zbus::fdo::Result<zbus::zvariant::OwnedFd> {
-        let (read, write) =
-            nix::unistd::pipe().map_err(|e| zbus::fdo::Error::Failed(e.to_string()))?;
+        let failed = |e: String| zbus::fdo::Error::Failed(e);
+        let caller = header
+            .sender()
+            .ok_or_else(|| failed("no sender".into()))?
+            .to_owned();
+        let dbus = zbus::fdo::DBusProxy::new(conn)
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        let uid = dbus
+            .get_connection_unix_user(caller.clone().into())
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        let pid = dbus
+            .get_connection_unix_process_id(caller.into())
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        let (read, write) = nix::unistd::pipe().map_err(|e| failed(e.to_string()))?;
         let released = Arc::new(Mutex::new(None));
-        let r = released.clone();
-        std::thread::spawn(move || {
-            let mut f = std::fs::File::from(read);
-            let mut buf = [0u8; 1];
-            let _ = std::io::Read::read(&mut f, &mut buf);
-            *r.lock().unwrap() = Some(SystemTime::now());
-        });
         self.shared.inhibitors.lock().unwrap().push(Inhibitor {
             what,
-            mode,
-            released,
+            mode: mode.clone(),
+            who,
+            why,
+            uid,
+            pid,
+            released: released.clone(),
+        });
+        self.shared.announce(conn, &mode).await;
+        let (shared, conn) = (self.shared.clone(), conn.clone());
+        tokio::spawn(async move {
+            let _ = tokio::task::spawn_blocking(move || {
+                let mut f = std::fs::File::from(read);
+                let mut buf = [0u8; 1];
+                let _ = std::io::Read::read(&mut f, &mut buf);
+            })
+            .await;
+            *released.lock().unwrap() = Some(SystemTime::now());
+            shared.announce(&conn, &mode).await;
         });
         Ok(zbus::zvariant::OwnedFd::from(write))
     }
@@ -426,6 +544,29 @@ impl FakeLogind {
 
     pub fn inhibitors(&self) -> Vec<Inhibitor> {
         self.shared.inhibitors.lock().unwrap().clone()
+    }
+
+    /// Another program takes a lock, as user `uid` from process `pid` (`systemd-inhibit
+    /// --what=idle` in her session, a player): held until `release`, announced as logind does.
+    pub async fn take(&self, what: &str, mode: &str, uid: u32, pid: u32) -> Inhibitor {
+        let lock = Inhibitor {
+            what: what.into(),
+            mode: mode.into(),
+            who: "a film player".into(),
+            why: "Playing a film the test made up".into(),
+            uid,
+            pid,
+            released: Arc::new(Mutex::new(None)),
+        };
+        self.shared.inhibitors.lock().unwrap().push(lock.clone());
+        self.shared.announce(self.conn(), mode).await;
+        lock
+    }
+
+    /// The program ends its lock.
+    pub async fn release(&self, lock: &Inhibitor) {
+        *lock.released.lock().unwrap() = Some(SystemTime::now());
+        self.shared.announce(self.conn(), &lock.mode).await;
     }
 
     /// logind leaves the bus (the bus itself stays).

@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// `pilotd plan --format json` on this host with the bus as the system bus.
-fn plan(dir: &Path, bus: &str) -> serde_json::Value {
+pub(super) fn plan(dir: &Path, bus: &str) -> serde_json::Value {
     let out = Command::new(harness::bin())
         .arg("-c")
         .arg(dir.join("pilotd.toml"))
@@ -30,13 +30,13 @@ fn plan(dir: &Path, bus: &str) -> serde_json::Value {
 }
 
 /// The reasons and the notes, as one string to search.
-fn said(v: &serde_json::Value) -> String {
+pub(super) fn said(v: &serde_json::Value) -> String {
     format!("{} {}", v["reasons"], v["notes"])
 }
 
 /// A policy that computes whenever nobody is in use, and a site file pointing at `dir`.
 /// The ssh session's terminal (`Kind::Ssh`: TTY pts/0) is a file of the test's own, just used.
-fn setup(dir: &Path, lock_grace: &str) {
+pub(super) fn setup(dir: &Path, lock_grace: &str) {
     std::fs::write(dir.join("utmp"), b"").unwrap();
     std::fs::create_dir_all(dir.join("dev/pts")).unwrap();
     std::fs::write(dir.join("dev/pts/0"), b"").unwrap();
@@ -55,7 +55,7 @@ fn setup(dir: &Path, lock_grace: &str) {
     .unwrap();
 }
 
-fn run(dir: &Path, addr: &str) -> tokio::task::JoinHandle<serde_json::Value> {
+pub(super) fn run(dir: &Path, addr: &str) -> tokio::task::JoinHandle<serde_json::Value> {
     let (d, a) = (dir.to_path_buf(), addr.to_string());
     tokio::task::spawn_blocking(move || plan(&d, &a))
 }
@@ -280,6 +280,22 @@ async fn the_watch_tells_sessions_from_sleep() {
     watcher.abort();
 }
 
+/// A call of the login1 Manager's `method` on `conn`.
+async fn manager<B>(conn: &zbus::Connection, method: &str, body: &B) -> zbus::Message
+where
+    B: serde::Serialize + zbus::zvariant::DynamicType,
+{
+    conn.call_method(
+        Some("org.freedesktop.login1"),
+        "/org/freedesktop/login1",
+        Some("org.freedesktop.login1.Manager"),
+        method,
+        body,
+    )
+    .await
+    .unwrap()
+}
+
 async fn expect(rx: &mut tokio::sync::mpsc::Receiver<Signal>, sent: Signal) {
     let t0 = Instant::now();
     let got = tokio::time::timeout(Duration::from_secs(1), rx.recv())
@@ -288,4 +304,169 @@ async fn expect(rx: &mut tokio::sync::mpsc::Receiver<Signal>, sent: Signal) {
         .unwrap();
     assert_eq!(got, sent);
     eprintln!("{sent:?} -> wake: {:?}", t0.elapsed());
+}
+
+/// alice's ssh session, her terminal (the test's dev/pts/0) last used `ago`.
+pub(super) fn terminal_used(dir: &Path, ago: Duration) {
+    let f = std::fs::File::options()
+        .write(true)
+        .open(dir.join("dev/pts/0"))
+        .unwrap();
+    let t = std::time::SystemTime::now() - ago;
+    f.set_times(std::fs::FileTimes::new().set_accessed(t))
+        .unwrap();
+}
+
+/// What `plan` says, reasons and notes, must never name a program or its reason: logind's
+/// `who` and `why` are read from the bus and dropped at once.
+pub(super) fn says_no_content(v: &serde_json::Value) {
+    let all = v.to_string();
+    for content in ["a film player", "Playing a film"] {
+        assert!(!all.contains(content), "{all}");
+    }
+}
+
+/// An idle inhibitor makes its user present, as the real `pilotd plan` decides it through the
+/// login1 stand-in: alice's ssh terminal idle past `session_idle` is away; her idle lock keeps
+/// her here (said by kind: "an idle inhibitor is held"), and nothing of the lock's program or
+/// reason is said; a sleep or lid lock is no use; root's idle lock counts for nobody (an
+/// ignored user); released, she is away again; `inhibitors_are_use = false` ignores it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_inhibitor_keeps_its_user_here_until_it_is_released() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    setup(d, "1m");
+    let logind = FakeLogind::start(d).await;
+    let address = logind.address.clone();
+    logind.add("4", "alice", 1000, Kind::Ssh).await;
+    terminal_used(d, Duration::from_secs(600));
+    let v = run(d, &address).await.unwrap();
+    assert_eq!(v["allowed"], true, "{}", said(&v));
+    assert!(
+        said(&v).contains("alice is away (idle for 5m or more)"),
+        "{}",
+        said(&v)
+    );
+
+    // Her everyday locks (a sleep delay, the lid switch) are not use.
+    logind.take("sleep", "delay", 1000, 4242).await;
+    logind.take("handle-lid-switch", "block", 1000, 4242).await;
+    let v = run(d, &address).await.unwrap();
+    assert_eq!(v["allowed"], true, "{}", said(&v));
+
+    // `systemd-inhibit --what=idle` in her session: she is here.
+    let film = logind.take("idle", "block", 1000, 4243).await;
+    let v = run(d, &address).await.unwrap();
+    assert_eq!(v["allowed"], false, "{}", said(&v));
+    assert_eq!(v["causes"][0], "owner_present");
+    assert_eq!(
+        v["reasons"][0],
+        "alice is using the machine: an idle inhibitor is held",
+        "{}",
+        said(&v)
+    );
+    assert!(!said(&v).contains("alice is away"), "{}", said(&v));
+    says_no_content(&v);
+
+    // The owner turned inhibitors off: her lock is nothing.
+    let policy = std::fs::read_to_string(d.join("policy.toml")).unwrap();
+    std::fs::write(
+        d.join("policy.toml"),
+        policy.replace("[owner]\n", "[owner]\ninhibitors_are_use = false\n"),
+    )
+    .unwrap();
+    let v = run(d, &address).await.unwrap();
+    assert_eq!(v["allowed"], true, "{}", said(&v));
+    std::fs::write(d.join("policy.toml"), &policy).unwrap();
+
+    // Released: away again. root's idle lock (an ignored user) is no one's use.
+    logind.release(&film).await;
+    logind.take("idle", "block", 0, 4244).await;
+    let v = run(d, &address).await.unwrap();
+    assert_eq!(v["allowed"], true, "{}", said(&v));
+    assert!(
+        said(&v).contains("alice is away (idle for 5m or more)"),
+        "{}",
+        said(&v)
+    );
+}
+
+/// The daemon's watch hears a lock taken and released (logind's `PropertiesChanged` of the
+/// Manager's `BlockInhibited`) as its own kind of signal, within a second, paced apart from
+/// the sessions' signals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watch_hears_inhibitors_taken_and_released() {
+    let dir = tempfile::tempdir().unwrap();
+    let logind = FakeLogind::start(dir.path()).await;
+    let desk = logind.add("2", "alice", 1000, Kind::Desk).await;
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Signal>(8);
+    let watched = logind.address.clone();
+    let watcher = tokio::spawn(async move {
+        pilotd_volunteer::observe::logind::watch_on(Some(&watched), move |s| tx.try_send(s).is_ok())
+            .await
+    });
+    let first = async {
+        loop {
+            logind.emit("SessionNew", &("2", desk.path.clone())).await;
+            if let Ok(Some(s)) = tokio::time::timeout(Duration::from_millis(100), rx.recv()).await {
+                return s;
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), first)
+        .await
+        .expect("the watch hears logind");
+    let pace = pilotd_volunteer::observe::logind::PACE + Duration::from_millis(100);
+    tokio::time::sleep(pace).await;
+    while rx.try_recv().is_ok() {}
+
+    let lock = logind.take("idle", "block", 1000, 4243).await;
+    expect(&mut rx, Signal::Inhibitors).await;
+    // A session's change right after is not held back by the lock's.
+    logind.changed(&desk).await;
+    expect(&mut rx, Signal::Sessions).await;
+    tokio::time::sleep(pace).await;
+    logind.release(&lock).await;
+    expect(&mut rx, Signal::Inhibitors).await;
+
+    // A lock taken through `Inhibit`, as pilotd's own: its caller's uid and pid, announced,
+    // and released (and announced again) once the caller closes its end.
+    tokio::time::sleep(pace).await;
+    let caller = zbus::connection::Builder::address(logind.address.as_str())
+        .unwrap()
+        .build()
+        .await
+        .unwrap();
+    let fd: zbus::zvariant::OwnedFd = manager(
+        &caller,
+        "Inhibit",
+        &("idle", "pilotd", "keep awake", "block"),
+    )
+    .await
+    .body()
+    .deserialize()
+    .unwrap();
+    expect(&mut rx, Signal::Inhibitors).await;
+    type Listed = Vec<(String, String, String, String, u32, u32)>;
+    let listed = |m: zbus::Message| m.body().deserialize::<Listed>().unwrap();
+    let held = listed(manager(&caller, "ListInhibitors", &()).await);
+    assert_eq!(
+        held,
+        vec![(
+            "idle".to_string(),
+            "pilotd".to_string(),
+            "keep awake".to_string(),
+            "block".to_string(),
+            nix::unistd::geteuid().as_raw(),
+            std::process::id()
+        )]
+    );
+    tokio::time::sleep(pace).await;
+    drop(fd);
+    expect(&mut rx, Signal::Inhibitors).await;
+    assert_eq!(
+        listed(manager(&caller, "ListInhibitors", &()).await),
+        vec![]
+    );
+    watcher.abort();
 }

@@ -56,6 +56,8 @@ struct RawOwner {
     session_idle: Option<Spanned<StrOrInt>>,
     lock_grace: Option<Spanned<StrOrInt>>,
     keep_awake: Option<bool>,
+    media_is_use: Option<bool>,
+    inhibitors_are_use: Option<bool>,
     ignore_users: Option<Vec<String>>,
     system_uid_below: Option<u32>,
     max_owner_cpu: Option<Spanned<StrOrInt>>,
@@ -195,6 +197,12 @@ pub struct Policy {
     /// Keep the machine from sleeping on its own idle timer while workers compute in an open
     /// window (never blocks a sleep the owner asks for).
     pub keep_awake: bool,
+    /// Sound playing or recorded, or a camera in use, by a counted user means that user is
+    /// here, as a session in use does (a film, music, a call: no typing needed).
+    pub media_is_use: bool,
+    /// An idle inhibitor a counted user holds in logind (a player, a presentation,
+    /// `systemd-inhibit --what=idle`) means that user is here.
+    pub inhibitors_are_use: bool,
     pub ignore_users: Vec<String>,
     pub system_uid_below: u32,
     /// Fraction of the whole machine (0..=1).
@@ -257,6 +265,8 @@ impl Policy {
             session_idle: Duration::from_secs(900),
             lock_grace: Duration::from_secs(60),
             keep_awake: false,
+            media_is_use: true,
+            inhibitors_are_use: true,
             ignore_users: vec!["root".into(), "condor".into()],
             system_uid_below: 1000,
             max_owner_cpu: 0.25,
@@ -361,6 +371,12 @@ fn validate_presence(o: &mut RawOwner, p: &mut Policy, d: &mut Diagnostics) {
     dur(&o.lock_grace, &mut p.lock_grace, d);
     if let Some(k) = o.keep_awake {
         p.keep_awake = k;
+    }
+    if let Some(m) = o.media_is_use {
+        p.media_is_use = m;
+    }
+    if let Some(i) = o.inhibitors_are_use {
+        p.inhibitors_are_use = i;
     }
     if let Some(u) = o.ignore_users.take() {
         p.ignore_users = u;
@@ -848,5 +864,25 @@ windows = [
         );
         let e = parse("[share\ncpus = 1").unwrap_err();
         assert!(e[0].starts_with("policy.toml:1:"), "{e:?}");
+    }
+
+    /// Using the machine without typing counts by default; each kind of signal can be turned
+    /// off alone, and a value that is not a boolean is refused at its position.
+    #[test]
+    fn use_signals_are_on_unless_the_owner_turns_them_off() {
+        let p = parse("").unwrap();
+        assert!(p.media_is_use && p.inhibitors_are_use);
+        let p = parse("[owner]\nmedia_is_use = false\n").unwrap();
+        assert!(!p.media_is_use && p.inhibitors_are_use);
+        let p = parse("[owner]\ninhibitors_are_use = false\n").unwrap();
+        assert!(p.media_is_use && !p.inhibitors_are_use);
+        let e = parse("[owner]\nsessions = \"active\"\nmedia_is_use = \"yes\"\n").unwrap_err();
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(
+            e[0].starts_with("policy.toml:3:16: invalid type: string \"yes\", expected a boolean"),
+            "{e:?}"
+        );
+        let e = parse("[owner]\ninhibitors_are_use = 1\n").unwrap_err();
+        assert!(e[0].starts_with("policy.toml:2:22: "), "{e:?}");
     }
 }

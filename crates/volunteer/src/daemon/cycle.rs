@@ -207,7 +207,7 @@ impl<B: Backend> Daemon<B> {
             }
             _ => (self.records.status().own_cpu, false),
         };
-        if !self.sleeping && matches!(logind, logind::Seen::Sessions(_)) {
+        if !self.sleeping && matches!(logind, logind::Seen::Sessions { .. }) {
             self.logind.hold_sleep_lock().await;
         }
         (o.actions, o.own_cpu) = (early.actions, own_cpu);

@@ -279,7 +279,9 @@ impl Wakeups {
         let tx = self.sender();
         self.watch(crate::observe::logind::watch(move |signal| {
             let t = match signal {
-                Signal::Sessions => Trigger::Sessions,
+                // An idle inhibitor taken or released is someone starting or ending a film or
+                // a presentation: acted on as urgently as a login.
+                Signal::Sessions | Signal::Inhibitors => Trigger::Sessions,
                 Signal::Sleep(going) => Trigger::Sleep(going),
             };
             // A sleep announcement must not be lost in a full channel: it changes the

@@ -2,9 +2,10 @@
 //! processes, plus the session probe. One long-lived sysinfo `System`, because CPU usage is
 //! the difference between two refreshes.
 
+use crate::observe::media;
 use crate::observe::sessions;
 use crate::settings::ProbeSettings;
-use crate::snapshot::HostSnapshot;
+use crate::snapshot::{HostSnapshot, InUse};
 use chrono::{DateTime, Utc};
 use pilotd_core::config::Machine;
 use std::path::{Path, PathBuf};
@@ -22,6 +23,10 @@ pub enum ProbeError {
 pub struct HostProbe {
     system: System,
     cfg: ProbeSettings,
+    /// Sound and cameras in use as last looked at (`observe` looks again only with a fresh
+    /// CPU reading: not in an urgent cycle, which must not wait for a walk of every
+    /// process's descriptors).
+    in_use: Vec<InUse>,
 }
 
 /// State carried between observations (the policy's latches) and pilotd's own usage.
@@ -49,7 +54,11 @@ impl HostProbe {
                 .with_memory(MemoryRefreshKind::nothing().with_ram()),
         )
         .map_err(|e| ProbeError::System(e.to_string()))?;
-        Ok(HostProbe { system, cfg })
+        Ok(HostProbe {
+            system,
+            cfg,
+            in_use: Vec::new(),
+        })
     }
 
     /// CPU usage is measured since the previous refresh; a one-shot command calls this
@@ -61,7 +70,10 @@ impl HostProbe {
 
     /// The host now. `refresh_cpu` false keeps the CPU figure of the last refresh, so the
     /// next one covers the whole window since it (the daemon's own-load accounting must
-    /// cover the same window; see `daemon::cycle::CpuMeter`).
+    /// cover the same window; see `daemon::cycle::CpuMeter`), and the sound and cameras in
+    /// use as last seen: they are looked at with the CPU, at most every cycle, never in an
+    /// urgent one (a use only keeps the owner here: the input or the login that woke an urgent
+    /// cycle says as much).
     pub(crate) fn observe(
         &mut self,
         now: DateTime<Utc>,
@@ -78,6 +90,29 @@ impl HostProbe {
             .map_err(|e| ProbeError::System(format!("load average: {e}")))?;
         let cpu_busy = f64::from(self.system.global_cpu_usage() / 100.0).clamp(0.0, 1.0);
         let (sessions, utmp_absent) = sessions::read_utmp(&self.cfg.utmp, &self.cfg.dev, now);
+        // The processes are walked once, for the exclusive programs and the devices alike;
+        // their descriptors are read only when a stream runs or a camera exists.
+        let streams = match (self.cfg.media, refresh_cpu) {
+            (true, true) => Some(media::streams(&self.cfg.asound)),
+            _ => None,
+        };
+        let devices = streams
+            .as_ref()
+            .is_some_and(|s| !s.is_empty() || media::has_video(&self.cfg.dev));
+        let processes = walk_processes(&self.cfg.proc, &self.cfg.exclusive_processes, devices);
+        match streams {
+            Some(streams) => {
+                let proc = &self.cfg.proc;
+                self.in_use = media::uses(
+                    &streams,
+                    &processes.holders,
+                    |pid| media::uid_of_pid(proc, pid),
+                    media::user_of,
+                )
+            }
+            None if !self.cfg.media => self.in_use.clear(),
+            None => {}
+        }
         Ok(HostSnapshot {
             mode: "volunteer".into(),
             taken_at: now,
@@ -89,7 +124,7 @@ impl HostProbe {
             memory_available_kib: self.system.available_memory() / 1024,
             scratch_free_kib: scratch_free_kib(&self.cfg.scratch)?,
             on_battery: on_battery(&self.cfg.power_supply),
-            exclusive_running: running_processes(&self.cfg.proc, &self.cfg.exclusive_processes),
+            exclusive_running: processes.running,
             sessions,
             utmp_absent,
             owner_busy_since: carry.owner_busy_since,
@@ -103,6 +138,8 @@ impl HostProbe {
             input_idle_s: None,
             sleeping: false,
             lock_instants_unknown: false,
+            // logind's idle inhibitors join these when it answers (`logind::lay_on`).
+            in_use: self.in_use.clone(),
             // NetworkManager is asked asynchronously by the caller (`metered::lay_on`).
             metered: None,
         })
@@ -180,28 +217,97 @@ pub(crate) fn on_battery(dir: &Path) -> bool {
     discharging && !mains_online
 }
 
-/// Which of `names` are running, by the kernel's process name (`/proc/PID/comm`), sorted.
-pub(crate) fn running_processes(proc: &Path, names: &[String]) -> Vec<String> {
-    if names.is_empty() {
-        return vec![];
+/// What one walk over /proc found: which exclusive programs run, and who holds a sound or
+/// video device open.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Processes {
+    /// Names from the policy's list that are running, by the kernel's process name, sorted.
+    pub running: Vec<String>,
+    /// (uid, device) of every process holding a sound or video device open, once each,
+    /// sorted. Only processes whose descriptors pilotd may read are seen (all, as root).
+    pub holders: Vec<(u32, media::Device)>,
+}
+
+/// One walk over the processes under `proc` for what the host probe asks of them: the
+/// process name (`/proc/PID/comm`) of each when `names` lists programs, and when `devices`,
+/// the devices each holds open (the `/proc/PID/fd` links; a holder's uid from its `status`).
+/// Nothing else of a process is read; no walk at all when neither is asked.
+pub(crate) fn walk_processes(proc: &Path, names: &[String], devices: bool) -> Processes {
+    let mut found = Processes::default();
+    if names.is_empty() && !devices {
+        return found;
     }
-    let mut found: Vec<String> = std::fs::read_dir(proc)
+    let pids = std::fs::read_dir(proc)
         .into_iter()
         .flatten()
         .flatten()
         .filter(|e| {
             e.file_name()
-                .to_string_lossy()
-                .bytes()
-                .all(|b| b.is_ascii_digit())
-        })
-        .filter_map(|e| std::fs::read_to_string(e.path().join("comm")).ok())
-        .map(|c| c.trim().to_string())
-        .filter(|c| names.iter().any(|n| n == c))
-        .collect();
-    found.sort();
-    found.dedup();
+                .as_encoded_bytes()
+                .iter()
+                .all(u8::is_ascii_digit)
+        });
+    for e in pids {
+        let dir = e.path();
+        if !names.is_empty()
+            && let Ok(comm) = std::fs::read_to_string(dir.join("comm"))
+            && names.iter().any(|n| n == comm.trim())
+        {
+            found.running.push(comm.trim().to_string());
+        }
+        if devices {
+            let held = devices_held(&dir);
+            if !held.is_empty()
+                && let Some(uid) = e
+                    .file_name()
+                    .to_str()
+                    .and_then(|pid| pid.parse().ok())
+                    .and_then(|pid| media::uid_of_pid(proc, pid))
+            {
+                found.holders.extend(held.into_iter().map(|d| (uid, d)));
+            }
+        }
+    }
+    found.running.sort();
+    found.running.dedup();
+    found.holders.sort_unstable();
+    found.holders.dedup();
     found
+}
+
+/// The sound and video devices a process holds open, from its descriptors' links (each once).
+/// A process whose descriptors cannot be read (another user's, without root; gone) holds none.
+/// Each link is read relative to the open `fd` directory (`readlinkat`): a path from /proc
+/// down for each would have the kernel look the process up again for every descriptor.
+fn devices_held(pid_dir: &Path) -> Vec<media::Device> {
+    use nix::fcntl::OFlag;
+    let Ok(mut dir) = nix::dir::Dir::open(
+        &pid_dir.join("fd"),
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    ) else {
+        return Vec::new();
+    };
+    let names: Vec<std::ffi::CString> = dir
+        .iter()
+        .flatten()
+        .map(|e| e.file_name().to_owned())
+        .filter(|n| n.as_bytes().iter().all(u8::is_ascii_digit))
+        .collect();
+    let mut held: Vec<media::Device> = names
+        .iter()
+        .filter_map(|n| nix::fcntl::readlinkat(&dir, n.as_c_str()).ok())
+        .filter_map(|link| media::Device::of_link(link.as_encoded_bytes()))
+        .collect();
+    held.sort_unstable();
+    held.dedup();
+    held
+}
+
+/// Which of `names` are running, by the kernel's process name (`/proc/PID/comm`), sorted.
+#[cfg(test)]
+pub(crate) fn running_processes(proc: &Path, names: &[String]) -> Vec<String> {
+    walk_processes(proc, names, false).running
 }
 
 #[cfg(test)]

@@ -4,12 +4,24 @@
 //! (`LockedHint`) and, where the desktop tells it, idleness (`IdleHint`, `IdleSinceHint`).
 //!
 //! What pilotd uses of `org.freedesktop.login1` (and the test implementation in
-//! tests/it/sessions/logind.rs serves): `Manager.ListSessions()`, `Manager.Inhibit()` (a delay
-//! lock on sleep; a block lock on idle when the owner asks to keep the machine awake), the
-//! `PrepareForSleep` signal, and for each session the `org.freedesktop.login1.Session`
-//! properties `Name`, `Class`, `State`, `Type`, `Remote`, `RemoteHost`, `TTY`, `Display`,
-//! `Seat`, `Timestamp`, `IdleHint`, `IdleSinceHint`, `LockedHint`, `Leader` and `Scope` (one
+//! tests/it/sessions/login1.rs serves): `Manager.ListSessions()`, `Manager.ListInhibitors()`
+//! (of each lock only what it inhibits, its mode and its uid: never `who` or `why`, which
+//! name a program and its reason), `Manager.Inhibit()` (a delay lock on sleep; a block lock
+//! on idle when the owner asks to keep the machine awake), the `PrepareForSleep` signal, the
+//! Manager's `PropertiesChanged` of `BlockInhibited`/`DelayInhibited` (an inhibitor taken or
+//! released), and for each session the `org.freedesktop.login1.Session` properties `Name`,
+//! `Class`, `State`, `Active`, `Type`, `Remote`, `RemoteHost`, `TTY`, `Display`, `Seat`,
+//! `Timestamp`, `IdleHint`, `IdleSinceHint`, `LockedHint`, `Leader` and `Scope` (one
 //! `GetAll`).
+//!
+//! An idle inhibitor (`what` holding `idle`) is someone using the machine without typing: a
+//! player or a presentation keeping the screen on, `systemd-inhibit --what=idle`. It is laid
+//! on the snapshot as a use of its uid (`InUse`); pilotd's own locks (its pid) are left out.
+//!
+//! A graphical session's `IdleSinceHint` is 0 until its desktop first calls `SetIdleHint`
+//! (logind stamps it only on a change: systemd's src/login/logind-session.c,
+//! `session_set_idle_hint`), so a non-zero one is a desktop that reports idleness (GNOME).
+//! A text session's is logind's own reading of its terminal, and says nothing of a desktop.
 //!
 //! Idle: a graphical session's is its desktop's word (`IdleHint`, `IdleSinceHint`). Any other
 //! session (a text login, ssh) is judged by its terminals, as utmp's lines are: the most recent
@@ -34,7 +46,7 @@
 
 use crate::observe::bus::BusWatch;
 use crate::observe::terminals;
-use crate::snapshot::{HostSnapshot, Session, Sessions};
+use crate::snapshot::{HostSnapshot, InUse, Session, Sessions, UseKind};
 use chrono::{DateTime, Utc};
 use pilotd_core::backoff::Backoff;
 use std::collections::HashMap;
@@ -89,10 +101,14 @@ impl Default for Roots {
     }
 }
 
-/// What logind said: its sessions, or why it could not be asked.
+/// What logind said: its sessions and the uses its idle inhibitors stand for, or why it could
+/// not be asked.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Seen {
-    Sessions(Vec<LogindSession>),
+    Sessions {
+        sessions: Vec<LogindSession>,
+        inhibitors: Vec<InUse>,
+    },
     Unavailable(String),
 }
 
@@ -101,6 +117,26 @@ pub(crate) enum Seen {
 pub struct LogindSession {
     pub id: String,
     pub session: Session,
+    /// The session in front at its seat (`Active`, with a seat): whom a sound no process can
+    /// be found for is attributed to.
+    pub foreground: bool,
+}
+
+/// An inhibitor lock as pilotd keeps it: what it inhibits (`sleep:idle`...), its mode and
+/// whose. Never `who` or `why`: they name a program and its reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Inhibitor {
+    pub what: String,
+    pub mode: String,
+    pub uid: u32,
+}
+
+impl Inhibitor {
+    /// Holds off idleness: someone is using the machine, typing or not. (logind takes idle
+    /// locks only in a block mode; a delay on idle is not one.)
+    pub(crate) fn is_idle(&self) -> bool {
+        self.what.split(':').any(|w| w == "idle") && self.mode != "delay"
+    }
 }
 
 /// What logind announced on the bus.
@@ -111,6 +147,10 @@ pub enum Signal {
     /// `PrepareForSleep(true)`: the machine goes to sleep once the delay locks are released;
     /// `(false)`: it woke up.
     Sleep(bool),
+    /// An inhibitor lock was taken or released (the Manager's `BlockInhibited` or
+    /// `DelayInhibited` changed): paced apart from the sessions, so a program taking and
+    /// releasing locks in a loop never holds back an unlock's cycle.
+    Inhibitors,
 }
 
 impl Logind {
@@ -153,10 +193,13 @@ impl Logind {
             Err(_) => Err(format!("no answer within {} ms", DEADLINE.as_millis())),
         };
         match answer {
-            Ok(list) => {
+            Ok((list, inhibitors)) => {
                 self.failures = 0;
                 self.retry_at = None;
-                Seen::Sessions(self.seen(list, now))
+                Seen::Sessions {
+                    sessions: self.seen(list, now),
+                    inhibitors: idle_uses(&inhibitors, crate::observe::media::user_of),
+                }
             }
             Err(why) => {
                 self.conn = None;
@@ -184,9 +227,12 @@ impl Logind {
             }
             if let Some(mut s) = session_of(&r.id, r.uid, &r.user, &r.props, used, now) {
                 s.locked_since = since;
+                let foreground =
+                    boolean(&r.props, "Active") == Some(true) && !seat(&r.props).is_empty();
                 out.push(LogindSession {
                     id: r.id,
                     session: s,
+                    foreground,
                 });
             }
         }
@@ -238,23 +284,29 @@ impl Logind {
         }
     }
 
-    /// Every session with all its properties: the list, then each session's `GetAll`, those
-    /// asked together (one round trip through the bus instead of one per session: an owner's
-    /// unlock waits for this answer). Plain method calls, no proxies: a proxy may first ask
-    /// the bus for the name's owner and subscribe to signals.
-    async fn ask(&mut self) -> zbus::Result<Vec<Raw>> {
+    /// Every session with all its properties, and the inhibitor locks: the two lists, then
+    /// each session's `GetAll`, those asked together (one round trip through the bus instead
+    /// of one per session: an owner's unlock waits for this answer). Plain method calls, no
+    /// proxies: a proxy may first ask the bus for the name's owner and subscribe to signals.
+    async fn ask(&mut self) -> zbus::Result<(Vec<Raw>, Vec<Inhibitor>)> {
         let conn = self.connection().await?;
-        let list: Vec<(String, u32, String, String, OwnedObjectPath)> = conn
-            .call_method(
-                Some(SERVICE),
-                MANAGER_PATH,
-                Some(MANAGER),
-                "ListSessions",
-                &(),
-            )
-            .await?
-            .body()
-            .deserialize()?;
+        let call = |method: &'static str| {
+            conn.call_method(Some(SERVICE), MANAGER_PATH, Some(MANAGER), method, &())
+        };
+        let (list, inhibitors) =
+            futures_util::future::join(call("ListSessions"), call("ListInhibitors")).await;
+        let list: Vec<(String, u32, String, String, OwnedObjectPath)> =
+            list?.body().deserialize()?;
+        // The locks only add to what the sessions say: a logind that will not list them
+        // (an older or a stand-in one) leaves the sessions as they are.
+        let inhibitors = match inhibitors {
+            Ok(m) => inhibitors_of(&m)?,
+            Err(zbus::Error::MethodError(name, ..)) => {
+                tracing::debug!("logind does not list its inhibitors ({name})");
+                Vec::new()
+            }
+            Err(e) => return Err(e),
+        };
         let answers = futures_util::future::join_all(list.iter().map(|(.., path)| {
             conn.call_method(
                 Some(SERVICE),
@@ -280,7 +332,7 @@ impl Logind {
                 props: all,
             });
         }
-        Ok(out)
+        Ok((out, inhibitors))
     }
 
     /// Holds a delay lock on sleep while awake, so that a suspend waits (at most logind's
@@ -351,6 +403,43 @@ impl Logind {
     }
 }
 
+/// `ListInhibitors`' answer (`a(ssssuu)`: what, who, why, mode, uid, pid), each lock reduced
+/// at once to what, mode and uid, and this process's own locks (the sleep delay, the idle
+/// lock of `keep_awake`) left out.
+fn inhibitors_of(m: &zbus::Message) -> zbus::Result<Vec<Inhibitor>> {
+    Ok(reduced(m.body().deserialize()?, std::process::id()))
+}
+
+/// `ListInhibitors`' entries without content and without the locks of process `me`.
+fn reduced(all: Vec<(String, String, String, String, u32, u32)>, me: u32) -> Vec<Inhibitor> {
+    all.into_iter()
+        .filter(|(.., pid)| *pid != me)
+        .map(|(what, _who, _why, mode, uid, _pid)| Inhibitor { what, mode, uid })
+        .collect()
+}
+
+/// The uses the idle inhibitors stand for: one per uid holding one, named by `user_of`.
+pub(crate) fn idle_uses(
+    inhibitors: &[Inhibitor],
+    user_of: impl Fn(u32) -> Option<String>,
+) -> Vec<InUse> {
+    let mut uids: Vec<u32> = inhibitors
+        .iter()
+        .filter(|i| i.is_idle())
+        .map(|i| i.uid)
+        .collect();
+    uids.sort_unstable();
+    uids.dedup();
+    uids.into_iter()
+        .map(|uid| InUse {
+            kind: UseKind::IdleInhibitor,
+            user: user_of(uid),
+            uid: Some(uid),
+            by_seat: false,
+        })
+        .collect()
+}
+
 /// One session's answer from the bus, before it is read.
 struct Raw {
     id: String,
@@ -392,12 +481,28 @@ pub async fn watch_on(address: Option<&str>, wake: impl FnMut(Signal) -> bool) {
 /// What a signal from logind means to pilotd.
 fn signal_of(m: &zbus::Message) -> Option<Signal> {
     let header = m.header();
-    if header
-        .member()
-        .is_some_and(|n| n.as_str() == "PrepareForSleep")
+    let member = header.member().map(|n| n.as_str());
+    if member == Some("PrepareForSleep")
         && let Ok(going) = m.body().deserialize::<bool>()
     {
         return Some(Signal::Sleep(going));
+    }
+    // logind announces a lock taken or released as a change of the Manager's
+    // `BlockInhibited` or `DelayInhibited` (systemd's src/login/logind-inhibit.c).
+    if member == Some("PropertiesChanged")
+        && header.path().is_some_and(|p| p.as_str() == MANAGER_PATH)
+        && let Ok((iface, changed, invalidated)) = m.body().deserialize::<(
+            String,
+            HashMap<String, zbus::zvariant::Value<'_>>,
+            Vec<String>,
+        )>()
+        && iface == MANAGER
+        && changed
+            .keys()
+            .chain(&invalidated)
+            .any(|k| k.ends_with("Inhibited"))
+    {
+        return Some(Signal::Inhibitors);
     }
     Some(Signal::Sessions)
 }
@@ -509,6 +614,10 @@ fn session_of(
         local,
         // The first sighting of a lock is the caller's to carry (`Logind::seen`).
         locked_since: None,
+        // Stamped by logind only when the desktop changed the hint (a text session's is its
+        // terminal's atime, logind's own reading).
+        idle_reported: matches!(kind.as_str(), "x11" | "wayland" | "mir")
+            && micros(all, "IdleSinceHint").is_some_and(|us| us > 0),
     })
 }
 
@@ -516,16 +625,33 @@ fn session_of(
 ///
 /// - logind answered: its sessions join utmp's; a utmp record of the same user on the same
 ///   terminal is the same session and gives way to logind's, which knows its lock. Without a
-///   utmp file, logind's sessions are the whole truth (Debian 13).
+///   utmp file, logind's sessions are the whole truth (Debian 13). Its idle inhibitors join
+///   the uses the host probe found, each named as its uid's sessions are, and a use no
+///   process could be found for (a sound stream whose holder pilotd cannot see) is
+///   attributed to the user in front at the seat.
 /// - logind could not be asked: the snapshot says why, and utmp alone decides; without utmp
 ///   either, the sessions stay unknown (the owner is assumed here).
 ///
 /// An unreadable or corrupt utmp stays unknown whatever logind says.
 pub(crate) fn lay_on(h: &mut HostSnapshot, seen: Seen) {
     match seen {
-        Seen::Sessions(list) => {
+        Seen::Sessions {
+            sessions,
+            inhibitors,
+        } => {
             h.logind_unavailable = None;
-            let list: Vec<Session> = list.into_iter().map(|s| s.session).collect();
+            let in_front: Vec<(String, Option<u32>)> = sessions
+                .iter()
+                .filter(|s| s.foreground)
+                .map(|s| (s.session.user.clone(), s.session.uid))
+                .collect();
+            // A uid is named as its sessions are, so a use and a login of one user read as
+            // one person (the user database may lag, or name a uid otherwise in a container).
+            let named: Vec<(u32, String)> = sessions
+                .iter()
+                .filter_map(|s| Some((s.session.uid?, s.session.user.clone())))
+                .collect();
+            let list: Vec<Session> = sessions.into_iter().map(|s| s.session).collect();
             match &mut h.sessions {
                 Sessions::Known(v) => {
                     v.retain(|u| !list.iter().any(|l| l.user == u.user && l.line == u.line));
@@ -534,6 +660,25 @@ pub(crate) fn lay_on(h: &mut HostSnapshot, seen: Seen) {
                 Sessions::Unknown(_) if h.utmp_absent => h.sessions = Sessions::Known(list),
                 Sessions::Unknown(_) => {}
             }
+            let mut uses = Vec::with_capacity(h.in_use.len() + inhibitors.len());
+            for mut u in std::mem::take(&mut h.in_use).into_iter().chain(inhibitors) {
+                if let Some((_, name)) = named.iter().find(|(uid, _)| Some(*uid) == u.uid) {
+                    u.user = Some(name.clone());
+                }
+                if u.uid.is_some() || in_front.is_empty() {
+                    uses.push(u);
+                    continue;
+                }
+                uses.extend(in_front.iter().map(|(user, uid)| InUse {
+                    user: Some(user.clone()),
+                    uid: *uid,
+                    by_seat: true,
+                    ..u.clone()
+                }));
+            }
+            uses.sort();
+            uses.dedup();
+            h.in_use = uses;
         }
         Seen::Unavailable(why) => h.logind_unavailable = Some(why),
     }
@@ -608,6 +753,7 @@ mod tests {
             idle_s: Some(0),
             local: true,
             locked_since: None,
+            idle_reported: false,
         }
     }
 
@@ -615,6 +761,15 @@ mod tests {
         LogindSession {
             id: id.into(),
             session: s,
+            foreground: false,
+        }
+    }
+
+    /// logind's answer: these sessions, no inhibitor.
+    fn answered(sessions: Vec<LogindSession>) -> Seen {
+        Seen::Sessions {
+            sessions,
+            inhibitors: vec![],
         }
     }
 
@@ -623,7 +778,7 @@ mod tests {
         let now = Utc::now();
         let s = person("alice", ":0", now);
         let mut h = HostSnapshot::test(now);
-        lay_on(&mut h, Seen::Sessions(vec![from_logind("2", s.clone())]));
+        lay_on(&mut h, answered(vec![from_logind("2", s.clone())]));
         assert_eq!(h.sessions, Sessions::Known(vec![s.clone()]));
         assert_eq!(h.logind_unavailable, None);
         let mut h = HostSnapshot::test(now);
@@ -631,7 +786,7 @@ mod tests {
         assert_eq!(h.sessions, Sessions::Known(vec![]));
         assert_eq!(h.logind_unavailable.as_deref(), Some("no bus"));
         let mut h = HostSnapshot::test(now).with_sessions_unknown("utmp unreadable");
-        lay_on(&mut h, Seen::Sessions(vec![from_logind("2", s.clone())]));
+        lay_on(&mut h, answered(vec![from_logind("2", s.clone())]));
         assert!(
             matches!(h.sessions, Sessions::Unknown(_)),
             "an unreadable utmp stays unknown"
@@ -648,11 +803,11 @@ mod tests {
         };
         // Nobody, said by logind: known and empty (Debian 13 with nobody logged in).
         let mut h = absent();
-        lay_on(&mut h, Seen::Sessions(vec![]));
+        lay_on(&mut h, answered(vec![]));
         assert_eq!(h.sessions, Sessions::Known(vec![]));
         let mut h = absent();
         let s = person("alice", "pts/0", now);
-        lay_on(&mut h, Seen::Sessions(vec![from_logind("3", s.clone())]));
+        lay_on(&mut h, answered(vec![from_logind("3", s.clone())]));
         assert_eq!(h.sessions, Sessions::Known(vec![s]));
         // Neither source: unknown.
         let mut h = absent();
@@ -669,10 +824,7 @@ mod tests {
         h.sessions = Sessions::Known(vec![utmp.clone(), person("bob", "pts/1", now)]);
         let mut logind = person("alice", "pts/0", now);
         logind.locked_since = Some(now);
-        lay_on(
-            &mut h,
-            Seen::Sessions(vec![from_logind("5", logind.clone())]),
-        );
+        lay_on(&mut h, answered(vec![from_logind("5", logind.clone())]));
         let Sessions::Known(v) = &h.sessions else {
             panic!("known")
         };
@@ -813,6 +965,250 @@ mod tests {
         // Looking in the real /proc finds no such scope: in use too.
         let mut real = Logind::default();
         assert_eq!(idle(&mut real, raw("pilotd-none", "tty", "", 0)), Some(0));
+    }
+
+    /// A desktop that has reported idleness once (a graphical session whose IdleSinceHint is
+    /// stamped) is one whose "not idle" is believed; a session of a desktop that never did
+    /// (KDE: 0), or a text session (its IdleSinceHint is logind's reading of its terminal),
+    /// is not.
+    #[test]
+    fn a_desktop_reports_idleness_once_it_has_stamped_the_hint() {
+        let now = Utc::now();
+        let reported = |kind: &str, since: u64| {
+            let p = props(&[
+                ("Class", Value::from("user")),
+                ("Type", Value::from(kind)),
+                ("IdleHint", Value::Bool(false)),
+                ("IdleSinceHint", Value::U64(since)),
+            ]);
+            session_of("2", 1000, "alice", &p, None, now)
+                .unwrap()
+                .idle_reported
+        };
+        let stamped = (now - chrono::Duration::hours(1)).timestamp_micros() as u64;
+        assert!(reported("wayland", stamped));
+        assert!(reported("x11", stamped));
+        assert!(!reported("wayland", 0), "never set: KDE, or GNOME not yet");
+        assert!(
+            !reported("tty", stamped),
+            "logind's own reading of a terminal"
+        );
+    }
+
+    #[test]
+    fn idle_inhibitors_are_uses_of_their_uids_and_nothing_else_is() {
+        let lock = |what: &str, mode: &str, uid| Inhibitor {
+            what: what.into(),
+            mode: mode.into(),
+            uid,
+        };
+        let name = |uid| (uid == 1000).then(|| "alice".to_string());
+        let got = idle_uses(
+            &[
+                lock("idle", "block", 1000),
+                lock("sleep:idle", "block-weak", 1000),
+                lock("idle", "block", 4242),
+                // GNOME's and logind's everyday locks: not use.
+                lock("sleep", "delay", 1000),
+                lock(
+                    "handle-power-key:handle-suspend-key:handle-lid-switch",
+                    "block",
+                    1000,
+                ),
+                lock("shutdown:sleep", "block", 0),
+                lock("idleness", "block", 1001),
+            ],
+            name,
+        );
+        let said: Vec<(UseKind, Option<&str>, Option<u32>)> = got
+            .iter()
+            .map(|u| (u.kind, u.user.as_deref(), u.uid))
+            .collect();
+        assert_eq!(
+            said,
+            vec![
+                (UseKind::IdleInhibitor, Some("alice"), Some(1000)),
+                (UseKind::IdleInhibitor, None, Some(4242)),
+            ]
+        );
+    }
+
+    /// logind's inhibitors join the host probe's uses; a sound nobody could be found for goes
+    /// to the user in front at the seat (not to one behind, nor to a remote one), and stays
+    /// for nobody without one.
+    #[test]
+    fn uses_are_laid_on_and_a_sound_for_nobody_goes_to_the_seat() {
+        let now = Utc::now();
+        let nobody = InUse {
+            kind: UseKind::SoundPlaying,
+            user: None,
+            uid: None,
+            by_seat: false,
+        };
+        let inhibitor = InUse {
+            kind: UseKind::IdleInhibitor,
+            user: Some("bob".into()),
+            uid: Some(1001),
+            by_seat: false,
+        };
+        // The user database names uid 1000 otherwise (a container's): logind's name wins.
+        let camera = InUse {
+            kind: UseKind::Camera,
+            user: Some("cloudsdk".into()),
+            uid: Some(1000),
+            by_seat: false,
+        };
+        let mut front = from_logind("2", person("alice", "seat0", now));
+        front.foreground = true;
+        let mut carol = person("carol", "seat0", now);
+        carol.uid = Some(1002);
+        let behind = from_logind("3", carol);
+        let mut h = HostSnapshot::test(now);
+        h.in_use = vec![nobody.clone(), camera];
+        lay_on(
+            &mut h,
+            Seen::Sessions {
+                sessions: vec![front, behind],
+                inhibitors: vec![inhibitor.clone()],
+            },
+        );
+        assert_eq!(
+            h.in_use,
+            vec![
+                inhibitor.clone(),
+                InUse {
+                    kind: UseKind::SoundPlaying,
+                    user: Some("alice".into()),
+                    uid: Some(1000),
+                    by_seat: true,
+                },
+                InUse {
+                    kind: UseKind::Camera,
+                    user: Some("alice".into()),
+                    uid: Some(1000),
+                    by_seat: false,
+                },
+            ]
+        );
+        // Nobody in front: the sound stays for nobody (the policy says it cannot tell).
+        let mut h = HostSnapshot::test(now);
+        h.in_use = vec![nobody.clone()];
+        lay_on(
+            &mut h,
+            answered(vec![from_logind("3", person("carol", "pts/0", now))]),
+        );
+        assert_eq!(h.in_use, vec![nobody.clone()]);
+        // logind away: the probe's uses as they were.
+        let mut h = HostSnapshot::test(now);
+        h.in_use = vec![nobody.clone()];
+        lay_on(&mut h, Seen::Unavailable("no bus".into()));
+        assert_eq!(h.in_use, vec![nobody]);
+    }
+
+    /// The session in front at its seat is the one logind calls `Active` and that has a seat;
+    /// an ssh session is `Active` too (it has no seat to be behind on) but is no one there.
+    #[test]
+    fn in_front_means_active_at_a_seat() {
+        let seat0 = OwnedObjectPath::try_from("/org/freedesktop/login1/seat/seat0").unwrap();
+        let none = OwnedObjectPath::try_from("/").unwrap();
+        let raw = |active: bool, seat: &str, path: &OwnedObjectPath| Raw {
+            id: "7".into(),
+            uid: 1000,
+            user: "alice".into(),
+            props: props(&[
+                ("Class", Value::from("user")),
+                ("Active", Value::Bool(active)),
+                ("Seat", Value::from((String::from(seat), path.clone()))),
+            ]),
+        };
+        let mut l = Logind::default();
+        let front = |l: &mut Logind, r| l.seen(vec![r], Utc::now())[0].foreground;
+        assert!(front(&mut l, raw(true, "seat0", &seat0)));
+        assert!(!front(&mut l, raw(false, "seat0", &seat0)), "switched away");
+        assert!(!front(&mut l, raw(true, "", &none)), "no seat: ssh");
+    }
+
+    /// logind says a lock was taken or released as a PropertiesChanged of the Manager's
+    /// `BlockInhibited`/`DelayInhibited` (with the new value, or invalidated); the same
+    /// signal for a session's lock or idleness, and the rest, are the sessions' business.
+    #[test]
+    fn the_managers_inhibited_properties_are_an_inhibitor_signal() {
+        let changed = |path: &str, iface: &str, key: &str, invalidated: bool| {
+            let values: HashMap<&str, Value<'_>> = if invalidated {
+                HashMap::new()
+            } else {
+                HashMap::from([
+                    (key, Value::from("sleep:idle")),
+                    ("NCurrentInhibitors", Value::U64(4)),
+                ])
+            };
+            let gone: Vec<&str> = if invalidated { vec![key] } else { vec![] };
+            let m =
+                zbus::Message::signal(path, "org.freedesktop.DBus.Properties", "PropertiesChanged")
+                    .unwrap()
+                    .build(&(iface, values, gone))
+                    .unwrap();
+            signal_of(&m)
+        };
+        let manager = "/org/freedesktop/login1";
+        let session = "/org/freedesktop/login1/session/_32";
+        assert_eq!(
+            changed(manager, MANAGER, "BlockInhibited", false),
+            Some(Signal::Inhibitors)
+        );
+        assert_eq!(
+            changed(manager, MANAGER, "DelayInhibited", false),
+            Some(Signal::Inhibitors)
+        );
+        assert_eq!(
+            changed(manager, MANAGER, "BlockInhibited", true),
+            Some(Signal::Inhibitors)
+        );
+        assert_eq!(
+            changed(manager, MANAGER, "IdleHint", false),
+            Some(Signal::Sessions)
+        );
+        assert_eq!(
+            changed(session, SESSION, "LockedHint", false),
+            Some(Signal::Sessions)
+        );
+        let new = zbus::Message::signal(manager, MANAGER, "SessionNew")
+            .unwrap()
+            .build(&("2", OwnedObjectPath::try_from(session).unwrap()))
+            .unwrap();
+        assert_eq!(signal_of(&new), Some(Signal::Sessions));
+    }
+
+    /// Of each lock only what, mode and uid are kept; pilotd's own (its `keep_awake` idle
+    /// lock, its sleep delay) are no one's use.
+    #[test]
+    fn listed_locks_keep_no_content_and_not_pilotds_own() {
+        let entry = |what: &str, mode: &str, uid, pid| {
+            (
+                what.to_string(),
+                "Totem".to_string(),
+                "Playing a film".to_string(),
+                mode.to_string(),
+                uid,
+                pid,
+            )
+        };
+        let got = reduced(
+            vec![
+                entry("idle", "block", 1000, 4243),
+                entry("idle", "block", 0, 777),
+                entry("sleep", "delay", 0, 777),
+            ],
+            777,
+        );
+        assert_eq!(
+            got,
+            vec![Inhibitor {
+                what: "idle".into(),
+                mode: "block".into(),
+                uid: 1000
+            }]
+        );
     }
 
     #[test]

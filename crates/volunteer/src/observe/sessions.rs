@@ -358,6 +358,7 @@ where
                 login: l.login,
                 idle_s,
                 locked_since: None,
+                idle_reported: false,
             }
         })
         .collect())

@@ -23,6 +23,9 @@ pub struct Answers {
     pub longest_job: String,
     pub on_return: String,
     pub on_metered: String,
+    /// Whether using the machine without typing counts (`media_is_use`,
+    /// `inhibitors_are_use`): "true" or "false".
+    pub media: String,
 }
 
 /// Why an answer is not taken (the message says what would be), or why the owner could not
@@ -172,6 +175,23 @@ const QUESTIONS: &[Question] = &[
         },
         later: true,
     },
+    Question {
+        name: "media",
+        prompt: "Does watching, listening or a call count as using this machine, without a key typed?\n  yes: sound playing or recorded, a camera in use, or a program keeping the screen awake\n       (a player, a presentation) keeps the workers away; a locked screen outweighs a film\n       or music left playing, never a call or a camera\n  no: only logins, the keyboard and the mouse count",
+        default: |_| "yes".into(),
+        apply: |a, s| match s {
+            "yes" | "y" | "true" => {
+                a.media = "true".into();
+                Ok(())
+            }
+            "no" | "n" | "false" => {
+                a.media = "false".into();
+                Ok(())
+            }
+            _ => Err(AnswerError::Choice("yes or no")),
+        },
+        later: true,
+    },
 ];
 
 /// Presets or explicit windows separated by `;`, each "DAYS HH:MM-HH:MM".
@@ -225,6 +245,7 @@ impl Answers {
             longest_job: String::new(),
             on_return: String::new(),
             on_metered: String::new(),
+            media: String::new(),
         };
         for q in QUESTIONS {
             let d = (q.default)(&a);
@@ -273,6 +294,12 @@ evict_before_end = "10m"
 sessions = "{sessions}"
 session_idle = "15m"
 lock_grace = "1m"
+# Someone using the machine without typing is here too: sound playing or recorded, or a
+# camera in use, by a user who counts (a film, music, a call; by kind only, never what)...
+media_is_use = {media}
+# ...or a program holding off idleness in logind (a player, a presentation,
+# `systemd-inhibit --what=idle`). A locked screen outweighs a film or music, not a call.
+inhibitors_are_use = {media}
 # Keep the machine from sleeping on its idle timer while workers compute in a window
 # (a sleep you ask for is never held up; workers pause first).
 keep_awake = false
@@ -317,6 +344,7 @@ longest_job = "{longest_job}"
             cpus = self.cpus,
             memory = self.memory,
             longest_job = self.longest_job,
+            media = self.media,
         )
     }
 }
@@ -448,6 +476,49 @@ mod tests {
         assert_eq!(p.on_metered, config::MeteredRule::Pause);
         assert_eq!(p.longest_job, std::time::Duration::from_secs(4 * 3600));
         assert_eq!(p.timezone, Zone::named("Europe/Rome").unwrap());
+        // The answers ended before the question asked since: its default, use counts.
+        assert!(p.media_is_use && p.inhibitors_are_use);
+    }
+
+    /// Whether watching, listening or a call counts: asked last, written as both keys, and
+    /// answered by its default when piped answers written for the earlier questions end.
+    #[test]
+    fn using_without_typing_is_asked_last_and_written_as_both_keys() {
+        let parse = |a: &Answers| {
+            let text = a.render(NaiveDate::from_ymd_opt(2026, 12, 1).unwrap());
+            config::parse_policy(
+                Path::new("p.toml"),
+                &text,
+                &config::SiteConfig::defaults(),
+                None,
+                Zone::utc(),
+            )
+            .unwrap()
+        };
+        let mut input: &[u8] =
+            b"always\nactive\n1\n128MiB\n1h\npause\nUTC\nno-downloads\nmaybe\nno\n";
+        let mut out = Vec::new();
+        let a = ask(defaults(), &mut input, &mut out, false).unwrap();
+        assert!(String::from_utf8(out).unwrap().contains("answer yes or no"));
+        let p = parse(&a);
+        assert!(!p.media_is_use && !p.inhibitors_are_use);
+        // Seven answers and eight, as scripts piped them before the question existed.
+        for piped in [
+            &b"always\nactive\n1\n128MiB\n1h\npause\nUTC\n"[..],
+            b"always\nactive\n1\n128MiB\n1h\npause\nUTC\nignore\n",
+        ] {
+            let mut input = piped;
+            let a = ask(defaults(), &mut input, &mut Vec::new(), false).unwrap();
+            assert!(parse(&a).media_is_use);
+        }
+        // The flag.
+        let mut a = defaults();
+        a.set("media", "no").unwrap();
+        assert!(!parse(&a).inhibitors_are_use);
+        assert_eq!(
+            a.set("media", "sometimes"),
+            Err(AnswerError::Choice("yes or no"))
+        );
     }
 
     #[test]

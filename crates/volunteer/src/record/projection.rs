@@ -223,6 +223,7 @@ fn snapshot(
             idle_s: idle_since.map(|i| (t - i).num_seconds().max(0) as u64),
             local: false,
             locked_since,
+            idle_reported: false,
         }]),
     };
     HostSnapshot {
@@ -276,6 +277,7 @@ pub(crate) fn machine(
         input_idle_s: None,
         sleeping: false,
         lock_instants_unknown: false,
+        in_use: Vec::new(),
         // The timeline keeps no link: a projection is of the week's hours, not its networks.
         metered: None,
     }

@@ -208,6 +208,13 @@ pub struct HostConfig {
     /// /dev, where tty atimes give session idle times.
     #[serde(default = "default_dev")]
     pub dev: PathBuf,
+    /// procfs: processes (exclusive ones, a session's terminals, who holds a sound or video
+    /// device open).
+    #[serde(default = "default_proc")]
+    pub proc: PathBuf,
+    /// ALSA's procfs tree, where each sound stream says whether it is running.
+    #[serde(default = "default_asound")]
+    pub asound: PathBuf,
 }
 
 impl Default for HostConfig {
@@ -217,6 +224,8 @@ impl Default for HostConfig {
             scratch: None,
             power_supply: default_power_supply(),
             dev: default_dev(),
+            proc: default_proc(),
+            asound: default_asound(),
         }
     }
 }
@@ -229,6 +238,12 @@ fn default_power_supply() -> PathBuf {
 }
 fn default_dev() -> PathBuf {
     "/dev".into()
+}
+fn default_proc() -> PathBuf {
+    "/proc".into()
+}
+fn default_asound() -> PathBuf {
+    "/proc/asound".into()
 }
 
 #[derive(Debug, Clone, Deserialize)]

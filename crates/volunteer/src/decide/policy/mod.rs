@@ -4,7 +4,7 @@ pub(crate) mod calendar;
 pub(crate) mod data;
 pub mod schedule;
 
-use crate::snapshot::{HostSnapshot, Session, Sessions};
+use crate::snapshot::{HostSnapshot, Session, Sessions, UseKind};
 use crate::splay::Splay;
 use calendar::Period;
 use chrono::{DateTime, Utc};
@@ -87,9 +87,10 @@ impl Cause {
         )
     }
 
-    /// The owner was there: logged in and active, busy on the CPU, running a program that
-    /// wants the machine alone, or asking for it (a snooze). What the contribution counts as
-    /// "the owner was there"; not a sleeping machine, a battery or sessions pilotd cannot see.
+    /// The owner was there: logged in and active or using the machine without typing, busy on
+    /// the CPU, running a program that wants the machine alone, or asking for it (a snooze).
+    /// What the contribution counts as "the owner was there"; not a sleeping machine, a
+    /// battery or sessions pilotd cannot see.
     pub(crate) fn owner_there(self) -> bool {
         matches!(
             self,
@@ -410,9 +411,10 @@ fn snooze_and_sleep(p: &Policy, h: &HostSnapshot, now: DateTime<Utc>, f: &mut Fi
     }
 }
 
-/// The owner's sessions, by the policy's rule; returns the notes on sessions counted away.
+/// The owner's sessions, by the policy's rule, and the uses that keep a user here without a
+/// key typed (`in_use`); returns the notes on users counted away, and on uses not counted.
 fn sessions(p: &Policy, h: &HostSnapshot, now: DateTime<Utc>, f: &mut Findings) -> Vec<String> {
-    let mut away_notes = Vec::new();
+    let mut away_notes: Vec<(String, String)> = Vec::new();
     match &h.sessions {
         // Logins do not matter to this owner, so not knowing them does not either.
         Sessions::Unknown(why) if p.sessions != SessionRule::Ignore => f.block(
@@ -424,17 +426,15 @@ fn sessions(p: &Policy, h: &HostSnapshot, now: DateTime<Utc>, f: &mut Findings) 
             let mut present: Vec<&str> = Vec::new();
             // A session still within its lock's grace is in use, but not "not locked".
             let mut locked_within_grace: Vec<DateTime<Utc>> = Vec::new();
-            for s in list
-                .iter()
-                .filter(|s| !p.ignore_users.contains(&s.user))
-                .filter(|s| s.uid.is_none_or(|uid| uid >= p.system_uid_below))
-            {
+            for s in list.iter().filter(|s| counts(p, Some(&s.user), s.uid)) {
                 let away = match p.sessions {
                     SessionRule::Active => away(s, h.input_idle_s, p, now, &mut f.next),
                     _ => None,
                 };
                 match away {
-                    Some(why) => away_notes.push(format!("{} is away ({why})", s.user)),
+                    Some(why) => {
+                        away_notes.push((s.user.clone(), format!("{} is away ({why})", s.user)))
+                    }
                     None => {
                         present.push(s.user.as_str());
                         if p.sessions == SessionRule::Active {
@@ -443,9 +443,18 @@ fn sessions(p: &Policy, h: &HostSnapshot, now: DateTime<Utc>, f: &mut Findings) 
                     }
                 }
             }
+            present.sort_unstable();
+            present.dedup();
+            let (using, use_notes) = using(p, h, list, now);
+            let using: Vec<&(String, Vec<UseKind>)> = using
+                .iter()
+                .filter(|(user, _)| !present.contains(&user.as_str()))
+                .collect();
+            // Someone using the machine is not away, whatever their sessions say.
+            away_notes.retain(|(user, _)| !using.iter().any(|(u, _)| u == user));
+            away_notes.extend(use_notes.into_iter().map(|n| (String::new(), n)));
+            let mut said: Vec<String> = Vec::new();
             if !present.is_empty() {
-                present.sort_unstable();
-                present.dedup();
                 let how = match (p.sessions, locked_within_grace.iter().min()) {
                     (SessionRule::Active, None) => " and in use (not locked, not idle)".into(),
                     (SessionRule::Active, Some(_)) if h.lock_instants_unknown => format!(
@@ -459,16 +468,91 @@ fn sessions(p: &Policy, h: &HostSnapshot, now: DateTime<Utc>, f: &mut Findings) 
                     ),
                     _ => String::new(),
                 };
-                f.block(
-                    p.on_return,
-                    Cause::OwnerPresent,
-                    format!("{} logged in{how}", present.join(", ")),
-                );
+                said.push(format!("{} logged in{how}", present.join(", ")));
+            }
+            said.extend(using.iter().map(|(user, kinds)| {
+                let kinds: Vec<&str> = kinds.iter().map(|k| k.said()).collect();
+                format!("{user} is using the machine: {}", kinds.join(", "))
+            }));
+            if !said.is_empty() {
+                f.block(p.on_return, Cause::OwnerPresent, said.join("; "));
             }
         }
         Sessions::Known(_) | Sessions::Unknown(_) => {}
     }
-    away_notes
+    away_notes.into_iter().map(|(_, n)| n).collect()
+}
+
+/// Whether a user counts as the owner: not in `ignore_users`, not a system account. A user
+/// without a name (or a uid) is judged by what is known.
+fn counts(p: &Policy, user: Option<&str>, uid: Option<u32>) -> bool {
+    user.is_none_or(|u| !p.ignore_users.iter().any(|i| i == u))
+        && uid.is_none_or(|uid| uid >= p.system_uid_below)
+}
+
+/// Which counted users use the machine without typing, and by what (each kind once, in a
+/// stable order); and notes on the uses not counted. A use counts when the policy's key for
+/// its kind is on (`media_is_use`, `inhibitors_are_use`) and its user counts. A lock decides
+/// between them:
+/// - what one watches or listens to (sound playing, an idle inhibitor) does not count while
+///   every session of its user at this machine has been locked for `lock_grace`: nobody
+///   watches a locked screen, and music left playing in an empty office is no one there;
+/// - what needs someone there (sound recorded, a camera) counts, locked or not: a call goes
+///   on behind a locked screen, and workers would break up its sound.
+fn using(
+    p: &Policy,
+    h: &HostSnapshot,
+    list: &[Session],
+    now: DateTime<Utc>,
+) -> (Vec<(String, Vec<UseKind>)>, Vec<String>) {
+    let mut by_user: Vec<(String, Vec<UseKind>)> = Vec::new();
+    let mut notes = Vec::new();
+    for u in &h.in_use {
+        let on = match u.kind {
+            UseKind::IdleInhibitor => p.inhibitors_are_use,
+            UseKind::SoundPlaying | UseKind::SoundRecorded | UseKind::Camera => p.media_is_use,
+        };
+        if !on {
+            continue;
+        }
+        let user = match (&u.user, u.uid) {
+            (None, None) => {
+                notes.push(format!(
+                    "{}, but pilotd cannot tell for whom (no process it can see, nobody in front at the seat): not counted",
+                    u.kind.said()
+                ));
+                continue;
+            }
+            _ if !counts(p, u.user.as_deref(), u.uid) => continue,
+            (Some(name), _) => name.clone(),
+            (None, Some(uid)) => format!("uid {uid}"),
+        };
+        let locked = |s: &&Session| {
+            s.locked_since
+                .is_some_and(|t| now >= after(t, p.lock_grace))
+        };
+        let at_desk: Vec<&Session> = list.iter().filter(|s| s.local && s.user == user).collect();
+        let behind_lock = !at_desk.is_empty() && at_desk.iter().all(locked);
+        if behind_lock && matches!(u.kind, UseKind::SoundPlaying | UseKind::IdleInhibitor) {
+            notes.push(format!(
+                "{user}'s screen is locked: that {} is not counted (a lock outweighs what is watched or heard; a call or a camera still counts)",
+                u.kind.said()
+            ));
+            continue;
+        }
+        match by_user.iter_mut().find(|(n, _)| *n == user) {
+            Some((_, kinds)) => kinds.push(u.kind),
+            None => by_user.push((user, vec![u.kind])),
+        }
+    }
+    for (_, kinds) in &mut by_user {
+        kinds.sort_unstable();
+        kinds.dedup();
+    }
+    by_user.sort();
+    notes.sort();
+    notes.dedup();
+    (by_user, notes)
 }
 
 fn battery_and_exclusive(p: &Policy, h: &HostSnapshot, f: &mut Findings) {
@@ -643,8 +727,10 @@ fn admit(
 
 /// Why a session counts as away under `sessions = "active"`, or None when it is in use. Any
 /// one signal is enough: locked for `lock_grace`; idle for `session_idle` as its source says
-/// (logind's idle hint, a terminal's idle time); or, at this machine's own keyboard, no input
-/// on the machine's keyboards, mice and touchpads for `session_idle`. A signal nobody can read
+/// (logind's idle hint, a terminal's idle time); or, at this machine's own keyboard and unless
+/// its desktop reports idleness itself, no input on the machine's keyboards, mice and
+/// touchpads for `session_idle`. A use without typing (`using`) is judged after, per user.
+/// A signal nobody can read
 /// says nothing, so a session with none is in use (fail safe). Pushes onto `next` the instants
 /// a lock becomes long enough and the machine's input has been quiet long enough.
 fn away(
@@ -670,7 +756,10 @@ fn away(
             format_duration(p.session_idle)
         ));
     }
-    if let (true, Some(i)) = (s.local, input_idle_s) {
+    // A desktop that reports idleness (GNOME) knows of what keeps it awake without input (a
+    // film, a call, a presentation): its "not idle" outweighs a quiet keyboard and mouse.
+    // Where the desktop never reports (KDE), the keyboard and mouse tell.
+    if let (true, false, Some(i)) = (s.local, s.idle_reported, input_idle_s) {
         if i >= idle {
             return Some(format!(
                 "no keyboard or mouse input for {} or more",

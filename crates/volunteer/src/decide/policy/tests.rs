@@ -812,6 +812,230 @@ fn the_owner_is_there_for_their_own_causes_only() {
     }
 }
 
+/// Using the machine without typing (`in_use`) under `sessions = "active"`, 15 min of
+/// `session_idle` and 1 min of `lock_grace`: a use makes its user present when the user counts
+/// and the policy's key for its kind is on; a lock outweighs what is watched or heard (sound
+/// playing, an idle inhibitor), never what needs someone there (sound recorded, a camera); a
+/// desktop that reports idleness is believed over a quiet keyboard. (what, policy change,
+/// host, allowed, the reason or a note contains)
+#[test]
+fn use_signals_keep_the_owner_here_as_the_rules_say() {
+    use crate::snapshot::UseKind::{Camera, IdleInhibitor, SoundPlaying, SoundRecorded};
+    let now = utc("2026-01-17T12:00:00Z");
+    let ago = |s: i64| Some(now - ChronoDuration::seconds(s));
+    let alice = Some(("alice", 1000));
+    // alice at her desk, her keyboard and mouse untouched for 20 minutes, her desktop never
+    // reporting idleness (KDE).
+    let quiet_desk = || {
+        free_host(now)
+            .with_desk_session("alice", 1000, Some(0), None)
+            .with_input_idle(Some(1200))
+    };
+    // The same desk locked 5 minutes ago.
+    let locked_desk = || {
+        free_host(now)
+            .with_desk_session("alice", 1000, Some(0), ago(300))
+            .with_input_idle(Some(1200))
+    };
+    type Change = fn(&mut Policy);
+    let none: Change = |_| {};
+    let table: Vec<(&str, Change, HostSnapshot, bool, &str)> = vec![
+        (
+            "quiet desk, nothing playing: away (the control)",
+            none,
+            quiet_desk(),
+            true,
+            "alice is away (no keyboard or mouse input for 15m or more)",
+        ),
+        (
+            "quiet desk, a film playing",
+            none,
+            quiet_desk().with_use(SoundPlaying, alice),
+            false,
+            "alice is using the machine: sound is playing",
+        ),
+        (
+            "quiet desk, a film, media_is_use = false",
+            |p| p.media_is_use = false,
+            quiet_desk().with_use(SoundPlaying, alice),
+            true,
+            "alice is away (no keyboard or mouse input",
+        ),
+        (
+            "quiet desk, a call and its camera",
+            none,
+            quiet_desk()
+                .with_use(Camera, alice)
+                .with_use(SoundRecorded, alice)
+                .with_use(SoundPlaying, alice),
+            false,
+            "alice is using the machine: sound is playing, sound is being recorded, the camera is in use",
+        ),
+        (
+            "quiet desk, an idle inhibitor",
+            none,
+            quiet_desk().with_use(IdleInhibitor, alice),
+            false,
+            "alice is using the machine: an idle inhibitor is held",
+        ),
+        (
+            "quiet desk, an idle inhibitor, inhibitors_are_use = false",
+            |p| p.inhibitors_are_use = false,
+            quiet_desk().with_use(IdleInhibitor, alice),
+            true,
+            "alice is away",
+        ),
+        (
+            "GNOME reports idleness and says not idle: believed over a quiet keyboard",
+            none,
+            quiet_desk().idle_reported(),
+            false,
+            "alice logged in and in use (not locked, not idle)",
+        ),
+        (
+            "GNOME says idle for 20 minutes: away",
+            none,
+            free_host(now)
+                .with_desk_session("alice", 1000, Some(1200), None)
+                .idle_reported()
+                .with_input_idle(Some(1200)),
+            true,
+            "alice is away (idle for 15m or more)",
+        ),
+        (
+            "locked desk, music left playing: away",
+            none,
+            locked_desk().with_use(SoundPlaying, alice),
+            true,
+            "alice's screen is locked: that sound is playing is not counted",
+        ),
+        (
+            "locked desk, a presentation's inhibitor: away",
+            none,
+            locked_desk().with_use(IdleInhibitor, alice),
+            true,
+            "alice's screen is locked: that an idle inhibitor is held is not counted",
+        ),
+        (
+            "locked desk, a call (sound recorded): here",
+            none,
+            locked_desk()
+                .with_use(SoundRecorded, alice)
+                .with_use(SoundPlaying, alice),
+            false,
+            "alice is using the machine: sound is being recorded",
+        ),
+        (
+            "locked desk, the camera in use: here",
+            none,
+            locked_desk().with_use(Camera, alice),
+            false,
+            "alice is using the machine: the camera is in use",
+        ),
+        (
+            "locked 30 s ago (within lock_grace), keyboard quiet, music: here by the music",
+            none,
+            free_host(now)
+                .with_desk_session("alice", 1000, Some(0), ago(30))
+                .with_input_idle(Some(1200))
+                .with_use(SoundPlaying, alice),
+            false,
+            "alice is using the machine: sound is playing",
+        ),
+        (
+            "an ssh session idle for an hour, an idle inhibitor: here",
+            none,
+            free_host(now)
+                .with_session("alice", 1000, Some(3600))
+                .with_use(IdleInhibitor, alice),
+            false,
+            "alice is using the machine: an idle inhibitor is held",
+        ),
+        (
+            "no session at all, a camera in use: here",
+            none,
+            free_host(now).with_use(Camera, alice),
+            false,
+            "alice is using the machine: the camera is in use",
+        ),
+        (
+            "a system account's sound (uid below system_uid_below): nobody",
+            none,
+            free_host(now).with_use(SoundPlaying, Some(("mpd", 110))),
+            true,
+            "",
+        ),
+        (
+            "an ignored user's inhibitor (root): nobody",
+            none,
+            free_host(now).with_use(IdleInhibitor, Some(("root", 0))),
+            true,
+            "",
+        ),
+        (
+            "root counted by the owner, its inhibitor is use",
+            |p| {
+                p.ignore_users.clear();
+                p.system_uid_below = 0;
+            },
+            free_host(now).with_use(IdleInhibitor, Some(("root", 0))),
+            false,
+            "root is using the machine: an idle inhibitor is held",
+        ),
+        (
+            "sound for nobody (no process seen, nobody at the seat): not counted, said",
+            none,
+            free_host(now).with_use(SoundPlaying, None),
+            true,
+            "sound is playing, but pilotd cannot tell for whom",
+        ),
+        (
+            "alice in use at her desk, bob's music: both said",
+            none,
+            free_host(now)
+                .with_desk_session("alice", 1000, Some(0), None)
+                .with_input_idle(Some(3))
+                .with_use(SoundPlaying, Some(("bob", 1001))),
+            false,
+            "alice logged in and in use (not locked, not idle); bob is using the machine: sound is playing",
+        ),
+        (
+            "sessions = \"ignore\": uses do not matter either",
+            |p| p.sessions = SessionRule::Ignore,
+            quiet_desk().with_use(Camera, alice),
+            true,
+            "",
+        ),
+        (
+            "sessions = \"any\": a use by someone not logged in counts",
+            |p| p.sessions = SessionRule::Any,
+            free_host(now).with_use(SoundRecorded, Some(("bob", 1001))),
+            false,
+            "bob is using the machine: sound is being recorded",
+        ),
+    ];
+    for (what, change, h, allowed, said) in table {
+        let mut p = nights_and_weekends();
+        p.sessions = SessionRule::Active;
+        p.session_idle = Duration::from_secs(900);
+        p.lock_grace = Duration::from_secs(60);
+        change(&mut p);
+        let s = decide(&p, &h, LIMITS, now);
+        assert_eq!(s.allowed, allowed, "{what}: {:?} {:?}", s.reasons, s.notes);
+        if !allowed {
+            assert_eq!(s.causes[0], Cause::OwnerPresent, "{what}");
+            assert_eq!(s.causes.len(), s.reasons.len(), "{what}");
+            assert_eq!(s.evict, p.on_return, "{what}");
+        }
+        let all = format!("{:?} {:?}", s.reasons, s.notes);
+        assert!(all.contains(said), "{what}: {all}");
+        // Never the program: the words are the kinds' own.
+        for word in ["pipewire", "zoom", "mpv", "firefox"] {
+            assert!(!all.contains(word), "{what}: {all}");
+        }
+    }
+}
+
 /// NetworkManager's word on the link, by the owner's `on_metered`: yes and guess-yes hold
 /// pilotd's traffic (no downloads, no new worker; with "pause" the workers paused), every
 /// other word, and no word at all, decides as an unmetered link does.

@@ -82,6 +82,7 @@ fn a_live_login_is_reported_with_everything_known_about_it() {
             idle_s: Some(300),
             local: false,
             locked_since: None,
+            idle_reported: false,
         }]
     );
 }
