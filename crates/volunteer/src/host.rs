@@ -2,9 +2,10 @@
 //! processes, plus the session probe. One long-lived sysinfo `System`, because CPU usage is
 //! the difference between two refreshes.
 
+use super::sensors::{self, SensorProbe};
 use super::sessions;
 use super::settings::ProbeSettings;
-use super::snapshot::HostSnapshot;
+use super::snapshot::{HostSnapshot, Throttle};
 use chrono::{DateTime, Utc};
 use pilotd_core::config::Machine;
 use std::path::{Path, PathBuf};
@@ -22,6 +23,8 @@ pub enum ProbeError {
 pub struct HostProbe {
     system: System,
     cfg: ProbeSettings,
+    /// The temperature and fan sensors, found once.
+    sensors: SensorProbe,
 }
 
 /// State carried between observations (the policy's latches) and pilotd's own usage.
@@ -31,6 +34,8 @@ pub struct Carry {
     pub own_cpu: f64,
     pub owner_busy_since: Option<DateTime<Utc>>,
     pub host_free_since: Option<DateTime<Utc>>,
+    /// Where the comfort throttle stood after the last decision.
+    pub throttle: Option<Throttle>,
 }
 
 impl HostProbe {
@@ -49,7 +54,17 @@ impl HostProbe {
                 .with_memory(MemoryRefreshKind::nothing().with_ram()),
         )
         .map_err(|e| ProbeError::System(e.to_string()))?;
-        Ok(HostProbe { system, cfg })
+        let sensors = SensorProbe::discover(&sensors::class_dir(&cfg.power_supply));
+        Ok(HostProbe {
+            system,
+            cfg,
+            sensors,
+        })
+    }
+
+    /// The sensors found, to say once where there are none (`sensors`).
+    pub(crate) fn sensors(&self) -> &SensorProbe {
+        &self.sensors
     }
 
     /// CPU usage is measured since the previous refresh; a one-shot command calls this
@@ -103,6 +118,11 @@ impl HostProbe {
             input_idle_s: None,
             sleeping: false,
             lock_instants_unknown: false,
+            // Nothing to read on a machine without sensors: no reading at all.
+            sensors: (!self.sensors.is_empty())
+                .then(|| self.sensors.read())
+                .flatten(),
+            throttle: carry.throttle,
         })
     }
 }

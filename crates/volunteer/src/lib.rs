@@ -3,6 +3,7 @@
 pub mod backend;
 pub mod bus;
 pub mod claim;
+pub mod comfort;
 pub(crate) mod contribution;
 pub mod control;
 pub mod daemon;
@@ -28,6 +29,7 @@ pub mod projection;
 pub mod questions;
 pub mod registry;
 pub(crate) mod scratch;
+pub(crate) mod sensors;
 pub mod sessions;
 pub mod settings;
 pub(crate) mod slot_ad;

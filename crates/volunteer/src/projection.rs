@@ -276,6 +276,8 @@ pub(crate) fn machine(
         input_idle_s: None,
         sleeping: false,
         lock_instants_unknown: false,
+        sensors: None,
+        throttle: None,
     }
 }
 

@@ -120,7 +120,8 @@ fn published(c: Cause) -> &'static str {
         | Cause::OwnerCpuHigh
         | Cause::OwnerCpuEvict
         | Cause::WaitingFreeFor
-        | Cause::NoRoom => OWNER,
+        | Cause::NoRoom
+        | Cause::Comfort => OWNER,
     }
 }
 
@@ -315,6 +316,7 @@ mod tests {
             Cause::NoRoom,
             Cause::FleetSplay,
             Cause::Free,
+            Cause::Comfort,
         ];
         let every = Supply {
             causes: all.to_vec(),

@@ -142,6 +142,8 @@ mod tests {
             downloads: true,
             owner_busy_since: None,
             host_free_since: None,
+            throttle: None,
+            cpu_cap: None,
         }
     }
 

@@ -40,6 +40,9 @@ pub struct DockerBackend {
     resolver: std::sync::Arc<crate::registry::Resolver>,
     /// Workers' cgroup freezers: pilotd pauses through them (`freezer.rs`).
     freezers: std::sync::Arc<Freezers>,
+    /// Each live worker's CPU quota (NanoCpus) as last set or read: the engine's list does
+    /// not carry it, so a worker is inspected for it once, not every cycle.
+    quotas: std::sync::Arc<std::sync::Mutex<HashMap<String, i64>>>,
 }
 
 impl DockerBackend {
@@ -65,6 +68,7 @@ impl DockerBackend {
             timeout,
             resolver: std::sync::Arc::new(crate::registry::Resolver::new(timeout)),
             freezers: std::sync::Arc::default(),
+            quotas: std::sync::Arc::default(),
         })
     }
 

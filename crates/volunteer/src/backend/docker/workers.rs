@@ -9,6 +9,7 @@ use crate::backend::{BackendError, Workers};
 use crate::worker::parse_gpus_label;
 use crate::worker::{Worker, WorkerSpec, WorkerState, labels, parse_instant};
 use bollard::errors::Error as DockerError;
+use bollard::models::ContainerUpdateBody;
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, KillContainerOptionsBuilder, ListContainersOptionsBuilder,
     RemoveContainerOptionsBuilder, RemoveVolumeOptions, StopContainerOptionsBuilder,
@@ -41,6 +42,28 @@ impl DockerBackend {
         }
         self.freezers.set(id, f.clone());
         f
+    }
+
+    /// A live worker's CPU quota: as last set or read here, else as the engine says (once).
+    async fn quota(&self, id: &str) -> Option<i64> {
+        let known = self.quotas().get(id).copied();
+        if known.is_some() {
+            return known;
+        }
+        let nano = self
+            .docker
+            .inspect_container(id, None)
+            .await
+            .ok()?
+            .host_config?
+            .nano_cpus
+            .filter(|n| *n > 0)?;
+        self.quotas().insert(id.to_string(), nano);
+        Some(nano)
+    }
+
+    fn quotas(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, i64>> {
+        self.quotas.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// A worker pilotd froze itself is thawed before the engine acts on it: the engine
@@ -137,7 +160,12 @@ impl Workers for DockerBackend {
                 oom_killed: false,
                 gpus: parse_gpus_label(labels.get(labels::GPUS)),
                 disk_kib: labels.get(labels::DISK_KIB).and_then(|v| v.parse().ok()),
+                nano_cpus: None,
+                share_nano_cpus: labels.get(labels::NANO_CPUS).and_then(|v| v.parse().ok()),
             };
+            if !state.is_finished() {
+                w.nano_cpus = self.quota(&id).await;
+            }
             if state == WorkerState::Running {
                 // Frozen by pilotd (the engine still says running): paused.
                 let frozen = match self.freezer(&id).await {
@@ -170,6 +198,11 @@ impl Workers for DockerBackend {
         workers.sort_by(|a, b| a.created.cmp(&b.created).then(a.name.cmp(&b.name)));
         self.freezers
             .retain(&workers.iter().map(|w| w.id.as_str()).collect());
+        self.quotas().retain(|id, _| {
+            workers
+                .iter()
+                .any(|w| &w.id == id && !w.state.is_finished())
+        });
         Ok(workers)
     }
     async fn start(&self, spec: &WorkerSpec) -> Result<String, BackendError> {
@@ -189,6 +222,7 @@ impl Workers for DockerBackend {
             let _ = self.remove(&created.id).await;
             return Err(err);
         }
+        self.quotas().insert(created.id.clone(), spec.nano_cpus);
         Ok(created.id)
     }
 
@@ -284,6 +318,28 @@ impl Workers for DockerBackend {
             Err(e) => already_there(Change::Remove, self.err(format!("removing worker {id}"), e)),
         }
     }
+    /// `POST /containers/{id}/update` with `NanoCpus`: what `docker update --cpus` sends.
+    /// The engine writes the worker's cgroup (cgroup v2's `cpu.max`, v1's
+    /// `cpu.cfs_quota_us` over a 100 ms period) and keeps the value for the container's
+    /// life; Podman's Docker-compatible API takes the same body.
+    async fn limit_cpus(&self, id: &str, nano_cpus: i64) -> Result<(), BackendError> {
+        let body = ContainerUpdateBody {
+            nano_cpus: Some(nano_cpus),
+            ..Default::default()
+        };
+        match self.docker.update_container(id, body).await {
+            Ok(()) => {
+                self.quotas().insert(id.to_string(), nano_cpus);
+                Ok(())
+            }
+            Err(e) => {
+                // Whatever the engine holds now, it is read again next time.
+                self.quotas().remove(id);
+                Err(self.err(format!("limiting the CPUs of worker {id}"), e))
+            }
+        }
+    }
+
     async fn remove_volume(&self, name: &str) -> Result<(), BackendError> {
         let what = format!("the disk volume of worker {name}");
         let volume = match self.docker.inspect_volume(name).await {
