@@ -43,6 +43,8 @@ pub struct DockerBackend {
     /// Each live worker's CPU quota (NanoCpus) as last set or read: the engine's list does
     /// not carry it, so a worker is inspected for it once, not every cycle.
     quotas: std::sync::Arc<std::sync::Mutex<HashMap<String, i64>>>,
+    /// The engine was found once not to set a quota it was asked for (said once, at warn).
+    quota_fallback: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl DockerBackend {
@@ -69,6 +71,7 @@ impl DockerBackend {
             resolver: std::sync::Arc::new(crate::registry::Resolver::new(timeout)),
             freezers: std::sync::Arc::default(),
             quotas: std::sync::Arc::default(),
+            quota_fallback: std::sync::Arc::default(),
         })
     }
 

@@ -4,7 +4,7 @@
 use super::DockerBackend;
 use super::container::{container_body, uncovered_volumes};
 use super::errors::{Change, already_there};
-use crate::backend::freezer::Freezer;
+use crate::backend::freezer::{CpuQuota, Freezer};
 use crate::backend::{BackendError, Workers};
 use crate::worker::parse_gpus_label;
 use crate::worker::{Worker, WorkerSpec, WorkerState, labels, parse_instant};
@@ -42,6 +42,14 @@ impl DockerBackend {
         }
         self.freezers.set(id, f.clone());
         f
+    }
+
+    /// The worker's CPU quota in its cgroup, found through its init process (from the engine);
+    /// `None` when it cannot be reached from here or the worker does not run.
+    async fn cpu_quota(&self, id: &str) -> Option<CpuQuota> {
+        let i = self.docker.inspect_container(id, None).await.ok()?;
+        let pid = u32::try_from(i.state?.pid?).ok().filter(|&p| p > 0)?;
+        CpuQuota::of(pid, i.id.as_deref().unwrap_or(id))
     }
 
     /// A live worker's CPU quota: as last set or read here, else as the engine says (once).
@@ -319,25 +327,51 @@ impl Workers for DockerBackend {
         }
     }
     /// `POST /containers/{id}/update` with `NanoCpus`: what `docker update --cpus` sends.
-    /// The engine writes the worker's cgroup (cgroup v2's `cpu.max`, v1's
-    /// `cpu.cfs_quota_us` over a 100 ms period) and keeps the value for the container's
-    /// life; Podman's Docker-compatible API takes the same body.
+    /// Docker writes the worker's cgroup (cgroup v2's `cpu.max`, v1's `cpu.cfs_quota_us` over
+    /// a 100 ms period) and keeps the value for the container's life. The cgroup is then read
+    /// back, because it is what the kernel enforces: where the engine did not set it (Podman
+    /// 4.3's Docker-compatible API answers 404, having no update call), pilotd writes it
+    /// itself, as it freezes workers itself (`freezer`), and says so once.
     async fn limit_cpus(&self, id: &str, nano_cpus: i64) -> Result<(), BackendError> {
+        let what = format!("limiting the CPUs of worker {id}");
         let body = ContainerUpdateBody {
             nano_cpus: Some(nano_cpus),
             ..Default::default()
         };
-        match self.docker.update_container(id, body).await {
-            Ok(()) => {
-                self.quotas().insert(id.to_string(), nano_cpus);
-                Ok(())
-            }
-            Err(e) => {
-                // Whatever the engine holds now, it is read again next time.
-                self.quotas().remove(id);
-                Err(self.err(format!("limiting the CPUs of worker {id}"), e))
+        let asked = (self.docker.update_container(id, body).await).map_err(|e| self.err(&what, e));
+        // Whatever the engine holds now is read again next time, unless it is known below.
+        self.quotas().remove(id);
+        let Some(cgroup) = self.cpu_quota(id).await else {
+            // Not reachable from here: the engine's word is all there is.
+            asked?;
+            self.quotas().insert(id.to_string(), nano_cpus);
+            return Ok(());
+        };
+        let near = |q: i64| (q - nano_cpus).abs() < 1_000_000;
+        if !cgroup.read().is_some_and(near) {
+            let engine = match &asked {
+                Ok(()) => "it took the update without applying it".to_string(),
+                Err(e) => e.to_string(),
+            };
+            cgroup.write(nano_cpus).map_err(|e| BackendError::Rejected {
+                what: what.clone(),
+                message: format!(
+                    "the engine did not set the quota ({engine}), and its cgroup refused it: {e}"
+                ),
+            })?;
+            if !self
+                .quota_fallback
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+            {
+                tracing::warn!(
+                    worker = %id,
+                    "the engine did not set the worker's CPU quota ({engine}); pilotd writes \
+                     its cgroup itself from now on where the engine does not"
+                );
             }
         }
+        self.quotas().insert(id.to_string(), nano_cpus);
+        Ok(())
     }
 
     async fn remove_volume(&self, name: &str) -> Result<(), BackendError> {
