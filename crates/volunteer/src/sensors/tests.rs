@@ -5,6 +5,9 @@
 use super::*;
 use std::os::unix::fs::symlink;
 
+/// What one read costs (ignored: a figure).
+mod bench;
+
 /// A sysfs root: `class/` beside `devices/`.
 struct Tree(tempfile::TempDir);
 
