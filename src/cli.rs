@@ -188,6 +188,9 @@ pub struct InitArgs {
     /// What happens to workers when the owner comes back: pause, graceful or fast
     #[arg(long)]
     pub on_return: Option<String>,
+    /// What a metered network holds back: no-downloads, pause or ignore
+    #[arg(long)]
+    pub on_metered: Option<String>,
     /// IANA time zone (default: the system's)
     #[arg(long)]
     pub timezone: Option<String>,

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use chrono::{DateTime, Utc};
 use libfuzzer_sys::fuzz_target;
-use pilotd_volunteer::sessions::{HostLookup, sessions_from_bytes};
+use pilotd_volunteer::observe::sessions::{HostLookup, sessions_from_bytes};
 
 /// A deterministic host (no syscalls, so runs reproduce): even pids alive, user names with
 /// an 'a' known, lines starting with "pts" inspectable at a time derived from the line.

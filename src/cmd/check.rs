@@ -4,8 +4,8 @@ use super::{CmdError, load_config};
 use crate::cli::Global;
 use pilotd_core::config::diag::line_col;
 use pilotd_core::config::{MAX_FILE_BYTES, Mode, SiteFile, read_bounded};
-use pilotd_volunteer::host::this_machine;
-use pilotd_volunteer::manifest::{self, ManifestError};
+use pilotd_volunteer::observe::host::this_machine;
+use pilotd_volunteer::record::manifest::{self, ManifestError};
 use pilotd_volunteer::settings::Settings;
 use std::fmt::Write as _;
 

@@ -1,4 +1,4 @@
-//! `pilotd failsafe`: protects the owner when the daemon is gone (`volunteer::failsafe`).
+//! `pilotd failsafe`: protects the owner when the daemon is gone (`volunteer::act::failsafe`).
 //!
 //! - `pilotd failsafe` is the unit's `ExecStopPost=`. systemd tells it how the daemon ended in
 //!   `SERVICE_RESULT` (and `EXIT_CODE`, `EXIT_STATUS`). After a clean stop (`success`) it does
@@ -15,9 +15,9 @@
 use super::{CmdError, block_on};
 use crate::cli::{FailsafeArgs, Global};
 use pilotd_core::config::{self, Mode, SiteConfig, SiteFile};
-use pilotd_volunteer::failsafe::{self, Order, ServiceEnd};
+use pilotd_volunteer::act::failsafe::{self, Order, ServiceEnd};
+use pilotd_volunteer::record::status;
 use pilotd_volunteer::settings::{EngineSettings, WorkerSettings};
-use pilotd_volunteer::status;
 use std::path::Path;
 
 pub fn run(g: &Global, a: &FailsafeArgs) -> Result<String, CmdError> {

@@ -9,11 +9,11 @@ use super::{CmdError, block_on, load_config};
 use crate::cli::{GcArgs, Global};
 use chrono::Utc;
 use pilotd_core::config::SiteFile;
-use pilotd_volunteer::backend::{self, Images, Workers};
-use pilotd_volunteer::gc;
-use pilotd_volunteer::manifest;
+use pilotd_volunteer::act::backend::{self, Images, Workers};
+use pilotd_volunteer::act::gc;
+use pilotd_volunteer::record::manifest;
+use pilotd_volunteer::record::status as state;
 use pilotd_volunteer::settings::Settings;
-use pilotd_volunteer::status as state;
 use pilotd_volunteer::worker::split_reference;
 use std::fmt::Write;
 

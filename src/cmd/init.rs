@@ -1,4 +1,4 @@
-//! `pilotd init`: asks the owner a few plain questions (`volunteer::questions`) and writes a
+//! `pilotd init`: asks the owner a few plain questions (`volunteer::owner::questions`) and writes a
 //! commented policy.toml, then shows the resulting week. Works interactively, with piped
 //! answers (one per line; an empty line takes the default), or with `--yes` and flags for
 //! scripted installs. The file is validated by the same parser `check` uses before it is
@@ -8,9 +8,9 @@ use super::CmdError;
 use crate::cli::{Global, InitArgs};
 use chrono::Utc;
 use pilotd_core::config::{self, SiteFile};
+use pilotd_volunteer::decide::policy::schedule;
 use pilotd_volunteer::inspect;
-use pilotd_volunteer::policy::schedule;
-use pilotd_volunteer::questions::{self, AnswerError, Answers};
+use pilotd_volunteer::owner::questions::{self, AnswerError, Answers};
 use std::path::{Path, PathBuf};
 
 /// Answers the questions the command line answered.
@@ -22,6 +22,7 @@ fn apply_flags(mut a: Answers, args: &InitArgs) -> Result<Answers, CmdError> {
         ("memory", &args.memory),
         ("longest-job", &args.longest_job),
         ("on-return", &args.on_return),
+        ("on-metered", &args.on_metered),
         ("timezone", &args.timezone),
     ];
     for (name, value) in flags {
@@ -64,7 +65,7 @@ pub fn run(g: &Global, args: &InitArgs) -> Result<String, CmdError> {
         &path,
         &text,
         &site,
-        pilotd_volunteer::host::this_machine(),
+        pilotd_volunteer::observe::host::this_machine(),
         config::local_timezone(),
     )?;
     // The policy being replaced, to compare with: read before it is overwritten. One that
@@ -74,7 +75,7 @@ pub fn run(g: &Global, args: &InitArgs) -> Result<String, CmdError> {
             &path,
             &old,
             &site,
-            pilotd_volunteer::host::this_machine(),
+            pilotd_volunteer::observe::host::this_machine(),
             config::local_timezone(),
         )
     });

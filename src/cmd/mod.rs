@@ -19,7 +19,7 @@ pub mod status;
 use crate::cli::Global;
 use chrono::{DateTime, Utc};
 use pilotd_core::config::{self, Config, ConfigError, Machine, SiteFile};
-use pilotd_volunteer::host::ProbeError;
+use pilotd_volunteer::observe::host::ProbeError;
 
 /// One file per subcommand (youki style): the edge of the program. Each loads the
 /// configuration, resolves the mode's settings, does its one thing and returns what it prints,
@@ -57,7 +57,7 @@ pub enum CmdError {
     #[error(transparent)]
     Daemon(#[from] pilotd_volunteer::daemon::DaemonError),
     #[error(transparent)]
-    Control(#[from] pilotd_volunteer::control::ControlError),
+    Control(#[from] pilotd_volunteer::owner::control::ControlError),
     /// The daemon refused the owner's request (not authorised, or a bad duration).
     #[error("{0}")]
     Refused(String),
@@ -65,7 +65,7 @@ pub enum CmdError {
     #[error("{note}{source}")]
     Failsafe {
         note: String,
-        source: Box<pilotd_volunteer::failsafe::FailsafeError>,
+        source: Box<pilotd_volunteer::act::failsafe::FailsafeError>,
     },
 }
 
@@ -153,9 +153,15 @@ pub fn parse_now(s: Option<&str>) -> Result<Option<DateTime<Utc>>, CmdError> {
 
 /// Sends the owner's request to the daemon's control socket (pilotd.toml `control_socket`;
 /// only pilotd.toml is read, which owners may read, not the policy).
-pub fn ask_daemon(g: &Global, req: pilotd_volunteer::owner::Request) -> Result<String, CmdError> {
+pub fn ask_daemon(
+    g: &Global,
+    req: pilotd_volunteer::owner::request::Request,
+) -> Result<String, CmdError> {
     let (site, _) = config::load_site(&g.config, SiteFile::Optional, MODES)?;
-    let reply = block_on(pilotd_volunteer::control::ask(&site.control_socket, &req))??;
+    let reply = block_on(pilotd_volunteer::owner::control::ask(
+        &site.control_socket,
+        &req,
+    ))??;
     if reply.ok {
         Ok(reply.message + "\n")
     } else {

@@ -7,7 +7,7 @@
 
 use super::{CmdError, ask_daemon};
 use crate::cli::Global;
-use pilotd_volunteer::owner::Request;
+use pilotd_volunteer::owner::request::Request;
 
 pub fn run(g: &Global) -> Result<String, CmdError> {
     let url = ask_daemon(g, Request::Open)?.trim().to_string();

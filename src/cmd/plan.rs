@@ -1,15 +1,15 @@
 //! `pilotd plan`: observe (or replay a snapshot), decide, and print the decision and the
-//! actions the next cycle would take (`volunteer::plan::report`, `kubernetes::report`). Acts
+//! actions the next cycle would take (`volunteer::decide::plan::report`, `kubernetes::report`). Acts
 //! on nothing.
 
 use super::{CmdError, block_on, describe_sources, load_config, parse_now};
 use crate::cli::{Format, Global, PlanArgs};
 use chrono::{DateTime, Utc};
 use pilotd_core::config::{Config, Machine, Mode, SiteFile};
-use pilotd_volunteer::host::{Carry, HostProbe, this_machine};
+use pilotd_volunteer::observe::host::{Carry, HostProbe, this_machine};
 use pilotd_volunteer::settings::Settings;
 use pilotd_volunteer::snapshot::{self, SnapshotFile};
-use pilotd_volunteer::{inspect, snooze};
+use pilotd_volunteer::{inspect, record::snooze};
 use std::path::Path;
 
 pub fn run(g: &Global, a: &PlanArgs) -> Result<String, CmdError> {
@@ -60,6 +60,7 @@ pub fn run(g: &Global, a: &PlanArgs) -> Result<String, CmdError> {
                 _ => {
                     let mut h = HostProbe::observe_once(&s.probe, Carry::default())?;
                     block_on(inspect::lay_on_logind(&mut h, &s.state_dir, &s.probe))?;
+                    block_on(inspect::lay_on_link(&mut h))?;
                     // The owner's snooze, as the daemon would lay it on this observation.
                     snooze::lay_on(&mut h, &s.state_dir);
                     h

@@ -10,7 +10,7 @@ use pilotd_core::service::lifecycle::Reload;
 use pilotd_core::service::listener::Stop;
 use pilotd_core::service::process::{self, Prepared};
 use pilotd_core::service::{logging, notify};
-use pilotd_volunteer::host::this_machine;
+use pilotd_volunteer::observe::host::this_machine;
 use pilotd_volunteer::{self as volunteer, daemon};
 use std::path::PathBuf;
 use tokio::signal::unix::{Signal, SignalKind, signal};
@@ -37,7 +37,7 @@ pub fn run(g: &Global, a: &RunArgs) -> Result<String, CmdError> {
     let _claim = match cfg.site.mode {
         Mode::Volunteer => {
             let engine = volunteer::settings::EngineSettings::of_site(&cfg.site);
-            match volunteer::claim::claim(&engine) {
+            match volunteer::act::claim::claim(&engine) {
                 Ok(c) => Some(c),
                 Err(e) => {
                     service.failed(&e.to_string());

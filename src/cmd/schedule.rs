@@ -6,9 +6,9 @@ use super::{CmdError, load_config, parse_now};
 use crate::cli::{Global, ScheduleArgs};
 use chrono::Utc;
 use pilotd_core::config::SiteFile;
-use pilotd_volunteer::host::this_machine;
-use pilotd_volunteer::policy::schedule;
-use pilotd_volunteer::{history, inspect};
+use pilotd_volunteer::decide::policy::schedule;
+use pilotd_volunteer::observe::host::this_machine;
+use pilotd_volunteer::{inspect, record::history};
 use std::fmt::Write;
 
 pub fn run(g: &Global, a: &ScheduleArgs) -> Result<String, CmdError> {

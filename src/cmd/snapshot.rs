@@ -3,9 +3,9 @@
 use super::{CmdError, block_on, load_config};
 use crate::cli::Global;
 use pilotd_core::config::{self, Config, ConfigError, Mode, Policy, SiteFile};
-use pilotd_volunteer::host::{Carry, HostProbe};
+use pilotd_volunteer::observe::host::{Carry, HostProbe};
 use pilotd_volunteer::settings::Settings;
-use pilotd_volunteer::{backend, inspect};
+use pilotd_volunteer::{act::backend, inspect};
 use std::time::Duration;
 
 pub fn run(g: &Global) -> Result<String, CmdError> {
@@ -39,7 +39,8 @@ pub fn run(g: &Global) -> Result<String, CmdError> {
     };
     let mut snap = HostProbe::observe_once(&s.probe, carry)?;
     block_on(inspect::lay_on_logind(&mut snap, &s.state_dir, &s.probe))?;
-    pilotd_volunteer::snooze::lay_on(&mut snap, &s.state_dir);
+    block_on(inspect::lay_on_link(&mut snap))?;
+    pilotd_volunteer::record::snooze::lay_on(&mut snap, &s.state_dir);
     serde_json::to_string_pretty(&snap)
         .map(|s| s + "\n")
         .map_err(|e| CmdError::Runtime(format!("cannot encode the snapshot: {e}")))

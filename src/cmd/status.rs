@@ -1,14 +1,14 @@
 //! `pilotd status [--format text|json]`: the workers now (from the engine when it answers,
 //! else as the daemon last saw them — said so), the last decision with its reasons, the
 //! back-off, the image, and the last outcomes. Reads the daemon's status file and the state
-//! dir once (`volunteer::status::view`); no IPC.
+//! dir once (`volunteer::record::status::view`); no IPC.
 
 use super::{CmdError, block_on, load_config};
 use crate::cli::{Format, Global, StatusArgs};
 use chrono::Utc;
 use pilotd_core::config::{Mode, SiteFile};
+use pilotd_volunteer::inspect;
 use pilotd_volunteer::settings::Settings;
-use pilotd_volunteer::status::view::StatusView;
 
 pub fn run(g: &Global, a: &StatusArgs) -> Result<String, CmdError> {
     let cfg = load_config(g, SiteFile::Optional, None)?;
@@ -16,7 +16,7 @@ pub fn run(g: &Global, a: &StatusArgs) -> Result<String, CmdError> {
         return kubernetes_status(&cfg, a.format);
     }
     let s = Settings::resolve(&cfg);
-    let view = block_on(StatusView::gather(
+    let view = block_on(inspect::status_view(
         &s,
         super::describe_sources(&cfg),
         Utc::now(),

@@ -149,6 +149,31 @@ fn modules_on_disk(dir: &Path) -> BTreeSet<String> {
         .collect()
 }
 
+/// The volunteer crate, whose inner layers are folders.
+const VOLUNTEER: &str = "crates/volunteer/src/";
+const LAYER_FOLDERS: [&str; 5] = ["observe", "decide", "act", "record", "owner"];
+
+/// The names listed under a folder's entry (`  observe/`): its indented lines
+/// (`    a.rs b/   what they are`), up to the next entry of the crate.
+fn listed_in_folder(block: &[&str], header: &str, folder: &str) -> BTreeSet<String> {
+    let entry = format!("  {folder}/");
+    block
+        .iter()
+        .skip_while(|l| !l.starts_with(header))
+        .skip_while(|l| !l.starts_with(&entry))
+        .skip(1)
+        .take_while(|l| l.starts_with("   "))
+        .filter(|l| l.starts_with("    ") && !l[4..].starts_with(' '))
+        .flat_map(|l| {
+            let names = l[4..].split("  ").next().unwrap_or("");
+            names
+                .split_whitespace()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 #[test]
 fn the_house_lists_every_module_and_only_modules_that_exist() {
     let doc = architecture();
@@ -163,25 +188,112 @@ fn the_house_lists_every_module_and_only_modules_that_exist() {
             "ARCHITECTURE.md, the house, under {header}: not listed {missing:?}; listed but not there {gone:?}"
         );
     }
+    for folder in LAYER_FOLDERS {
+        let listed = listed_in_folder(&block, VOLUNTEER, folder);
+        let mut on_disk = modules_on_disk(&repo(VOLUNTEER).join(folder));
+        on_disk.remove("mod.rs");
+        let missing: Vec<_> = on_disk.difference(&listed).collect();
+        let gone: Vec<_> = listed.difference(&on_disk).collect();
+        assert!(
+            missing.is_empty() && gone.is_empty(),
+            "ARCHITECTURE.md, the house, under {VOLUNTEER}{folder}/: not listed {missing:?}; listed but not there {gone:?}"
+        );
+    }
 }
 
-/// The top-level modules of a crate that each module's production code names (`crate::x`,
-/// and `super::x` from a top-level file). Tests are left out: a test may look anywhere.
-fn module_imports(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
-    let modules: BTreeSet<String> = modules_on_disk(src)
+/// The volunteer crate's layers as ARCHITECTURE.md's table gives them, bottom first: each
+/// top-level module → its row.
+fn layer_table(doc: &str) -> BTreeMap<String, usize> {
+    let from = doc
+        .find("### The volunteer crate's layers")
+        .expect("the layer table's section");
+    doc[from..]
+        .lines()
+        .skip_while(|l| !l.starts_with("| layer"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .enumerate()
+        .flat_map(|(row, line)| {
+            let cells: Vec<&str> = line.trim_matches('|').split('|').collect();
+            cells
+                .get(1)
+                .copied()
+                .unwrap_or("")
+                .split(',')
+                .map(|c| c.trim().trim_matches('`').to_string())
+                .filter(|c| !c.is_empty())
+                .map(move |m| (m, row))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The imports of `graph` that go up the layers, or sideways between two rows' modules.
+fn upward(
+    graph: &BTreeMap<String, BTreeSet<String>>,
+    rank: &BTreeMap<String, usize>,
+) -> Vec<(String, String)> {
+    graph
+        .iter()
+        .flat_map(|(from, to)| to.iter().map(move |t| (from.clone(), t.clone())))
+        .filter(|(from, to)| rank[to] > rank[from])
+        .collect()
+}
+
+#[test]
+fn the_volunteer_layers_import_only_downward() {
+    let rank = layer_table(&architecture());
+    let src = repo(VOLUNTEER);
+    let mut modules: BTreeSet<String> = modules_on_disk(&src)
         .into_iter()
         .map(|m| m.trim_end_matches('/').trim_end_matches(".rs").to_string())
-        .filter(|m| m != "main")
         .collect();
+    // A file beside its folder (`splay.rs`, `splay/`) is one module.
+    modules.retain(|m| !m.is_empty());
+    assert_eq!(
+        rank.keys().cloned().collect::<BTreeSet<_>>(),
+        modules,
+        "ARCHITECTURE.md's layer table names every top-level module of {VOLUNTEER} once"
+    );
+    let graph = module_imports(&src, "");
+    let up = upward(&graph, &rank);
+    assert!(
+        up.is_empty(),
+        "{VOLUNTEER}: imports against the layers: {up:?}"
+    );
+    // The check sees an upward import when there is one.
+    let mut planted = graph.clone();
+    planted
+        .entry("observe".to_string())
+        .or_default()
+        .insert("decide".to_string());
+    assert_eq!(
+        upward(&planted, &rank),
+        vec![("observe".to_string(), "decide".to_string())]
+    );
+}
+
+/// The modules directly in `src/<inner>` (`inner` empty: the crate's top level, else a folder
+/// such as `observe/`) that each one's production code names: `crate::<inner>x`, and
+/// `super::x` from a file directly in that folder. Tests are left out: a test may look
+/// anywhere.
+fn module_imports(src: &Path, inner: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let dir = src.join(inner);
+    let modules: BTreeSet<String> = modules_on_disk(&dir)
+        .into_iter()
+        .map(|m| m.trim_end_matches('/').trim_end_matches(".rs").to_string())
+        .filter(|m| m != "main" && m != "mod")
+        .collect();
+    let prefix = format!("crate::{}", inner.replace('/', "::"));
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    let mut files = vec![src.to_path_buf()];
+    let mut files = vec![dir.clone()];
     while let Some(path) = files.pop() {
         if path.is_dir() {
             files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
             continue;
         }
         let rel = path
-            .strip_prefix(src)
+            .strip_prefix(&dir)
             .unwrap()
             .to_string_lossy()
             .to_string();
@@ -199,16 +311,28 @@ fn module_imports(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
                     continue;
                 }
                 let rest = &production[i + prefix.len()..];
-                let name: String = rest
-                    .chars()
-                    .take_while(|c| c.is_ascii_lowercase() || *c == '_' || c.is_ascii_digit())
-                    .collect();
-                if modules.contains(&name) && name != top {
-                    graph.entry(top.to_string()).or_default().insert(name);
+                // `crate::{a, b::C}` names each of a group's first segments.
+                let names: Vec<String> = match rest.strip_prefix('{') {
+                    Some(group) => group[..group.find('}').unwrap_or(0)]
+                        .split(',')
+                        .map(|item| item.trim().split("::").next().unwrap_or("").to_string())
+                        .collect(),
+                    None => vec![
+                        rest.chars()
+                            .take_while(|c| {
+                                c.is_ascii_lowercase() || *c == '_' || c.is_ascii_digit()
+                            })
+                            .collect(),
+                    ],
+                };
+                for name in names {
+                    if modules.contains(&name) && name != top {
+                        graph.entry(top.to_string()).or_default().insert(name);
+                    }
                 }
             }
         };
-        named("crate::");
+        named(&prefix);
         if !rel.contains('/') {
             named("super::");
         }
@@ -251,10 +375,21 @@ fn a_circle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
 #[test]
 fn no_crate_has_an_import_circle_between_its_modules() {
     for header in LISTED {
-        let graph = module_imports(&repo(header));
+        let graph = module_imports(&repo(header), "");
         assert!(!graph.is_empty(), "{header}: no imports found at all");
         if let Some(circle) = a_circle(&graph) {
             panic!("{header}: an import circle: {}", circle.join(" → "));
+        }
+    }
+    // And within each of the volunteer crate's layers.
+    let src = repo(VOLUNTEER);
+    for layer in LAYER_FOLDERS {
+        let graph = module_imports(&src, &format!("{layer}/"));
+        if let Some(circle) = a_circle(&graph) {
+            panic!(
+                "{VOLUNTEER}{layer}/: an import circle: {}",
+                circle.join(" → ")
+            );
         }
     }
 }

@@ -6,6 +6,7 @@
 //! - `house`: ARCHITECTURE.md's crates, modules and imports against the code;
 //! - `sessions`: the utmp probe against real and damaged files;
 //! - `manifest`: the pool's manifest fetched from a real HTTP server;
+//! - `metered`: NetworkManager's metered link on a real dbus-daemon (`plan`, the watch, `run`);
 //! - `service`: `pilotd run` as a system service (systemd notify, reload, `--daemon`, metrics);
 //! - `controls`: the owner's controls against another local user (descriptor floods, lock
 //!   squatting), an unreadable snooze, keys without /dev/urandom;
@@ -27,5 +28,6 @@ mod house;
 #[cfg(feature = "kubernetes")]
 mod kubernetes;
 mod manifest;
+mod metered;
 mod service;
 mod sessions;

@@ -2,7 +2,7 @@
 //! huge, an image outside allowed_images, unreachable. Every failure is an error that names the
 //! URL; only a good manifest comes back.
 
-use pilotd_volunteer::manifest::{self, ManifestError};
+use pilotd_volunteer::record::manifest::{self, ManifestError};
 use std::collections::BTreeMap;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -3,19 +3,21 @@
 //! make (`plan_report`, with the decision). Acts on nothing; a command's answer never waits
 //! long for an engine that hangs.
 
-use crate::backend::{self, Backend, BackendError};
-use crate::history::{self, History, Outlook};
-use crate::image;
+use crate::act::backend::{self, Backend, BackendError};
+use crate::act::image;
+use crate::decide::plan::report::Report;
+use crate::decide::plan::{self, InFlight, Observed, Plan};
+use crate::decide::policy::Supply;
 use crate::outcome::StartBackoff;
-use crate::plan::report::Report;
-use crate::plan::{self, InFlight, Observed, Plan};
-use crate::policy::Supply;
+use crate::record::history::{self, History, Outlook};
+use crate::record::status::view::{ManifestView, StatusView};
 use crate::settings::{Settings, WorkerSettings};
 use crate::snapshot::HostSnapshot;
-use crate::status::ImageRecord;
+use crate::worker::ImageRecord;
 use crate::worker::{ImageState, Worker, WorkerState};
-use crate::{manifest, policy, status};
+use crate::{decide::policy, record::manifest, record::status};
 use chrono::{DateTime, Utc};
+use pilotd_core::service::state_file::StateFileError;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -204,11 +206,20 @@ pub async fn lay_on_logind(
         });
     let known = record.is_some();
     let mut logind =
-        crate::logind::Logind::remembering(record.map(|s| s.locks).unwrap_or_default())
+        crate::observe::logind::Logind::remembering(record.map(|s| s.locks).unwrap_or_default())
             .looking_in(&probe.proc, &probe.dev);
     let seen = logind.observe(h.taken_at).await;
-    crate::logind::lay_on(h, seen);
+    crate::observe::logind::lay_on(h, seen);
     h.lock_instants_unknown = !known;
+}
+
+/// Lays NetworkManager's word on the link's price on a one-shot observation (absent when it
+/// cannot be asked: not known to be metered).
+pub async fn lay_on_link(h: &mut HostSnapshot) {
+    let seen = crate::observe::metered::Link::default()
+        .observe(h.taken_at)
+        .await;
+    crate::observe::metered::lay_on(h, seen);
 }
 
 /// What `policy` is expected to give per week on this machine, as `schedule` and `init` print
@@ -223,8 +234,8 @@ pub fn expected_week(
     running: &pilotd_core::config::Policy,
     now: DateTime<Utc>,
 ) -> Vec<String> {
-    use crate::projection::{Utilization, granted_cpus, machine, project, render};
-    use crate::{contribution, host, timeline};
+    use crate::record::projection::{Utilization, granted_cpus, machine, project, render};
+    use crate::{observe::host, record::contribution, record::timeline};
     use pilotd_core::config::{Config, Machine};
     let s = Settings::resolve(&Config {
         site: site.clone(),
@@ -255,4 +266,56 @@ pub fn expected_week(
     let mut lines = render(&p);
     lines.extend(recorded.warning.map(|w| format!("note: {w}")));
     lines
+}
+
+/// The view `pilotd status` prints: `StatusView::of`, with whether the daemon runs, the workers as
+/// the engine lists them now (else as the daemon last saw them, and why), the pool's
+/// manifest and how long the host is usually free; `config` says where the configuration
+/// came from. A damaged status file is an error (the daemon's next write replaces it).
+pub async fn status_view(
+    s: &Settings,
+    config: String,
+    now: DateTime<Utc>,
+) -> Result<StatusView, StateFileError> {
+    let status = status::load(&status::path(&s.state_dir))?.unwrap_or_else(|| status::Status {
+        instance: s.engine.instance.clone(),
+        ..Default::default()
+    });
+    // Alive: the pid exists and the file was written recently (an unchanged status is
+    // rewritten only every `HEARTBEAT`).
+    let stale_after = pilotd_core::horizon::delta(
+        s.interval
+            .saturating_mul(3)
+            .max(status::HEARTBEAT)
+            .saturating_add(std::time::Duration::from_secs(60)),
+    );
+    let running = status.pid > 0
+        && nix::sys::signal::kill(nix::unistd::Pid::from_raw(status.pid as i32), None).is_ok()
+        && status.updated_at.is_some_and(|t| now - t <= stale_after);
+    let live = async {
+        let b = backend::connect(&s.engine)?;
+        workers(&b, &s.engine.socket).await
+    }
+    .await;
+    let mut v = StatusView::of(status, &s.state_dir, &s.policy, now);
+    v.daemon_running = running;
+    v.config = config;
+    match live {
+        Ok(list) => (v.workers_from, v.workers) = ("engine", Some(list)),
+        Err(e) => v.workers_error = Some(e.to_string()),
+    }
+    v.manifest = s.remote.as_ref().map(|r| ManifestView {
+        url: redact::credentials(&r.url).into_owned(),
+        version: manifest::load_last_good(&s.state_dir)
+            .ok()
+            .flatten()
+            .map(|m| m.version),
+    });
+    let likely_free = v
+        .learned
+        .likely_free_for(&s.policy.timezone, now, s.history.free_threshold);
+    if let Some(h) = v.history.as_mut() {
+        h.likely_free_hours = Some(likely_free.num_hours());
+    }
+    Ok(v)
 }

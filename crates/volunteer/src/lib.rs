@@ -1,42 +1,17 @@
 //! Volunteer mode: lends a donated machine to the pool while its owner does not need it.
 
-pub mod backend;
-pub mod bus;
-pub mod claim;
-pub mod comfort;
-pub(crate) mod contribution;
-pub mod control;
-pub mod daemon;
-pub(crate) mod disk;
-pub mod egress;
-pub mod failsafe;
-pub mod gc;
-pub mod history;
-pub mod host;
-pub(crate) mod image;
-pub(crate) mod inotify;
-pub(crate) mod input;
-pub mod inspect;
-pub mod logind;
-pub(crate) mod loopdev;
-pub mod manifest;
+pub mod network;
 pub(crate) mod outcome;
-pub mod owner;
-pub(crate) mod page;
-pub(crate) mod plan;
-pub mod policy;
-pub mod projection;
-pub mod questions;
-pub mod registry;
-pub(crate) mod scratch;
-pub(crate) mod sensors;
-pub mod sessions;
 pub mod settings;
-pub(crate) mod slot_ad;
 pub mod snapshot;
-pub mod snooze;
 pub(crate) mod splay;
-pub mod status;
-pub mod terminals;
-pub(crate) mod timeline;
 pub mod worker;
+
+pub mod act;
+pub mod decide;
+pub mod observe;
+pub mod record;
+
+pub mod daemon;
+pub mod inspect;
+pub mod owner;

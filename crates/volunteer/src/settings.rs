@@ -4,11 +4,12 @@
 //! the start back-off, the remote manifest, the learned history — so nothing past this file
 //! reads the files' structure (spans, units, defaults, tables). Plain data only.
 
-use crate::egress::{Filter, Ipv4Net};
+use crate::network::Filter;
 use crate::splay::Splay;
 use pilotd_core::backoff::Backoff;
 use pilotd_core::config::policy::DiskLimit;
 use pilotd_core::config::site::{OnShutdown, WorkerUser};
+use pilotd_core::config::units::Ipv4Net;
 use pilotd_core::config::{Config, Policy, SiteConfig};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -189,7 +190,7 @@ impl WorkerSettings {
             token_mount: w.token_mount.clone(),
             scratch_root: site.scratch(),
             tokens_root: site.state_dir.join("tokens"),
-            // Workers see it at `slot_ad::MOUNT`; named here, where the settings are made,
+            // Workers see it at `worker::ad::MOUNT`; named here, where the settings are made,
             // so that no lower module is needed to know it.
             ad_dir: site.state_dir.join("ad"),
             scratch_mount: w.scratch_mount.clone(),

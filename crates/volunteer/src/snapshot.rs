@@ -67,6 +67,11 @@ pub struct HostSnapshot {
     /// while it never lowered anything.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub throttle: Option<Throttle>,
+    /// Whether the machine's link is metered, as NetworkManager says (its `Metered`); absent
+    /// when NetworkManager could not be asked (not installed, not running, no bus): the link
+    /// is then not known to be metered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metered: Option<Metered>,
 }
 
 /// The machine's temperature and fan sensors as read once: what the owner's
@@ -123,6 +128,39 @@ pub struct Throttle {
     /// Since when the machine has been cool (below the limits by their margins).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cool_since: Option<DateTime<Utc>>,
+}
+
+/// NetworkManager's word on the primary connection's price (its `NMMetered`): set per
+/// connection by the owner, or guessed (a phone's hotspot announces itself metered). A value
+/// of a newer NetworkManager that pilotd does not know reads as `Unknown`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Metered {
+    Unknown,
+    Yes,
+    No,
+    GuessYes,
+    GuessNo,
+}
+
+impl Metered {
+    /// NetworkManager's number for it (`NM_METERED_*`: 0 unknown, 1 yes, 2 no, 3 guess-yes,
+    /// 4 guess-no).
+    pub fn from_nm(n: u32) -> Metered {
+        match n {
+            1 => Metered::Yes,
+            2 => Metered::No,
+            3 => Metered::GuessYes,
+            4 => Metered::GuessNo,
+            _ => Metered::Unknown,
+        }
+    }
+
+    /// Traffic costs the owner: said so, or guessed so (NetworkManager's own advice is to
+    /// treat a guessed yes as a yes, and everything else as not metered).
+    pub fn is_metered(self) -> bool {
+        matches!(self, Metered::Yes | Metered::GuessYes)
+    }
 }
 
 /// Who is logged in. `Unknown` is never read as "nobody": the policy fails safe.
@@ -273,6 +311,7 @@ impl HostSnapshot {
             lock_instants_unknown: false,
             sensors: None,
             throttle: None,
+            metered: None,
         }
     }
 
@@ -341,6 +380,11 @@ impl HostSnapshot {
 
     pub(crate) fn with_free_since(mut self, t: Option<DateTime<Utc>>) -> Self {
         self.host_free_since = t;
+        self
+    }
+
+    pub(crate) fn with_metered(mut self, m: Option<Metered>) -> Self {
+        self.metered = m;
         self
     }
 

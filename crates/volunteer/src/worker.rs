@@ -330,3 +330,92 @@ mod tests {
         assert_eq!(WorkerState::parse("weird"), WorkerState::Unknown);
     }
 }
+
+/// One worker's scratch, as last measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ScratchUse {
+    pub used_kib: u64,
+    /// Its disk image's filesystem has no room left (or no inode).
+    pub full: bool,
+}
+
+/// What a worker's image filesystem holds, and whether it is full: less than 1% of it (at
+/// least one block) or no inode left. A job writing to the last byte is ended; one that
+/// leaves itself a little room is not.
+impl ScratchUse {
+    /// For `status` and the page: "12MiB of 1GiB", "FULL: 1GiB of 1GiB" (`share_kib` from the
+    /// worker's label; the share alone when it is unknown).
+    pub(crate) fn describe(&self, share_kib: Option<u64>) -> String {
+        let used = pilotd_core::config::units::format_size(self.used_kib.saturating_mul(1024));
+        let of = share_kib
+            .map(|k| {
+                format!(
+                    " of {}",
+                    pilotd_core::config::units::format_size(k.saturating_mul(1024))
+                )
+            })
+            .unwrap_or_default();
+        if self.full {
+            format!("FULL: {used}{of}")
+        } else {
+            format!("{used}{of}")
+        }
+    }
+}
+
+/// A worker's scratch image: its file under the scratch root and its size. The plan names it
+/// in a new worker's spec; `scratch` makes and removes it.
+pub(crate) mod scratch_image {
+    use std::path::{Path, PathBuf};
+
+    /// The smallest image mke2fs makes a usable ext4 filesystem of.
+    pub(crate) const MIN_BYTES: u64 = 4 << 20;
+
+    /// The image of a worker named `name` under the scratch root.
+    pub(crate) fn path(scratch_root: &Path, name: &str) -> PathBuf {
+        scratch_root.join(format!("{name}.img"))
+    }
+
+    /// The image's size for a share: whole 4 KiB blocks, at least what mke2fs needs.
+    pub(crate) fn bytes(share_kib: u64) -> u64 {
+        (share_kib.saturating_mul(1024) / 4096 * 4096).max(MIN_BYTES)
+    }
+}
+
+/// Where the machine's slot ad (`slot_ad`, written into `<state_dir>/ad`) appears in each
+/// worker: the directory's read-only mount, and the file in it.
+pub(crate) mod ad {
+    pub(crate) const MOUNT: &str = "/pilotd";
+    pub(crate) const FILE: &str = "slot.ad";
+
+    /// The file as workers see it (the `{ad_file}` template value).
+    pub(crate) fn file_in_worker() -> String {
+        format!("{MOUNT}/{FILE}")
+    }
+}
+
+/// What pilotd knows about its worker image.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ImageRecord {
+    /// The configured reference (tag or digest form).
+    pub reference: String,
+    /// The digest the registry last named for it.
+    pub digest: Option<String>,
+    /// Last attempt to ask the registry, successful or not.
+    pub checked_at: Option<DateTime<Utc>>,
+    /// Last time the registry confirmed `digest`.
+    pub verified_at: Option<DateTime<Utc>>,
+    pub last_error: Option<String>,
+    /// Consecutive failed registry checks or pulls.
+    pub failures: u32,
+    /// No registry request (check or pull) before this instant, after failures.
+    pub retry_at: Option<DateTime<Utc>>,
+}
+
+/// An image pilotd pulled: only these (and images labelled by pilotd) are ever removed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PulledImage {
+    pub id: String,
+    pub pinned: String,
+    pub pulled_at: DateTime<Utc>,
+}

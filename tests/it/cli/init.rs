@@ -19,8 +19,7 @@ fn piped_answers_write_a_policy_check_accepts() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("policy.toml");
     // One answer per line; an empty line takes the default; "200%" is asked again.
-    let answers =
-        "mon-fri 18:00-08:00; sat,sun 00:00-24:00\nactive\n200%\n75%\n\n4h\npause\nEurope/Rome\n";
+    let answers = "mon-fri 18:00-08:00; sat,sun 00:00-24:00\nactive\n200%\n75%\n\n4h\npause\nEurope/Rome\npause\n";
     pilotd()
         .args(["init", "--output"])
         .arg(&out)
@@ -46,6 +45,7 @@ fn piped_answers_write_a_policy_check_accepts() {
         "the empty answer took the default"
     );
     assert!(text.contains("on_return = \"pause\""));
+    assert!(text.contains("on_metered = \"pause\""), "{text}");
     assert!(text.contains("timezone = \"Europe/Rome\""));
     assert!(
         text.lines().filter(|l| l.starts_with('#')).count() >= 10,
@@ -94,6 +94,8 @@ fn scripted_install_with_flags() {
             "6h",
             "--on-return",
             "fast",
+            "--on-metered",
+            "ignore",
             "--timezone",
             "America/Chicago",
         ])
@@ -107,6 +109,8 @@ fn scripted_install_with_flags() {
         text.contains("daily")
             && text.contains("sessions = \"ignore\"")
             && text.contains("cpus = \"2\"")
+            && text.contains("on_metered = \"ignore\""),
+        "{text}"
     );
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(

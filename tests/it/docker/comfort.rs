@@ -4,7 +4,7 @@
 //! its cgroup itself, not from the engine: it is what the kernel enforces.
 
 use super::volunteer::{Harness, image, policy};
-use pilotd_volunteer::backend::freezer::Freezer;
+use pilotd_volunteer::act::backend::freezer::Freezer;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 

@@ -1,5 +1,5 @@
 //! The hard disk limit per worker on the real engine and real loop devices: each worker's
-//! scratch is an ext4 image of exactly its share (`volunteer::scratch`). The attacks of the
+//! scratch is an ext4 image of exactly its share (`volunteer::act::scratch`). The attacks of the
 //! security probe (issue 21) are the test worker of tests/images/disk-writer: a fast writer
 //! that ignores SIGTERM, a deleted file kept open, an inode flood, an image `VOLUME`; and the
 //! cleanup after an end and after a crash.

@@ -365,7 +365,7 @@ fn workers_reach_neither_private_addresses_nor_the_host_but_what_the_site_allows
     // Names: the engine's embedded DNS sends a worker's queries on from the worker's own
     // network namespace, so a query the worker sends to a server itself takes the same way
     // through the filter. Each server the worker is refused answered the control above.
-    let chain = pilotd_volunteer::egress::names(&instance).2;
+    let chain = pilotd_volunteer::network::names(&instance).2;
     let opened = |addr: &str| -> Vec<String> {
         sh_ok("iptables -w 10 -S")
             .lines()

@@ -124,7 +124,7 @@ fn a_reload_firewalld_announces_is_repaired_at_once() {
 
     // firewalld itself flooding: what is left of the burst, then one check per pace at most,
     // not one per signal.
-    let pace = pilotd_volunteer::egress::firewalld::PACE;
+    let pace = pilotd_volunteer::act::egress::firewalld::PACE;
     std::thread::sleep(pace);
     let before = checks(&s);
     let t0 = std::time::Instant::now();
@@ -137,7 +137,7 @@ fn a_reload_firewalld_announces_is_repaired_at_once() {
     let set_off = checks(&s) - before;
     eprintln!("{sent} Reloaded in 6 s from firewalld: {set_off} checks");
     assert!(
-        (2..=pilotd_volunteer::bus::BURST as usize + 4).contains(&set_off),
+        (2..=pilotd_volunteer::observe::bus::BURST as usize + 4).contains(&set_off),
         "{set_off} checks for {sent} announcements in 6 s\n{}",
         s.h.log()
     );

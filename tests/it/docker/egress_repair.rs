@@ -15,7 +15,7 @@
 use super::docker;
 use super::volunteer::{Harness, image, policy};
 use crate::harness::{sh, sh_ok};
-use pilotd_volunteer::egress;
+use pilotd_volunteer::{act::egress, network};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -129,7 +129,7 @@ impl Setup {
         let worker = h.wait_for("a running worker", Duration::from_secs(60), || {
             h.running().first().map(|w| w.name.clone())
         });
-        let (network, _, base) = egress::names(h.instance());
+        let (network, _, base) = network::names(h.instance());
         let gateway = docker(&format!(
             "network inspect -f '{{{{(index .IPAM.Config 0).Gateway}}}}' {network}"
         ));
@@ -253,7 +253,7 @@ impl Setup {
 
     /// Whether pilotd's bridge is up (its flags in sysfs).
     pub(super) fn bridge_up(&self) -> bool {
-        let (_, interface, _) = egress::names(self.h.instance());
+        let (_, interface, _) = network::names(self.h.instance());
         let flags = std::fs::read_to_string(format!("/sys/class/net/{interface}/flags")).unwrap();
         u32::from_str_radix(flags.trim().trim_start_matches("0x"), 16).unwrap() & 1 == 1
     }
@@ -579,7 +579,7 @@ fn no_worker_starts_while_the_filter_cannot_be_installed() {
     h.wait_for("a running worker", Duration::from_secs(30), || {
         h.running().first().map(|_| ())
     });
-    let (_, interface, _) = egress::names(h.instance());
+    let (_, interface, _) = network::names(h.instance());
     let flags = std::fs::read_to_string(format!("/sys/class/net/{interface}/flags")).unwrap();
     assert_eq!(
         u32::from_str_radix(flags.trim().trim_start_matches("0x"), 16).unwrap() & 1,
@@ -604,7 +604,7 @@ fn no_worker_starts_while_the_filter_cannot_be_installed() {
 fn checking_a_whole_filter_changes_nothing_and_costs_one_listing() {
     use nix::sys::resource::{UsageWho, getrusage};
     let instance = format!("egresscost{}", std::process::id());
-    let f = egress::Filter::for_instance(&instance, vec![]);
+    let f = network::Filter::for_instance(&instance, vec![]);
     let _gone = Removed(f.clone());
     let mut printed = None;
     assert_eq!(
@@ -657,7 +657,7 @@ fn checking_a_whole_filter_changes_nothing_and_costs_one_listing() {
 }
 
 /// Removes a filter the test installed itself, whatever happens.
-struct Removed(egress::Filter);
+struct Removed(network::Filter);
 
 impl Drop for Removed {
     fn drop(&mut self) {

@@ -3,7 +3,7 @@
 //! errors. The recording fake (crates/volunteer/src/backend/fake.rs) answers with these same words.
 
 use super::docker;
-use pilotd_volunteer::backend::{BackendError, Workers, docker::DockerBackend};
+use pilotd_volunteer::act::backend::{BackendError, Workers, docker::DockerBackend};
 use pilotd_volunteer::settings::EngineSettings;
 use std::time::{Duration, Instant};
 

@@ -1,10 +1,10 @@
-//! Pausing through the cgroup freezer (`volunteer::backend::freezer`), on the real engine: the
+//! Pausing through the cgroup freezer (`volunteer::act::backend::freezer`), on the real engine: the
 //! Docker backend freezes a worker's cgroup itself, reports it paused though the engine says
 //! running, thaws it to resume, and before the engine stops it; a worker the engine paused (an
 //! older pilotd's) still resumes through the engine.
 
 use super::docker;
-use pilotd_volunteer::backend::{Workers, docker::DockerBackend};
+use pilotd_volunteer::act::backend::{Workers, docker::DockerBackend};
 use pilotd_volunteer::settings::EngineSettings;
 use pilotd_volunteer::worker::WorkerState;
 use std::time::{Duration, Instant};

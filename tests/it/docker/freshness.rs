@@ -2,8 +2,8 @@
 //! (tests/setup-docker.sh starts Debian's docker-registry with its access log on): an
 //! unchanged tag costs pilotd one HEAD of the manifest, and no blob (config or layer) at all.
 
-use pilotd_volunteer::backend::{Images, docker::DockerBackend};
-use pilotd_volunteer::registry::USER_AGENT;
+use pilotd_volunteer::act::backend::{Images, docker::DockerBackend};
+use pilotd_volunteer::observe::registry::USER_AGENT;
 use pilotd_volunteer::settings::EngineSettings;
 use std::path::PathBuf;
 use std::time::Duration;

@@ -15,6 +15,7 @@ mod freezer;
 mod freshness;
 mod hardening;
 mod input;
+mod metered;
 mod own_load;
 mod page;
 mod pilot;
@@ -29,7 +30,7 @@ fn docker(args: &str) -> String {
 
 /// A worker's state as the kernel has it: the engine's, except that a worker the engine
 /// believes running whose cgroup is frozen is "paused" (pilotd pauses through the freezer
-/// where it can reach it, and the engine is not told; `volunteer::backend::freezer`).
+/// where it can reach it, and the engine is not told; `volunteer::act::backend::freezer`).
 pub(crate) fn kernel_state(id: &str, engine_state: &str) -> String {
     if engine_state != "running" {
         return engine_state.to_string();
@@ -39,7 +40,7 @@ pub(crate) fn kernel_state(id: &str, engine_state: &str) -> String {
     ));
     let mut f = out.split_whitespace();
     let frozen = match (f.next(), f.next().and_then(|p| p.parse::<u32>().ok())) {
-        (Some(full), Some(pid)) => pilotd_volunteer::backend::freezer::Freezer::of(pid, full)
+        (Some(full), Some(pid)) => pilotd_volunteer::act::backend::freezer::Freezer::of(pid, full)
             .and_then(|fr| fr.is_frozen().ok())
             .unwrap_or(false),
         _ => false,
@@ -48,14 +49,14 @@ pub(crate) fn kernel_state(id: &str, engine_state: &str) -> String {
 }
 
 /// The worker's cgroup freezer, as pilotd finds it (full id and init pid from the engine).
-fn freezer(id: &str) -> Option<pilotd_volunteer::backend::freezer::Freezer> {
+fn freezer(id: &str) -> Option<pilotd_volunteer::act::backend::freezer::Freezer> {
     let (_, out) = crate::harness::sh(&format!(
         "docker inspect -f '{{{{.Id}}}} {{{{.State.Pid}}}}' {id}"
     ));
     let mut f = out.split_whitespace();
     let full = f.next()?;
     let pid = f.next()?.parse().ok()?;
-    pilotd_volunteer::backend::freezer::Freezer::of(pid, full)
+    pilotd_volunteer::act::backend::freezer::Freezer::of(pid, full)
 }
 
 /// The first instant a worker's cgroup was seen frozen, by a thread polling it every

@@ -193,7 +193,7 @@ impl Harness {
     }
 
     /// SIGHUP, then waits until the daemon says the new configuration is in effect.
-    fn reload(&self) {
+    pub(super) fn reload(&self) {
         let before = self.log().matches("configuration reloaded").count();
         let pid = self.child.as_ref().expect("running").id();
         let _ = sh(&format!("kill -HUP {pid}"));

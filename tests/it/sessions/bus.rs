@@ -11,8 +11,8 @@
 //! `(so)`, `PropertiesChanged` carrying values.
 
 use super::login1::{FakeLogind, Kind, forge};
-use pilotd_volunteer::egress::firewalld::{self, Announced};
-use pilotd_volunteer::logind::{self, Signal};
+use pilotd_volunteer::act::egress::firewalld::{self, Announced};
+use pilotd_volunteer::observe::logind::{self, Signal};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -273,7 +273,7 @@ async fn a_forged_reloaded_changes_nothing_and_firewallds_own_is_believed() {
 /// pace apart, so a flood of any length sets off at most `BURST` actions and then one per
 /// pace. Some tolerance for the timer's wake-up.
 fn paced<T: std::fmt::Debug>(heard: &[(Instant, T)], pace: Duration) {
-    let burst = pilotd_volunteer::bus::BURST as usize;
+    let burst = pilotd_volunteer::observe::bus::BURST as usize;
     assert!(
         heard.len() > burst,
         "the flood outlasted its burst: {heard:?}"

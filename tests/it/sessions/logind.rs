@@ -5,7 +5,7 @@
 
 use super::login1::{FakeLogind, Hints, Kind, micros_ago};
 use crate::harness;
-use pilotd_volunteer::logind::Signal;
+use pilotd_volunteer::observe::logind::Signal;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -207,7 +207,7 @@ async fn plan_dates_a_lock_as_the_daemon_did_or_says_it_cannot_know() {
     // The running daemon first saw the lock 5 minutes ago (and wrote its status just now).
     let now = chrono::Utc::now();
     let record = |updated: chrono::DateTime<chrono::Utc>| {
-        let status = pilotd_volunteer::status::Status {
+        let status = pilotd_volunteer::record::status::Status {
             updated_at: Some(updated),
             locks: [("2".to_string(), now - chrono::Duration::minutes(5))].into(),
             ..Default::default()
@@ -248,7 +248,8 @@ async fn the_watch_tells_sessions_from_sleep() {
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Signal>(8);
     let watched = logind.address.clone();
     let watcher = tokio::spawn(async move {
-        pilotd_volunteer::logind::watch_on(Some(&watched), move |s| tx.try_send(s).is_ok()).await
+        pilotd_volunteer::observe::logind::watch_on(Some(&watched), move |s| tx.try_send(s).is_ok())
+            .await
     });
     // The watch's match rule is in place once a signal sent now arrives; send until one does.
     let first = async {
@@ -265,7 +266,7 @@ async fn the_watch_tells_sessions_from_sleep() {
     assert_eq!(s, Signal::Sessions);
     // What the watch sets off is paced (at most one of a kind per `PACE`, the first at once):
     // each announcement below comes a pace after the last of its kind.
-    let pace = pilotd_volunteer::logind::PACE + Duration::from_millis(100);
+    let pace = pilotd_volunteer::observe::logind::PACE + Duration::from_millis(100);
     tokio::time::sleep(pace).await;
     while rx.try_recv().is_ok() {}
 

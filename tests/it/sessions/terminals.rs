@@ -3,7 +3,7 @@
 //! and /dev. Its last use is what the kernel says: the pty's atime, set when the process reads
 //! what was typed.
 
-use pilotd_volunteer::terminals::{Wanted, last_use};
+use pilotd_volunteer::observe::terminals::{Wanted, last_use};
 use std::fs::File;
 use std::io::Write;
 use std::os::fd::{FromRawFd, OwnedFd};

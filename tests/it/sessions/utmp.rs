@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime};
 
 use chrono::{DateTime, TimeZone, Utc};
 use pilotd_test_support::utmp::{self, RECORD_SIZE, Record};
-use pilotd_volunteer::sessions::read_sessions;
+use pilotd_volunteer::observe::sessions::read_sessions;
 use pilotd_volunteer::snapshot::{Session, Sessions};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/utmp");
@@ -329,7 +329,7 @@ fn endless_file_is_unknown() {
     let dir = tempfile::tempdir().unwrap();
     let huge = dir.path().join("utmp");
     let f = std::fs::File::create(&huge).unwrap();
-    f.set_len((pilotd_volunteer::sessions::MAX_RECORDS * RECORD_SIZE + 1) as u64)
+    f.set_len((pilotd_volunteer::observe::sessions::MAX_RECORDS * RECORD_SIZE + 1) as u64)
         .unwrap();
     let why = unknown(read_sessions(&huge, dir.path(), now()));
     assert!(why.contains("more than"), "{why}");

@@ -8,7 +8,7 @@ pub mod template;
 pub mod units;
 
 pub use diag::{Diagnostic, Diagnostics};
-pub use policy::{Evict, Policy, PolicySpans};
+pub use policy::{Evict, MeteredRule, Policy, PolicySpans};
 pub use site::{Mode, SiteConfig};
 
 use crate::zone::Zone;

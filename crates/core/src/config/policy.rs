@@ -66,6 +66,7 @@ struct RawOwner {
     exclusive_processes: Option<Vec<String>>,
     on_battery: Option<Spanned<String>>,
     on_return: Option<Spanned<String>>,
+    on_metered: Option<Spanned<String>>,
     grace: Option<Spanned<StrOrInt>>,
     users: Option<Vec<String>>,
 }
@@ -167,6 +168,32 @@ pub enum BatteryRule {
     Ignore,
 }
 
+/// What a metered link (a phone's hotspot, a connection the owner marked metered in
+/// NetworkManager) holds back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MeteredRule {
+    /// No image pull, no manifest fetch, no new worker; running workers may finish their
+    /// jobs. The default: the gigabytes are the image and the new workers' first jobs, and a
+    /// running job stopped would be lost work.
+    NoDownloads,
+    /// As `NoDownloads`, and running workers are paused (frozen, they move no data) until the
+    /// link is no longer metered.
+    Pause,
+    /// The link's price does not matter to this owner.
+    Ignore,
+}
+
+impl MeteredRule {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MeteredRule::NoDownloads => "no-downloads",
+            MeteredRule::Pause => "pause",
+            MeteredRule::Ignore => "ignore",
+        }
+    }
+}
+
 /// One weekly window, in the policy's local time. `to <= from` wraps past midnight.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Window {
@@ -196,6 +223,8 @@ pub struct Policy {
     pub exclusive_processes: Vec<String>,
     pub on_battery: BatteryRule,
     pub on_return: Evict,
+    /// What a metered link holds back (NetworkManager's `Metered`).
+    pub on_metered: MeteredRule,
     pub grace: Duration,
     /// Users who may snooze and resume this machine without root (`pilotd snooze`), beside
     /// root and the members of the `pilotd` group.
@@ -290,6 +319,7 @@ impl Policy {
             exclusive_processes: vec![],
             on_battery: BatteryRule::Stop,
             on_return: Evict::Graceful,
+            on_metered: MeteredRule::NoDownloads,
             grace: Duration::from_secs(600),
             users: vec![],
             share: ShareSpec {
@@ -413,8 +443,8 @@ fn validate_presence(o: &mut RawOwner, p: &mut Policy, d: &mut Diagnostics) {
     }
 }
 
-/// `[owner]`, what pilotd does then: on battery, on the owner's return, the grace, and who may
-/// snooze.
+/// `[owner]`, what pilotd does then: on battery, on the owner's return, on a metered link, the
+/// grace, and who may snooze.
 fn validate_return(o: RawOwner, p: &mut Policy, d: &mut Diagnostics) {
     if let Some(b) = &o.on_battery {
         match b.get_ref().as_str() {
@@ -436,6 +466,18 @@ fn validate_return(o: RawOwner, p: &mut Policy, d: &mut Diagnostics) {
                 r.span(),
                 format!("unknown on_return rule `{other}`"),
                 "use \"pause\", \"graceful\" or \"fast\"",
+            ),
+        }
+    }
+    if let Some(m) = &o.on_metered {
+        match m.get_ref().as_str() {
+            "no-downloads" => p.on_metered = MeteredRule::NoDownloads,
+            "pause" => p.on_metered = MeteredRule::Pause,
+            "ignore" => p.on_metered = MeteredRule::Ignore,
+            other => d.error(
+                m.span(),
+                format!("unknown on_metered rule `{other}`"),
+                "use \"no-downloads\" (no image pulls, manifest fetches or new workers; running ones finish their jobs), \"pause\" (also pause running workers) or \"ignore\"",
             ),
         }
     }
@@ -764,6 +806,7 @@ free_for = "15m"
 exclusive_processes = ["matlab"]
 on_battery = "ignore"
 on_return = "pause"
+on_metered = "pause"
 grace = "5m"
 [share]
 cpus = "50%"
@@ -792,13 +835,17 @@ longest_job = "4h"
         assert!((p.max_owner_cpu - 0.30).abs() < 1e-9);
         assert_eq!(p.on_battery, BatteryRule::Ignore);
         assert_eq!(p.on_return, Evict::Pause);
+        assert_eq!(p.on_metered, MeteredRule::Pause);
         assert_eq!(p.grace, Duration::from_secs(300));
         assert_eq!(p.share.memory, Share::Amount(8 << 30));
         assert_eq!(p.share.workers, 2);
         assert_eq!(p.share.disk_limit, DiskLimit::Measured);
         assert_eq!(p.longest_job, Duration::from_secs(4 * 3600));
-        // Unset, the kernel enforces the disk share.
+        // Unset, the kernel enforces the disk share, and a metered link holds downloads.
         assert_eq!(parse("").unwrap().share.disk_limit, DiskLimit::Enforced);
+        assert_eq!(parse("").unwrap().on_metered, MeteredRule::NoDownloads);
+        let ignore = parse("[owner]\non_metered = \"ignore\"\n").unwrap();
+        assert_eq!(ignore.on_metered, MeteredRule::Ignore);
     }
 
     #[test]
@@ -957,6 +1004,17 @@ cpus = 2
             e[0].starts_with("policy.toml:2:19: max_temperature 30C is outside 40C to 105C"),
             "{e:?}"
         );
+    }
+
+    #[test]
+    fn an_unknown_on_metered_rule_is_refused_at_its_value() {
+        let e = parse("[owner]\non_return = \"pause\"\non_metered = \"cheap\"\n").unwrap_err();
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(
+            e[0].starts_with("policy.toml:3:14: unknown on_metered rule `cheap`"),
+            "{e:?}"
+        );
+        assert!(e[0].contains("\"no-downloads\""), "{e:?}");
     }
 
     #[test]

@@ -83,7 +83,7 @@ pub struct Metrics {
     pub idle_jobs: Family<ShapeLabel, Gauge>,
     pub pods: Family<ShapeStateLabel, Gauge>,
     pub allowed: Gauge,
-    /// What the machine gave (volunteer mode, `volunteer::contribution`), counted since this
+    /// What the machine gave (volunteer mode, `volunteer::record::contribution`), counted since this
     /// pilotd started: a fleet sums their increase.
     pub cpu_seconds_given: Counter<f64, AtomicU64>,
     pub computing_seconds: Counter,

@@ -9,4 +9,5 @@ pub mod loopback;
 pub mod metrics;
 pub mod notify;
 pub mod process;
+pub mod resident;
 pub mod state_file;

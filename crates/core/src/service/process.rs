@@ -65,6 +65,9 @@ pub fn hooks(service: &Service) -> Hooks {
     Hooks {
         ready: Some(Box::new(move |summary: &str| {
             tracing::info!("ready: {summary}");
+            // What start-up alone ran need not stay resident for the daemon's years of idling.
+            let shed = super::resident::shed_startup_pages();
+            tracing::debug!("let go of {} KiB of start-up's file pages", shed / 1024);
             if let Some(d) = detached
                 && let Ok(mut d) = d.lock()
             {

@@ -1,6 +1,6 @@
 //! pilotd's own workers' share of the machine's CPU, measured cycle to cycle.
 
-use crate::backend::Backend;
+use crate::act::backend::Backend;
 use crate::worker::{CpuSample, Worker, WorkerState};
 use chrono::{DateTime, SubsecRound, Utc};
 use std::collections::HashMap;

@@ -10,21 +10,30 @@ use super::executor::{self, Executed};
 use super::record::{CycleOutcome, REPORT_LINES, Report};
 use super::tasks;
 use super::triggers::Interrupt;
-use crate::backend::Backend;
-use crate::contribution::{Claim, Measured};
-use crate::gc;
-use crate::history::Outlook;
-use crate::host::Carry;
-use crate::image;
-use crate::logind;
+use crate::act::backend::Backend;
+use crate::act::gc;
+use crate::act::image;
+use crate::decide::plan::{self, Action, Observed, Plan};
+use crate::decide::policy::{LinkHold, Supply, decide};
+use crate::observe::host::Carry;
+use crate::observe::{logind, metered};
 use crate::outcome::Outcome;
-use crate::plan::{self, Action, Observed, Plan};
-use crate::policy::{Supply, decide};
+use crate::record::contribution::{Claim, Measured};
+use crate::record::history::Outlook;
+use crate::record::snooze;
 use crate::snapshot::{HostSnapshot, Sessions};
-use crate::snooze;
 use crate::worker::{ImageState, Worker, WorkerState, split_reference};
 use chrono::{DateTime, Utc};
 use pilot_contract::JobReport;
+
+/// What an urgent cycle did before the engine's list arrived: the actions sent, and the host
+/// and decision they came from, which are the cycle's own.
+#[derive(Default)]
+struct Early {
+    actions: Vec<String>,
+    host: Option<HostSnapshot>,
+    decided: Option<(Supply, Outlook)>,
+}
 
 /// How many lines of a failed worker's output are kept (log and status file).
 const OUTPUT_LINES: usize = 20;
@@ -70,14 +79,13 @@ impl<B: Backend> Daemon<B> {
         urgent: bool,
         int: &mut Interrupt<'_>,
     ) -> Option<String> {
-        self.fetch_manifest_if_due(now);
         let mut outcome = CycleOutcome {
             now,
             ..Default::default()
         };
         // Observe. Nothing is done yet, so an urgent trigger drops it all (the engine's CPU
         // statistics of busy workers can take most of a second on a loaded host).
-        let (backend, host) = if urgent {
+        let (backend, host, decided) = if urgent {
             self.observe(true, &mut outcome).await
         } else {
             tokio::select! {
@@ -90,7 +98,11 @@ impl<B: Backend> Daemon<B> {
             self.finish(outcome);
             return Some("host probe failed".into());
         };
-        let (supply, outlook) = self.decide(now, &host);
+        let (supply, outlook) = decided.unwrap_or_else(|| self.decide(now, &host));
+        // Beside the loop, never on a metered link the owner's policy holds.
+        if supply.link == LinkHold::Nothing {
+            self.fetch_manifest_if_due(now);
+        }
         outcome.supply = Some(&supply);
         outcome.given = self.cpu.take_given();
         self.records.decided(&self.s, &host, &outcome);
@@ -115,16 +127,17 @@ impl<B: Backend> Daemon<B> {
     }
 
     /// Observe the engine, the workers and their CPU, logind and the host (None: the probe
-    /// failed, and there is no earlier observation); `o` takes what an urgent cycle evicted.
+    /// failed, and there is no earlier observation); `o` takes what an urgent cycle evicted,
+    /// and the decision it evicted on is the cycle's (`Early::decided`).
     async fn observe(
         &mut self,
         urgent: bool,
         o: &mut CycleOutcome<'_>,
-    ) -> (Option<B>, Option<HostSnapshot>) {
+    ) -> (Option<B>, Option<HostSnapshot>, Option<(Supply, Outlook)>) {
         let (now, errors) = (o.now, &mut o.errors);
         let backend = self.connected(errors).await;
         // The engine's list and logind's sessions, asked together.
-        let (listed, logind, (early, early_host)) = {
+        let (listed, logind, early) = {
             let list = async {
                 match &backend {
                     Some(b) => Some(b.list_workers().await),
@@ -133,13 +146,16 @@ impl<B: Backend> Daemon<B> {
             };
             tokio::pin!(list);
             let mut listed = None;
+            // NetworkManager is asked beside logind (a change of the link is as urgent as a
+            // login, and takes no longer); its answer is kept by `self.link`.
             let logind = {
-                let sessions = self.logind.observe(now);
+                let sessions =
+                    futures_util::future::join(self.logind.observe(now), self.link.observe(now));
                 tokio::pin!(sessions);
                 loop {
                     tokio::select! {
                         l = &mut list, if listed.is_none() => listed = Some(l),
-                        seen = &mut sessions => break seen,
+                        (seen, _) = &mut sessions => break seen,
                     }
                 }
             };
@@ -147,7 +163,7 @@ impl<B: Backend> Daemon<B> {
             // the last list: on a busy machine the list is most of the owner's wait.
             let early = match (&backend, &listed) {
                 (Some(b), None) if urgent => self.evict_early(b, now, &logind, errors).await,
-                _ => (Vec::new(), None),
+                _ => Early::default(),
             };
             let listed = match listed {
                 Some(l) => l,
@@ -189,27 +205,18 @@ impl<B: Backend> Daemon<B> {
         if !self.sleeping && matches!(logind, logind::Seen::Sessions(_)) {
             self.logind.hold_sleep_lock().await;
         }
-        let observed = match early_host {
-            Some(host) => Some(host),
-            None => self.observe_host(now, own_cpu, fresh_cpu, logind, errors),
-        };
-        (o.actions, o.own_cpu) = (early, own_cpu);
+        (o.actions, o.own_cpu) = (early.actions, own_cpu);
         o.workers = workers;
-        let Some(mut host) = observed else {
-            return (backend, None);
-        };
-        // Unless this window was judged, the machine's figure is the last judged one, like the
-        // workers'. Not the probe's: it holds the last refresh, which after an unjudged window
-        // includes a worker the carried own share does not (a cycle right after one read a
-        // just-started worker as 52% of owner load in CI). Where the engine could not list
-        // the workers, the host's own reading stands: all of it may be the owner's.
-        if !judged_cpu
-            && o.workers.is_some()
-            && let Some(last) = &self.last_snapshot
-        {
-            host.cpu_busy = last.cpu_busy;
+        if let Some(host) = early.host {
+            // Observed and decided on once, before the list: the cycle goes on with that.
+            return (backend, Some(host), early.decided);
         }
-        if judged_cpu {
+        let Some(mut host) = self.observe_host(now, own_cpu, fresh_cpu, logind, errors) else {
+            return (backend, None, None);
+        };
+        if !judged_cpu {
+            self.carry_cpu(&mut host, o.workers.is_some());
+        } else {
             tracing::debug!(
                 "CPU over the last window: machine {:.0}%, pilotd's workers {:.0}%, owner {:.0}%",
                 host.cpu_busy * 100.0,
@@ -217,34 +224,46 @@ impl<B: Backend> Daemon<B> {
                 host.owner_cpu() * 100.0
             );
         }
-        (backend, Some(host))
+        (backend, Some(host), None)
+    }
+
+    /// Unless this window was judged, the machine's figure is the last judged one, like the
+    /// workers'. Not the probe's: it holds the last refresh, which after an unjudged window
+    /// includes a worker the carried own share does not (a cycle right after one read a
+    /// just-started worker as 52% of owner load in CI). Where the engine could not list the
+    /// workers (`listed` false), the host's own reading stands: all of it may be the owner's.
+    fn carry_cpu(&self, host: &mut HostSnapshot, listed: bool) {
+        if listed && let Some(last) = &self.last_snapshot {
+            host.cpu_busy = last.cpu_busy;
+        }
     }
 
     /// An urgent cycle's evictions decided before the engine's list arrives: the host observed
-    /// now with logind's fresh answer, the workers as the last cycle listed them. Only the
-    /// plan's leading pauses and kills are sent; the cycle then goes on with the engine's list,
-    /// which shows them paused (or ending), so nothing is done twice. A worker started or gone
-    /// since the last list is the full cycle's to handle, a moment later. Returns the action
-    /// lines and the host observation, which the cycle then decides on too.
+    /// now with logind's fresh answer, decided on once (the cycle's one decision), and planned
+    /// against the workers as the last cycle listed them. Only the plan's leading pauses and
+    /// kills are sent; the cycle then plans the same decision against the engine's list, which
+    /// shows them paused (or ending), so nothing is done twice. A worker started or gone since
+    /// the last list is the full cycle's to handle, a moment later.
     async fn evict_early(
         &mut self,
         b: &B,
         now: DateTime<Utc>,
         logind: &logind::Seen,
         errors: &mut Vec<String>,
-    ) -> (Vec<String>, Option<HostSnapshot>) {
+    ) -> Early {
         let Some(last) = self.records.status().workers.clone() else {
-            return (Vec::new(), None);
+            return Early::default();
         };
         if !last.iter().any(|w| w.state == WorkerState::Running) {
-            return (Vec::new(), None);
+            return Early::default();
         }
         let own = self.records.status().own_cpu;
-        let Some(snapshot) = self.observe_host(now, own, false, logind.clone(), errors) else {
-            return (Vec::new(), None);
+        let Some(mut host) = self.observe_host(now, own, false, logind.clone(), errors) else {
+            return Early::default();
         };
-        let outlook = Outlook::at(&self.s, self.records.history(), now);
-        let supply = decide(&self.s.policy, &snapshot, outlook.limits, now);
+        // The list is on its way: the CPU carried as the full cycle would carry it.
+        self.carry_cpu(&mut host, true);
+        let (supply, outlook) = self.decide(now, &host);
         let no_image = ImageState::Unavailable {
             reason: "not asked in an urgent cycle's evictions".into(),
         };
@@ -267,18 +286,24 @@ impl<B: Backend> Daemon<B> {
             .iter()
             .take_while(|a| matches!(a, Action::Pause { .. } | Action::Kill { .. }))
             .count();
-        if quick == 0 {
-            return (Vec::new(), Some(snapshot));
+        let actions = if quick == 0 {
+            Vec::new()
+        } else {
+            let executed = executor::execute(
+                b,
+                &plan.actions[..quick],
+                &self.worker,
+                &mut self.work,
+                &mut Interrupt::none(),
+            )
+            .await;
+            self.record_executed(executed, now)
+        };
+        Early {
+            actions,
+            host: Some(host),
+            decided: Some((supply, outlook)),
         }
-        let executed = executor::execute(
-            b,
-            &plan.actions[..quick],
-            &self.worker,
-            &mut self.work,
-            &mut Interrupt::none(),
-        )
-        .await;
-        (self.record_executed(executed, now), Some(snapshot))
     }
 
     /// Decide: the policy's supply for this observation, with what the learned history
@@ -300,7 +325,9 @@ impl<B: Backend> Daemon<B> {
         urgent: bool,
         now: DateTime<Utc>,
     ) -> Plan {
-        if !self.work.in_flight.checking
+        // The registry's check is traffic too: none on a metered link the policy holds.
+        if supply.link == LinkHold::Nothing
+            && !self.work.in_flight.checking
             && image::check_needed(self.records.image(), &self.worker.image, now, &self.s.image)
         {
             self.work.in_flight.checking = true;
@@ -526,6 +553,7 @@ impl<B: Backend> Daemon<B> {
         };
         s.sleeping = self.sleeping;
         s.input_idle_s = self.input.idle_s(now);
+        metered::lay_on(&mut s, self.link.seen());
         snooze::lay_on(&mut s, &self.s.state_dir);
         Some(s)
     }

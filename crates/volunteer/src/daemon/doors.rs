@@ -2,9 +2,9 @@
 //! status page. Their servers are the daemon's own and end with the drain.
 
 use super::triggers::{Trigger, Wakeups};
-use crate::control;
-use crate::owner;
-use crate::page::{self, Doors};
+use crate::owner::control;
+use crate::owner::page::{self, Doors};
+use crate::owner::request;
 use crate::settings::Settings;
 use pilotd_core::service::listener::Stop;
 use std::sync::Arc;
@@ -16,13 +16,13 @@ use tokio::task::JoinSet;
 pub(super) struct OwnerDoors {
     /// What the servers carry the owner's requests out with (kept current across reloads);
     /// None before they are served.
-    context: Option<watch::Sender<owner::Context>>,
+    context: Option<watch::Sender<request::Context>>,
     /// The status page's invitations and sessions (shared with the control socket, which
     /// hands out the invitations).
     doors: Doors,
     /// The status page as served since start: its port, and whether pilotd holds it (None:
     /// `[page] port` unset, or not listening yet).
-    page: Option<owner::PageDoor>,
+    page: Option<request::PageDoor>,
     servers: JoinSet<()>,
     stop: Stop,
 }
@@ -40,7 +40,7 @@ impl OwnerDoors {
             let served = match page::bind(port).await {
                 Ok(listener) => {
                     listening = Some((port, listener));
-                    Ok(Arc::new(self.doors.clone()) as Arc<dyn owner::Invitations>)
+                    Ok(Arc::new(self.doors.clone()) as Arc<dyn request::Invitations>)
                 }
                 Err(e) => {
                     tracing::error!(
@@ -49,7 +49,7 @@ impl OwnerDoors {
                     Err(e.cause())
                 }
             };
-            self.page = Some(owner::PageDoor { port, served });
+            self.page = Some(request::PageDoor { port, served });
         }
         let (tx, rx) = watch::channel(context(s, &self.page));
         let (wake_tx, mut wake_rx) = mpsc::channel::<()>(4);
@@ -121,8 +121,8 @@ impl OwnerDoors {
 /// What carrying out the owner's requests (on the socket or the page) needs of the settings,
 /// and the page as pilotd serves it (`page`: the port it tried at start, and whether it holds
 /// it; the page does not move on a reload).
-fn context(s: &Settings, page: &Option<owner::PageDoor>) -> owner::Context {
-    owner::Context {
+fn context(s: &Settings, page: &Option<request::PageDoor>) -> request::Context {
+    request::Context {
         state_dir: s.state_dir.clone(),
         policy: s.policy.clone(),
         page: page.clone(),

@@ -3,7 +3,7 @@
 
 use super::Connector;
 use super::triggers::{self, Wakeups};
-use crate::backend::{Backend, BackendError};
+use crate::act::backend::{Backend, BackendError};
 use crate::settings::EngineSettings;
 use crate::worker::ImageState;
 use std::future::Future;

@@ -8,10 +8,11 @@
 use super::Work;
 use super::tasks;
 use super::triggers::Interrupt;
-use crate::backend::{Backend, BackendError};
-use crate::egress::{EgressError, Filter, Guard};
-use crate::plan::Action;
-use crate::scratch::{self, RemovalError, ScratchError};
+use crate::act::backend::{Backend, BackendError};
+use crate::act::egress::{EgressError, Guard};
+use crate::act::scratch::{self, RemovalError, ScratchError};
+use crate::decide::plan::Action;
+use crate::network::Filter;
 use crate::settings::WorkerSettings;
 use crate::worker::{WorkerSpec, labels};
 use std::time::Duration;

@@ -11,16 +11,17 @@ mod tasks;
 mod tests;
 pub(crate) mod triggers;
 
-use crate::backend::{Backend, BackendError};
-use crate::egress;
-use crate::host::{HostProbe, ProbeError};
-use crate::input::LastInput;
-use crate::logind::Logind;
-use crate::manifest::{self, Manifest};
-use crate::plan::{InFlight, Reason};
+use crate::act::backend::{Backend, BackendError};
+use crate::act::egress;
+use crate::decide::plan::{InFlight, Reason};
+use crate::observe::host::{HostProbe, ProbeError};
+use crate::observe::input::LastInput;
+use crate::observe::logind::Logind;
+use crate::observe::metered::Link;
+use crate::record::manifest::{self, Manifest};
+use crate::record::status::Status;
 use crate::settings::{EngineSettings, Settings, WorkerSettings};
 use crate::snapshot::HostSnapshot;
-use crate::status::Status;
 use crate::worker::WorkerState;
 use chrono::{DateTime, Utc};
 use cpu::CpuMeter;
@@ -51,7 +52,7 @@ pub enum DaemonError {
 /// through a scripted month of presence and load.
 #[cfg(test)]
 pub(super) type SyntheticHost =
-    Box<dyn FnMut(DateTime<Utc>, crate::host::Carry) -> HostSnapshot + Send>;
+    Box<dyn FnMut(DateTime<Utc>, crate::observe::host::Carry) -> HostSnapshot + Send>;
 
 /// Makes the engine client from its settings (no request is made yet).
 pub(crate) type Connector<B> = Box<dyn Fn(&EngineSettings) -> Result<B, BackendError> + Send>;
@@ -65,12 +66,17 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
     reloads: mpsc::Receiver<Reload>,
 ) -> Result<(), DaemonError> {
-    let mut d = Daemon::new(s, Box::new(crate::backend::connect), metrics, Utc::now())?;
+    let mut d = Daemon::new(
+        s,
+        Box::new(crate::act::backend::connect),
+        metrics,
+        Utc::now(),
+    )?;
     tracing::info!(
         instance = %d.worker.instance,
         image = %d.worker.image,
         socket = %d.s.engine.socket,
-        state = %crate::status::path(&d.s.state_dir).display(),
+        state = %crate::record::status::path(&d.s.state_dir).display(),
         "pilotd starting in volunteer mode"
     );
     d.serve(hooks, shutdown, reloads).await;
@@ -83,7 +89,7 @@ struct Work {
     in_flight: InFlight,
     tasks: JoinSet<TaskDone>,
     /// KiB in each worker's scratch dir at the last measurement, and when it was started.
-    scratch_use: BTreeMap<String, crate::disk::ScratchUse>,
+    scratch_use: BTreeMap<String, crate::worker::ScratchUse>,
     measured_at: Option<DateTime<Utc>>,
     measuring: bool,
     /// When scratch dirs and images were last collected.
@@ -132,6 +138,8 @@ pub struct Daemon<B> {
     logind: Logind,
     /// logind announced a sleep and no wake-up yet: workers make room, nothing starts.
     sleeping: bool,
+    /// NetworkManager: whether the link is metered.
+    link: Link,
     /// When the machine's keyboards, mice and touchpads last had input (`input::watch`).
     input: Arc<LastInput>,
     /// Tests only: the host observation, instead of the probe's (`tests::agreement`).
@@ -202,6 +210,7 @@ impl<B: Backend> Daemon<B> {
             last_snapshot: None,
             logind: Logind::default().looking_in(&s.probe.proc, &s.probe.dev),
             sleeping: false,
+            link: Link::default(),
             input: {
                 let input = LastInput::new(now);
                 input.set_wake_gap(s.policy.session_idle);
@@ -219,7 +228,7 @@ impl<B: Backend> Daemon<B> {
     }
 
     /// Serves until `shutdown` completes: the watchers beside the loop (utmp, logind, input
-    /// devices, firewalld), the owner's doors, then the service skeleton's loop. Every task
+    /// devices, firewalld, NetworkManager), the owner's doors, then the service skeleton's loop. Every task
     /// started here is the daemon's and ends with the drain, so a loop driven in-process
     /// leaves nothing running behind it.
     pub(crate) async fn serve(
@@ -229,7 +238,8 @@ impl<B: Backend> Daemon<B> {
         reloads: mpsc::Receiver<Reload>,
     ) {
         let (input, guard) = (self.input.clone(), self.work.egress.clone());
-        self.wakeups.watch_the_machine(&self.s, input, guard);
+        self.wakeups
+            .watch_the_machine(&self.s, input, guard, self.link.heard());
         self.doors.open(&self.s, &mut self.wakeups).await;
         lifecycle::serve(self, hooks, shutdown, reloads).await;
     }

@@ -5,17 +5,18 @@
 //! (which feeds the back-off) and the jobs its pilot reported come in as they are read.
 
 use super::executor::Executed;
-use crate::contribution::{self, Claim, Contribution, Ended};
-use crate::disk::ScratchUse;
-use crate::history::{self, History, Learner};
+use crate::decide::plan::{Action, Reason};
+use crate::decide::policy::Supply;
 use crate::outcome::Outcome;
-use crate::plan::{Action, Reason};
-use crate::policy::Supply;
+use crate::record::contribution::{self, Claim, Contribution, Ended};
+use crate::record::history::{self, History, Learner};
+use crate::record::slot_ad;
+use crate::record::status::{self, Decision, OutcomeRecord, Status};
+use crate::record::timeline::{self, Recorder};
 use crate::settings::Settings;
-use crate::slot_ad;
 use crate::snapshot::HostSnapshot;
-use crate::status::{self, Decision, ImageRecord, OutcomeRecord, PulledImage, Status};
-use crate::timeline::{self, Recorder};
+use crate::worker::ScratchUse;
+use crate::worker::{ImageRecord, PulledImage};
 use crate::worker::{LocalImage, Worker, WorkerState};
 use chrono::{DateTime, SecondsFormat, Utc};
 use pilot_contract::{JobReport, ReportError};

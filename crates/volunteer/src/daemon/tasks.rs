@@ -3,13 +3,13 @@
 //! wakes for each completion, so a finished stop or pull is acted on at once.
 
 use super::Daemon;
-use crate::backend::{Backend, BackendError};
-use crate::disk;
-use crate::image;
-use crate::manifest::{self, Manifest};
+use crate::act::backend::{Backend, BackendError};
+use crate::act::disk;
+use crate::act::image;
+use crate::record::manifest::{self, Manifest};
 use crate::settings::RemoteSettings;
-use crate::status::PulledImage;
 use crate::worker::LocalImage;
+use crate::worker::PulledImage;
 use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -30,7 +30,7 @@ pub(crate) enum TaskDone {
     },
     Manifest(Result<Manifest, manifest::ManifestError>),
     /// How full the running workers' scratch dirs are, in KiB by worker id.
-    Measured(BTreeMap<String, disk::ScratchUse>),
+    Measured(BTreeMap<String, crate::worker::ScratchUse>),
     /// The registry's answer: which digest the worker image's tag names now.
     Checked {
         reference: String,

@@ -3,11 +3,11 @@
 //! story a donated machine lives through.
 
 use super::tasks::TaskDone;
-use crate::backend::fake::FakeBackend;
-use crate::manifest;
+use crate::act::backend::fake::FakeBackend;
 use crate::outcome::{Outcome, StartBackoff};
+use crate::record::manifest;
+use crate::record::status::{self, Status};
 use crate::settings::Settings;
-use crate::status::{self, Status};
 use crate::worker::WorkerState;
 use crate::worker::{LocalImage, Worker, labels};
 use chrono::{DateTime, Utc};
@@ -416,9 +416,9 @@ async fn the_slot_ad_is_written_before_a_start_and_again_only_when_it_changes() 
         inode,
         "an unchanged ad is not rewritten"
     );
-    crate::snooze::save(
+    crate::record::snooze::save(
         &d.s.state_dir,
-        &crate::snooze::Snooze {
+        &crate::record::snooze::Snooze {
             until: now + chrono::Duration::hours(1),
             by: "alice".into(),
             at: now,
@@ -752,7 +752,7 @@ async fn the_cpu_given_is_each_counter_delta_once() {
 /// on disk from the first cycle and again on the history's cadence.
 #[tokio::test]
 async fn the_daemon_counts_what_the_machine_gave() {
-    use crate::contribution;
+    use crate::record::contribution;
     use crate::worker::CpuSample;
     let m = Machine::new();
     let (mut d, registry) = m.daemon_metered();
@@ -1116,7 +1116,7 @@ fn job_report() -> pilot_contract::JobReport {
 /// worker listed again (its removal failed) is not counted twice.
 #[tokio::test]
 async fn a_finished_workers_job_report_is_counted_once() {
-    use crate::contribution::Jobs;
+    use crate::record::contribution::Jobs;
     let m = Machine::new();
     {
         let mut w = m.engine.lock();
@@ -1182,7 +1182,7 @@ async fn a_finished_workers_job_report_is_counted_once() {
     }
     // On disk for `status` and the page at the cycle's end.
     assert_eq!(
-        crate::contribution::peek(&m.settings().state_dir)
+        crate::record::contribution::peek(&m.settings().state_dir)
             .ledger
             .all_time
             .jobs,
@@ -1351,7 +1351,7 @@ async fn an_evicted_workers_vacated_work_is_counted_as_lost() {
     assert_eq!(week.jobs.vacated, 1);
     assert_eq!(week.jobs.vacated_cpu_seconds, 1800.0);
     assert_eq!(week.ended.evicted, 1);
-    let shown = crate::contribution::lines(&week).join("\n");
+    let shown = crate::record::contribution::lines(&week).join("\n");
     assert!(
         shown.contains("jobs: 1 finished, 1 vacated (0.5 CPU-hours of work lost)"),
         "{shown}"
@@ -1375,7 +1375,8 @@ async fn the_slot_ad_carries_the_week_only_when_the_site_says_so() {
     let mut d = m.daemon_with(s);
     first_cycles(&mut d, Utc::now()).await;
     let text = std::fs::read_to_string(&file).unwrap();
-    let week = crate::contribution::Ledger::week_of(&pilotd_core::zone::Zone::utc(), Utc::now());
+    let week =
+        crate::record::contribution::Ledger::week_of(&pilotd_core::zone::Zone::utc(), Utc::now());
     for line in [
         format!("PILOTD_CONTRIBUTION_WEEK = \"{week}\"\n"),
         "PILOTD_CPU_HOURS_WEEK = 0.0\n".into(),

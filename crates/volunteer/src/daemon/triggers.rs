@@ -1,6 +1,6 @@
 //! What wakes the loop (`Wakeups`): the tick every `interval`, the decision's `next_change`,
 //! and the triggers that the watchers beside it send — utmp, logind, input devices, firewalld,
-//! the engine's events, the owner's doors. The watchers are the daemon's own: the drain ends
+//! NetworkManager, the engine's events, the owner's doors. The watchers are the daemon's own: the drain ends
 //! them, as does dropping the daemon, so nothing of it is left running.
 //!
 //! The owner's return must evict within a second, so utmp is watched with inotify; where
@@ -8,11 +8,12 @@
 //! size are polled every 250 ms instead — still well under the one-second goal, at the cost of
 //! a few stat calls per second.
 
-use crate::backend::{Backend, BackendEvent};
-use crate::egress;
-use crate::inotify::{DirWatch, InotifyError};
-use crate::input::LastInput;
-use crate::logind::Signal;
+use crate::act::backend::{Backend, BackendEvent};
+use crate::act::egress;
+use crate::observe::inotify::{DirWatch, InotifyError};
+use crate::observe::input::LastInput;
+use crate::observe::logind::Signal;
+use crate::observe::metered;
 use crate::settings::Settings;
 use chrono::{DateTime, Utc};
 use nix::sys::inotify::AddWatchFlags;
@@ -39,6 +40,9 @@ pub enum Trigger {
     WorkerExited(String),
     /// The workers' traffic filter went down or came back.
     Filter,
+    /// NetworkManager said the link's price changed, or came or went: a metered link must
+    /// stop a pull or pause workers as soon as a login would.
+    Link,
 }
 
 impl Trigger {
@@ -47,7 +51,7 @@ impl Trigger {
     pub(crate) fn is_urgent(&self) -> bool {
         matches!(
             self,
-            Trigger::Sessions | Trigger::Owner | Trigger::Input | Trigger::Sleep(_)
+            Trigger::Sessions | Trigger::Owner | Trigger::Input | Trigger::Sleep(_) | Trigger::Link
         )
     }
 }
@@ -263,16 +267,17 @@ impl Wakeups {
         self.watchers.spawn(w)
     }
 
-    /// Watches the machine: utmp, logind, the input devices and firewalld.
+    /// Watches the machine: utmp, logind, the input devices, firewalld and NetworkManager.
     pub(super) fn watch_the_machine(
         &mut self,
         s: &Settings,
         input: Arc<LastInput>,
         guard: egress::Guard,
+        link: metered::Heard,
     ) {
         self.watch(watch_utmp(s.probe.utmp.clone(), self.sender()));
         let tx = self.sender();
-        self.watch(crate::logind::watch(move |signal| {
+        self.watch(crate::observe::logind::watch(move |signal| {
             let t = match signal {
                 Signal::Sessions => Trigger::Sessions,
                 Signal::Sleep(going) => Trigger::Sleep(going),
@@ -293,7 +298,7 @@ impl Wakeups {
         // The machine's keyboards, mice and touchpads: the first input after a quiet spell as
         // long as `session_idle` is the owner coming back.
         let tx = self.sender();
-        self.watch(crate::input::watch(
+        self.watch(crate::observe::input::watch(
             s.probe.dev.join("input"),
             input_sysfs(&s.probe.power_supply),
             input,
@@ -311,6 +316,18 @@ impl Wakeups {
             tracing::debug!(?announced, "firewalld");
             guard.reloaded();
             true
+        }));
+        // The link's price changed (the laptop joined a phone's hotspot, the owner marked the
+        // connection metered): NetworkManager is asked at once, back-off or not, by an urgent
+        // cycle. A full channel already holds a trigger that runs one.
+        let tx = self.sender();
+        self.watch(metered::watch(move |announced| {
+            tracing::debug!(?announced, "NetworkManager");
+            link.set();
+            !matches!(
+                tx.try_send(Trigger::Link),
+                Err(mpsc::error::TrySendError::Closed(_))
+            )
         }));
     }
 

@@ -2,7 +2,7 @@
 //! manifest's fetch grid, and `splay` in pilotd.toml. Tables over fixed instants.
 
 use super::*;
-use crate::policy::{Cause, Limits, decide};
+use crate::decide::policy::{Cause, Limits, decide};
 use crate::snapshot::HostSnapshot;
 use pilotd_core::config::Policy;
 use pilotd_core::config::policy::Window;
@@ -279,7 +279,7 @@ fn manifest_fetches_fall_on_the_hosts_own_grid() {
     );
 
     // The daemon's refresh: the first fetch waits for the offset, then the grid.
-    use crate::manifest::Refresh;
+    use crate::record::manifest::Refresh;
     let start = utc("2026-12-01T10:00:00Z");
     let mut r = Refresh::starting(start, &splay);
     assert!(!r.start_if_due(start, every, &splay));

@@ -79,7 +79,7 @@ pub struct SiteConfig {
     pub slot_ad: SlotAdConfig,
 }
 
-/// What pilotd adds to the slot-ad file its workers' pilots publish (`volunteer::slot_ad`).
+/// What pilotd adds to the slot-ad file its workers' pilots publish (`volunteer::record::slot_ad`).
 /// The machine's state (version, window, snooze, causes) is always there; what it gave is
 /// the donor's, and leaves the machine only when the site turns it on.
 #[derive(Debug, Clone, Deserialize, Default)]

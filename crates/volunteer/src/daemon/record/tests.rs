@@ -2,14 +2,14 @@
 //! they leave in a temporary state dir.
 
 use super::{CycleOutcome, Records};
-use crate::contribution;
-use crate::history::{self, Bucket, History, Outlook};
+use crate::decide::policy::{Supply, decide};
 use crate::outcome::Outcome;
-use crate::policy::{Supply, decide};
+use crate::record::contribution;
+use crate::record::history::{self, Bucket, History, Outlook};
+use crate::record::status::{self, Decision};
+use crate::record::timeline;
 use crate::settings::Settings;
 use crate::snapshot::HostSnapshot;
-use crate::status::{self, Decision};
-use crate::timeline;
 use crate::worker::{Worker, WorkerState};
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use pilot_contract::PilotExit;

@@ -17,9 +17,9 @@
 //! ledger does, on workers whose use of their CPUs varies from job to job.
 
 use super::{Machine, first_cycles};
-use crate::contribution::Tally;
-use crate::host::Carry;
-use crate::projection::{self, Figures, Utilization};
+use crate::observe::host::Carry;
+use crate::record::contribution::Tally;
+use crate::record::projection::{self, Figures, Utilization};
 use crate::settings::Settings;
 use crate::snapshot::HostSnapshot;
 use crate::worker::WorkerState;
@@ -236,7 +236,7 @@ async fn the_projection_agrees_with_a_month_the_daemon_lived() {
     );
     assert!(utilization.measured, "{utilization:?}");
     let timeline = d.records.timeline().clone();
-    let project = |s: &Settings, timeline: &crate::timeline::Timeline| {
+    let project = |s: &Settings, timeline: &crate::record::timeline::Timeline| {
         projection::project(s, d.records.history(), timeline, &machine, utilization, end).total
     };
     let clock = std::time::Instant::now();
@@ -293,7 +293,7 @@ async fn the_projection_agrees_with_a_month_the_daemon_lived() {
     }
     assert!(measured.ended.ran_jobs > 20, "{measured:?}");
     // The daemon kept the timeline on disk (hourly).
-    let saved = crate::timeline::peek(&settings.state_dir);
+    let saved = crate::record::timeline::peek(&settings.state_dir);
     assert!(saved.warning.is_none(), "{:?}", saved.warning);
     assert_eq!(saved.timeline.runs.first(), timeline.runs.first());
     assert!(saved.timeline.watched() > timeline.watched() - chrono::Duration::minutes(65));

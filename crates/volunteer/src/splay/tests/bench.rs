@@ -13,9 +13,9 @@
 //! 2 × hosts ÷ splay seconds, and no first start later than the splay after the instant the
 //! policy let the host start (window open or boot, plus `free_for`).
 
-use crate::manifest::Refresh;
-use crate::plan::{Action, InFlight, Observed, plan};
-use crate::policy::{Limits, decide};
+use crate::decide::plan::{Action, InFlight, Observed, plan};
+use crate::decide::policy::{Limits, decide};
+use crate::record::manifest::Refresh;
 use crate::settings::Settings;
 use crate::snapshot::HostSnapshot;
 use crate::splay::Splay;

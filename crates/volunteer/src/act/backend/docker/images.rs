@@ -1,0 +1,159 @@
+//! Images: the freshness check's digest (one HEAD to the registry, the engine's
+//! `/distribution` route only when the registry is out of reach), pulls by digest, and the
+//! local images of a repository.
+
+use super::DockerBackend;
+use super::errors::registry_error;
+use crate::act::backend::{BackendError, Images};
+use crate::worker::{LocalImage, parse_instant};
+use bollard::query_parameters::{
+    CreateImageOptionsBuilder, ListImagesOptionsBuilder, RemoveImageOptionsBuilder,
+};
+use chrono::DateTime;
+use futures_util::StreamExt;
+use std::collections::HashMap;
+
+impl Images for DockerBackend {
+    async fn local_image(&self, reference: &str) -> Result<Option<LocalImage>, BackendError> {
+        match self.docker.inspect_image(reference).await {
+            Ok(i) => Ok(Some(LocalImage {
+                size: i.size.unwrap_or_default().max(0) as u64,
+                id: i.id.unwrap_or_default(),
+                repo_digests: i.repo_digests.unwrap_or_default(),
+                repo_tags: i.repo_tags.unwrap_or_default(),
+                labels: i
+                    .config
+                    .and_then(|c| c.labels)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .collect(),
+                created: i.created.as_ref().and_then(|c| parse_instant(Some(c))),
+            })),
+            Err(e) => match self.err(format!("inspecting image {reference}"), e) {
+                BackendError::NotFound { .. } => Ok(None),
+                other => Err(other),
+            },
+        }
+    }
+
+    async fn resolve_image(&self, reference: &str) -> Result<String, BackendError> {
+        let what = format!("resolving {reference} at its registry");
+        let direct = match self.resolver.digest(reference).await {
+            Ok(d) => return Ok(d),
+            // The registry answered (unknown tag, credentials needed): that is the answer.
+            Err(e) if e.is_answer() => {
+                return Err(BackendError::Registry {
+                    what,
+                    message: e.to_string(),
+                });
+            }
+            // Not reachable from here: the engine may know a way (a mirror, an insecure
+            // registry setting), at the cost of its four requests.
+            Err(e) => {
+                tracing::debug!("{e}; asking through the engine instead");
+                e
+            }
+        };
+        // Both failed: say both, on one line (Podman 4.3 has no /distribution route at all and
+        // answers a bare "Not Found" with a newline in it).
+        let d = self
+            .docker
+            .inspect_registry_image(reference, None)
+            .await
+            .map_err(|e| BackendError::Registry {
+                what: what.clone(),
+                message: format!(
+                    "{direct}; through the engine: {}",
+                    registry_error(self.err(what.clone(), e))
+                        .to_string()
+                        .split_whitespace()
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                ),
+            })?;
+        d.descriptor
+            .digest
+            .filter(|d| d.starts_with("sha256:"))
+            .ok_or(BackendError::Registry {
+                what,
+                message: "the registry's answer names no digest".into(),
+            })
+    }
+
+    async fn pull_image(&self, repository: &str, digest: &str) -> Result<LocalImage, BackendError> {
+        let pinned = format!("{repository}@{digest}");
+        let what = format!("pulling {pinned}");
+        let opts = CreateImageOptionsBuilder::default()
+            .from_image(repository)
+            .tag(digest)
+            .build();
+        let mut stream = self.docker.create_image(Some(opts), None, None);
+        // Per-layer progress: one line when a layer starts, one when it is done, never one
+        // per chunk (a pull emits thousands of "Downloading" updates).
+        let mut layer_sizes: HashMap<String, i64> = HashMap::new();
+        while let Some(item) = stream.next().await {
+            let info = item.map_err(|e| registry_error(self.err(what.clone(), e)))?;
+            let (Some(layer), Some(status)) = (info.id.as_deref(), info.status.as_deref()) else {
+                continue;
+            };
+            if let Some(total) = info.progress_detail.as_ref().and_then(|p| p.total) {
+                layer_sizes.insert(layer.to_string(), total);
+            }
+            match status {
+                "Pulling fs layer" | "Already exists" | "Pull complete" => tracing::info!(
+                    image = %pinned,
+                    layer,
+                    bytes = layer_sizes.get(layer).copied().unwrap_or(0),
+                    "{}",
+                    status.to_lowercase()
+                ),
+                _ => {}
+            }
+        }
+        self.local_image(&pinned)
+            .await?
+            .ok_or(BackendError::Registry {
+                what,
+                message: "the pull ended but the image is not there".into(),
+            })
+    }
+
+    async fn list_images(&self, repository: &str) -> Result<Vec<LocalImage>, BackendError> {
+        let opts = ListImagesOptionsBuilder::default().all(false).build();
+        let list = self
+            .docker
+            .list_images(Some(opts))
+            .await
+            .map_err(|e| self.err(format!("listing images of {repository}"), e))?;
+        let ours = |r: &String| {
+            r.strip_prefix(repository)
+                .is_some_and(|rest| rest.starts_with('@') || rest.starts_with(':'))
+        };
+        Ok(list
+            .into_iter()
+            .filter(|i| i.repo_digests.iter().any(ours) || i.repo_tags.iter().any(ours))
+            .map(|i| LocalImage {
+                size: i.size.max(0) as u64,
+                id: i.id,
+                repo_digests: i.repo_digests,
+                repo_tags: i.repo_tags,
+                labels: i.labels.into_iter().collect(),
+                created: DateTime::from_timestamp(i.created, 0),
+            })
+            .collect())
+    }
+
+    async fn remove_image(&self, id: &str) -> Result<(), BackendError> {
+        let opts = RemoveImageOptionsBuilder::default()
+            .force(false)
+            .noprune(false)
+            .build();
+        match self.docker.remove_image(id, Some(opts), None).await {
+            Ok(_) => Ok(()),
+            Err(e) => match self.err(format!("removing image {id}"), e) {
+                BackendError::NotFound { .. } => Ok(()),
+                other => Err(other),
+            },
+        }
+    }
+}

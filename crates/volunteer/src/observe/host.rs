@@ -1,0 +1,266 @@
+//! Host probes for volunteer mode: CPU, load, memory, scratch space, battery and exclusive
+//! processes, plus the session probe. One long-lived sysinfo `System`, because CPU usage is
+//! the difference between two refreshes.
+
+use crate::observe::sensors::{self, SensorProbe};
+use crate::observe::sessions;
+use crate::settings::ProbeSettings;
+use crate::snapshot::{HostSnapshot, Throttle};
+use chrono::{DateTime, Utc};
+use pilotd_core::config::Machine;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use sysinfo::{CpuRefreshKind, MemoryRefreshKind, RefreshKind, System};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("cannot observe this host's CPU and memory: {0}")]
+    System(String),
+    #[error("cannot read free space of the scratch directory {}: {source}\n  hint: create it or set [host] scratch in pilotd.toml", path.display())]
+    Scratch { path: PathBuf, source: nix::Error },
+}
+
+pub struct HostProbe {
+    system: System,
+    cfg: ProbeSettings,
+    /// The temperature and fan sensors, found once.
+    sensors: SensorProbe,
+}
+
+/// State carried between observations (the policy's latches) and pilotd's own usage.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Carry {
+    /// Fraction of the whole machine used by pilotd's workers.
+    pub own_cpu: f64,
+    pub owner_busy_since: Option<DateTime<Utc>>,
+    pub host_free_since: Option<DateTime<Utc>>,
+    /// Where the comfort throttle stood after the last decision.
+    pub throttle: Option<Throttle>,
+}
+
+impl HostProbe {
+    /// One observation of this host for a one-shot command: samples CPU over a short
+    /// interval (this thread sleeps through it).
+    pub fn observe_once(cfg: &ProbeSettings, carry: Carry) -> Result<HostSnapshot, ProbeError> {
+        let mut probe = HostProbe::new(cfg.clone())?;
+        std::thread::sleep(probe.prime());
+        probe.observe(chrono::Utc::now(), carry, true)
+    }
+
+    pub(crate) fn new(cfg: ProbeSettings) -> Result<HostProbe, ProbeError> {
+        let system = System::new_with_specifics(
+            RefreshKind::nothing()
+                .with_cpu(CpuRefreshKind::nothing().with_usage())
+                .with_memory(MemoryRefreshKind::nothing().with_ram()),
+        )
+        .map_err(|e| ProbeError::System(e.to_string()))?;
+        let sensors = SensorProbe::discover(&sensors::class_dir(&cfg.power_supply));
+        Ok(HostProbe {
+            system,
+            cfg,
+            sensors,
+        })
+    }
+
+    /// The sensors found, to say once where there are none (`sensors`).
+    pub(crate) fn sensors(&self) -> &SensorProbe {
+        &self.sensors
+    }
+
+    /// CPU usage is measured since the previous refresh; a one-shot command calls this
+    /// first and waits before `observe` so the reading covers a real interval.
+    pub(crate) fn prime(&mut self) -> Duration {
+        self.system.refresh_cpu_usage();
+        sysinfo::MINIMUM_CPU_UPDATE_INTERVAL.max(Duration::from_millis(250))
+    }
+
+    /// The host now. `refresh_cpu` false keeps the CPU figure of the last refresh, so the
+    /// next one covers the whole window since it (the daemon's own-load accounting must
+    /// cover the same window; see `daemon::cycle::CpuMeter`).
+    pub(crate) fn observe(
+        &mut self,
+        now: DateTime<Utc>,
+        carry: Carry,
+        refresh_cpu: bool,
+    ) -> Result<HostSnapshot, ProbeError> {
+        if refresh_cpu {
+            self.system.refresh_cpu_usage();
+        }
+        self.system.refresh_memory();
+        let cpus = self.system.cpus().len().max(1) as u32;
+        let load = System::load_average()
+            .map(|l| [l.one, l.five, l.fifteen])
+            .map_err(|e| ProbeError::System(format!("load average: {e}")))?;
+        let cpu_busy = f64::from(self.system.global_cpu_usage() / 100.0).clamp(0.0, 1.0);
+        let (sessions, utmp_absent) = sessions::read_utmp(&self.cfg.utmp, &self.cfg.dev, now);
+        Ok(HostSnapshot {
+            mode: "volunteer".into(),
+            taken_at: now,
+            cpus,
+            load,
+            cpu_busy,
+            own_cpu: carry.own_cpu.clamp(0.0, 1.0),
+            memory_total_kib: self.system.total_memory() / 1024,
+            memory_available_kib: self.system.available_memory() / 1024,
+            scratch_free_kib: scratch_free_kib(&self.cfg.scratch)?,
+            on_battery: on_battery(&self.cfg.power_supply),
+            exclusive_running: running_processes(&self.cfg.proc, &self.cfg.exclusive_processes),
+            sessions,
+            utmp_absent,
+            owner_busy_since: carry.owner_busy_since,
+            host_free_since: carry.host_free_since,
+            // The owner's snooze lives in the state dir, which the caller lays on.
+            snoozed_until: None,
+            snooze_unreadable: None,
+            // logind is asked asynchronously by the caller (`logind::lay_on`); the input
+            // devices are watched beside the loop and sleep is logind's word too.
+            logind_unavailable: None,
+            input_idle_s: None,
+            sleeping: false,
+            lock_instants_unknown: false,
+            // Nothing to read on a machine without sensors: no reading at all.
+            sensors: self.sensors.read(),
+            throttle: carry.throttle,
+            // NetworkManager is asked asynchronously by the caller (`metered::lay_on`).
+            metered: None,
+        })
+    }
+}
+
+/// The machine's CPU count and memory, for checking the policy's shares against it; cheap (no
+/// CPU sampling).
+pub fn this_machine() -> Option<Machine> {
+    let mut sys = System::new_with_specifics(
+        RefreshKind::nothing().with_memory(MemoryRefreshKind::nothing().with_ram()),
+    )
+    .ok()?;
+    sys.refresh_memory();
+    let cpus = std::thread::available_parallelism().ok()?.get() as u32;
+    Some(Machine {
+        cpus,
+        memory_kib: sys.total_memory() / 1024,
+        gpus: Some(nvidia_gpus(Path::new("/dev"))),
+    })
+}
+
+/// NVIDIA GPUs: the `nvidiaN` device nodes under `dev` (the ones Docker's nvidia driver
+/// hands to workers by index); `nvidiactl`, `nvidia-uvm` and the like are not GPUs.
+pub(crate) fn nvidia_gpus(dev: &Path) -> u32 {
+    let Ok(entries) = std::fs::read_dir(dev) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|e| {
+            e.file_name().to_str().is_some_and(|n| {
+                n.strip_prefix("nvidia")
+                    .is_some_and(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()))
+            })
+        })
+        .count() as u32
+}
+
+/// Free space for unprivileged use on the filesystem holding `path` (or its nearest existing
+/// ancestor: the scratch dir may not exist before the first worker).
+pub(crate) fn scratch_free_kib(path: &Path) -> Result<u64, ProbeError> {
+    let existing = path
+        .ancestors()
+        .find(|p| p.exists())
+        .unwrap_or(Path::new("/"));
+    let st = nix::sys::statvfs::statvfs(existing).map_err(|source| ProbeError::Scratch {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok((st.blocks_available() as u64).saturating_mul(st.fragment_size() as u64) / 1024)
+}
+
+/// On battery when a battery is discharging and no mains supply is online. A machine without
+/// power-supply information is on mains.
+pub(crate) fn on_battery(dir: &Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return false;
+    };
+    let read = |p: &Path, f: &str| {
+        std::fs::read_to_string(p.join(f))
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default()
+    };
+    let mut discharging = false;
+    let mut mains_online = false;
+    for e in entries.flatten() {
+        let p = e.path();
+        match read(&p, "type").as_str() {
+            "Mains" => mains_online |= read(&p, "online") == "1",
+            "Battery" => discharging |= read(&p, "status") == "Discharging",
+            _ => {}
+        }
+    }
+    discharging && !mains_online
+}
+
+/// Which of `names` are running, by the kernel's process name (`/proc/PID/comm`), sorted.
+pub(crate) fn running_processes(proc: &Path, names: &[String]) -> Vec<String> {
+    if names.is_empty() {
+        return vec![];
+    }
+    let mut found: Vec<String> = std::fs::read_dir(proc)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter_map(|e| std::fs::read_to_string(e.path().join("comm")).ok())
+        .map(|c| c.trim().to_string())
+        .filter(|c| names.iter().any(|n| n == c))
+        .collect();
+    found.sort();
+    found.dedup();
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn battery_states() {
+        let d = tempfile::tempdir().unwrap();
+        assert!(!on_battery(d.path()), "no supplies: mains");
+        let bat = d.path().join("BAT0");
+        std::fs::create_dir(&bat).unwrap();
+        std::fs::write(bat.join("type"), "Battery\n").unwrap();
+        std::fs::write(bat.join("status"), "Discharging\n").unwrap();
+        assert!(on_battery(d.path()));
+        let ac = d.path().join("AC");
+        std::fs::create_dir(&ac).unwrap();
+        std::fs::write(ac.join("type"), "Mains\n").unwrap();
+        std::fs::write(ac.join("online"), "1\n").unwrap();
+        assert!(!on_battery(d.path()));
+        std::fs::write(ac.join("online"), "0\n").unwrap();
+        assert!(on_battery(d.path()));
+        assert!(!on_battery(Path::new("/nonexistent/power")));
+    }
+
+    #[test]
+    fn finds_this_test_process_by_name() {
+        let me = std::fs::read_to_string("/proc/self/comm")
+            .unwrap()
+            .trim()
+            .to_string();
+        let found = running_processes(Path::new("/proc"), &[me.clone(), "no-such-proc-xyz".into()]);
+        assert_eq!(found, vec![me]);
+        assert!(running_processes(Path::new("/proc"), &[]).is_empty());
+    }
+
+    #[test]
+    fn scratch_space_of_a_missing_dir_is_its_parents() {
+        let d = tempfile::tempdir().unwrap();
+        let free = scratch_free_kib(&d.path().join("not/yet/there")).unwrap();
+        assert_eq!(free, scratch_free_kib(d.path()).unwrap());
+        assert!(free > 0);
+    }
+}

@@ -1,0 +1,12 @@
+//! Observe: the probes of the host, its sessions and its owner's input, its link's price, the bus and inotify watches they wake on, and the registry's one HEAD.
+
+pub mod bus;
+pub mod host;
+pub(crate) mod inotify;
+pub(crate) mod input;
+pub mod logind;
+pub mod metered;
+pub mod registry;
+pub(crate) mod sensors;
+pub mod sessions;
+pub mod terminals;

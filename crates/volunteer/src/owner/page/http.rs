@@ -1,0 +1,296 @@
+//! The page over HTTP: its listener and limits, the routes (`/open` lets an invited uid's
+//! browser in; `/` shows the page to a session; POST `/snooze` and `/resume` press the
+//! buttons), the checks that refuse forged requests (Host, Origin, Sec-Fetch-Site, CSRF
+//! token, and the uid of the connection), and the headers every answer carries. Served
+//! through `service::http`, as the metrics are; its listener tells each connection's uid
+//! (`service::loopback`).
+
+use super::keys::{Doors, INVITATION_LIFE, KeyError, random_hex, session_cookie};
+use super::markup::esc;
+use super::render::{locked, page_shell, render};
+use crate::owner::request::{self, Context, Request};
+use chrono::{DateTime, Utc};
+use pilotd_core::service::http::{self, Request as HttpRequest, Response};
+use pilotd_core::service::listener::{Limits, Peer};
+use pilotd_core::service::loopback::LoopbackListener;
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PageError {
+    #[error(
+        "cannot serve the status page on 127.0.0.1:{port}: {source}\n  hint: another program uses the port; choose another under [page] in pilotd.toml"
+    )]
+    Bind { port: u16, source: std::io::Error },
+    /// No keys, no page.
+    #[error(transparent)]
+    Keys(#[from] KeyError),
+}
+
+impl PageError {
+    /// Why the page is not served, in a few words (for `pilotd open`'s refusal).
+    pub(crate) fn cause(&self) -> String {
+        match self {
+            PageError::Bind { source, .. } => source.to_string(),
+            PageError::Keys(e) => e.to_string(),
+        }
+    }
+}
+
+/// Who may hold what: 32 connections at most, 24 of them one uid's (the listener tells it),
+/// so a user holding all it can leaves the owner's browser 8; and a short deadline: a browser
+/// sends its request at once and takes a page of a few KiB.
+pub(crate) const LIMITS: Limits = Limits {
+    total: 32,
+    per_peer: 24,
+    deadline: Duration::from_secs(5),
+};
+
+/// Sent with every answer: never cached, never framed, no script or style from elsewhere,
+/// forms only to this page, and no address leaked to another site.
+const GUARDS: [(&str, &str); 4] = [
+    ("cache-control", "no-store"),
+    ("x-frame-options", "DENY"),
+    (
+        "content-security-policy",
+        "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src 'none'; form-action 'self'; frame-ancestors 'none'",
+    ),
+    ("referrer-policy", "same-origin"),
+];
+
+/// Binds the page's port, once the kernel's random generator has answered: a page that could
+/// not make keys is not served at all.
+pub(crate) async fn bind(port: u16) -> Result<TcpListener, PageError> {
+    random_hex()?;
+    TcpListener::bind(("127.0.0.1", port))
+        .await
+        .map_err(|source| PageError::Bind { port, source })
+}
+
+/// Serves the page until `shutdown` completes; `doors` are the invitations the control
+/// socket hands out and the sessions they open, `wake` starts an urgent cycle after a press.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    port: u16,
+    doors: Doors,
+    ctx: watch::Receiver<Context>,
+    wake: mpsc::Sender<()>,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    let page = Page { port, doors, wake };
+    let listener = LoopbackListener(listener);
+    http::serve(
+        "status page",
+        listener,
+        LIMITS,
+        shutdown,
+        move |req, peer| {
+            let ctx = ctx.borrow().clone();
+            let uid = match peer {
+                Peer::Uid(uid) => Some(uid),
+                Peer::Unknown => None,
+            };
+            let mut r = page.decide(req, uid, &ctx, Instant::now(), Utc::now());
+            let guards = GUARDS.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+            r.headers.splice(0..0, guards);
+            r
+        },
+    )
+    .await
+}
+
+fn html(status: &'static str, body: String) -> Response {
+    Response::new(status, "text/html; charset=utf-8", body)
+}
+
+fn redirect(to: &str) -> Response {
+    let mut r = html("303 See Other", String::new());
+    r.headers.push(("location".into(), to.into()));
+    r
+}
+
+/// What the page answers with: its port (the one Host and Origin it accepts), its invitations
+/// and sessions, and the loop a press wakes.
+struct Page {
+    port: u16,
+    doors: Doors,
+    wake: mpsc::Sender<()>,
+}
+
+/// Whether a request comes from this page (not another site): its Origin, when sent, is this
+/// listener, and Sec-Fetch-Site, when sent, says same-origin.
+fn same_origin(req: &HttpRequest, port: u16) -> bool {
+    let ours = [
+        format!("http://127.0.0.1:{port}"),
+        format!("http://localhost:{port}"),
+    ];
+    let origin_ok = req
+        .headers
+        .get("origin")
+        .is_none_or(|o| ours.iter().any(|x| x == o));
+    let site_ok = req
+        .headers
+        .get("sec-fetch-site")
+        .is_none_or(|s| s == "same-origin" || s == "none");
+    origin_ok && site_ok
+}
+
+/// Whether a navigation to `/open` may use an invitation: one the user started (an address
+/// opened or typed: `Sec-Fetch-Site: none`), or from this page; never one another site
+/// started, which could use up the owner's invitation.
+fn user_started(req: &HttpRequest) -> bool {
+    req.headers
+        .get("sec-fetch-site")
+        .is_none_or(|s| s == "none" || s == "same-origin")
+}
+
+/// A uid as the user database names it.
+fn user_name(uid: u32) -> String {
+    nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+        .ok()
+        .flatten()
+        .map_or_else(|| format!("uid {uid}"), |u| u.name)
+}
+
+impl Page {
+    /// The answer to one request that came on a connection of `uid` (None: not known); `now`
+    /// for invitations and sessions, `wall` for the snooze.
+    fn decide(
+        &self,
+        req: &HttpRequest,
+        uid: Option<u32>,
+        ctx: &Context,
+        now: Instant,
+        wall: DateTime<Utc>,
+    ) -> Response {
+        let port = self.port;
+        // DNS rebinding: a foreign name resolving to 127.0.0.1 does not get this page.
+        let host_ok = req.headers.get("host").is_some_and(|h| {
+            *h == format!("127.0.0.1:{port}") || *h == format!("localhost:{port}")
+        });
+        if !host_ok {
+            return html(
+                "421 Misdirected Request",
+                page_shell("pilotd", "<p>This page answers only at 127.0.0.1.</p>"),
+            );
+        }
+        let session = self.doors.session_of(req, port, uid, now);
+        match (req.method.as_str(), req.path.as_str()) {
+            ("GET", "/open") if session.is_some() => redirect("/"),
+            ("GET", "/open") => {
+                let Some(uid) = uid else {
+                    return html(
+                        "403 Forbidden",
+                        locked(
+                            "pilotd cannot tell which user this browser runs as, so it lets no one in from it.",
+                        ),
+                    );
+                };
+                if !user_started(req) {
+                    return html(
+                        "403 Forbidden",
+                        locked(
+                            "Another site sent the browser here; open this page with pilotd open.",
+                        ),
+                    );
+                }
+                match self.doors.admit(uid, now) {
+                    Err(e) => {
+                        tracing::error!("{e}");
+                        html(
+                            "503 Service Unavailable",
+                            page_shell("pilotd", &format!("<p>{}</p>", esc(&e.to_string()))),
+                        )
+                    }
+                    Ok(Some(sid)) => {
+                        let mut r = redirect("/");
+                        r.headers
+                            .push(("set-cookie".into(), session_cookie(&sid, port)));
+                        r
+                    }
+                    Ok(None) => {
+                        tracing::info!(
+                            uid,
+                            "status page: a browser of {} came to /open uninvited",
+                            user_name(uid)
+                        );
+                        html(
+                            "403 Forbidden",
+                            locked(&format!(
+                                "This browser runs as {}, and pilotd open was not run as {} in the last {} minutes (or its browser came in already): it lets in a browser of the user who runs it, once.",
+                                user_name(uid),
+                                user_name(uid),
+                                INVITATION_LIFE.as_secs() / 60
+                            )),
+                        )
+                    }
+                }
+            }
+            ("GET", "/") => match session {
+                Some(s) => html("200 OK", render(ctx, &s, wall)),
+                None => html("401 Unauthorized", locked("")),
+            },
+            ("POST", "/snooze") | ("POST", "/resume") => {
+                let Some(s) = session else {
+                    return html("401 Unauthorized", locked(""));
+                };
+                // (Referrer-Policy is same-origin, not no-referrer: with no-referrer a browser
+                // sends `Origin: null` on its own form posts.)
+                if !same_origin(req, port) || req.form.get("csrf") != Some(&s.csrf) {
+                    tracing::warn!(
+                        origin = req.headers.get("origin").map(String::as_str).unwrap_or("-"),
+                        sec_fetch_site = req
+                            .headers
+                            .get("sec-fetch-site")
+                            .map(String::as_str)
+                            .unwrap_or("-"),
+                        csrf_ok = req.form.get("csrf") == Some(&s.csrf),
+                        "status page: a {} refused as cross-site",
+                        req.path
+                    );
+                    return html(
+                        "403 Forbidden",
+                        page_shell(
+                            "pilotd: refused",
+                            "<p>Refused: this request did not come from this page.</p>",
+                        ),
+                    );
+                }
+                let command = if req.path == "/snooze" {
+                    let hours: u64 = req
+                        .form
+                        .get("hours")
+                        .and_then(|h| h.parse().ok())
+                        .unwrap_or(1);
+                    Request::Snooze {
+                        seconds: hours.saturating_mul(3600),
+                    }
+                } else {
+                    Request::Resume
+                };
+                let reply = request::carry_out(
+                    &command,
+                    &format!("{} (status page)", s.who),
+                    s.uid,
+                    ctx,
+                    wall,
+                );
+                if reply.ok {
+                    tracing::info!("{}", reply.message);
+                    let _ = self.wake.try_send(());
+                    redirect("/")
+                } else {
+                    html(
+                        "400 Bad Request",
+                        page_shell("pilotd", &format!("<p>{}</p>", esc(&reply.message))),
+                    )
+                }
+            }
+            _ => html("404 Not Found", page_shell("pilotd", "<p>Not here.</p>")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
