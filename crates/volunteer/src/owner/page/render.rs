@@ -46,6 +46,7 @@ pub(super) fn render(ctx: &Context, s: &Session, now: DateTime<Utc>) -> String {
     let _ = write!(b, "<h1>pilotd on this machine</h1>");
     snoozed(&mut b, &v, &local);
     decision(&mut b, &v.status, &local);
+    comfort(&mut b, &v);
     buttons(&mut b, s);
     workers(&mut b, &v, &local);
     week(&mut b, &v);
@@ -108,6 +109,17 @@ fn decision(b: &mut String, st: &status::Status, local: Local) {
             let _ = write!(b, "<p id=\"decision\">No decision yet.</p>");
         }
     }
+}
+
+/// The machine's comfort, as `pilotd status` says it: its sensors, and the CPU cap in force
+/// with why; nothing where there is no sensor and no cap.
+fn comfort(b: &mut String, v: &StatusView) {
+    let lines = v.comfort_lines();
+    if lines.is_empty() {
+        return;
+    }
+    let lines: Vec<String> = lines.iter().map(|l| esc(l)).collect();
+    let _ = write!(b, "<p id=\"comfort\">{}</p>", lines.join("<br>"));
 }
 
 /// The buttons: plain forms with the session's CSRF token.

@@ -4,7 +4,7 @@
 //! temperatures (not read: the CPU's are there), an NVMe disk (never read) and 2 thermal
 //! zones. The daemon reads once per cycle (`interval`, 30 s by default). Run:
 //!
-//!     cargo test --release -p pilotd-volunteer --lib sensors::tests::bench -- --ignored --nocapture
+//!     cargo test --release -p pilotd-volunteer --lib observe::sensors::tests::bench -- --ignored --nocapture
 //!
 //! On a real machine each hwmon read also runs its driver's code (coretemp reads an MSR on
 //! the core it names), which a tree of plain files does not: the figure is the probe's own.
