@@ -28,7 +28,7 @@ pub(super) fn page_shell(title: &str, body: &str) -> String {
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title>\
 <style>body{{font-family:sans-serif;max-width:62em;margin:1em auto;padding:0 1em;color:#222}}\
 table{{border-collapse:collapse}}td,th{{padding:2px 6px;font-size:90%}}\
-.grid td{{width:0.9em;height:1.1em;padding:0}}.learned td{{border:1px solid #ddd}}.c{{background:#2a7}}.g{{background:#ec5}}.o{{background:#eee}}\
+.grid td{{width:0.9em;height:1.1em;padding:0}}.learned td{{border:1px solid #ddd}}.c{{background:#2a7}}.q{{background:#7c9}}.g{{background:#ec5}}.o{{background:#eee}}\
 .verdict{{font-size:130%;font-weight:bold}}.snoozed{{background:#fde;padding:0.4em}}\
 button{{font-size:110%;margin-right:0.5em}}</style></head><body>{}</body></html>",
         esc(title),
@@ -204,6 +204,7 @@ fn week(b: &mut String, v: &StatusView) {
         for cell in &day.cells {
             let class = match cell {
                 Some(Cell::Compute) => "c",
+                Some(Cell::Quiet) => "q",
                 Some(Cell::Guard) => "g",
                 _ => "o",
             };
@@ -213,7 +214,7 @@ fn week(b: &mut String, v: &StatusView) {
     }
     let _ = write!(
         b,
-        "</table><p><small><span class=\"c\">&nbsp;&nbsp;</span> computes &nbsp;<span class=\"g\">&nbsp;&nbsp;</span> workers leaving &nbsp;<span class=\"o\">&nbsp;&nbsp;</span> yours</small></p>"
+        "</table><p><small><span class=\"c\">&nbsp;&nbsp;</span> computes &nbsp;<span class=\"q\">&nbsp;&nbsp;</span> computes, quiet hours &nbsp;<span class=\"g\">&nbsp;&nbsp;</span> workers leaving &nbsp;<span class=\"o\">&nbsp;&nbsp;</span> yours</small></p>"
     );
 }
 
