@@ -191,6 +191,12 @@ pub struct InitArgs {
     /// What a metered network holds back: no-downloads, pause or ignore
     #[arg(long)]
     pub on_metered: Option<String>,
+    /// The hottest the CPU may get while workers compute, e.g. "80C", or "none"
+    #[arg(long)]
+    pub max_temperature: Option<String>,
+    /// The fastest any fan may spin while workers compute, e.g. "3000rpm", or "none"
+    #[arg(long)]
+    pub max_fan: Option<String>,
     /// IANA time zone (default: the system's)
     #[arg(long)]
     pub timezone: Option<String>,

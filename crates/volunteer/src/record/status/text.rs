@@ -26,7 +26,7 @@ fn human(d: Duration) -> String {
 
 /// Thousandths of a CPU as CPUs: "1", "0.75".
 fn cpus(milli: u64) -> String {
-    if milli % 1000 == 0 {
+    if milli.is_multiple_of(1000) {
         (milli / 1000).to_string()
     } else {
         format!("{:.2}", milli as f64 / 1000.0)
