@@ -106,13 +106,16 @@ pub fn text(p: &Policy, now: DateTime<Utc>, count: u32, source: &str) -> String 
     for q in &p.comfort.quiet_hours {
         let _ = writeln!(
             out,
-            "quiet hours: {} {:02}:{:02}-{:02}:{:02}, at most {} CPUs for all workers",
+            "quiet hours: {} {:02}:{:02}-{:02}:{:02}, at most {} for all workers",
             q.window.days,
             q.window.from / 60,
             q.window.from % 60,
             q.window.to / 60,
             q.window.to % 60,
-            share(q.cpus, false)
+            match q.cpus {
+                Share::Percent(p) => format!("{p}% of the CPUs"),
+                Share::Amount(n) => format!("{n} CPU(s)"),
+            }
         );
     }
     let c = &p.comfort;
@@ -211,7 +214,7 @@ mod tests {
         assert!(out.contains("computing 24.0 h"), "{out}");
         assert!(out.contains("▓ computes, quiet hours"), "{out}");
         assert!(
-            out.contains("quiet hours: daily 22:00-07:00, at most 1 CPUs for all workers"),
+            out.contains("quiet hours: daily 22:00-07:00, at most 1 CPU(s) for all workers"),
             "{out}"
         );
         assert!(
