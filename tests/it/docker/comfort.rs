@@ -231,6 +231,21 @@ fn a_hot_machine_lowers_the_workers_quota_live_pauses_it_at_the_floor_and_gives_
         "the pause is the comfort's: {}",
         h.log()
     );
+    // `pilotd plan` decides from where the daemon's throttle stands (its status file), not
+    // from a throttle that starts over: paused at the lowest step, with nothing to do.
+    let out = h
+        .pilotd()
+        .args(["plan", "--format", "json"])
+        .output()
+        .unwrap();
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(plan["cpu_cap"]["percent"], 25, "{plan}");
+    assert_eq!(plan["throttle"]["paused"], true, "{plan}");
+    assert_eq!(plan["causes"][0], "comfort", "{plan}");
+    let actions = plan["actions"].as_array().unwrap();
+    assert!(actions.iter().all(|a| a["action"] == "none"), "{plan}");
+    assert_eq!(plan["next_change"], serde_json::Value::Null, "{plan}");
 
     // Cool: the pause ends first (at the lowest step), then a step up at a time, each after
     // cool_for, until the whole CPU is back. The same container all along.

@@ -183,7 +183,8 @@ pub(crate) fn throttle(
                 s.paused = true;
                 s.changed_at = now;
             }
-        } else {
+        } else if s.step < LOWEST || !s.paused {
+            // A step (or the pause) is still to come: decide again when it may.
             next = Some(may_at);
         }
     } else if cool {

@@ -139,6 +139,16 @@ fn the_throttle_steps_down_at_once_and_up_slowly() {
             next: None,
         },
         Row {
+            name: "paused a moment ago and still over: nothing more to come, no instant",
+            limits: limits(),
+            last: at(3, true, 30, None),
+            reading: Some((Some(81.0), None)),
+            now: 32,
+            want: at(3, true, 30, None),
+            percent: 25,
+            next: None,
+        },
+        Row {
             name: "within the margin below the limit: held, coolness not counted",
             limits: limits(),
             last: at(2, false, 0, Some(10)),
