@@ -68,7 +68,8 @@ pub enum Command {
     /// The owner's week at a glance: when the machine computes and how much
     Schedule(ScheduleArgs),
     /// Write a commented policy.toml by asking the owner a few questions
-    Init(InitArgs),
+    // Boxed: its answers, one flag each, make it the largest command by far.
+    Init(Box<InitArgs>),
     /// One garbage-collection pass
     Gc(GcArgs),
     /// Convert an NRP provisioner osg_provisioner.conf to a pilotd.toml in kubernetes mode
