@@ -68,7 +68,8 @@ pub enum Command {
     /// The owner's week at a glance: when the machine computes and how much
     Schedule(ScheduleArgs),
     /// Write a commented policy.toml by asking the owner a few questions
-    Init(InitArgs),
+    // Boxed: its answers, one flag each, make it the largest command by far.
+    Init(Box<InitArgs>),
     /// One garbage-collection pass
     Gc(GcArgs),
     /// Convert an NRP provisioner osg_provisioner.conf to a pilotd.toml in kubernetes mode
@@ -191,6 +192,12 @@ pub struct InitArgs {
     /// What a metered network holds back: no-downloads, pause or ignore
     #[arg(long)]
     pub on_metered: Option<String>,
+    /// The hottest the CPU may get while workers compute, e.g. "80C", or "none"
+    #[arg(long)]
+    pub max_temperature: Option<String>,
+    /// The fastest any fan may spin while workers compute, e.g. "3000rpm", or "none"
+    #[arg(long)]
+    pub max_fan: Option<String>,
     /// IANA time zone (default: the system's)
     #[arg(long)]
     pub timezone: Option<String>,

@@ -114,7 +114,7 @@ podman_env=$(sh tests/setup-podman.sh)
 (
   set -a; eval "$podman_env"; set +a
   cargo test --quiet -p pilotd --test it -- --include-ignored --test-threads 2 docker::volunteer docker::snooze \
-      docker::freshness docker::page 2>&1 | tee -a "${TMPDIR:-/tmp}/pilotd-test.log"
+      docker::freshness docker::page docker::comfort 2>&1 | tee -a "${TMPDIR:-/tmp}/pilotd-test.log"
 )
 
 log "debian package"

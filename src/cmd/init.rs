@@ -23,6 +23,8 @@ fn apply_flags(mut a: Answers, args: &InitArgs) -> Result<Answers, CmdError> {
         ("longest-job", &args.longest_job),
         ("on-return", &args.on_return),
         ("on-metered", &args.on_metered),
+        ("max-temperature", &args.max_temperature),
+        ("max-fan", &args.max_fan),
         ("timezone", &args.timezone),
         ("media", &args.media),
     ];

@@ -61,6 +61,7 @@ pub fn run(g: &Global, a: &PlanArgs) -> Result<String, CmdError> {
                     let mut h = HostProbe::observe_once(&s.probe, Carry::default())?;
                     block_on(inspect::lay_on_logind(&mut h, &s.state_dir, &s.probe))?;
                     block_on(inspect::lay_on_link(&mut h))?;
+                    inspect::lay_on_throttle(&mut h, &s.state_dir);
                     // The owner's snooze, as the daemon would lay it on this observation.
                     snooze::lay_on(&mut h, &s.state_dir);
                     h

@@ -40,6 +40,7 @@ pub fn run(g: &Global) -> Result<String, CmdError> {
     let mut snap = HostProbe::observe_once(&s.probe, carry)?;
     block_on(inspect::lay_on_logind(&mut snap, &s.state_dir, &s.probe))?;
     block_on(inspect::lay_on_link(&mut snap))?;
+    inspect::lay_on_throttle(&mut snap, &s.state_dir);
     pilotd_volunteer::record::snooze::lay_on(&mut snap, &s.state_dir);
     serde_json::to_string_pretty(&snap)
         .map(|s| s + "\n")

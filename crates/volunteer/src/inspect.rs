@@ -220,6 +220,16 @@ pub async fn lay_on_logind(
     h.lock_instants_unknown = !known;
 }
 
+/// Lays on a one-shot observation where the running daemon's comfort throttle stands (its
+/// status file), so `plan` and `snapshot` decide the workers' CPU cap as the daemon does, not
+/// as a throttle that starts over; none when the status cannot be read.
+pub fn lay_on_throttle(h: &mut HostSnapshot, state_dir: &std::path::Path) {
+    h.throttle = status::load(&status::path(state_dir))
+        .ok()
+        .flatten()
+        .and_then(|s| s.throttle);
+}
+
 /// Lays NetworkManager's word on the link's price on a one-shot observation (absent when it
 /// cannot be asked: not known to be metered).
 pub async fn lay_on_link(h: &mut HostSnapshot) {

@@ -64,6 +64,14 @@ pub struct HostSnapshot {
     /// the other end. Absent when there are none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub in_use: Vec<InUse>,
+    /// The machine's temperatures and fan speeds (`sensors`); absent where it has none, or
+    /// none could be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sensors: Option<Sensors>,
+    /// Latch: where the comfort throttle stood after the last decision (`comfort`); absent
+    /// while it never lowered anything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throttle: Option<Throttle>,
     /// Whether the machine's link is metered, as NetworkManager says (its `Metered`); absent
     /// when NetworkManager could not be asked (not installed, not running, no bus): the link
     /// is then not known to be metered.
@@ -112,6 +120,62 @@ impl UseKind {
             UseKind::Camera => "the camera is in use",
         }
     }
+}
+
+/// The machine's temperature and fan sensors as read once: what the owner's
+/// `max_temperature` and `max_fan` are held to.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Sensors {
+    /// Degrees Celsius, each with its sensor's name ("coretemp Package id 0").
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub temperatures: Vec<Reading>,
+    /// Revolutions per minute.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fans: Vec<Reading>,
+}
+
+/// One sensor's value, in its unit (°C or RPM), with the name the owner finds in `sensors`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reading {
+    pub sensor: String,
+    pub value: f64,
+}
+
+impl Sensors {
+    /// The hottest temperature read (the first of equals: the chip's package before the
+    /// thermal zone that repeats it).
+    pub fn hottest(&self) -> Option<&Reading> {
+        highest(&self.temperatures)
+    }
+
+    /// The fastest fan read.
+    pub fn fastest(&self) -> Option<&Reading> {
+        highest(&self.fans)
+    }
+}
+
+fn highest(readings: &[Reading]) -> Option<&Reading> {
+    readings.iter().fold(None, |best, r| match best {
+        Some(b) if b.value >= r.value => Some(b),
+        _ => Some(r),
+    })
+}
+
+/// Where the comfort throttle stands: how many steps the workers' CPU quota is down, whether
+/// they are paused at the lowest, and the instants its hysteresis counts from. Carried from
+/// one decision to the next like the other latches, so a replayed snapshot decides alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Throttle {
+    /// 0: the whole share; each step lowers the quota (`comfort::STEPS`).
+    pub step: u8,
+    /// Paused at the lowest step, still over a limit.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
+    /// The last change of step or pause.
+    pub changed_at: DateTime<Utc>,
+    /// Since when the machine has been cool (below the limits by their margins).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cool_since: Option<DateTime<Utc>>,
 }
 
 /// NetworkManager's word on the primary connection's price (its `NMMetered`): set per
@@ -299,6 +363,8 @@ impl HostSnapshot {
             sleeping: false,
             lock_instants_unknown: false,
             in_use: vec![],
+            sensors: None,
+            throttle: None,
             metered: None,
         }
     }

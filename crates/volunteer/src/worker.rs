@@ -23,6 +23,8 @@ pub(crate) mod labels {
     pub(crate) const GPUS: &str = "pilotd.gpus";
     /// The worker's disk share in KiB, which its scratch dir may not exceed.
     pub(crate) const DISK_KIB: &str = "pilotd.disk-kib";
+    /// The worker's whole CPU share (NanoCpus), which a lifted CPU cap gives back.
+    pub(crate) const NANO_CPUS: &str = "pilotd.nano-cpus";
 }
 
 /// A worker's state as the runtime reports it.
@@ -97,6 +99,13 @@ pub struct Worker {
     /// Its disk share (from its label); `None` for workers of older pilotds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk_kib: Option<u64>,
+    /// Its CPU quota as the engine holds it now (NanoCpus: 10⁹ a CPU), which a CPU cap
+    /// lowers (`comfort`); `None` for a finished worker, or one the engine would not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nano_cpus: Option<i64>,
+    /// Its whole CPU share (from its label); `None` for workers of older pilotds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share_nano_cpus: Option<i64>,
 }
 
 #[cfg(test)]
@@ -119,6 +128,8 @@ impl Worker {
             oom_killed: false,
             gpus: vec![],
             disk_kib: None,
+            nano_cpus: None,
+            share_nano_cpus: None,
         }
     }
 }

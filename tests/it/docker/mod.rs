@@ -5,6 +5,7 @@
 //! them lists them as ignored instead of passing them; tests/run.sh runs them with
 //! `--include-ignored`, and then a missing engine or registry is a failure, never a skip.
 
+mod comfort;
 mod data;
 mod disk;
 mod egress;

@@ -7,8 +7,8 @@
 
 use super::diag::Diagnostics;
 use super::units::{
-    DaySet, Minute, Share, ShareUnit, StrOrInt, duration_from_secs, parse_days, parse_duration,
-    parse_share, parse_time_of_day,
+    DaySet, Minute, Share, ShareUnit, StrOrInt, duration_from_secs, parse_celsius, parse_days,
+    parse_duration, parse_rpm, parse_share, parse_time_of_day,
 };
 use crate::zone::Zone;
 use serde::{Deserialize, Serialize};
@@ -32,6 +32,8 @@ pub struct RawPolicy {
     share: RawShare,
     #[serde(default)]
     jobs: RawJobs,
+    #[serde(default)]
+    comfort: RawComfort,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -88,6 +90,25 @@ struct RawShare {
 #[serde(deny_unknown_fields)]
 struct RawJobs {
     longest_job: Option<Spanned<StrOrInt>>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawComfort {
+    max_temperature: Option<Spanned<StrOrInt>>,
+    max_fan: Option<Spanned<StrOrInt>>,
+    cool_for: Option<Spanned<StrOrInt>>,
+    quiet_hours: Option<Spanned<Vec<RawQuiet>>>,
+}
+
+/// A window of the week with a lower CPU share, written like a schedule window.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawQuiet {
+    days: Spanned<String>,
+    from: Spanned<String>,
+    to: Spanned<String>,
+    cpus: Spanned<StrOrInt>,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -220,7 +241,47 @@ pub struct Policy {
     pub users: Vec<String>,
     pub share: ShareSpec,
     pub longest_job: Duration,
+    /// What the machine must not become while it computes: hot, loud (`[comfort]`).
+    pub comfort: Comfort,
 }
+
+/// `[comfort]`: limits on the machine's temperature and fan speed, which lower the workers'
+/// CPU quota step by step while the machine is over them (and pause them at the lowest
+/// step), and the quiet hours, in which the CPU share is lower. Off unless set.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Comfort {
+    /// The hottest the machine's CPU may get, in degrees Celsius.
+    pub max_temperature: Option<f64>,
+    /// The fastest any of its fans may spin, in RPM.
+    pub max_fan: Option<u64>,
+    /// How long the machine must stay cool (below the limits by their margin) before the
+    /// CPU quota rises a step, and the least time between two rises.
+    pub cool_for: Duration,
+    pub quiet_hours: Vec<QuietHours>,
+}
+
+impl Comfort {
+    /// A temperature or fan limit is set: the sensors are read and the throttle runs.
+    pub fn limits_set(&self) -> bool {
+        self.max_temperature.is_some() || self.max_fan.is_some()
+    }
+}
+
+/// One window of quiet hours: within it, the workers share at most `cpus` of the machine.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct QuietHours {
+    pub window: Window,
+    pub cpus: Share,
+}
+
+/// `cool_for` unless the policy says otherwise: three minutes keeps a fan from ramping up and
+/// down with every job's phase, and lets a heat sink shed what it stored.
+pub const DEFAULT_COOL_FOR: Duration = Duration::from_secs(180);
+/// The temperatures a `max_temperature` may name: below 40 °C a working CPU is always over it,
+/// above 105 °C it is already throttling itself.
+pub const TEMPERATURE_RANGE: std::ops::RangeInclusive<f64> = 40.0..=105.0;
+/// The fan speeds a `max_fan` may name (RPM).
+pub const FAN_RANGE: std::ops::RangeInclusive<u64> = 300..=20_000;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ShareSpec {
@@ -289,6 +350,10 @@ impl Policy {
                 data_per_month: None,
             },
             longest_job: Duration::from_secs(8 * 3600),
+            comfort: Comfort {
+                cool_for: DEFAULT_COOL_FOR,
+                ..Comfort::default()
+            },
         }
     }
 }
@@ -308,6 +373,7 @@ pub fn validate(mut raw: RawPolicy, local_tz: Zone, d: &mut Diagnostics) -> (Pol
     validate_share(&raw.share, &mut p, &mut spans, d);
     validate_share_not_nothing(&raw.share, &p, d);
     validate_jobs(&raw.jobs, &mut p, &mut spans, d);
+    validate_comfort(&raw.comfort, &mut p, d);
     (p, spans)
 }
 
@@ -557,6 +623,83 @@ fn validate_jobs(jobs: &RawJobs, p: &mut Policy, spans: &mut PolicySpans, d: &mu
     }
 }
 
+/// `[comfort]`: the temperature and fan limits within what a machine can mean, the time to
+/// stay cool, and the quiet hours (windows, each with a CPU share that is not nothing).
+fn validate_comfort(c: &RawComfort, p: &mut Policy, d: &mut Diagnostics) {
+    if let Some(t) = &c.max_temperature {
+        let hint =
+            "write the hottest the CPU may get, e.g. \"80C\" (laptops run hotter by design: 90C)";
+        match parse_celsius(t.get_ref()) {
+            Ok(v) if TEMPERATURE_RANGE.contains(&v) => p.comfort.max_temperature = Some(v),
+            Ok(v) => d.error(
+                t.span(),
+                format!(
+                    "max_temperature {v}C is outside {}C to {}C",
+                    TEMPERATURE_RANGE.start(),
+                    TEMPERATURE_RANGE.end()
+                ),
+                hint,
+            ),
+            Err(e) => d.error(t.span(), e, hint),
+        }
+    }
+    if let Some(f) = &c.max_fan {
+        let hint = "write the fastest a fan may spin, e.g. \"3000rpm\" (`sensors` shows what the fans do now)";
+        match parse_rpm(f.get_ref()) {
+            Ok(v) if FAN_RANGE.contains(&v) => p.comfort.max_fan = Some(v),
+            Ok(v) => d.error(
+                f.span(),
+                format!(
+                    "max_fan {v}rpm is outside {}rpm to {}rpm",
+                    FAN_RANGE.start(),
+                    FAN_RANGE.end()
+                ),
+                hint,
+            ),
+            Err(e) => d.error(f.span(), e, hint),
+        }
+    }
+    dur(&c.cool_for, &mut p.comfort.cool_for, d);
+    if let Some(qs) = &c.quiet_hours {
+        if qs.get_ref().len() > MAX_WINDOWS {
+            d.error(
+                qs.span(),
+                format!(
+                    "{} quiet hours are more than the {MAX_WINDOWS} a week can use",
+                    qs.get_ref().len()
+                ),
+                "merge them: one window can name several days, e.g. days = \"mon-fri\"",
+            );
+            return;
+        }
+        for q in qs.get_ref() {
+            let cpus = match parse_share(q.cpus.get_ref(), ShareUnit::Count) {
+                Ok(Share::Amount(0)) => {
+                    d.error(
+                        q.cpus.span(),
+                        "cpus = 0 in quiet hours would stop the workers, which is the schedule's to say",
+                        "leave these hours out of [schedule] windows instead, or share at least 1 CPU or \"10%\"",
+                    );
+                    None
+                }
+                Ok(c) => Some(c),
+                Err(e) => {
+                    d.error(
+                        q.cpus.span(),
+                        e,
+                        "write a count like 1 or a percentage like \"25%\" (of the whole machine)",
+                    );
+                    None
+                }
+            };
+            let window = window_of(&q.days, &q.from, &q.to, d);
+            if let (Some(window), Some(cpus)) = (window, cpus) {
+                p.comfort.quiet_hours.push(QuietHours { window, cpus });
+            }
+        }
+    }
+}
+
 fn dur(v: &Option<Spanned<StrOrInt>>, out: &mut Duration, d: &mut Diagnostics) {
     let Some(v) = v else { return };
     let parsed = match v.get_ref() {
@@ -612,16 +755,27 @@ fn data_cap(v: &Option<Spanned<StrOrInt>>, out: &mut Option<u64>, d: &mut Diagno
 }
 
 fn window(w: &RawWindow, d: &mut Diagnostics) -> Option<Window> {
-    let days = parse_days(w.days.get_ref())
-        .map_err(|e| d.error(w.days.span(), e, "e.g. days = \"mon-fri\""))
+    window_of(&w.days, &w.from, &w.to, d)
+}
+
+/// A window's days and times, as the schedule's windows and the quiet hours write them.
+fn window_of(
+    days: &Spanned<String>,
+    from: &Spanned<String>,
+    to: &Spanned<String>,
+    d: &mut Diagnostics,
+) -> Option<Window> {
+    let (w_from, w_to) = (from, to);
+    let days = parse_days(days.get_ref())
+        .map_err(|e| d.error(days.span(), e, "e.g. days = \"mon-fri\""))
         .ok();
-    let from = parse_time_of_day(w.from.get_ref())
-        .map_err(|e| d.error(w.from.span(), e, "e.g. from = \"19:00\""))
+    let from = parse_time_of_day(w_from.get_ref())
+        .map_err(|e| d.error(w_from.span(), e, "e.g. from = \"19:00\""))
         .ok();
-    let to = parse_time_of_day(w.to.get_ref())
+    let to = parse_time_of_day(w_to.get_ref())
         .map_err(|e| {
             d.error(
-                w.to.span(),
+                w_to.span(),
                 e,
                 "e.g. to = \"07:30\" (earlier than from wraps past midnight)",
             )
@@ -630,7 +784,7 @@ fn window(w: &RawWindow, d: &mut Diagnostics) -> Option<Window> {
     let (days, from, to) = (days?, from?, to?);
     if from == 1440 {
         d.error(
-            w.from.span(),
+            w_from.span(),
             "a window cannot start at 24:00",
             "start at \"00:00\" instead",
         );
@@ -638,8 +792,8 @@ fn window(w: &RawWindow, d: &mut Diagnostics) -> Option<Window> {
     }
     if from == to {
         d.error(
-            w.to.span(),
-            format!("window from {} to {} is empty", w.from.get_ref(), w.to.get_ref()),
+            w_to.span(),
+            format!("window from {} to {} is empty", w_from.get_ref(), w_to.get_ref()),
             "for a whole day write from = \"00:00\", to = \"24:00\"; an earlier `to` wraps past midnight",
         );
         return None;
@@ -814,6 +968,110 @@ disk_limit = "off"
             "{e:?}"
         );
         assert!(e.iter().all(|e| e.contains("\"2GiB\"")), "{e:?}");
+    }
+
+    #[test]
+    fn comfort_is_off_unless_set_and_reads_its_keys() {
+        let off = parse("").unwrap().comfort;
+        assert!(!off.limits_set());
+        assert!(off.quiet_hours.is_empty());
+        assert_eq!(off.cool_for, DEFAULT_COOL_FOR);
+        let c = parse(
+            r#"[comfort]
+max_temperature = "80C"
+max_fan = "3000rpm"
+cool_for = "5m"
+quiet_hours = [
+  { days = "daily", from = "22:00", to = "07:00", cpus = 1 },
+  { days = "sat,sun", from = "12:00", to = "14:00", cpus = "25%" },
+]
+"#,
+        )
+        .unwrap()
+        .comfort;
+        assert_eq!(c.max_temperature, Some(80.0));
+        assert_eq!(c.max_fan, Some(3000));
+        assert_eq!(c.cool_for, Duration::from_secs(300));
+        assert_eq!(
+            c.quiet_hours,
+            vec![
+                QuietHours {
+                    window: Window {
+                        days: DaySet::ALL,
+                        from: 22 * 60,
+                        to: 7 * 60
+                    },
+                    cpus: Share::Amount(1)
+                },
+                QuietHours {
+                    window: Window {
+                        days: DaySet(0b110_0000),
+                        from: 12 * 60,
+                        to: 14 * 60
+                    },
+                    cpus: Share::Percent(25.0)
+                },
+            ]
+        );
+        // Bare numbers are degrees and RPM.
+        let c = parse("[comfort]\nmax_temperature = 75\nmax_fan = 2500\n")
+            .unwrap()
+            .comfort;
+        assert_eq!((c.max_temperature, c.max_fan), (Some(75.0), Some(2500)));
+    }
+
+    #[test]
+    fn comfort_errors_have_positions() {
+        let errs = parse(
+            r#"[comfort]
+max_temperature = "176F"
+max_fan = "90000rpm"
+cool_for = "soon"
+quiet_hours = [
+  { days = "daily", from = "22:00", to = "22:00", cpus = 1 },
+  { days = "mon", from = "01:00", to = "02:00", cpus = 0 },
+  { days = "mon", from = "01:00", to = "02:00", cpus = "lots" },
+  { days = "mon", from = "01:00", to = "02:00", cpu = 1 },
+]
+"#,
+        )
+        .unwrap_err();
+        let all = errs.join("\n");
+        // An unknown key is a syntax error: reported alone, with its position.
+        assert!(all.contains("policy.toml:9:"), "{all}");
+        assert!(all.contains("unknown field `cpu`"), "{all}");
+        let errs = parse(
+            r#"[comfort]
+max_temperature = "176F"
+max_fan = "90000rpm"
+cool_for = "soon"
+quiet_hours = [
+  { days = "daily", from = "22:00", to = "22:00", cpus = 1 },
+  { days = "mon", from = "01:00", to = "02:00", cpus = 0 },
+  { days = "mon", from = "01:00", to = "02:00", cpus = "lots" },
+]
+[share]
+cpus = 2
+"#,
+        )
+        .unwrap_err();
+        let all = errs.join("\n");
+        for want in [
+            "policy.toml:2:19: `176F` is not a temperature",
+            "policy.toml:3:11: max_fan 90000rpm is outside 300rpm to 20000rpm",
+            "policy.toml:4:12: `soon` is not a duration",
+            "policy.toml:6:42: window from 22:00 to 22:00 is empty",
+            "policy.toml:7:56: cpus = 0 in quiet hours",
+            "policy.toml:8:56: `lots` is neither a count nor a percentage",
+        ] {
+            assert!(all.contains(want), "{want}\n{all}");
+        }
+        assert_eq!(errs.len(), 6, "{all}");
+        let e = parse("[comfort]\nmax_temperature = 30\n").unwrap_err();
+        assert!(
+            e[0].starts_with("policy.toml:2:19: max_temperature 30C is outside 40C to 105C"),
+            "{e:?}"
+        );
     }
 
     #[test]

@@ -51,6 +51,10 @@ pub enum UnitError {
     Prefix(String),
     #[error("`{raw}` has host bits set; the network is {network}")]
     HostBits { raw: String, network: String },
+    #[error("`{0}` is not a temperature; write degrees Celsius like \"80C\"")]
+    Temperature(String),
+    #[error("`{0}` is not a fan speed; write revolutions per minute like \"3000rpm\"")]
+    FanSpeed(String),
 }
 
 /// Parses "90s", "15m", "1h 30m", "2days" or a bare number of seconds ("300"), at most
@@ -254,6 +258,44 @@ pub fn parse_share(v: &StrOrInt, unit: ShareUnit) -> Result<Share, UnitError> {
             }
         }
     }
+}
+
+/// Parses a temperature in degrees Celsius: `80`, "80C", "80 °C", "79.5C" (the unit the
+/// kernel's sensors report in, as millidegrees).
+pub fn parse_celsius(v: &StrOrInt) -> Result<f64, UnitError> {
+    let text = match v {
+        StrOrInt::Int(n) => return Ok(*n as f64),
+        StrOrInt::Str(s) => s,
+    };
+    let t = text.trim();
+    let number = t
+        .strip_suffix("°C")
+        .or_else(|| t.strip_suffix('C'))
+        .or_else(|| t.strip_suffix('c'))
+        .unwrap_or(t)
+        .trim();
+    match number.parse::<f64>() {
+        Ok(c) if c.is_finite() => Ok(c),
+        _ => Err(UnitError::Temperature(text.clone())),
+    }
+}
+
+/// Parses a fan speed in revolutions per minute: `3000` or "3000rpm" ("3000 RPM").
+pub fn parse_rpm(v: &StrOrInt) -> Result<u64, UnitError> {
+    let text = match v {
+        StrOrInt::Int(n) => {
+            return u64::try_from(*n).map_err(|_| UnitError::FanSpeed(n.to_string()));
+        }
+        StrOrInt::Str(s) => s,
+    };
+    let t = text.trim();
+    let lower = t.to_ascii_lowercase();
+    lower
+        .strip_suffix("rpm")
+        .unwrap_or(&lower)
+        .trim()
+        .parse::<u64>()
+        .map_err(|_| UnitError::FanSpeed(text.clone()))
 }
 
 /// A set of weekdays, bit 0 = Monday.
@@ -471,6 +513,39 @@ mod tests {
         assert!(duration_from_secs(i64::MAX).is_err());
         assert!(duration_from_secs(-1).is_err());
         assert_eq!(duration_from_secs(300).unwrap().as_secs(), 300);
+    }
+
+    #[test]
+    fn temperatures_and_fan_speeds() {
+        let s = |t: &str| StrOrInt::Str(t.into());
+        for (text, c) in [
+            ("80C", 80.0),
+            ("80 °C", 80.0),
+            ("79.5c", 79.5),
+            (" 85 ", 85.0),
+        ] {
+            assert_eq!(parse_celsius(&s(text)).unwrap(), c, "{text}");
+        }
+        assert_eq!(parse_celsius(&StrOrInt::Int(75)).unwrap(), 75.0);
+        for bad in ["176F", "hot", "80K", "", "NaNC", "infC"] {
+            assert_eq!(
+                parse_celsius(&s(bad)),
+                Err(UnitError::Temperature(bad.into())),
+                "{bad}"
+            );
+        }
+        for (text, rpm) in [("3000rpm", 3000), ("2500 RPM", 2500), ("1800", 1800)] {
+            assert_eq!(parse_rpm(&s(text)).unwrap(), rpm, "{text}");
+        }
+        assert_eq!(parse_rpm(&StrOrInt::Int(2000)).unwrap(), 2000);
+        assert!(parse_rpm(&StrOrInt::Int(-1)).is_err());
+        for bad in ["fast", "3000rps", "3.5krpm", "-20rpm"] {
+            assert_eq!(
+                parse_rpm(&s(bad)),
+                Err(UnitError::FanSpeed(bad.into())),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

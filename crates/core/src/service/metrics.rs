@@ -60,6 +60,11 @@ pub struct DirectionLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SensorLabel {
+    pub sensor: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ShapeLabel {
     pub shape: String,
 }
@@ -103,6 +108,12 @@ pub struct Metrics {
     /// The bytes the workers' network interfaces carried (volunteer mode), by `direction`
     /// (`received`, `sent`).
     pub worker_network_bytes: Family<DirectionLabel, Counter>,
+    /// The machine's comfort (volunteer mode, `volunteer::comfort`): its hottest CPU sensor,
+    /// its fastest fan, each labelled with the sensor, and the CPUs a worker is capped to,
+    /// labelled with why. A series is there only while it holds.
+    pub temperature: Family<SensorLabel, Gauge<f64, AtomicU64>>,
+    pub fan: Family<SensorLabel, Gauge<f64, AtomicU64>>,
+    pub cpu_cap: Family<CauseLabel, Gauge<f64, AtomicU64>>,
 }
 
 impl Metrics {
@@ -132,6 +143,9 @@ impl Metrics {
             lost_cpu_seconds: Counter::default(),
             workers_unreported: Counter::default(),
             worker_network_bytes: Family::default(),
+            temperature: Family::default(),
+            fan: Family::default(),
+            cpu_cap: Family::default(),
         };
         let mut r = Registry::with_prefix("pilotd");
         r.register(
@@ -246,7 +260,50 @@ impl Metrics {
             "Bytes the workers' network interfaces received and sent, by direction",
             m.worker_network_bytes.clone(),
         );
+        r.register(
+            "temperature_celsius",
+            "The machine's hottest CPU temperature sensor (volunteer mode)",
+            m.temperature.clone(),
+        );
+        r.register(
+            "fan_rpm",
+            "The machine's fastest fan (volunteer mode)",
+            m.fan.clone(),
+        );
+        r.register(
+            "cpu_cap_cpus",
+            "CPUs each worker is capped to below its share, by why (temperature, fan, cooling, quiet_hours); absent when none",
+            m.cpu_cap.clone(),
+        );
         (m, r)
+    }
+
+    /// The comfort gauges: the hottest sensor and the fastest fan as (sensor, value), the cap
+    /// as (why, CPUs per worker); what is `None` has no series.
+    pub fn set_comfort(
+        &self,
+        temperature: Option<(&str, f64)>,
+        fan: Option<(&str, f64)>,
+        cap: Option<(&str, f64)>,
+    ) {
+        for (family, reading) in [(&self.temperature, temperature), (&self.fan, fan)] {
+            family.clear();
+            if let Some((sensor, v)) = reading {
+                family
+                    .get_or_create(&SensorLabel {
+                        sensor: sensor.into(),
+                    })
+                    .set(v);
+            }
+        }
+        self.cpu_cap.clear();
+        if let Some((cause, cpus)) = cap {
+            self.cpu_cap
+                .get_or_create(&CauseLabel {
+                    cause: cause.into(),
+                })
+                .set(cpus);
+        }
     }
 
     /// Sets the worker gauge for every state seen this cycle; states not given drop to 0.
@@ -501,6 +558,9 @@ mod tests {
             lost_cpu_seconds,
             workers_unreported,
             worker_network_bytes: _,
+            temperature: _,
+            fan: _,
+            cpu_cap: _,
         } = &m;
         m.set_workers([("running", 1)]);
         m.count_decision("free");
@@ -532,6 +592,11 @@ mod tests {
         lost_cpu_seconds.inc_by(5.5);
         workers_unreported.inc();
         m.count_network("received", 1);
+        m.set_comfort(
+            Some(("coretemp Package id 0", 71.0)),
+            Some(("thinkpad fan1", 2400.0)),
+            Some(("temperature", 1.5)),
+        );
         let text = exposition(&r);
         let mut series = std::collections::BTreeMap::new();
         let mut families = Vec::new();

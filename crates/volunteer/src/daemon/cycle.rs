@@ -533,6 +533,7 @@ impl<B: Backend> Daemon<B> {
             own_cpu,
             owner_busy_since: status.owner_busy_since,
             host_free_since: status.host_free_since,
+            throttle: status.throttle,
         };
         #[cfg(test)]
         if let Some(synthetic) = &mut self.synthetic_host {
@@ -648,6 +649,12 @@ fn after_actions(list: &mut [Worker], executed: &[Executed]) {
         let (id, state) = match (&e.action, &e.result) {
             (Action::Pause { id, .. }, Ok(_)) => (id, WorkerState::Paused),
             (Action::Unpause { id, .. }, Ok(_)) => (id, WorkerState::Running),
+            (Action::Limit { id, nano_cpus, .. }, Ok(_)) => {
+                if let Some(w) = list.iter_mut().find(|w| &w.id == id) {
+                    w.nano_cpus = Some(*nano_cpus);
+                }
+                continue;
+            }
             _ => continue,
         };
         if let Some(w) = list.iter_mut().find(|w| &w.id == id) {

@@ -23,6 +23,8 @@ pub(crate) enum Done {
     Paused,
     Resumed,
     Killed,
+    /// The worker's CPU quota is set.
+    Limited,
     /// The graceful stop runs beside the loop.
     Stopping,
     Removed,
@@ -147,6 +149,20 @@ async fn execute_one(
             b.unpause(id).await?;
             tracing::info!(worker = %name, "resumed: {why}");
             Ok(Done::Resumed)
+        }
+        Action::Limit {
+            id,
+            name,
+            nano_cpus,
+            why,
+        } => {
+            b.limit_cpus(id, *nano_cpus).await?;
+            tracing::info!(
+                worker = %name,
+                cpus = *nano_cpus as f64 / 1e9,
+                "CPU quota set: {why}"
+            );
+            Ok(Done::Limited)
         }
         Action::Stop {
             id,

@@ -158,6 +158,17 @@ impl<B: Backend> Daemon<B> {
     ) -> Result<Daemon<B>, DaemonError> {
         let mut probe = HostProbe::new(s.probe.clone())?;
         probe.prime();
+        // Said once: where there is no sensor, pilotd reads nothing and the comfort limits
+        // have nothing to act on.
+        let sensors = probe.sensors();
+        if sensors.is_empty() && s.policy.comfort.limits_set() {
+            tracing::warn!(
+                "{}: max_temperature and max_fan have nothing to act on (a virtual machine shows no sensor)",
+                sensors.said()
+            );
+        } else {
+            tracing::info!("{}", sensors.said());
+        }
         let records = Records::load(&s, metrics.clone(), now);
         let manifest = if s.remote.is_some() {
             match manifest::load_checked(&s.state_dir, &s.image.allowed, &s.worker.env) {

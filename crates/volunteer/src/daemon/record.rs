@@ -218,6 +218,23 @@ impl Records {
         self.status.owner_busy_since = supply.owner_busy_since;
         self.status.host_free_since = supply.host_free_since;
         self.status.own_cpu = o.own_cpu;
+        self.status.throttle = supply.throttle;
+        let sensors = host.sensors.as_ref();
+        self.status.temperature = sensors.and_then(|s| s.hottest()).cloned();
+        self.status.fan = sensors.and_then(|s| s.fastest()).cloned();
+        if let Some(m) = &self.metrics {
+            let cap = supply.cpu_cap.as_ref().map(|c| (c.causes.join(","), c));
+            let reading = |r: &Option<crate::snapshot::Reading>| {
+                r.as_ref().map(|r| (r.sensor.clone(), r.value))
+            };
+            let (t, f) = (reading(&self.status.temperature), reading(&self.status.fan));
+            m.set_comfort(
+                t.as_ref().map(|(s, v)| (s.as_str(), *v)),
+                f.as_ref().map(|(s, v)| (s.as_str(), *v)),
+                cap.as_ref()
+                    .map(|(why, c)| (why.as_str(), c.per_worker_millicpus as f64 / 1000.0)),
+            );
+        }
         self.status.metered = host.metered;
     }
 
@@ -642,6 +659,7 @@ fn restore(path: &Path, s: &Settings, now: DateTime<Utc>) -> Status {
             }
             status.image = prev.image;
             status.pulled_images = prev.pulled_images;
+            status.throttle = prev.throttle;
         }
         Ok(None) => {}
         Err(e) => tracing::warn!("{e}; starting with an empty status"),

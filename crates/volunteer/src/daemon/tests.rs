@@ -172,6 +172,9 @@ async fn settle(d: &mut Daemon) {
 /// The projection against the daemon itself (agreement within 1 %, with its negative controls).
 mod agreement;
 
+/// A hot machine's worker, capped, paused and given back its share.
+mod comfort;
+
 /// A daemon's first moments: its first cycle asks the registry beside the loop, the answer
 /// comes in, and the next cycle acts on it.
 async fn first_cycles(d: &mut Daemon, now: DateTime<Utc>) -> String {
@@ -463,6 +466,8 @@ fn exited(id: &str, code: i64) -> Worker {
         oom_killed: false,
         gpus: vec![],
         disk_kib: None,
+        nano_cpus: None,
+        share_nano_cpus: None,
     }
 }
 

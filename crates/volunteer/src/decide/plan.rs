@@ -15,6 +15,10 @@
 //!   gracefully, newest first (they have done the least work), and missing workers start, at
 //!   most `max_starts_per_cycle` per cycle, only with a resolved and pulled image, and not
 //!   while the back-off holds.
+//! - Every worker that stays (running, or paused and resuming) is held to the decision's CPU
+//!   cap (`Supply::cpu_cap`: the comfort throttle, quiet hours), lowered or raised live
+//!   (`Limit`) before a resume; once no cap holds, one pilotd lowered gets its whole share
+//!   back (its label says what that was). New workers start under the cap.
 //! - While the workers' traffic filter is down (it could not be restored), running workers
 //!   are paused (one already being stopped is killed: its grace would run unfiltered), paused
 //!   ones stay paused, finished ones are removed, and nothing else happens: no resume, no
@@ -69,6 +73,11 @@ pub enum Reason {
     ScratchFull { share_kib: u64 },
     /// The workers' traffic filter is down and could not be restored.
     FilterDown,
+    /// The decision caps the workers' CPUs (`comfort`: the machine is hot or loud, quiet
+    /// hours).
+    CpuCap,
+    /// No cap holds any more: the worker gets its whole share back.
+    WholeShare,
     /// The machine's link is metered and the owner's `on_metered` pauses the workers.
     Metered,
 }
@@ -109,6 +118,8 @@ impl fmt::Display for Reason {
                 share_kib / 1024
             ),
             Reason::FilterDown => f.write_str("its traffic filter is down"),
+            Reason::CpuCap => f.write_str("the CPU cap in force"),
+            Reason::WholeShare => f.write_str("no CPU cap: its whole share"),
             Reason::Metered => f.write_str("the network is metered"),
         }
     }
@@ -147,6 +158,13 @@ pub(crate) enum Action {
         name: String,
         why: Reason,
     },
+    /// Sets a live worker's CPU quota (`docker update --cpus`), in NanoCpus (10⁹ a CPU).
+    Limit {
+        id: String,
+        name: String,
+        nano_cpus: i64,
+        why: Reason,
+    },
     /// Record `outcome` (feeds the back-off), then remove the container and its scratch dir.
     Remove {
         id: String,
@@ -169,7 +187,8 @@ impl Action {
             Action::Pause { why, .. }
             | Action::Unpause { why, .. }
             | Action::Stop { why, .. }
-            | Action::Kill { why, .. } => Some(*why),
+            | Action::Kill { why, .. }
+            | Action::Limit { why, .. } => Some(*why),
             Action::Remove { .. } | Action::Pull { .. } | Action::Start { .. } => None,
         }
     }
@@ -186,6 +205,12 @@ impl fmt::Display for Action {
                 write!(f, "stop {name} within {grace_s}s ({why})")
             }
             Action::Kill { name, why, .. } => write!(f, "kill {name} ({why})"),
+            Action::Limit {
+                name,
+                nano_cpus,
+                why,
+                ..
+            } => write!(f, "limit {name} to {} CPU ({why})", cpus(*nano_cpus)),
             Action::Remove { name, outcome, .. } => match outcome {
                 Some(o) => write!(f, "remove {name} ({o})"),
                 None => write!(f, "remove {name}"),
@@ -195,11 +220,20 @@ impl fmt::Display for Action {
                 f,
                 "start {} ({} CPU, {} MiB, image {})",
                 spec.name,
-                spec.nano_cpus / 1_000_000_000,
+                cpus(spec.nano_cpus),
                 spec.memory_bytes >> 20,
                 spec.image_pinned
             ),
         }
+    }
+}
+
+/// NanoCpus as CPUs, as `docker update --cpus` writes them: whole ones without a fraction.
+fn cpus(nano: i64) -> String {
+    if nano % 1_000_000_000 == 0 {
+        (nano / 1_000_000_000).to_string()
+    } else {
+        format!("{:.2}", nano as f64 / 1e9)
     }
 }
 
@@ -268,6 +302,21 @@ pub(crate) fn plan(
     if supply.allowed {
         fit_to_target(supply, &mut staying, &mut actions);
     }
+    // Before the resumes: a worker resumes under the cap in force.
+    let resumes = actions
+        .iter()
+        .position(|a| {
+            matches!(
+                a,
+                Action::Unpause {
+                    why: Reason::HostFree,
+                    ..
+                }
+            )
+        })
+        .unwrap_or(actions.len());
+    let limits = cap_live(supply, &staying);
+    actions.splice(resumes..resumes, limits);
     let mut p = Plan { actions, notes };
     pull_new_image(supply, &obs, s, &mut p);
     let missing = (supply.workers as usize).saturating_sub(staying.len() + held_for_disk);
@@ -469,6 +518,32 @@ fn fit_to_target(supply: &Supply, staying: &mut Vec<&Worker>, actions: &mut Vec<
     }
 }
 
+/// The workers that stay, each held to the cap in force (or given back its whole share): a
+/// `Limit` for each whose quota the engine holds otherwise. A worker whose quota is not known
+/// is left as it is; so is one of an older pilotd (no share on its label) when no cap holds.
+fn cap_live(supply: &Supply, staying: &[&Worker]) -> Vec<Action> {
+    let share = i64::from(supply.per_worker.cpus.max(1)) * 1_000_000_000;
+    staying
+        .iter()
+        .filter_map(|w| {
+            let now = w.nano_cpus?;
+            let (target, why) = match &supply.cpu_cap {
+                Some(cap) => (
+                    cap.nano_for(w.share_nano_cpus.unwrap_or(share)),
+                    Reason::CpuCap,
+                ),
+                None => (w.share_nano_cpus?, Reason::WholeShare),
+            };
+            (now != target).then(|| Action::Limit {
+                id: w.id.clone(),
+                name: w.name.clone(),
+                nano_cpus: target,
+                why,
+            })
+        })
+        .collect()
+}
+
 /// A new digest is pulled while workers may run, or while the schedule is in its download
 /// season (`Supply::downloads`) and either only the schedule holds workers back (the window
 /// opens soon) or the site lets pulls use the owner's bandwidth.
@@ -557,6 +632,9 @@ fn start_missing(
                     break;
                 }
                 let mut spec = worker_spec(supply, s, digest, pinned, now, i, obs.free_hours);
+                if let Some(cap) = &supply.cpu_cap {
+                    spec.nano_cpus = cap.nano_for(spec.nano_cpus);
+                }
                 spec.labels
                     .insert(labels::GPUS.to_string(), gpus_label(&ids));
                 spec.gpu_ids = ids;

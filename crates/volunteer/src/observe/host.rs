@@ -3,9 +3,10 @@
 //! the difference between two refreshes.
 
 use crate::observe::media;
+use crate::observe::sensors::{self, SensorProbe};
 use crate::observe::sessions;
 use crate::settings::ProbeSettings;
-use crate::snapshot::{HostSnapshot, InUse};
+use crate::snapshot::{HostSnapshot, InUse, Throttle};
 use chrono::{DateTime, Utc};
 use pilotd_core::config::Machine;
 use std::path::{Path, PathBuf};
@@ -27,6 +28,8 @@ pub struct HostProbe {
     /// CPU reading: not in an urgent cycle, which must not wait for a walk of every
     /// process's descriptors).
     in_use: Vec<InUse>,
+    /// The temperature and fan sensors, found once.
+    sensors: SensorProbe,
 }
 
 /// State carried between observations (the policy's latches) and pilotd's own usage.
@@ -36,6 +39,8 @@ pub struct Carry {
     pub own_cpu: f64,
     pub owner_busy_since: Option<DateTime<Utc>>,
     pub host_free_since: Option<DateTime<Utc>>,
+    /// Where the comfort throttle stood after the last decision.
+    pub throttle: Option<Throttle>,
 }
 
 impl HostProbe {
@@ -54,11 +59,18 @@ impl HostProbe {
                 .with_memory(MemoryRefreshKind::nothing().with_ram()),
         )
         .map_err(|e| ProbeError::System(e.to_string()))?;
+        let sensors = SensorProbe::discover(&sensors::class_dir(&cfg.power_supply));
         Ok(HostProbe {
             system,
             cfg,
+            sensors,
             in_use: Vec::new(),
         })
+    }
+
+    /// The sensors found, to say once where there are none (`sensors`).
+    pub(crate) fn sensors(&self) -> &SensorProbe {
+        &self.sensors
     }
 
     /// CPU usage is measured since the previous refresh; a one-shot command calls this
@@ -140,6 +152,9 @@ impl HostProbe {
             lock_instants_unknown: false,
             // logind's idle inhibitors join these when it answers (`logind::lay_on`).
             in_use: self.in_use.clone(),
+            // Nothing to read on a machine without sensors: no reading at all.
+            sensors: self.sensors.read(),
+            throttle: carry.throttle,
             // NetworkManager is asked asynchronously by the caller (`metered::lay_on`).
             metered: None,
         })

@@ -8,5 +8,6 @@ pub mod logind;
 pub(crate) mod media;
 pub mod metered;
 pub mod registry;
+pub(crate) mod sensors;
 pub mod sessions;
 pub mod terminals;

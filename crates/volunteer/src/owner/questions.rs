@@ -5,8 +5,10 @@
 //! (`Answers::set`); no clock is read (`today`, the local zone are given).
 
 use chrono::NaiveDate;
+use pilotd_core::config::policy::{FAN_RANGE, TEMPERATURE_RANGE};
 use pilotd_core::config::units::{
-    ShareUnit, StrOrInt, UnitError, parse_days, parse_duration, parse_share, parse_time_of_day,
+    ShareUnit, StrOrInt, UnitError, parse_celsius, parse_days, parse_duration, parse_rpm,
+    parse_share, parse_time_of_day,
 };
 use pilotd_core::zone::Zone;
 use std::io::{BufRead, Write};
@@ -26,6 +28,10 @@ pub struct Answers {
     /// Whether using the machine without typing counts (`media_is_use`,
     /// `inhibitors_are_use`): "true" or "false".
     pub media: String,
+    /// `[comfort] max_temperature` ("80C"), or "none".
+    pub max_temperature: String,
+    /// `[comfort] max_fan` ("3000rpm"), or "none".
+    pub max_fan: String,
 }
 
 /// Why an answer is not taken (the message says what would be), or why the owner could not
@@ -46,6 +52,8 @@ pub enum AnswerError {
     EmptyWindow(String, String),
     #[error("no window given")]
     NoWindow,
+    #[error("{0} is outside {1}; or answer none")]
+    OutOfRange(String, String),
     /// No question by this name (`Answers::set`).
     #[error("no question `{0}`")]
     Unknown(String),
@@ -192,7 +200,63 @@ const QUESTIONS: &[Question] = &[
         },
         later: true,
     },
+    Question {
+        name: "max-temperature",
+        prompt: "The hottest this machine's CPU may get while it computes? e.g. 80C (laptops run\n  hot by design: 90C; `sensors` shows it now). Above it the workers get less CPU, a step at\n  a time, and pause at the lowest step. none: no limit",
+        default: |_| "none".into(),
+        apply: |a, s| {
+            if !is_none(s) {
+                let c = parse_celsius(&StrOrInt::Str(s.into()))?;
+                if !TEMPERATURE_RANGE.contains(&c) {
+                    return Err(AnswerError::OutOfRange(
+                        format!("{c}C"),
+                        format!(
+                            "{}C to {}C",
+                            TEMPERATURE_RANGE.start(),
+                            TEMPERATURE_RANGE.end()
+                        ),
+                    ));
+                }
+            }
+            a.max_temperature = if is_none(s) { "none".into() } else { s.into() };
+            Ok(())
+        },
+        later: true,
+    },
+    Question {
+        name: "max-fan",
+        prompt: "The fastest any fan may spin while it computes? e.g. 3000rpm (`sensors` shows them\n  now). Above it, as above. none: no limit",
+        default: |_| "none".into(),
+        apply: |a, s| {
+            if !is_none(s) {
+                let r = parse_rpm(&StrOrInt::Str(s.into()))?;
+                if !FAN_RANGE.contains(&r) {
+                    return Err(AnswerError::OutOfRange(
+                        format!("{r}rpm"),
+                        format!("{}rpm to {}rpm", FAN_RANGE.start(), FAN_RANGE.end()),
+                    ));
+                }
+            }
+            a.max_fan = if is_none(s) { "none".into() } else { s.into() };
+            Ok(())
+        },
+        later: true,
+    },
 ];
+
+/// "No limit", as an owner may say it.
+fn is_none(s: &str) -> bool {
+    matches!(s.trim(), "none" | "no" | "off" | "n")
+}
+
+/// A `[comfort]` limit's line: set, or commented out with an example.
+fn limit_line(key: &str, value: &str, example: &str) -> String {
+    if value == "none" {
+        format!("# {key} = \"{example}\"")
+    } else {
+        format!("{key} = \"{value}\"")
+    }
+}
 
 /// Presets or explicit windows separated by `;`, each "DAYS HH:MM-HH:MM".
 pub(crate) fn parse_when(s: &str) -> Result<Vec<(String, String, String)>, AnswerError> {
@@ -246,6 +310,8 @@ impl Answers {
             on_return: String::new(),
             on_metered: String::new(),
             media: String::new(),
+            max_temperature: String::new(),
+            max_fan: String::new(),
         };
         for q in QUESTIONS {
             let d = (q.default)(&a);
@@ -335,6 +401,18 @@ workers = 1
 [jobs]
 # The longest job you accept.
 longest_job = "{longest_job}"
+
+[comfort]
+# The hottest the CPU may get while workers compute (laptops run hot by design: 90C), and
+# the fastest any fan may spin (`sensors` shows both now). Above either, the workers get
+# less CPU, a step at a time, and pause at the lowest step; no limit when commented out.
+{max_temperature}
+{max_fan}
+# How long the machine must stay cool before the workers' CPU rises a step.
+cool_for = "3m"
+# Hours with a lower CPU share for all workers (a count or a percentage), e.g. nights in a
+# bedroom: quiet_hours = [ {{ days = "daily", from = "22:00", to = "07:00", cpus = 1 }} ]
+quiet_hours = []
 "#,
             date = today.format("%Y-%m-%d"),
             tz = self.timezone,
@@ -345,6 +423,8 @@ longest_job = "{longest_job}"
             memory = self.memory,
             longest_job = self.longest_job,
             media = self.media,
+            max_temperature = limit_line("max_temperature", &self.max_temperature, "80C"),
+            max_fan = limit_line("max_fan", &self.max_fan, "3000rpm"),
         )
     }
 }
@@ -533,6 +613,54 @@ mod tests {
         assert_eq!(a.windows, parse_when("always").unwrap());
         assert_eq!(a.sessions, "active");
         assert_eq!(a.on_metered, "no-downloads");
+    }
+
+    /// The comfort questions: none by default (the file then holds the keys commented out),
+    /// a limit checked as `check` checks it, and the file they write is a valid policy.
+    #[test]
+    fn the_comfort_limits_are_asked_last_and_written_to_comfort() {
+        let a = defaults();
+        assert_eq!(
+            (a.max_temperature.as_str(), a.max_fan.as_str()),
+            ("none", "none")
+        );
+        let text = a.render(NaiveDate::from_ymd_opt(2026, 12, 1).unwrap());
+        assert!(text.contains("\n# max_temperature = \"80C\"\n"), "{text}");
+        let parse = |text: &str| {
+            config::parse_policy(
+                Path::new("p.toml"),
+                text,
+                &config::SiteConfig::defaults(),
+                None,
+                Zone::utc(),
+            )
+            .unwrap()
+        };
+        assert!(!parse(&text).comfort.limits_set());
+        let mut input: &[u8] =
+            b"always\nactive\n1\n128MiB\n1h\npause\nUTC\nignore\nyes\n200C\n85C\n3500 rpm\n";
+        let mut out = Vec::new();
+        let a = ask(defaults(), &mut input, &mut out, false).unwrap();
+        let shown = String::from_utf8(out).unwrap();
+        assert!(
+            shown.contains("200C is outside 40C to 105C; or answer none"),
+            "{shown}"
+        );
+        let text = a.render(NaiveDate::from_ymd_opt(2026, 12, 1).unwrap());
+        assert!(
+            text.contains("\nmax_temperature = \"85C\"\nmax_fan = \"3500 rpm\"\n"),
+            "{text}"
+        );
+        let c = parse(&text).comfort;
+        assert_eq!((c.max_temperature, c.max_fan), (Some(85.0), Some(3500)));
+        let mut a = defaults();
+        a.set("max-fan", "2800rpm").unwrap();
+        a.set("max-temperature", "off").unwrap();
+        assert_eq!(
+            (a.max_temperature.as_str(), a.max_fan.as_str()),
+            ("none", "2800rpm")
+        );
+        assert!(a.set("max-fan", "loud").is_err());
     }
 
     /// A flag answers its question as the prompt would, and only a question that exists.

@@ -156,14 +156,16 @@ pub(crate) fn replay(
     let p = &s.policy;
     let mut sum = Figures::default();
     let mut latches: (Option<DateTime<Utc>>, Option<DateTime<Utc>>) = (None, None);
-    // CPUs the running workers were granted (0: none running).
-    let mut running_cpus = 0u32;
+    // The running workers and each one's whole share, in thousandths of a CPU (none: none
+    // running). What they may use is that, under the cap of the moment (quiet hours), as the
+    // daemon holds them to it live.
+    let mut running: Option<(u32, u64)> = None;
     let mut started: Option<DateTime<Utc>> = None;
     let mut watched_until: Option<DateTime<Utc>> = None;
     for run in &timeline.runs {
         if watched_until != Some(run.from) {
             latches = (None, None);
-            running_cpus = 0;
+            running = None;
             started = Some(run.from);
         }
         let mut t = run.from;
@@ -175,9 +177,12 @@ pub(crate) fn replay(
             outlook.limits.started = started;
             let supply = decide(p, &h, outlook.limits, end);
             latches = (supply.owner_busy_since, supply.host_free_since);
-            if running_cpus > 0 {
+            if let Some((workers, share)) = running.filter(|r| r.0 > 0) {
+                let each = supply.cpu_cap.as_ref().map_or(share, |c| {
+                    (c.nano_for(share.saturating_mul(1_000_000) as i64) / 1_000_000) as u64
+                });
                 sum.computing_s += secs;
-                sum.cpu_seconds += secs * f64::from(running_cpus) * utilization;
+                sum.cpu_seconds += secs * f64::from(workers) * each as f64 / 1000.0 * utilization;
             }
             if supply.allowed {
                 sum.open_s += secs;
@@ -185,12 +190,12 @@ pub(crate) fn replay(
             if supply.causes.iter().any(|c| c.owner_there()) {
                 sum.owner_s += secs;
             }
-            running_cpus = if supply.allowed {
-                supply.workers * supply.per_worker.cpus
+            running = if supply.allowed {
+                Some((supply.workers, u64::from(supply.per_worker.cpus) * 1000))
             } else if supply.evict == Evict::None {
-                running_cpus
+                running
             } else {
-                0
+                None
             };
             t = end;
         }
@@ -278,6 +283,8 @@ pub(crate) fn machine(
         sleeping: false,
         lock_instants_unknown: false,
         in_use: Vec::new(),
+        sensors: None,
+        throttle: None,
         // The timeline keeps no link: a projection is of the week's hours, not its networks.
         metered: None,
     }

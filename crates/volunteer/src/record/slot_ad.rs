@@ -113,6 +113,7 @@ fn published(c: Cause) -> &'static str {
         | Cause::OwnerCpuEvict
         | Cause::WaitingFreeFor
         | Cause::NoRoom
+        | Cause::Comfort
         // Where the machine is (a phone's hotspot) is the owner's business too.
         | Cause::Metered
         // The owner's data plan.
@@ -312,6 +313,7 @@ mod tests {
             Cause::NoRoom,
             Cause::FleetSplay,
             Cause::Free,
+            Cause::Comfort,
         ];
         let every = Supply {
             causes: all.to_vec(),

@@ -9,8 +9,10 @@
 //! What the owner is shown of it, with the rest of the state dir, is `view` (read once), said
 //! as text by `text.rs`, as JSON by the view's `Serialize`, and as HTML by the page.
 
+use crate::decide::comfort::CpuCap;
 use crate::decide::policy::Supply;
 use crate::outcome::{Outcome, StartBackoff};
+use crate::snapshot::{Reading, Throttle};
 use crate::worker::ScratchUse;
 use crate::worker::{ImageRecord, PulledImage, Worker};
 use chrono::{DateTime, Utc};
@@ -41,6 +43,9 @@ pub struct Decision {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
     pub next_change: Option<DateTime<Utc>>,
+    /// The CPU cap the workers run under, and why (`comfort`); absent when none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_cap: Option<CpuCap>,
 }
 
 impl Decision {
@@ -59,6 +64,7 @@ impl Decision {
             reasons: s.reasons.clone(),
             notes: s.notes.clone(),
             next_change: s.next_change,
+            cpu_cap: s.cpu_cap.clone(),
         }
     }
 }
@@ -113,6 +119,16 @@ pub struct Status {
     /// known): `status` shows it beside the data used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metered: Option<crate::snapshot::Metered>,
+    /// The machine's hottest CPU temperature (°C) and fastest fan (RPM) at the last cycle
+    /// (`sensors`); absent where it has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<Reading>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fan: Option<Reading>,
+    /// Where the comfort throttle stands: a restarted daemon takes it back, so a hot machine
+    /// does not get its whole share back by a restart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throttle: Option<Throttle>,
 }
 
 /// The daemon rewrites an unchanged status file this often, so readers can tell it is alive
@@ -129,6 +145,13 @@ impl Status {
             s.updated_at = None;
             s.pid = 0;
             s.own_cpu = (s.own_cpu * 100.0).round();
+            // A sensor moves by a degree or a few RPM every cycle: a reader is told of a
+            // change of 5 °C or 500 RPM at once, of less with the heartbeat.
+            for (r, by) in [(&mut s.temperature, 5.0), (&mut s.fan, 500.0)] {
+                if let Some(r) = r.as_mut() {
+                    r.value = (r.value / by).floor();
+                }
+            }
             if let Some(d) = s.decision.as_mut() {
                 d.at = DateTime::<Utc>::UNIX_EPOCH;
             }

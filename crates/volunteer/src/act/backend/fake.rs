@@ -280,6 +280,10 @@ impl Workers for FakeBackend {
             oom_killed: false,
             gpus: vec![],
             disk_kib: None,
+            nano_cpus: Some(spec.nano_cpus),
+            share_nano_cpus: l
+                .get(crate::worker::labels::NANO_CPUS)
+                .and_then(|v| v.parse().ok()),
         };
         w.workers.push(worker);
         w.specs.push(spec.clone());
@@ -347,6 +351,21 @@ impl Workers for FakeBackend {
     async fn remove_volume(&self, name: &str) -> Result<(), BackendError> {
         let _w = self.call(format!("volume-rm {name}"))?;
         Ok(())
+    }
+
+    /// As the engine's update: a worker that is gone is not found; any other takes the new
+    /// quota, running, paused or stopped (the engine keeps it for a start).
+    async fn limit_cpus(&self, id: &str, nano_cpus: i64) -> Result<(), BackendError> {
+        let mut w = self.call(format!("limit {id} {nano_cpus}"))?;
+        match w.workers.iter_mut().find(|x| x.id == id) {
+            Some(x) => {
+                x.nano_cpus = Some(nano_cpus);
+                Ok(())
+            }
+            None => Err(BackendError::NotFound {
+                what: format!("{id} (No such container: {id})"),
+            }),
+        }
     }
 }
 

@@ -19,7 +19,12 @@
 //! the container's full id, so a reused pid can never point pilotd at anything else, and only
 //! for containers the backend listed by pilotd's labels.
 //!
-//! Pure parsing (`freezer_of`) apart from the file I/O.
+//! The same cgroup holds the worker's CPU quota (`CpuQuota`): the engine sets it (`docker
+//! update --cpus`), and pilotd reads it back there, and writes it itself where the engine
+//! did not (Podman 4's Docker-compatible API has no update call; later Podmans are reported
+//! to take `NanoCpus` there without applying it).
+//!
+//! Pure parsing (`freezer_of`, `cgroup_dir`) apart from the file I/O.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -103,6 +108,23 @@ impl Freezer {
 /// host: the engine's runc freezes there). `None` unless the cgroup path names `id` and its
 /// hierarchy is mounted whole (root `/`) here.
 pub(crate) fn freezer_of(cgroup: &str, mountinfo: &str, id: &str) -> Option<Freezer> {
+    cgroup_dir(cgroup, mountinfo, id, "freezer").map(|(v1, dir)| match v1 {
+        true => Freezer::V1(dir),
+        false => Freezer::V2(dir),
+    })
+}
+
+/// The container `id`'s directory in the cgroup v1 hierarchy of `controller` (true), or in
+/// the unified (v2) hierarchy (false), from its init process's `/proc/PID/cgroup` and this
+/// process's `/proc/self/mountinfo`. The v1 hierarchy wins where both exist (a hybrid host:
+/// the engine's runc writes there). `None` unless the cgroup path names `id` and its
+/// hierarchy is mounted whole (root `/`) here.
+pub(crate) fn cgroup_dir(
+    cgroup: &str,
+    mountinfo: &str,
+    id: &str,
+    controller: &str,
+) -> Option<(bool, PathBuf)> {
     if id.len() < 12 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
@@ -115,12 +137,12 @@ pub(crate) fn freezer_of(cgroup: &str, mountinfo: &str, id: &str) -> Option<Free
         };
         if num == "0" && controllers.is_empty() {
             v2 = Some(path);
-        } else if controllers.split(',').any(|c| c == "freezer") {
+        } else if controllers.split(',').any(|c| c == controller) {
             v1 = Some(path);
         }
     }
     let names_id = |p: &str| p.split('/').any(|seg| seg.contains(id));
-    let (mut freezer_mount, mut unified_mount) = (None, None);
+    let (mut v1_mount, mut unified_mount) = (None, None);
     for line in mountinfo.lines() {
         let Some((pre, post)) = line.split_once(" - ") else {
             continue;
@@ -136,18 +158,83 @@ pub(crate) fn freezer_of(cgroup: &str, mountinfo: &str, id: &str) -> Option<Free
             continue;
         }
         match *fstype {
-            "cgroup" if opts.split(',').any(|o| o == "freezer") => {
-                freezer_mount = Some(unescape(point));
+            "cgroup" if opts.split(',').any(|o| o == controller) => {
+                v1_mount = Some(unescape(point));
             }
             "cgroup2" => unified_mount = Some(unescape(point)),
             _ => {}
         }
     }
     let under = |mount: PathBuf, path: &str| mount.join(path.trim_start_matches('/'));
-    match (v1, freezer_mount, v2, unified_mount) {
-        (Some(p), Some(m), _, _) if names_id(p) => Some(Freezer::V1(under(m, p))),
-        (None, _, Some(p), Some(m)) if names_id(p) && p != "/" => Some(Freezer::V2(under(m, p))),
+    match (v1, v1_mount, v2, unified_mount) {
+        (Some(p), Some(m), _, _) if names_id(p) => Some((true, under(m, p))),
+        (None, _, Some(p), Some(m)) if names_id(p) && p != "/" => Some((false, under(m, p))),
         _ => None,
+    }
+}
+
+/// A container's CPU quota in its cgroup: v1's `cpu.cfs_quota_us` over `cpu.cfs_period_us`,
+/// or v2's `cpu.max` ("QUOTA PERIOD", or "max PERIOD": unlimited). What the kernel enforces,
+/// whatever the engine recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum CpuQuota {
+    V1(PathBuf),
+    V2(PathBuf),
+}
+
+impl CpuQuota {
+    /// The CPU quota of the container `id` whose init process is `pid`; `None` when it cannot
+    /// be reached from here.
+    pub(crate) fn of(pid: u32, id: &str) -> Option<CpuQuota> {
+        let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+        let q = match cgroup_dir(&cgroup, &mounts, id, "cpu")? {
+            (true, dir) => CpuQuota::V1(dir),
+            (false, dir) => CpuQuota::V2(dir),
+        };
+        q.period().is_some().then_some(q)
+    }
+
+    /// The period the quota is counted over, in microseconds.
+    fn period(&self) -> Option<i64> {
+        let text = match self {
+            CpuQuota::V1(d) => std::fs::read_to_string(d.join("cpu.cfs_period_us")).ok()?,
+            CpuQuota::V2(d) => std::fs::read_to_string(d.join("cpu.max"))
+                .ok()?
+                .split_whitespace()
+                .nth(1)?
+                .to_string(),
+        };
+        text.trim().parse().ok().filter(|p| *p > 0)
+    }
+
+    /// The quota in force as NanoCpus (10⁹ a CPU); `None`: unlimited, or unreadable.
+    pub(crate) fn read(&self) -> Option<i64> {
+        let quota: i64 = match self {
+            CpuQuota::V1(d) => std::fs::read_to_string(d.join("cpu.cfs_quota_us")).ok()?,
+            CpuQuota::V2(d) => std::fs::read_to_string(d.join("cpu.max"))
+                .ok()?
+                .split_whitespace()
+                .next()?
+                .to_string(),
+        }
+        .trim()
+        .parse()
+        .ok()
+        .filter(|q| *q > 0)?;
+        Some(quota.saturating_mul(1_000_000_000) / self.period()?)
+    }
+
+    /// Sets the quota to `nano_cpus` over the period already there.
+    pub(crate) fn write(&self, nano_cpus: i64) -> std::io::Result<()> {
+        let period = self
+            .period()
+            .ok_or_else(|| std::io::Error::other("its CPU period cannot be read"))?;
+        let quota = (nano_cpus.saturating_mul(period) / 1_000_000_000).max(1000);
+        match self {
+            CpuQuota::V1(d) => std::fs::write(d.join("cpu.cfs_quota_us"), quota.to_string()),
+            CpuQuota::V2(d) => std::fs::write(d.join("cpu.max"), format!("{quota} {period}")),
+        }
     }
 }
 
@@ -298,6 +385,60 @@ mod tests {
         assert_eq!(freezer_of(&v1_cgroup(ID), mounts, ID), None);
         // No freezer hierarchy and no unified one: nothing.
         assert_eq!(freezer_of(&v1_cgroup(ID), "", ID), None);
+    }
+
+    #[test]
+    fn the_cpu_quota_is_found_in_the_cpu_hierarchy_or_the_unified_one() {
+        assert_eq!(
+            cgroup_dir(&v1_cgroup(ID), HYBRID_MOUNTS, ID, "cpu"),
+            Some((
+                true,
+                PathBuf::from(format!("/sys/fs/cgroup/cpu,cpuacct/docker/{ID}"))
+            ))
+        );
+        let mounts = "30 25 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 rw,nsdelegate,memory_recursiveprot\n";
+        let cgroup = format!("0::/machine.slice/libpod-{ID}.scope/container\n");
+        assert_eq!(
+            cgroup_dir(&cgroup, mounts, ID, "cpu"),
+            Some((
+                false,
+                PathBuf::from(format!(
+                    "/sys/fs/cgroup/machine.slice/libpod-{ID}.scope/container"
+                ))
+            ))
+        );
+        assert_eq!(
+            cgroup_dir(&v1_cgroup("aaaabbbbccccdddd"), HYBRID_MOUNTS, ID, "cpu"),
+            None
+        );
+    }
+
+    #[test]
+    fn a_cpu_quota_is_read_and_written_over_its_period() {
+        let dir = tempfile::tempdir().unwrap();
+        let v1 = CpuQuota::V1(dir.path().to_path_buf());
+        std::fs::write(dir.path().join("cpu.cfs_period_us"), "100000\n").unwrap();
+        std::fs::write(dir.path().join("cpu.cfs_quota_us"), "-1\n").unwrap();
+        assert_eq!(v1.read(), None, "unlimited");
+        v1.write(750_000_000).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("cpu.cfs_quota_us")).unwrap(),
+            "75000"
+        );
+        assert_eq!(v1.read(), Some(750_000_000));
+
+        let v2 = CpuQuota::V2(dir.path().to_path_buf());
+        std::fs::write(dir.path().join("cpu.max"), "max 100000\n").unwrap();
+        assert_eq!(v2.read(), None, "unlimited");
+        v2.write(250_000_000).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("cpu.max")).unwrap(),
+            "25000 100000"
+        );
+        assert_eq!(v2.read(), Some(250_000_000));
+        // A cgroup without the files is no quota.
+        let empty = tempfile::tempdir().unwrap();
+        assert!(CpuQuota::V2(empty.path().to_path_buf()).write(1).is_err());
     }
 
     #[test]

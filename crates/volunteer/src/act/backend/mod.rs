@@ -87,6 +87,14 @@ pub trait Workers {
     /// Removes the volume named `name` (a worker's disk, after its container is gone) if it
     /// carries this instance's labels; absent, or not pilotd's, is left alone and fine.
     fn remove_volume(&self, name: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// Sets a live worker's CPU quota to `nano_cpus` (10⁹ a CPU), as `docker update --cpus`:
+    /// the kernel holds it to that at once, and nothing restarts.
+    fn limit_cpus(
+        &self,
+        id: &str,
+        nano_cpus: i64,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send;
 }
 
 /// Images: the freshness check, pulls, and the local images of a repository.

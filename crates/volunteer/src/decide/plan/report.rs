@@ -53,6 +53,14 @@ impl Report {
         for line in limit_lines(s, self.now, self.live_workers, local) {
             let _ = writeln!(out, "{line}");
         }
+        if let Some(cap) = &s.cpu_cap {
+            let _ = writeln!(
+                out,
+                "CPU cap: {:.2} CPU a worker: {}",
+                cap.per_worker_millicpus as f64 / 1000.0,
+                cap.reason
+            );
+        }
         let _ = writeln!(out, "why:");
         for r in s.reasons.iter().chain(&s.notes) {
             let _ = writeln!(out, "  - {r}");
@@ -142,6 +150,8 @@ mod tests {
             downloads: true,
             owner_busy_since: None,
             host_free_since: None,
+            throttle: None,
+            cpu_cap: None,
             link: crate::decide::policy::LinkHold::Nothing,
         }
     }

@@ -108,6 +108,8 @@ pub(crate) fn worker_spec(
     l.insert(labels::SPEC_HASH.to_string(), spec_hash);
     l.insert(labels::IMAGE.to_string(), s.image.clone());
     l.insert(labels::DISK_KIB.to_string(), r.disk_kib.to_string());
+    let nano_cpus = i64::from(r.cpus.max(1)) * 1_000_000_000;
+    l.insert(labels::NANO_CPUS.to_string(), nano_cpus.to_string());
 
     WorkerSpec {
         image: s.image.clone(),
@@ -115,7 +117,7 @@ pub(crate) fn worker_spec(
         image_digest: digest.to_string(),
         labels: l,
         env,
-        nano_cpus: i64::from(r.cpus.max(1)) * 1_000_000_000,
+        nano_cpus,
         gpu_ids: Vec::new(),
         read_only_rootfs: s.read_only_rootfs,
         memory_bytes: i64::try_from(r.memory_mib.saturating_mul(1 << 20)).unwrap_or(i64::MAX),

@@ -37,6 +37,8 @@ fn supply(allowed: bool, workers: u32, evict: Evict) -> Supply {
         downloads: true,
         owner_busy_since: None,
         host_free_since: None,
+        throttle: None,
+        cpu_cap: None,
         link: LinkHold::Nothing,
     }
 }
@@ -103,6 +105,7 @@ fn short(p: &Plan) -> Vec<String> {
             Action::Unpause { id, .. } => format!("unpause {id}"),
             Action::Stop { id, .. } => format!("stop {id}"),
             Action::Kill { id, .. } => format!("kill {id}"),
+            Action::Limit { id, nano_cpus, .. } => format!("limit {id} {nano_cpus}"),
             Action::Remove { id, .. } => format!("remove {id}"),
             Action::Pull { digest, .. } => format!("pull {digest}"),
             Action::Start { .. } => "start".into(),
@@ -548,6 +551,143 @@ fn only_evictions_are_evictions() {
     assert_eq!(json["why"], "eviction: fast", "the JSON keeps the sentence");
 }
 
+/// A cap of `percent` of each worker's share, with quiet hours' `quiet` millicpus a worker.
+fn capped(mut s: Supply, percent: u32, quiet: Option<u64>) -> Supply {
+    s.cpu_cap = Some(crate::decide::comfort::CpuCap {
+        percent,
+        quiet_millicpus: quiet,
+        per_worker_millicpus: 2000 * u64::from(percent) / 100,
+        causes: vec!["temperature".into()],
+        reason: "hot".into(),
+    });
+    s
+}
+
+/// A worker as the engine lists it: its quota now, its whole share on its label.
+fn quota(w: Worker, now: Option<i64>, share: Option<i64>) -> Worker {
+    Worker {
+        nano_cpus: now,
+        share_nano_cpus: share,
+        ..w
+    }
+}
+
+/// Every worker that stays is held to the cap live, before a resume; once no cap holds, a
+/// worker pilotd lowered gets its labelled share back; one whose quota or share is unknown is
+/// left as it is; an evicted one is not limited; a new one starts under the cap.
+#[test]
+fn workers_are_held_to_the_cpu_cap_live() {
+    use WorkerState::*;
+    let old = t(19, 0);
+    const TWO: i64 = 2_000_000_000;
+    let cases = vec![
+        case(
+            "a cap lowers a running worker; one already there is left",
+            capped(supply(true, 2, Evict::None), 50, None),
+            vec![
+                quota(worker("a", Running, old), Some(TWO), Some(TWO)),
+                quota(worker("b", Running, old), Some(TWO / 2), Some(TWO)),
+            ],
+            &["limit a 1000000000"],
+        ),
+        case(
+            "a paused worker resumes under the cap: limited first",
+            capped(supply(true, 1, Evict::None), 25, None),
+            vec![quota(worker("p", Paused, old), Some(TWO), Some(TWO))],
+            &["limit p 500000000", "unpause p"],
+        ),
+        case(
+            "quiet hours and a step: the lesser share, then the step",
+            capped(supply(true, 1, Evict::None), 50, Some(1000)),
+            vec![quota(worker("a", Running, old), Some(TWO), Some(TWO))],
+            &["limit a 500000000"],
+        ),
+        case(
+            "no cap: the whole share back",
+            supply(true, 1, Evict::None),
+            vec![quota(worker("a", Running, old), Some(TWO / 4), Some(TWO))],
+            &["limit a 2000000000"],
+        ),
+        case(
+            "no cap, an older pilotd's worker (no share label): left alone",
+            supply(true, 1, Evict::None),
+            vec![quota(worker("a", Running, old), Some(TWO / 4), None)],
+            &[],
+        ),
+        case(
+            "a quota the engine did not say: left alone",
+            capped(supply(true, 1, Evict::None), 50, None),
+            vec![quota(worker("a", Running, old), None, Some(TWO))],
+            &[],
+        ),
+        case(
+            "not allowed but not evicted (owner CPU high): still capped",
+            capped(supply(false, 0, Evict::None), 75, None),
+            vec![quota(worker("a", Running, old), Some(TWO), Some(TWO))],
+            &["limit a 1500000000"],
+        ),
+        case(
+            "paused at the lowest step: paused, not limited",
+            capped(supply(false, 0, Evict::Pause), 25, None),
+            vec![quota(worker("a", Running, old), Some(TWO), Some(TWO))],
+            &["pause a"],
+        ),
+    ];
+    for c in cases {
+        let p = plan(
+            &c.supply,
+            Observed {
+                workers: &c.workers,
+                in_flight: &InFlight::default(),
+                backoff: &c.backoff,
+                image: &c.image,
+                free_hours: None,
+                filter_down: None,
+                scratch_use: &BTreeMap::new(),
+            },
+            &settings(),
+            c.now,
+        );
+        assert_eq!(short(&p), c.want, "case: {} (notes: {:?})", c.name, p.notes);
+    }
+    // A new worker starts under the cap; its label keeps its whole share.
+    let p = plan(
+        &capped(supply(true, 1, Evict::None), 75, None),
+        Observed {
+            workers: &[],
+            in_flight: &InFlight::default(),
+            backoff: &StartBackoff::default(),
+            image: &ready(),
+            free_hours: None,
+            filter_down: None,
+            scratch_use: &BTreeMap::new(),
+        },
+        &settings(),
+        t(20, 0),
+    );
+    let Action::Start { spec } = &p.actions[0] else {
+        panic!("{:?}", p.actions)
+    };
+    assert_eq!(spec.nano_cpus, 1_500_000_000);
+    assert_eq!(spec.labels[labels::NANO_CPUS], "2000000000");
+    assert!(
+        p.actions[0].to_string().contains("(1.50 CPU,"),
+        "{}",
+        p.actions[0]
+    );
+    let limit = Action::Limit {
+        id: "a".into(),
+        name: "pilotd-test-a".into(),
+        nano_cpus: 250_000_000,
+        why: Reason::CpuCap,
+    };
+    assert_eq!(
+        limit.to_string(),
+        "limit pilotd-test-a to 0.25 CPU (the CPU cap in force)"
+    );
+    assert_eq!(limit.reason().and_then(Reason::eviction), None);
+}
+
 #[test]
 fn a_start_spec_carries_limits_labels_and_templated_env() {
     let s = settings();
@@ -563,6 +703,7 @@ fn a_start_spec_carries_limits_labels_and_templated_env() {
     );
     assert_eq!(spec.name, "pilotd-test-20261201-200000000-0");
     assert_eq!(spec.nano_cpus, 2_000_000_000);
+    assert_eq!(spec.labels[labels::NANO_CPUS], "2000000000");
     assert_eq!(spec.memory_bytes, 4096 << 20);
     assert_eq!(spec.env["NUM_CPUS"], "2");
     assert_eq!(

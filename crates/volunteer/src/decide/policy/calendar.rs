@@ -142,6 +142,8 @@ pub(crate) fn to_utc(tz: &Zone, naive: NaiveDateTime) -> Vec<DateTime<Utc>> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Cell {
     Compute,
+    /// Computes, in quiet hours: with the lower CPU share they give (`[comfort]`).
+    Quiet,
     /// Open, but within `evict_before_end` of the period's end: workers are leaving.
     Guard,
     Off,
@@ -151,6 +153,7 @@ impl Cell {
     pub(crate) fn glyph(self) -> char {
         match self {
             Cell::Compute => '█',
+            Cell::Quiet => '▓',
             Cell::Guard => '▒',
             Cell::Off => '·',
         }
@@ -169,6 +172,14 @@ pub(crate) fn cell_at(p: &pilotd_core::config::Policy, t: DateTime<Utc>) -> Cell
         Period::Closed { .. } => Cell::Off,
         Period::Open { ends: Some(end) } if before(end, p.evict_before_end) < after(mid, HALF) => {
             Cell::Guard
+        }
+        Period::Open { .. }
+            if p.comfort
+                .quiet_hours
+                .iter()
+                .any(|q| is_open(std::slice::from_ref(&q.window), &p.timezone, mid)) =>
+        {
+            Cell::Quiet
         }
         Period::Open { .. } => Cell::Compute,
     }

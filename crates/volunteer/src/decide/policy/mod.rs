@@ -4,11 +4,13 @@ pub(crate) mod calendar;
 pub(crate) mod data;
 pub mod schedule;
 
-use crate::snapshot::{HostSnapshot, Session, Sessions, UseKind};
+use crate::decide::comfort::{self, CpuCap, Quiet};
+use crate::snapshot::{HostSnapshot, Session, Sessions, Throttle, UseKind};
 use crate::splay::Splay;
 use calendar::Period;
 use chrono::{DateTime, Utc};
-use pilotd_core::config::policy::{BatteryRule, MeteredRule, SessionRule};
+use pilotd_core::config::policy::{BatteryRule, MeteredRule, SessionRule, Window};
+use pilotd_core::config::units::Share;
 use pilotd_core::config::units::format_duration;
 use pilotd_core::config::{Evict, Policy};
 use pilotd_core::horizon::{after, before};
@@ -68,6 +70,9 @@ pub enum Cause {
     /// (`[share] data_per_day`, `data_per_month`).
     DataCap,
     Free,
+    /// Over the owner's `max_temperature` or `max_fan` with the CPU quota at its lowest step:
+    /// the workers are paused (`comfort`).
+    Comfort,
 }
 
 impl Cause {
@@ -121,6 +126,7 @@ impl Cause {
             Cause::Metered => "metered",
             Cause::DataCap => "data_cap",
             Cause::Free => "free",
+            Cause::Comfort => "comfort",
         }
     }
 }
@@ -160,6 +166,14 @@ pub struct Supply {
     /// Latch state to carry into the next snapshot.
     pub owner_busy_since: Option<DateTime<Utc>>,
     pub host_free_since: Option<DateTime<Utc>>,
+    /// The comfort throttle's position, to carry likewise (`comfort`); absent while it
+    /// lowers nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub throttle: Option<Throttle>,
+    /// The CPU cap running workers are held to and new ones start under, and why: the
+    /// throttle's step, quiet hours. Absent when the workers have their whole share.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_cap: Option<CpuCap>,
     /// What a metered link holds back (`causes` then holds `Metered`): the daemon fetches no
     /// manifest and asks the registry nothing while it holds anything.
     #[serde(skip)]
@@ -218,6 +232,16 @@ pub(crate) fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime
     let away_notes = sessions(p, h, now, &mut f);
     battery_and_exclusive(p, h, &mut f);
     let owner_busy_since = owner_cpu(p, h, now, &mut f);
+    // The machine's comfort pauses the workers without making the host "busy": once it is
+    // cool again they resume at once, with no `free_for` to wait.
+    let heat = comfort::throttle(&p.comfort, h.sensors.as_ref(), h.throttle, now);
+    if heat.paused {
+        f.evict = f.evict.max(Evict::Pause);
+        f.say(Cause::Comfort, heat.why.clone());
+    }
+    f.next.extend(heat.next);
+    let (quiet, quiet_next) = quiet_hours(p, h.cpus, now);
+    f.next.extend(quiet_next);
 
     // The link's price is not the owner's presence: the latch "free since" runs on, so the
     // workers start at once when the link is free again, if the host was free meanwhile.
@@ -226,7 +250,17 @@ pub(crate) fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime
     let room = data::cap(p, limits.data, now, &mut f);
     let accept_until = die_at.map(|d| before(d, p.longest_job));
     let share = split_share(p, h);
-    let allowed = link == LinkHold::Nothing
+    let cpu_cap = comfort::cap(
+        &heat,
+        quiet,
+        |ends| {
+            ends.map(|e| format!(" until {}", hm(e, p)))
+                .unwrap_or_default()
+        },
+        (h.cpus, share.0, u64::from(share.1.cpus) * 1000),
+    );
+    let allowed = !heat.paused
+        && link == LinkHold::Nothing
         && room.workers
         && host_free_since.is_some_and(|since| {
             admit(
@@ -270,6 +304,8 @@ pub(crate) fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime
         downloads: downloads && link == LinkHold::Nothing && room.pull,
         owner_busy_since,
         host_free_since,
+        throttle: heat.state,
+        cpu_cap,
         link,
     }
 }
@@ -789,6 +825,46 @@ fn sources(h: &HostSnapshot) -> String {
         None => "; no keyboard or mouse readable",
     });
     line
+}
+
+/// The quiet hours `now` is in: the least CPU share (on a machine of `cpus`) among the
+/// windows holding it, and when the quiet hours end; or `None`; with when the next quiet
+/// hours begin or end (for `next_change`).
+pub(crate) fn quiet_hours(
+    p: &Policy,
+    cpus: u32,
+    now: DateTime<Utc>,
+) -> (Option<Quiet>, Option<DateTime<Utc>>) {
+    let least = |a: Share, b: Share| {
+        if comfort::quiet_millicpus(a, cpus, 1) <= comfort::quiet_millicpus(b, cpus, 1) {
+            a
+        } else {
+            b
+        }
+    };
+    let mut inside: Option<Quiet> = None;
+    let mut next = None;
+    for q in &p.comfort.quiet_hours {
+        let w: [Window; 1] = [q.window];
+        match calendar::period_at(&w, &p.timezone, now) {
+            Period::Open { ends } => {
+                inside = Some(Quiet {
+                    cpus: inside.map_or(q.cpus, |i| least(i.cpus, q.cpus)),
+                    ends: earliest(inside.and_then(|i| i.ends), ends),
+                });
+                next = earliest(next, ends);
+            }
+            Period::Closed { opens } => next = earliest(next, opens),
+        }
+    }
+    (inside, next)
+}
+
+fn earliest(a: Option<DateTime<Utc>>, b: Option<DateTime<Utc>>) -> Option<DateTime<Utc>> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// Splits the share over the workers: whole CPUs (at least 1), never more than the machine

@@ -68,13 +68,18 @@ pub fn text(p: &Policy, now: DateTime<Utc>, count: u32, source: &str) -> String 
         compute_halfhours += day
             .cells
             .iter()
-            .filter(|c| **c == Some(Cell::Compute))
+            .filter(|c| matches!(c, Some(Cell::Compute | Cell::Quiet)))
             .count() as u32;
         let _ = writeln!(out, "{}  {row}", day.date.format("%a %d %b"));
     }
     let _ = writeln!(
         out,
-        "\n█ computes   ▒ guard band (workers leave {} before the end)   · off",
+        "\n█ computes   {}▒ guard band (workers leave {} before the end)   · off",
+        if p.comfort.quiet_hours.is_empty() {
+            ""
+        } else {
+            "▓ computes, quiet hours   "
+        },
         format_duration(p.evict_before_end)
     );
     let hours = f64::from(compute_halfhours) / 2.0;
@@ -98,6 +103,37 @@ pub fn text(p: &Policy, now: DateTime<Utc>, count: u32, source: &str) -> String 
         p.share.workers,
         format_duration(p.longest_job)
     );
+    for q in &p.comfort.quiet_hours {
+        let _ = writeln!(
+            out,
+            "quiet hours: {} {:02}:{:02}-{:02}:{:02}, at most {} for all workers",
+            q.window.days,
+            q.window.from / 60,
+            q.window.from % 60,
+            q.window.to / 60,
+            q.window.to % 60,
+            match q.cpus {
+                Share::Percent(p) => format!("{p}% of the CPUs"),
+                Share::Amount(n) => format!("{n} CPU(s)"),
+            }
+        );
+    }
+    let c = &p.comfort;
+    if c.limits_set() {
+        let limits: Vec<String> = [
+            c.max_temperature.map(|t| format!("the CPU over {t:.0}°C")),
+            c.max_fan.map(|f| format!("a fan over {f} rpm")),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let _ = writeln!(
+            out,
+            "comfort: {} lowers the workers' CPUs a step at a time, and pauses them at the lowest; they rise again a step after {} cool",
+            limits.join(" or "),
+            format_duration(c.cool_for)
+        );
+    }
     let who = match p.sessions {
         SessionRule::Any => "anyone logs in".to_string(),
         SessionRule::Active => format!(
@@ -152,6 +188,47 @@ mod tests {
         assert_eq!(cells[14], '▒', "{row}");
         assert!(cells[15..38].iter().all(|c| *c == '·'), "{row}");
         assert!(out.contains("computing 5.0 h"), "{out}");
+    }
+
+    /// Quiet hours show in the grid as their own glyph (still computing time), with their
+    /// share and the comfort limits in words under it.
+    #[test]
+    fn grid_marks_quiet_hours_and_says_the_comfort_limits() {
+        use pilotd_core::config::policy::QuietHours;
+        let mut p = Policy::defaults(pilotd_core::zone::Zone::utc());
+        p.comfort.quiet_hours = vec![QuietHours {
+            window: Window {
+                days: parse_days("daily").unwrap(),
+                from: parse_time_of_day("22:00").unwrap(),
+                to: parse_time_of_day("07:00").unwrap(),
+            },
+            cpus: Share::Amount(1),
+        }];
+        p.comfort.max_temperature = Some(80.0);
+        let out = text(&p, utc("2026-01-12T10:00:00Z"), 1, "x");
+        let row = out.lines().find(|l| l.starts_with("Mon 12 Jan")).unwrap();
+        let cells: Vec<char> = row.chars().skip(12).collect();
+        assert!(cells[..14].iter().all(|c| *c == '▓'), "{row}");
+        assert!(cells[14..44].iter().all(|c| *c == '█'), "{row}");
+        assert!(cells[44..].iter().all(|c| *c == '▓'), "{row}");
+        assert!(out.contains("computing 24.0 h"), "{out}");
+        assert!(out.contains("▓ computes, quiet hours"), "{out}");
+        assert!(
+            out.contains("quiet hours: daily 22:00-07:00, at most 1 CPU(s) for all workers"),
+            "{out}"
+        );
+        assert!(
+            out.contains("comfort: the CPU over 80°C lowers the workers' CPUs a step at a time"),
+            "{out}"
+        );
+        // Without them, none of it.
+        let plain = text(
+            &Policy::defaults(pilotd_core::zone::Zone::utc()),
+            utc("2026-01-12T10:00:00Z"),
+            1,
+            "x",
+        );
+        assert!(!plain.contains('▓') && !plain.contains("quiet") && !plain.contains("comfort"));
     }
 
     proptest::proptest! {

@@ -28,7 +28,7 @@ pub(super) fn page_shell(title: &str, body: &str) -> String {
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title>\
 <style>body{{font-family:sans-serif;max-width:62em;margin:1em auto;padding:0 1em;color:#222}}\
 table{{border-collapse:collapse}}td,th{{padding:2px 6px;font-size:90%}}\
-.grid td{{width:0.9em;height:1.1em;padding:0}}.learned td{{border:1px solid #ddd}}.c{{background:#2a7}}.g{{background:#ec5}}.o{{background:#eee}}\
+.grid td{{width:0.9em;height:1.1em;padding:0}}.learned td{{border:1px solid #ddd}}.c{{background:#2a7}}.q{{background:#7c9}}.g{{background:#ec5}}.o{{background:#eee}}\
 .verdict{{font-size:130%;font-weight:bold}}.snoozed{{background:#fde;padding:0.4em}}\
 button{{font-size:110%;margin-right:0.5em}}</style></head><body>{}</body></html>",
         esc(title),
@@ -46,6 +46,7 @@ pub(super) fn render(ctx: &Context, s: &Session, now: DateTime<Utc>) -> String {
     let _ = write!(b, "<h1>pilotd on this machine</h1>");
     snoozed(&mut b, &v, &local);
     decision(&mut b, &v.status, &local);
+    comfort(&mut b, &v);
     buttons(&mut b, s);
     workers(&mut b, &v, &local);
     week(&mut b, &v);
@@ -108,6 +109,17 @@ fn decision(b: &mut String, st: &status::Status, local: Local) {
             let _ = write!(b, "<p id=\"decision\">No decision yet.</p>");
         }
     }
+}
+
+/// The machine's comfort, as `pilotd status` says it: its sensors, and the CPU cap in force
+/// with why; nothing where there is no sensor and no cap.
+fn comfort(b: &mut String, v: &StatusView) {
+    let lines = v.comfort_lines();
+    if lines.is_empty() {
+        return;
+    }
+    let lines: Vec<String> = lines.iter().map(|l| esc(l)).collect();
+    let _ = write!(b, "<p id=\"comfort\">{}</p>", lines.join("<br>"));
 }
 
 /// The buttons: plain forms with the session's CSRF token.
@@ -192,6 +204,7 @@ fn week(b: &mut String, v: &StatusView) {
         for cell in &day.cells {
             let class = match cell {
                 Some(Cell::Compute) => "c",
+                Some(Cell::Quiet) => "q",
                 Some(Cell::Guard) => "g",
                 _ => "o",
             };
@@ -201,7 +214,7 @@ fn week(b: &mut String, v: &StatusView) {
     }
     let _ = write!(
         b,
-        "</table><p><small><span class=\"c\">&nbsp;&nbsp;</span> computes &nbsp;<span class=\"g\">&nbsp;&nbsp;</span> workers leaving &nbsp;<span class=\"o\">&nbsp;&nbsp;</span> yours</small></p>"
+        "</table><p><small><span class=\"c\">&nbsp;&nbsp;</span> computes &nbsp;<span class=\"q\">&nbsp;&nbsp;</span> computes, quiet hours &nbsp;<span class=\"g\">&nbsp;&nbsp;</span> workers leaving &nbsp;<span class=\"o\">&nbsp;&nbsp;</span> yours</small></p>"
     );
 }
 

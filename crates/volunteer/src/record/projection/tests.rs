@@ -88,6 +88,52 @@ fn replays_the_recorded_presence_through_decide() {
     );
 }
 
+/// Quiet hours give the workers less CPU while they hold, as the daemon caps them live: the
+/// same weeks, with 1 CPU of the 2 from 00:00 to 06:00, give a quarter of those hours' CPU
+/// less, and the same hours open and computing.
+#[test]
+fn quiet_hours_give_less_cpu_in_their_hours() {
+    use pilotd_core::config::policy::{QuietHours, Window};
+    use pilotd_core::config::units::{DaySet, Share};
+    let s = settings();
+    let tl = two_days();
+    let u = Utilization {
+        fraction: 0.5,
+        measured: false,
+    };
+    let end = utc("2027-01-06T00:00:00Z");
+    let run = |s: &Settings| {
+        project(
+            s,
+            &History::new(&s.policy.timezone),
+            &tl,
+            &HostSnapshot::test(end),
+            u,
+            end,
+        )
+    };
+    let whole = run(&s);
+    let mut quiet = s.clone();
+    quiet.policy.comfort.quiet_hours = vec![QuietHours {
+        window: Window {
+            days: DaySet(0x7f),
+            from: 0,
+            to: 6 * 60,
+        },
+        cpus: Share::Amount(1),
+    }];
+    let q = run(&quiet);
+    assert_eq!(q.total.open_s, whole.total.open_s);
+    assert_eq!(q.total.computing_s, whole.total.computing_s);
+    // Two nights of 6 h, at 1 CPU instead of 2, half busy (less the first night's
+    // `free_for` and first minute, when nothing computed yet).
+    let less = (whole.total.cpu_seconds - q.total.cpu_seconds) / 3600.0;
+    assert!(
+        (less - (6.0 + 6.0 - 11.0 / 60.0) * 0.5).abs() < 0.05,
+        "{less}"
+    );
+}
+
 #[test]
 fn a_gap_is_the_machine_off_and_restarts_the_wait() {
     let s = settings();

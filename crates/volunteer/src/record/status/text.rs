@@ -24,6 +24,15 @@ fn human(d: Duration) -> String {
     if neg { format!("-{text}") } else { text }
 }
 
+/// Thousandths of a CPU as CPUs: "1", "0.75".
+fn cpus(milli: u64) -> String {
+    if milli.is_multiple_of(1000) {
+        (milli / 1000).to_string()
+    } else {
+        format!("{:.2}", milli as f64 / 1000.0)
+    }
+}
+
 fn short_digest(d: &str) -> &str {
     let d = d.strip_prefix("sha256:").unwrap_or(d);
     d.get(..12).unwrap_or(d)
@@ -117,6 +126,9 @@ impl StatusView {
                 let _ = writeln!(out, "  - {r}");
             }
         }
+        for line in self.comfort_lines() {
+            let _ = writeln!(out, "{line}");
+        }
         self.workers_text(&mut out);
         let b = &s.backoff;
         let _ = match b.not_before.filter(|t| *t > now) {
@@ -187,6 +199,35 @@ impl StatusView {
             }
         }
         out
+    }
+
+    /// The machine's comfort: its hottest CPU sensor and fastest fan at the last cycle, and
+    /// the CPU cap in force with why (none of it where there is no sensor and no cap).
+    pub(crate) fn comfort_lines(&self) -> Vec<String> {
+        let s = &self.status;
+        let mut lines = Vec::new();
+        let seen: Vec<String> = [
+            s.temperature
+                .as_ref()
+                .map(|t| format!("hottest CPU sensor {:.0}°C ({})", t.value, t.sensor)),
+            s.fan
+                .as_ref()
+                .map(|f| format!("fastest fan {:.0} rpm ({})", f.value, f.sensor)),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        if !seen.is_empty() {
+            lines.push(format!("sensors: {}", seen.join("; ")));
+        }
+        if let Some(cap) = s.decision.as_ref().and_then(|d| d.cpu_cap.as_ref()) {
+            lines.push(format!(
+                "CPU cap: {} CPU a worker: {}",
+                cpus(cap.per_worker_millicpus),
+                cap.reason
+            ));
+        }
+        lines
     }
 
     /// The workers' table: where the list comes from, and each worker's line.
@@ -367,6 +408,68 @@ mod tests {
 
     /// A worker's line carries its scratch as measured against its share ("-" before the
     /// first measurement).
+    /// The sensors and the cap in force, in text and (additive fields) in JSON; nothing of
+    /// them where there is no sensor and no cap.
+    #[test]
+    fn the_machines_comfort_shows_its_sensors_and_the_cap_with_why() {
+        use crate::decide::comfort::CpuCap;
+        use crate::record::status::Decision;
+        use crate::snapshot::Reading;
+        let now = Utc::now();
+        let plain = view(Status::default(), Zone::utc(), now);
+        assert!(plain.comfort_lines().is_empty());
+        let json = serde_json::to_value(&plain).unwrap();
+        assert!(json.get("temperature").is_none() && json.get("fan").is_none());
+        let status = Status {
+            temperature: Some(Reading {
+                sensor: "coretemp Package id 0".into(),
+                value: 83.4,
+            }),
+            fan: Some(Reading {
+                sensor: "thinkpad fan1".into(),
+                value: 3100.0,
+            }),
+            decision: Some(Decision {
+                at: now,
+                allowed: true,
+                workers: 1,
+                cpus: 2,
+                memory_mib: 1024,
+                disk_kib: 1 << 20,
+                gpus: 0,
+                accept_until: None,
+                die_at: None,
+                evict: Evict::None,
+                reasons: vec![],
+                notes: vec![],
+                next_change: None,
+                cpu_cap: Some(CpuCap {
+                    percent: 75,
+                    quiet_millicpus: None,
+                    per_worker_millicpus: 1500,
+                    causes: vec!["temperature".into()],
+                    reason: "temperature 83°C (coretemp Package id 0) over max_temperature 80°C: \
+                             workers held to 75% of their CPUs"
+                        .into(),
+                }),
+            }),
+            ..Status::default()
+        };
+        let v = view(status, Zone::utc(), now);
+        let text = v.text();
+        for line in [
+            "sensors: hottest CPU sensor 83°C (coretemp Package id 0); fastest fan 3100 rpm (thinkpad fan1)",
+            "CPU cap: 1.50 CPU a worker: temperature 83°C (coretemp Package id 0) over max_temperature 80°C: workers held to 75% of their CPUs",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line}\n{text}");
+        }
+        let json = serde_json::to_value(&v).unwrap();
+        assert_eq!(json["temperature"]["value"], 83.4);
+        assert_eq!(json["fan"]["sensor"], "thinkpad fan1");
+        assert_eq!(json["decision"]["cpu_cap"]["per_worker_millicpus"], 1500);
+        assert_eq!(json["decision"]["cpu_cap"]["causes"][0], "temperature");
+    }
+
     #[test]
     fn a_workers_line_shows_its_scratch_against_its_share() {
         let now = Utc::now();

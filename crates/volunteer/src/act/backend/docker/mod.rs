@@ -40,6 +40,11 @@ pub struct DockerBackend {
     resolver: std::sync::Arc<crate::observe::registry::Resolver>,
     /// Workers' cgroup freezers: pilotd pauses through them (`freezer.rs`).
     freezers: std::sync::Arc<Freezers>,
+    /// Each live worker's CPU quota (NanoCpus) as last set or read: the engine's list does
+    /// not carry it, so a worker is inspected for it once, not every cycle.
+    quotas: std::sync::Arc<std::sync::Mutex<HashMap<String, i64>>>,
+    /// The engine was found once not to set a quota it was asked for (said once, at warn).
+    quota_fallback: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl DockerBackend {
@@ -65,6 +70,8 @@ impl DockerBackend {
             timeout,
             resolver: std::sync::Arc::new(crate::observe::registry::Resolver::new(timeout)),
             freezers: std::sync::Arc::default(),
+            quotas: std::sync::Arc::default(),
+            quota_fallback: std::sync::Arc::default(),
         })
     }
 

@@ -4,11 +4,12 @@
 use super::DockerBackend;
 use super::container::{container_body, uncovered_volumes};
 use super::errors::{Change, already_there};
-use crate::act::backend::freezer::Freezer;
+use crate::act::backend::freezer::{CpuQuota, Freezer};
 use crate::act::backend::{BackendError, Workers};
 use crate::worker::parse_gpus_label;
 use crate::worker::{Worker, WorkerSpec, WorkerState, labels, parse_instant};
 use bollard::errors::Error as DockerError;
+use bollard::models::ContainerUpdateBody;
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, KillContainerOptionsBuilder, ListContainersOptionsBuilder,
     RemoveContainerOptionsBuilder, RemoveVolumeOptions, StopContainerOptionsBuilder,
@@ -41,6 +42,36 @@ impl DockerBackend {
         }
         self.freezers.set(id, f.clone());
         f
+    }
+
+    /// The worker's CPU quota in its cgroup, found through its init process (from the engine);
+    /// `None` when it cannot be reached from here or the worker does not run.
+    async fn cpu_quota(&self, id: &str) -> Option<CpuQuota> {
+        let i = self.docker.inspect_container(id, None).await.ok()?;
+        let pid = u32::try_from(i.state?.pid?).ok().filter(|&p| p > 0)?;
+        CpuQuota::of(pid, i.id.as_deref().unwrap_or(id))
+    }
+
+    /// A live worker's CPU quota: as last set or read here, else as the engine says (once).
+    async fn quota(&self, id: &str) -> Option<i64> {
+        let known = self.quotas().get(id).copied();
+        if known.is_some() {
+            return known;
+        }
+        let nano = self
+            .docker
+            .inspect_container(id, None)
+            .await
+            .ok()?
+            .host_config?
+            .nano_cpus
+            .filter(|n| *n > 0)?;
+        self.quotas().insert(id.to_string(), nano);
+        Some(nano)
+    }
+
+    fn quotas(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, i64>> {
+        self.quotas.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// A worker pilotd froze itself is thawed before the engine acts on it: the engine
@@ -137,7 +168,12 @@ impl Workers for DockerBackend {
                 oom_killed: false,
                 gpus: parse_gpus_label(labels.get(labels::GPUS)),
                 disk_kib: labels.get(labels::DISK_KIB).and_then(|v| v.parse().ok()),
+                nano_cpus: None,
+                share_nano_cpus: labels.get(labels::NANO_CPUS).and_then(|v| v.parse().ok()),
             };
+            if !state.is_finished() {
+                w.nano_cpus = self.quota(&id).await;
+            }
             if state == WorkerState::Running {
                 // Frozen by pilotd (the engine still says running): paused.
                 let frozen = match self.freezer(&id).await {
@@ -170,6 +206,11 @@ impl Workers for DockerBackend {
         workers.sort_by(|a, b| a.created.cmp(&b.created).then(a.name.cmp(&b.name)));
         self.freezers
             .retain(&workers.iter().map(|w| w.id.as_str()).collect());
+        self.quotas().retain(|id, _| {
+            workers
+                .iter()
+                .any(|w| &w.id == id && !w.state.is_finished())
+        });
         Ok(workers)
     }
     async fn start(&self, spec: &WorkerSpec) -> Result<String, BackendError> {
@@ -189,6 +230,7 @@ impl Workers for DockerBackend {
             let _ = self.remove(&created.id).await;
             return Err(err);
         }
+        self.quotas().insert(created.id.clone(), spec.nano_cpus);
         Ok(created.id)
     }
 
@@ -284,6 +326,54 @@ impl Workers for DockerBackend {
             Err(e) => already_there(Change::Remove, self.err(format!("removing worker {id}"), e)),
         }
     }
+    /// `POST /containers/{id}/update` with `NanoCpus`: what `docker update --cpus` sends.
+    /// Docker writes the worker's cgroup (cgroup v2's `cpu.max`, v1's `cpu.cfs_quota_us` over
+    /// a 100 ms period) and keeps the value for the container's life. The cgroup is then read
+    /// back, because it is what the kernel enforces: where the engine did not set it (Podman
+    /// 4.3's Docker-compatible API answers 404, having no update call), pilotd writes it
+    /// itself, as it freezes workers itself (`freezer`), and says so once.
+    async fn limit_cpus(&self, id: &str, nano_cpus: i64) -> Result<(), BackendError> {
+        let what = format!("limiting the CPUs of worker {id}");
+        let body = ContainerUpdateBody {
+            nano_cpus: Some(nano_cpus),
+            ..Default::default()
+        };
+        let asked = (self.docker.update_container(id, body).await).map_err(|e| self.err(&what, e));
+        // Whatever the engine holds now is read again next time, unless it is known below.
+        self.quotas().remove(id);
+        let Some(cgroup) = self.cpu_quota(id).await else {
+            // Not reachable from here: the engine's word is all there is.
+            asked?;
+            self.quotas().insert(id.to_string(), nano_cpus);
+            return Ok(());
+        };
+        let near = |q: i64| (q - nano_cpus).abs() < 1_000_000;
+        if !cgroup.read().is_some_and(near) {
+            let engine = match &asked {
+                Ok(()) => "it took the update without applying it".to_string(),
+                Err(e) => e.to_string(),
+            };
+            cgroup.write(nano_cpus).map_err(|e| BackendError::Rejected {
+                what: what.clone(),
+                message: format!(
+                    "the engine did not set the quota ({engine}), and its cgroup refused it: {e}"
+                ),
+            })?;
+            if !self
+                .quota_fallback
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+            {
+                tracing::warn!(
+                    worker = %id,
+                    "the engine did not set the worker's CPU quota ({engine}); pilotd writes \
+                     its cgroup itself from now on where the engine does not"
+                );
+            }
+        }
+        self.quotas().insert(id.to_string(), nano_cpus);
+        Ok(())
+    }
+
     async fn remove_volume(&self, name: &str) -> Result<(), BackendError> {
         let what = format!("the disk volume of worker {name}");
         let volume = match self.docker.inspect_volume(name).await {

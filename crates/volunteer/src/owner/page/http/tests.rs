@@ -364,3 +364,41 @@ fn a_session_serves_its_own_uid_alone() {
     assert_eq!(s.snooze(|_| {}).status, "303 See Other", "the control");
     assert!(s.snoozed());
 }
+
+/// The page shows the machine's sensors and the CPU cap in force with why, escaped, as
+/// `pilotd status` says them; and nothing of them where the status has none.
+#[test]
+fn the_page_shows_the_machines_comfort() {
+    let signed = signed_in();
+    let body = signed.get(Some(ALICE)).body;
+    assert!(!body.contains("id=\"comfort\""), "{body}");
+    let status = serde_json::json!({
+        "pid": 1, "updated_at": null, "instance": "x", "engine": null, "last_error": null,
+        "decision": {
+            "at": "2026-12-01T12:00:00Z", "allowed": true, "workers": 1, "cpus": 2,
+            "memory_mib": 1024, "disk_kib": 1024, "gpus": 0, "accept_until": null,
+            "die_at": null, "evict": "none", "reasons": [], "next_change": null,
+            "cpu_cap": { "percent": 50, "per_worker_millicpus": 1000,
+                         "causes": ["temperature"], "reason": "hot <&> loud" }
+        },
+        "owner_busy_since": null, "host_free_since": null, "own_cpu": 0.0, "workers": [],
+        "backoff": { "failures": 0, "not_before": null, "last_outcome": null },
+        "image": { "reference": "", "digest": null, "checked_at": null, "verified_at": null,
+                   "last_error": null, "failures": 0, "retry_at": null },
+        "pulled_images": [], "recorded": [], "outcomes": [], "last_actions": [], "notes": [],
+        "temperature": { "sensor": "k10temp Tctl", "value": 81.0 }
+    });
+    std::fs::write(
+        crate::record::status::path(&signed.ctx.state_dir),
+        status.to_string(),
+    )
+    .unwrap();
+    let body = signed.get(Some(ALICE)).body;
+    assert!(
+        body.contains(
+            "<p id=\"comfort\">sensors: hottest CPU sensor 81°C (k10temp Tctl)<br>\
+             CPU cap: 1 CPU a worker: hot &lt;&amp;&gt; loud</p>"
+        ),
+        "{body}"
+    );
+}
