@@ -472,6 +472,12 @@ scenario_hardening() {
   # CAP_CHOWN(0) CAP_DAC_READ_SEARCH(2) CAP_FOWNER(3) CAP_KILL(5) CAP_SYS_PTRACE(19) = 0x8002d
   # (the unit's CAP_NET_ADMIN is not the container's to give)
   grep -qP '^CapBnd:\t000000000008002d$' <<<"$status" || fail "bounding set is not the unit's: $(grep CapBnd <<<"$status")"
+  # CAP_SYS_PTRACE reads descriptor links only: attaching and memory access are filtered out.
+  local filter
+  filter=$(c systemctl show -p SystemCallFilter --value pilotd.service)
+  for call in ptrace process_vm_readv process_vm_writev; do
+    [[ "$filter" == "~"* && " ${filter#\~} " == *" $call "* ]] || fail "$call is not refused to pilotd: SystemCallFilter=$filter"
+  done
   # The file system as pilotd sees it (its mount namespace): read-only but for its state dir.
   local d
   for d in /usr /etc /home/alice /var/lib /root; do
@@ -554,7 +560,7 @@ scenario_hardening() {
   [ -z "$sd_notes" ] || log "note: systemd in this container reported: $sd_notes"
   local exposure
   exposure=$(c systemd-analyze security pilotd.service --no-pager 2>/dev/null | tail -n 1 || true)
-  ok "NoNewPrivs, seccomp, bounding set 0x8002d, /usr /etc /var/lib /root /home/alice read-only, /var/lib/pilotd writable; engine via socket; the worker's /pilot is its 64 MiB image on $dev; status+history written; /metrics served; alice's utmp login paused the worker in $t_login s and her logout resumed it; an exclusive process (read from /proc) paused it; /run/utmp removed again: still computing; nothing denied in the journal; ${exposure:-no systemd-analyze security}"
+  ok "NoNewPrivs, seccomp (ptrace and process_vm_* refused), bounding set 0x8002d, /usr /etc /var/lib /root /home/alice read-only, /var/lib/pilotd writable; engine via socket; the worker's /pilot is its 64 MiB image on $dev; status+history written; /metrics served; alice's utmp login paused the worker in $t_login s and her logout resumed it; an exclusive process (read from /proc) paused it; /run/utmp removed again: still computing; nothing denied in the journal; ${exposure:-no systemd-analyze security}"
 }
 
 scenario_reload() {

@@ -189,7 +189,12 @@ impl<B: Backend> Daemon<B> {
         // another (a worker started or ended, a login) decides on the last figures, host and
         // own alike. Over a fraction of a second the engine's own work of starting a
         // container read as the owner's load.
-        let fresh_cpu = !urgent && self.cpu.window_since(now) >= MIN_CPU_WINDOW;
+        // The timer's own jitter is no reason to skip a window: cycles `interval` apart
+        // measure every cycle even where the interval is the shortest window (a tick 1.999 s
+        // after the last measurement skipped every other one, and the workers' network bytes
+        // with it).
+        let fresh_cpu =
+            !urgent && self.cpu.window_since(now) >= MIN_CPU_WINDOW - MIN_CPU_WINDOW / 10;
         let (own_cpu, judged_cpu) = match (&backend, &workers) {
             (Some(b), Some(w)) if fresh_cpu => {
                 let cpus = self.last_snapshot.as_ref().map(|h| h.cpus);
