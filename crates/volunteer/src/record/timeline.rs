@@ -101,6 +101,13 @@ impl Seen {
     pub(crate) fn of(h: &HostSnapshot, p: &Policy, now: DateTime<Utc>) -> Seen {
         let presence = match &h.sessions {
             Sessions::Unknown(_) => Presence::Unknown,
+            // A film, a call or an idle inhibitor: in use, whatever the keyboard says.
+            Sessions::Known(_) if crate::decide::policy::someone_using(p, h, now) => {
+                Presence::Session {
+                    idle_since: None,
+                    locked_since: None,
+                }
+            }
             Sessions::Known(list) => {
                 let counted: Vec<_> = list
                     .iter()
@@ -451,6 +458,49 @@ pub(crate) mod tests {
             (seen.owner_cpu_pct, seen.on_battery, seen.snoozed),
             (40, true, true)
         );
+    }
+
+    #[test]
+    fn a_film_or_a_call_without_typing_is_recorded_in_use_as_the_policy_counts_it() {
+        let mut p = policy();
+        let t = utc("2027-01-04T21:00:00Z");
+        // alice at her desk, no input for 20 minutes, sound playing from her session.
+        let film = HostSnapshot::test(t)
+            .with_desk_session("alice", 1000, None, None)
+            .with_input_idle(Some(1200))
+            .with_use(
+                crate::snapshot::UseKind::SoundPlaying,
+                Some(("alice", 1000)),
+            );
+        let in_use = Presence::Session {
+            idle_since: None,
+            locked_since: None,
+        };
+        assert_eq!(Seen::of(&film, &p, t).presence, in_use);
+        // Not counted where the owner said sound is no use, nor for a user the policy
+        // ignores: then the keyboard's silence is what the week remembers.
+        p.media_is_use = false;
+        let idle = Seen::of(&film, &p, t).presence;
+        assert!(
+            matches!(
+                idle,
+                Presence::Session {
+                    idle_since: Some(_),
+                    ..
+                }
+            ),
+            "{idle:?}"
+        );
+        p.media_is_use = true;
+        p.ignore_users = vec!["alice".into()];
+        assert_eq!(Seen::of(&film, &p, t).presence, Presence::Nobody);
+        // A call goes on behind a locked screen: still in use.
+        let p = policy();
+        let call = HostSnapshot::test(t)
+            .with_desk_session("alice", 1000, None, Some(t - Duration::hours(1)))
+            .with_input_idle(Some(3600))
+            .with_use(crate::snapshot::UseKind::Camera, Some(("alice", 1000)));
+        assert_eq!(Seen::of(&call, &p, t).presence, in_use);
     }
 
     #[test]

@@ -591,6 +591,17 @@ fn using(
     (by_user, notes)
 }
 
+/// Whether a counted user uses the machine without typing, by the policy's rule (`using`):
+/// what the presence timeline records as someone in use, so that a week's projection counts
+/// a film or a call as the owner there, as the decision did.
+pub(crate) fn someone_using(p: &Policy, h: &HostSnapshot, now: DateTime<Utc>) -> bool {
+    let list = match &h.sessions {
+        Sessions::Known(list) if p.sessions != SessionRule::Ignore => list.as_slice(),
+        _ => return false,
+    };
+    !using(p, h, list, now).0.is_empty()
+}
+
 fn battery_and_exclusive(p: &Policy, h: &HostSnapshot, f: &mut Findings) {
     if h.on_battery && p.on_battery == BatteryRule::Stop {
         f.block(p.on_return, Cause::OnBattery, "running on battery".into());
