@@ -8,6 +8,10 @@
 #   e2fsprogs: a dependency of the package (mke2fs, the disk limit), installed with it offline.
 #   polkitd: logind asks it whether a user may take an inhibitor lock (without it, "Access
 #   denied"): the use scenario's `systemd-inhibit --what=idle` as alice.
+#   network-manager: the real NetworkManager whose global Metered pilotd follows (the metered
+#   scenario switches a connection with nmcli); iproute2: `ip route`, to see which link carries
+#   the default route.
 set -eu
 exec sh "$(dirname "$0")/../images/build-debian-image.sh" pilotd-test/systemd \
-    systemd systemd-sysv dbus iptables openssh-server libpam-systemd e2fsprogs polkitd
+    systemd systemd-sysv dbus iptables openssh-server libpam-systemd e2fsprogs polkitd \
+    network-manager iproute2

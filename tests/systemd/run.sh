@@ -7,6 +7,11 @@
 #   install    apt install; unit enabled, not started; init with piped answers; start reaches
 #              active (running) through READY=1; systemctl status shows the STATUS= line;
 #              nobody logged in and no /run/utmp (Debian 13): logind answers, a worker starts
+#   metered    the real NetworkManager takes the container's veth (eth0, which carries its default
+#              route) as its primary connection; `nmcli connection modify … connection.metered
+#              yes`: plan and status say the network is metered within 5 s (measured from the
+#              nmcli change), the worker runs on, and a worker image pilotd knows but the engine
+#              no longer has is not pulled; `… metered no`: it is pulled
 #   hardening  under the unit's sandbox: Docker socket, state dir, utmp, /proc, metrics port,
 #              journal fields (WORKER=, PRIORITY=);
 #              the sandbox really applied (NoNewPrivs, seccomp, bounding set, read-only /usr)
@@ -102,6 +107,8 @@ cleanup() {
     # shellcheck disable=SC2086
     docker rm -f $ids >/dev/null 2>&1
   fi
+  # The metered scenario's own worker image (pulled back by digest, untagged).
+  docker images -q --filter "label=pilotd.test.metered=$run_id" | sort -u | xargs -r docker rmi -f >/dev/null 2>&1
   rm -rf "$state" "$marker" "$work"
   exit $rc
 }
@@ -358,8 +365,11 @@ rm -rf "$state"
 mkdir -p "$state"
 touch "$marker"
 log "starting systemd in container $ctr"
+# CAP_NET_ADMIN is NetworkManager's (the metered scenario): without it NetworkManager can only
+# watch the engine's eth0 ("connected (externally)", never the primary connection) and fails
+# to take it ("do-change-link: Operation not permitted" in its journal).
 docker run -d --name "$ctr" --hostname pilotd-systemd-test \
-  --cap-add SYS_ADMIN --cap-add DAC_READ_SEARCH --cap-add SYS_PTRACE --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
+  --cap-add SYS_ADMIN --cap-add DAC_READ_SEARCH --cap-add SYS_PTRACE --cap-add NET_ADMIN --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
   -v /sys/fs/cgroup:/sys/fs/cgroup:ro --tmpfs /run --tmpfs /run/lock -e container=docker \
   --device /dev/loop-control --device-cgroup-rule 'b 7:* rwm' \
   -v /var/run/docker.sock:/run/docker.sock \
@@ -469,9 +479,9 @@ scenario_hardening() {
   status=$(c cat "/proc/$pid/status")
   grep -qP '^NoNewPrivs:\t1$' <<<"$status" || fail "NoNewPrivs is not set"
   grep -qP '^Seccomp:\t2$' <<<"$status" || fail "no seccomp filter (SystemCallArchitectures/RestrictNamespaces/...)"
-  # CAP_CHOWN(0) CAP_DAC_READ_SEARCH(2) CAP_FOWNER(3) CAP_KILL(5) CAP_SYS_PTRACE(19) = 0x8002d
-  # (the unit's CAP_NET_ADMIN is not the container's to give)
-  grep -qP '^CapBnd:\t000000000008002d$' <<<"$status" || fail "bounding set is not the unit's: $(grep CapBnd <<<"$status")"
+  # CAP_CHOWN(0) CAP_DAC_READ_SEARCH(2) CAP_FOWNER(3) CAP_KILL(5) CAP_NET_ADMIN(12)
+  # CAP_SYS_PTRACE(19) = 0x8102d (the container has CAP_NET_ADMIN for NetworkManager)
+  grep -qP '^CapBnd:\t000000000008102d$' <<<"$status" || fail "bounding set is not the unit's: $(grep CapBnd <<<"$status")"
   # CAP_SYS_PTRACE reads descriptor links only: attaching and memory access are filtered out.
   local filter
   filter=$(c systemctl show -p SystemCallFilter --value pilotd.service)
@@ -560,7 +570,7 @@ scenario_hardening() {
   [ -z "$sd_notes" ] || log "note: systemd in this container reported: $sd_notes"
   local exposure
   exposure=$(c systemd-analyze security pilotd.service --no-pager 2>/dev/null | tail -n 1 || true)
-  ok "NoNewPrivs, seccomp (ptrace and process_vm_* refused), bounding set 0x8002d, /usr /etc /var/lib /root /home/alice read-only, /var/lib/pilotd writable; engine via socket; the worker's /pilot is its 64 MiB image on $dev; status+history written; /metrics served; alice's utmp login paused the worker in $t_login s and her logout resumed it; an exclusive process (read from /proc) paused it; /run/utmp removed again: still computing; nothing denied in the journal; ${exposure:-no systemd-analyze security}"
+  ok "NoNewPrivs, seccomp (ptrace and process_vm_* refused), bounding set 0x8102d, /usr /etc /var/lib /root /home/alice read-only, /var/lib/pilotd writable; engine via socket; the worker's /pilot is its 64 MiB image on $dev; status+history written; /metrics served; alice's utmp login paused the worker in $t_login s and her logout resumed it; an exclusive process (read from /proc) paused it; /run/utmp removed again: still computing; nothing denied in the journal; ${exposure:-no systemd-analyze security}"
 }
 
 scenario_reload() {
@@ -1169,9 +1179,107 @@ scenario_purge() {
   ok "apt purge in $t_purge s: unit and enable link gone, conffiles and policy.toml.bak gone (pool.token kept), this instance's worker removed and said so, $state emptied"
 }
 
+
+# --- NetworkManager: the real one, owning the container's link ---------------------------------
+# Its global Metered, as pilotd reads it: 0 unknown, 1 yes, 2 no, 3 guess-yes, 4 guess-no.
+nm_metered() {
+  c busctl get-property org.freedesktop.NetworkManager /org/freedesktop/NetworkManager \
+    org.freedesktop.NetworkManager Metered | awk '{ print $2 }'
+}
+nm_primary() {
+  c busctl get-property org.freedesktop.NetworkManager /org/freedesktop/NetworkManager \
+    org.freedesktop.NetworkManager PrimaryConnection | awk '{ print $2 }' | tr -d '"'
+}
+metered_said="the network is metered (NetworkManager): no downloads"
+engine_has() { docker image inspect "$1" >/dev/null 2>&1; }
+engine_lacks() { ! engine_has "$1"; }
+
+scenario_metered() {
+  begin metered
+  running_is "$first_worker" || fail "no running worker before the link is metered"
+  # NetworkManager (enabled in the image, running since boot) sees eth0, the engine's veth, as
+  # configured by someone else. A profile of its own with the same address and default route
+  # makes eth0 its device and that connection its primary one, whose metered flag is the
+  # global Metered pilotd reads.
+  local addr gw out
+  addr=$(c ip -4 -o addr show dev eth0 | awk '{ print $4; exit }')
+  gw=$(c ip route show default | awk '{ print $3; exit }')
+  [ -n "$addr" ] && [ -n "$gw" ] || fail "eth0 has no address or no default route: $(c ip route 2>&1)"
+  c nmcli connection add type ethernet con-name donor ifname eth0 ipv4.method manual \
+    ipv4.addresses "$addr" ipv4.gateway "$gw" ipv6.method disabled connection.autoconnect no >/dev/null \
+    || fail "nmcli could not add the connection"
+  out=$(c nmcli connection up donor 2>&1) \
+    || fail "NetworkManager could not take eth0 ($out): $(c journalctl -u NetworkManager --no-pager -n 20 -o cat)"
+  [ "$(c nmcli -g GENERAL.CONNECTION device show eth0)" = donor ] || fail "eth0 is not NetworkManager's: $(c nmcli device)"
+  [ "$(nm_primary)" != / ] || fail "NetworkManager has no primary connection: $(c nmcli general)"
+  grep -q "^default via $gw dev eth0 proto static" <<<"$(c ip route show default)" \
+    || fail "the default route is not NetworkManager's: $(c ip route show default)"
+  [ "$(nm_metered)" = 4 ] || fail "NetworkManager's Metered is $(nm_metered), not 4 (guess-no) on a wired link"
+  ! status_has "$metered_said" || fail "status says the network is metered before it is"
+
+  # A worker image of this run alone (v1 with a label: a digest of its own), pushed, then named
+  # in the site file: pilotd asks the registry (the link is free), finds it here, and keeps it
+  # in mind for new workers while the running one finishes its life.
+  local repo=127.0.0.1:5000/pilotd-test/worker tag digest t0
+  tag=nm-$run_id
+  docker create --name "$ctr-nm" "$repo:v1" >/dev/null || fail "docker create from $repo:v1 failed"
+  docker commit -c "LABEL pilotd.test.metered=$run_id" "$ctr-nm" "$repo:$tag" >/dev/null \
+    || fail "docker commit failed"
+  docker rm "$ctr-nm" >/dev/null
+  digest=$(docker push "$repo:$tag" 2>/dev/null | sed -n 's/.*digest: \(sha256:[0-9a-f]*\).*/\1/p')
+  [ -n "$digest" ] || fail "the push of $repo:$tag printed no digest"
+  t0=$(date +%s)
+  c sed -i "s|^image = .*|image = \"$repo:$tag\"|" "$site"
+  c systemctl reload pilotd.service || fail "reload with image $repo:$tag failed"
+  wait_for 15 "pilotd to resolve $repo:$tag" journal_since_has "$t0" "the tag names a new image"
+
+  # Metered: status is what the daemon decided (NetworkManager's signal, the urgent path),
+  # plan what a one-shot reads of NetworkManager itself.
+  local t_nm t_status="" t_plan=""
+  t_nm=$EPOCHREALTIME
+  c nmcli connection modify donor connection.metered yes || fail "nmcli connection modify failed"
+  until [ -n "$t_status" ] && [ -n "$t_plan" ]; do
+    [ -z "$t_status" ] && status_has "$metered_said" && t_status=$(elapsed "$t_nm")
+    [ -z "$t_plan" ] && plan_has "$metered_said" && t_plan=$(elapsed "$t_nm")
+    awk -v a="$t_nm" -v b="$EPOCHREALTIME" 'BEGIN { exit !(b - a > 5) }' \
+      && fail "5 s after nmcli set metered yes (Metered = $(nm_metered)): status '${t_status:-not yet}', plan '${t_plan:-not yet}': $(c pilotd plan 2>&1)"
+    sleep 0.1
+  done
+  [ "$(nm_metered)" = 1 ] || fail "NetworkManager's Metered is $(nm_metered) after metered yes, not 1"
+
+  # The image leaves the engine: pilotd knows its digest and must pull it, and does not, for
+  # two cycles; the running worker goes on (no-downloads, the default).
+  local t_rmi n events
+  t_rmi=$(date +%s.%N)
+  docker rmi "$repo:$tag" >/dev/null || fail "docker rmi $repo:$tag failed"
+  n=$(cycles)
+  wait_for 20 "two cycles on the metered link" cycles_past $((n + 1))
+  plan_has "@$digest waits: the network is metered" || fail "plan does not say the new image waits for the link: $(c pilotd plan 2>&1)"
+  engine_lacks "$repo@$digest" || fail "$repo@$digest was pulled on a metered link"
+  events=$(docker events --since "$t_rmi" --until "$(date +%s.%N)" --filter type=image --filter event=pull \
+    --format '{{.Actor.ID}}')
+  ! grep -qF "$repo" <<<"$events" || fail "the engine pulled on a metered link: $events"
+  running_is "$first_worker" || fail "the running worker did not go on with on_metered = no-downloads"
+
+  # Free again: the pull comes.
+  local t_free t_pull
+  t_free=$EPOCHREALTIME
+  c nmcli connection modify donor connection.metered no || fail "nmcli connection modify failed"
+  wait_for 15 "the pull of $repo@$digest once the link is not metered" engine_has "$repo@$digest"
+  t_pull=$(elapsed "$t_free")
+  [ "$(nm_metered)" = 2 ] || fail "NetworkManager's Metered is $(nm_metered) after metered no, not 2"
+  ! status_has "$metered_said" || fail "status still says the network is metered"
+
+  c sed -i "s|^image = .*|image = \"$repo:current\"|" "$site"
+  c systemctl reload pilotd.service || fail "reload back to $repo:current failed"
+  running_is "$first_worker" || fail "the worker did not survive the metered link"
+  ok "NetworkManager owns eth0 (default via $gw, primary connection); nmcli metered yes -> status says '$metered_said' after $t_status s, plan after $t_plan s (Metered 4 -> 1); $repo@$digest not pulled for two cycles, worker $first_worker ran on; metered no (Metered 2) -> pulled after $t_pull s"
+}
+
 work_in=/root/pilotd-test
 c mkdir -p "$work_in"
 scenario_install
+scenario_metered
 scenario_hardening
 scenario_cgroup
 scenario_ssh_login

@@ -423,6 +423,17 @@ fn several_weeks(h: &Harness) -> Value {
         (88.5, 80.1, 44.0, 312.4, [12, 2, 1, 0]),
         (24.0, 21.3, 16.5, 82.7, [3, 1, 0, 0]),
     ];
+    // The data their work used: MiB received, sent and pulled for the worker image (a new
+    // image in the second and fifth weeks).
+    let data: [[u64; 3]; 6] = [
+        [1843, 96, 0],
+        [2150, 120, 410],
+        [960, 44, 0],
+        [2330, 131, 0],
+        [2010, 102, 410],
+        [512, 27, 0],
+    ];
+    let mut all_data = [0u64; 3];
     let now = Utc::now();
     let mut all = [0.0; 5];
     let mut all_ended = [0u64; 4];
@@ -430,7 +441,8 @@ fn several_weeks(h: &Harness) -> Value {
     let weeks: Vec<Value> = figures
         .iter()
         .enumerate()
-        .map(|(i, (open, computing, owner, cpu, ended))| {
+        .zip(data)
+        .map(|((i, (open, computing, owner, cpu, ended)), mib)| {
             let w = (now - chrono::Duration::weeks((figures.len() - 1 - i) as i64)).iso_week();
             let secs = |h: f64| (h * 3600.0).round();
             for (sum, v) in all.iter_mut().zip([*open, *computing, *owner, *cpu, 1.5]) {
@@ -452,6 +464,10 @@ fn several_weeks(h: &Harness) -> Value {
             for (sum, v) in all_jobs.iter_mut().zip(jobs) {
                 *sum += v;
             }
+            let bytes = mib.map(|m| m << 20);
+            for (sum, v) in all_data.iter_mut().zip(bytes) {
+                *sum += v;
+            }
             json!({
                 "week": format!("{}-W{:02}", w.year(), w.week()),
                 "cpu_seconds": secs(*cpu),
@@ -461,6 +477,7 @@ fn several_weeks(h: &Harness) -> Value {
                 "owner_present_s": secs(*owner) as u64,
                 "ended": {"ran_jobs": ended[0], "no_job": ended[1], "evicted": ended[2], "failed": ended[3]},
                 "jobs": jobs_json(&jobs),
+                "network": {"received": bytes[0], "sent": bytes[1], "pulled": bytes[2]},
             })
         })
         .collect();
@@ -476,6 +493,7 @@ fn several_weeks(h: &Harness) -> Value {
             "owner_present_s": all[2] as u64,
             "ended": {"ran_jobs": all_ended[0], "no_job": all_ended[1], "evicted": all_ended[2], "failed": all_ended[3]},
             "jobs": jobs_json(&all_jobs),
+            "network": {"received": all_data[0], "sent": all_data[1], "pulled": all_data[2]},
         },
     });
     std::fs::create_dir_all(h.path("state")).unwrap();
@@ -523,8 +541,8 @@ fn weekly_chart(b: &mut Browser, h: &Harness, written: &Value) {
         .unwrap(),
     )
     .unwrap();
-    assert_eq!(drawn.len(), 4 * weeks.len(), "four bars a week: {drawn:?}");
-    for series in ["open", "computing", "owner", "cpu"] {
+    assert_eq!(drawn.len(), 5 * weeks.len(), "five bars a week: {drawn:?}");
+    for series in ["open", "computing", "owner", "cpu", "data"] {
         let order: Vec<&str> = drawn
             .iter()
             .filter(|d| d.0 == series)
@@ -562,6 +580,24 @@ fn weekly_chart(b: &mut Browser, h: &Harness, written: &Value) {
         (low_h / peak_h - 148.7 / 356.2).abs() < 0.02,
         "148.7 vs 356.2 CPU-hours drawn {low_h} vs {peak_h} px"
     );
+    // The data, as written, on its own axis: 2330 MiB received, 131 MiB sent and nothing
+    // pulled in that week; 2680 MiB in all in the second, the largest (a pull of 410 MiB);
+    // 1004 MiB in the third.
+    let title = bar("data", peak).2;
+    assert!(
+        title.ends_with(": 2.4GiB of data used (data: 2.3GiB received, 131MiB sent, 0B pulled for the worker image)"),
+        "{title}"
+    );
+    let (_, _, title, largest) = bar("data", written["weeks"][1]["week"].as_str().unwrap());
+    assert!(
+        title.ends_with(": 2.6GiB of data used (data: 2.1GiB received, 120MiB sent, 410MiB pulled for the worker image)"),
+        "{title}"
+    );
+    let (_, _, _, low) = bar("data", written["weeks"][2]["week"].as_str().unwrap());
+    assert!(
+        (low / largest - 1004.0 / 2680.0).abs() < 0.02,
+        "1004 vs 2680 MiB drawn {low} vs {largest} px"
+    );
 
     // This week: the same figures as `pilotd status` prints.
     let out = h.pilotd().arg("status").output().unwrap();
@@ -575,9 +611,14 @@ fn weekly_chart(b: &mut Browser, h: &Harness, written: &Value) {
         .collect();
     assert!(this_week.len() >= 4, "this week in status: {status}");
     let now = weeks.last().unwrap();
-    for series in ["open", "computing", "owner", "cpu"] {
+    for series in ["open", "computing", "owner", "cpu", "data"] {
         let (_, _, title, _) = bar(series, now);
         let figure = title.split_once(": ").unwrap().1;
+        // The data bar: its total, then status's own line in brackets.
+        let figure = match figure.split_once(" of data used (") {
+            Some((_, line)) => line.strip_suffix(')').unwrap(),
+            None => figure,
+        };
         assert!(
             this_week.iter().any(|l| l.starts_with(figure)),
             "the page's {figure:?} is not in status's {this_week:?}"

@@ -544,9 +544,10 @@ fn cap_live(supply: &Supply, staying: &[&Worker]) -> Vec<Action> {
         .collect()
 }
 
-/// A new digest is pulled while workers may run, or while the schedule is in its download
-/// season (`Supply::downloads`) and either only the schedule holds workers back (the window
-/// opens soon) or the site lets pulls use the owner's bandwidth.
+/// A new digest is pulled in the download season (`Supply::downloads`: the schedule's, on a
+/// link not held and with room under the data cap) while workers may run, or while either
+/// only the schedule holds workers back (the window opens soon) or the site lets pulls use
+/// the owner's bandwidth.
 fn pull_new_image(supply: &Supply, obs: &Observed<'_>, s: &WorkerSettings, p: &mut Plan) {
     let ImageState::NeedsPull { repository, digest } = obs.image else {
         return;
@@ -558,8 +559,10 @@ fn pull_new_image(supply: &Supply, obs: &Observed<'_>, s: &WorkerSettings, p: &m
     // A start held for the fleet's spread holds its pull too: pulled at the host's turn, the
     // fleet's pulls spread like its starts.
     let held = supply.causes.contains(&Cause::FleetSplay);
-    if supply.allowed
-        || (supply.downloads && !held && (only_the_schedule || s.pull_while_owner_present))
+    // `downloads` holds for a machine allowed to compute too: near the owner's data cap,
+    // workers on the image here may start while a new image would not fit.
+    if supply.downloads
+        && (supply.allowed || (!held && (only_the_schedule || s.pull_while_owner_present)))
     {
         p.actions.push(Action::Pull {
             repository: repository.clone(),
@@ -568,6 +571,8 @@ fn pull_new_image(supply: &Supply, obs: &Observed<'_>, s: &WorkerSettings, p: &m
     } else {
         let why = if supply.link != LinkHold::Nothing {
             "the network is metered"
+        } else if supply.causes.contains(&Cause::DataCap) {
+            "the data cap leaves no room for it"
         } else if held {
             "this host's turn in the fleet's spread has not come"
         } else if supply.downloads {

@@ -495,6 +495,47 @@ fn a_metered_link_pulls_and_starts_nothing_and_pauses_only_when_asked() {
     assert_eq!(short(&p), vec!["unpause a"]);
 }
 
+/// Near the owner's data cap a machine may compute but not pull (`downloads` false while
+/// `allowed`): a new digest waits and says why, the worker on the image here runs on, and a
+/// free slot waits for the image rather than starting on the old one.
+#[test]
+fn near_the_data_cap_a_new_image_waits_while_workers_may_run() {
+    let in_flight = InFlight::default();
+    let backoff = StartBackoff::default();
+    let no_use = BTreeMap::new();
+    let running = vec![worker("a", WorkerState::Running, t(19, 0))];
+    let new_image = ImageState::NeedsPull {
+        repository: "127.0.0.1:5000/pilotd-test/worker".into(),
+        digest: "sha256:bb".into(),
+    };
+    let near = Supply {
+        causes: vec![Cause::Free, Cause::DataCap],
+        downloads: false,
+        ..supply(true, 2, Evict::None)
+    };
+    let p = plan(
+        &near,
+        Observed {
+            scratch_use: &no_use,
+            workers: &running,
+            in_flight: &in_flight,
+            backoff: &backoff,
+            image: &new_image,
+            free_hours: None,
+            filter_down: None,
+        },
+        &settings(),
+        t(20, 0),
+    );
+    assert_eq!(short(&p), Vec::<String>::new(), "{:?}", p.notes);
+    assert!(
+        p.notes.iter().any(|n| n
+            == "new image 127.0.0.1:5000/pilotd-test/worker@sha256:bb waits: the data cap leaves no room for it"),
+        "{:?}",
+        p.notes
+    );
+}
+
 #[test]
 fn only_evictions_are_evictions() {
     let mut expired = worker("x", WorkerState::Running, t(19, 0));

@@ -70,18 +70,22 @@ pub(crate) fn period_end(tz: &Zone, now: DateTime<Utc>, period: Period) -> DateT
 }
 
 /// What the caps allow now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Room {
     /// A new worker may start.
     pub(super) workers: bool,
     /// A pull of the worker image fits.
     pub(super) pull: bool,
+    /// Why a pull does not fit while workers may still start: said after the reasons that
+    /// decide whether workers run (`decide` adds it last), so a machine computing near its
+    /// cap leads with "host free", yet `plan` and `status` say why no new image comes.
+    pub(super) pull_held: Vec<String>,
 }
 
 /// The caps of `p` against `used` (`None`: not known, as for a one-shot `plan` from a
 /// snapshot: no cap is judged). At or near a cap it says so in `f` (at a cap asking the
 /// running workers to stop gracefully) and names the period's end as the instant the
-/// decision changes.
+/// decision changes; a pull it refuses before that is explained in `Room::pull_held`.
 pub(super) fn cap(
     p: &Policy,
     used: Option<DataUsed>,
@@ -91,6 +95,7 @@ pub(super) fn cap(
     let mut room = Room {
         workers: true,
         pull: true,
+        pull_held: Vec::new(),
     };
     let Some(used) = used else {
         return room;
@@ -116,10 +121,7 @@ pub(super) fn cap(
                     super::hm(end, p)
                 ),
             );
-            room = Room {
-                workers: false,
-                pull: false,
-            };
+            (room.workers, room.pull) = (false, false);
         } else if left < margin {
             f.next.push(end);
             f.block(
@@ -131,13 +133,20 @@ pub(super) fn cap(
                     super::hm(end, p)
                 ),
             );
-            room = Room {
-                workers: false,
-                pull: false,
-            };
+            (room.workers, room.pull) = (false, false);
         } else if left < used.last_pull.saturating_add(margin) {
             // Workers on the image here may start; a new one would not fit.
             room.pull = false;
+            f.next.push(end);
+            room.pull_held.push(format!(
+                "the {} data cap leaves {}: not enough for a new worker image ({} last pulled) and a {}% margin ({}); no pull until {}",
+                period.name(),
+                format_size(left),
+                format_size(used.last_pull),
+                100 / MARGIN_PARTS,
+                format_size(margin),
+                super::hm(end, p)
+            ));
         }
     }
     room

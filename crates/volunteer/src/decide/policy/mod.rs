@@ -275,6 +275,10 @@ pub(crate) fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime
             )
         });
 
+    for why in room.pull_held {
+        f.say(Cause::DataCap, why);
+    }
+
     // They change no decision, but the owner should know what pilotd can see.
     let mut notes = away_notes;
     if p.sessions != SessionRule::Ignore {

@@ -1232,6 +1232,32 @@ mod data_cap {
         assert!(s.allowed && s.downloads && !s.causes.contains(&Cause::DataCap));
     }
 
+    /// Workers may still start near the cap, but no new image comes: the reason says so
+    /// after the one that lets them compute, with the figures and when it ends.
+    #[test]
+    fn a_pull_refused_before_the_cap_is_explained_after_the_reason_to_compute() {
+        const GIB: u64 = 1 << 30;
+        let p = capped(Some(4 * GIB), None);
+        let now = utc("2026-01-13T20:30:00Z");
+        let h = free_host(now);
+        // 2.9GiB of 4 used: 1.1GiB left, above the 204.8MiB margin, below 1GiB + margin.
+        let today = 4 * GIB - GIB - GIB / 10;
+        let s = decide(&p, &h, with(today, today, GIB), now);
+        assert!(s.allowed && !s.downloads, "{:?}", s.reasons);
+        assert_eq!(s.evict, Evict::None);
+        assert_eq!(s.causes, vec![Cause::Free, Cause::DataCap]);
+        assert_eq!(
+            s.reasons[1],
+            "the day's data cap leaves 1.1GiB: not enough for a new worker image (1GiB last pulled) and a 5% margin (204.8MiB); no pull until Wed 00:00 CET"
+        );
+        // The day's end is when the decision changes on its own.
+        assert_eq!(s.next_change, Some(utc("2026-01-13T23:00:00Z")));
+        // A smaller image fits: nothing said.
+        let s = decide(&p, &h, with(today, today, GIB / 2), now);
+        assert!(s.allowed && s.downloads, "{:?}", s.reasons);
+        assert_eq!(s.causes, vec![Cause::Free]);
+    }
+
     #[test]
     fn no_cap_or_no_count_judges_nothing() {
         let now = utc("2026-01-13T20:30:00Z");

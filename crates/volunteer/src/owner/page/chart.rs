@@ -4,13 +4,15 @@
 //! script and nothing fetched, which the page's Content-Security-Policy forbids anyway;
 //! colours and sizes are presentation attributes, not styles.
 //!
-//! Two panels over the same weeks. Above, the three hour figures as grouped bars on one hour
+//! Three panels over the same weeks. Above, the three hour figures as grouped bars on one hour
 //! axis (a week has 168 hours). Below, the CPU-hours on their own axis: they are CPUs × hours,
 //! so a 32-CPU machine can give 5,376 in a week; on the hours' axis they would flatten the
 //! other bars to slivers (or be cut off), and one axis for both would invite comparing a CPU
-//! count with a clock. Each bar's tooltip (`<title>`) gives its figure as `pilotd status`
-//! prints it (`contribution::hours`, in the words of `contribution::lines`), so the page and
-//! `status` say the same. Colours from the Okabe–Ito palette, told apart with the common
+//! count with a clock. Last, the data pilotd's work used (received, sent, pulled for the
+//! worker image: what a data plan counts), on an axis of bytes in the binary unit its largest
+//! week needs (MiB, GiB). Each bar's tooltip (`<title>`) gives its figure as `pilotd status`
+//! prints it (`contribution::hours`, in the words of `contribution::lines`; the data with its
+//! total first, then `contribution::data_line`), so the page and `status` say the same. Colours from the Okabe–Ito palette, told apart with the common
 //! colour blindnesses; and not by colour alone: the legend lists the series in the order the
 //! bars stand, and each bar says what it is when pointed at.
 //!
@@ -18,8 +20,9 @@
 //! file and are escaped like everything else the page shows.
 
 use super::markup::esc;
-use crate::record::contribution::{Ledger, Tally, WEEKS_KEPT, Week, hours};
+use crate::record::contribution::{Ledger, Tally, WEEKS_KEPT, Week, data_line, hours};
 use chrono::{DateTime, NaiveDate, Utc, Weekday};
+use pilotd_core::config::units::format_size;
 use pilotd_core::zone::Zone;
 use std::fmt::Write as _;
 
@@ -34,8 +37,10 @@ struct Series {
     fill: &'static str,
     /// The figure also stands over the bar (room for it: one bar a week).
     labelled: bool,
-    /// The figure in seconds (CPU-seconds for the CPU).
-    seconds: fn(&Tally) -> f64,
+    /// The figure in its panel's base unit: seconds (CPU-seconds for the CPU), or bytes.
+    value: fn(&Tally) -> f64,
+    /// The figure as a number, as `status` writes it (`52.3`, `1.5GiB`).
+    number: fn(f64) -> String,
 }
 
 /// The upper panel's bars, left to right, as the legend lists them.
@@ -46,7 +51,8 @@ const HOURS: [Series; 3] = [
         unit: "h open to the pool",
         fill: "#56B4E9",
         labelled: false,
-        seconds: |t| t.open_s as f64,
+        value: |t| t.open_s as f64,
+        number: hours,
     },
     Series {
         name: "computing",
@@ -54,7 +60,8 @@ const HOURS: [Series; 3] = [
         unit: "h computing",
         fill: "#009E73",
         labelled: false,
-        seconds: |t| t.computing_s as f64,
+        value: |t| t.computing_s as f64,
+        number: hours,
     },
     Series {
         name: "owner",
@@ -62,7 +69,8 @@ const HOURS: [Series; 3] = [
         unit: "h the owner was there",
         fill: "#E69F00",
         labelled: false,
-        seconds: |t| t.owner_present_s as f64,
+        value: |t| t.owner_present_s as f64,
+        number: hours,
     },
 ];
 
@@ -74,8 +82,23 @@ const CPU: Series = Series {
     fill: "#CC79A7",
     labelled: true,
     // A hand-edited file could hold a negative figure: no bar grows downwards.
-    seconds: |t| t.cpu_seconds.max(0.0),
+    value: |t| t.cpu_seconds.max(0.0),
+    number: hours,
 };
+
+/// The data panel's bar: all the bytes of the week, as the data cap counts them.
+const DATA: Series = Series {
+    name: "data",
+    legend: "data used",
+    unit: "of data used",
+    fill: "#0072B2",
+    labelled: true,
+    value: |t| t.network.total() as f64,
+    number: |bytes| format_size(bytes as u64),
+};
+
+/// Every series, in the legend's order.
+const ALL: [&Series; 5] = [&HOURS[0], &HOURS[1], &HOURS[2], &CPU, &DATA];
 
 // The drawing, in SVG user units (1 = 1 CSS pixel at the size it is drawn).
 const WIDTH: f64 = 760.0;
@@ -98,8 +121,17 @@ const LOWER: Place = Place {
     top: 280.0,
     height: 90.0,
 };
-/// Down to the CPU panel's week labels (its bottom + 28) and a margin.
-const HEIGHT: f64 = 410.0;
+/// The data's, as tall as the CPU's (one bar a week), as far under the CPU's week labels as
+/// the CPU's header is under the hours'.
+const DATA_PLACE: Place = Place {
+    header: 428.0,
+    top: 438.0,
+    height: 90.0,
+};
+/// Down to the data panel's week labels (its bottom + 28) and a margin.
+const HEIGHT: f64 = 568.0;
+/// Seconds in an hour: the hour and CPU-hour axes' unit.
+const HOUR: f64 = 3600.0;
 
 /// The chart of the ledger's weeks, with `now`'s week (in `tz`) marked as the one under way;
 /// when no week is recorded yet, or none counted any time, a sentence that says so.
@@ -108,9 +140,9 @@ pub(super) fn weekly(ledger: &Ledger, tz: &Zone, now: DateTime<Utc>) -> String {
     let (Some(first), Some(last)) = (weeks.first(), weeks.last()) else {
         return "<p id=\"weekly-chart\">No week recorded yet: the weeks appear here once pilotd has counted its first cycle.</p>".into();
     };
-    let all = HOURS.iter().chain([&CPU]);
-    if all
-        .flat_map(|s| weeks.iter().map(|w| (s.seconds)(&w.tally)))
+    if ALL
+        .iter()
+        .flat_map(|s| weeks.iter().map(|w| (s.value)(&w.tally)))
         .all(|v| v <= 0.0)
     {
         return format!(
@@ -134,10 +166,11 @@ pub(super) fn weekly(ledger: &Ledger, tz: &Zone, now: DateTime<Utc>) -> String {
 
     let upper = Panel {
         place: UPPER,
+        scale: HOUR,
         axis: Axis::over(
             weeks
                 .iter()
-                .flat_map(|w| HOURS.iter().map(|s| (s.seconds)(&w.tally) / 3600.0)),
+                .flat_map(|w| HOURS.iter().map(|s| (s.value)(&w.tally) / HOUR)),
         ),
     };
     upper.frame(
@@ -160,7 +193,8 @@ pub(super) fn weekly(ledger: &Ledger, tz: &Zone, now: DateTime<Utc>) -> String {
 
     let lower = Panel {
         place: LOWER,
-        axis: Axis::over(weeks.iter().map(|w| (CPU.seconds)(&w.tally) / 3600.0)),
+        scale: HOUR,
+        axis: Axis::over(weeks.iter().map(|w| (CPU.value)(&w.tally) / HOUR)),
     };
     lower.frame(
         &mut b,
@@ -173,6 +207,24 @@ pub(super) fn weekly(ledger: &Ledger, tz: &Zone, now: DateTime<Utc>) -> String {
         lower.bar(&mut b, &CPU, &w.tally, n, x, CPU_BAR);
     }
     week_labels(&mut b, &named, LOWER.bottom());
+
+    let (scale, unit) = byte_unit(weeks.iter().map(|w| (DATA.value)(&w.tally)));
+    let data = Panel {
+        place: DATA_PLACE,
+        scale,
+        axis: Axis::over(weeks.iter().map(|w| (DATA.value)(&w.tally) / scale)),
+    };
+    data.frame(
+        &mut b,
+        "Data used per week (received, sent, and pulled for the worker image)",
+        unit,
+        "data",
+    );
+    for (i, (w, n)) in weeks.iter().zip(&named).enumerate() {
+        let x = LEFT + i as f64 * SLOT + (SLOT - CPU_BAR) / 2.0;
+        data.bar(&mut b, &DATA, &w.tally, n, x, CPU_BAR);
+    }
+    week_labels(&mut b, &named, DATA_PLACE.bottom());
     let _ = write!(b, "</svg>");
     b
 }
@@ -232,9 +284,35 @@ impl Named {
     }
 }
 
-/// A figure as `status` says it: `52.3 h open to the pool`.
+/// The binary unit the data axis counts in: the largest its largest week reaches at least
+/// one of (`GiB` for 1.5GiB), from KiB up; MiB while nothing was counted.
+fn byte_unit(values: impl Iterator<Item = f64>) -> (f64, &'static str) {
+    let max = values.fold(0.0_f64, f64::max);
+    let units = [
+        ("KiB", 1u64 << 10),
+        ("MiB", 1 << 20),
+        ("GiB", 1 << 30),
+        ("TiB", 1 << 40),
+    ];
+    if max <= 0.0 {
+        return ((1u64 << 20) as f64, "MiB");
+    }
+    units
+        .iter()
+        .rev()
+        .find(|(_, scale)| max >= *scale as f64)
+        .map_or((1024.0, "KiB"), |(name, scale)| (*scale as f64, *name))
+}
+
+/// A figure as `status` says it: `52.3 h open to the pool`; the data with what it is made of
+/// in `status`'s own line (`1.5GiB of data used (data: 1.2GiB received, …)`).
 fn figure(s: &Series, t: &Tally) -> String {
-    format!("{} {}", hours((s.seconds)(t)), s.unit)
+    let said = format!("{} {}", (s.number)((s.value)(t)), s.unit);
+    if s.name == DATA.name {
+        format!("{said} ({})", data_line(&t.network))
+    } else {
+        said
+    }
 }
 
 /// The chart in words, for a screen reader (`role="img"` hides the bars' own titles).
@@ -244,20 +322,17 @@ fn spoken(weeks: &[Week], named: &[Named]) -> String {
         span(&named[0].key, &named[named.len() - 1].key)
     );
     for (w, n) in weeks.iter().zip(named) {
-        let figures: Vec<String> = HOURS
-            .iter()
-            .chain([&CPU])
-            .map(|s| figure(s, &w.tally))
-            .collect();
+        let figures: Vec<String> = ALL.iter().map(|s| figure(s, &w.tally)).collect();
         let _ = write!(said, " {}: {}.", n.long(), figures.join(", "));
     }
     said
 }
 
-/// The legend, in the order the bars stand: the three hour bars, then the CPU bar below.
+/// The legend, in the order the bars stand: the three hour bars, then the CPU bar below, and
+/// the data's under it.
 fn legend(b: &mut String) {
     let mut x = LEFT;
-    for s in HOURS.iter().chain([&CPU]) {
+    for s in ALL {
         let _ = write!(
             b,
             "<rect x=\"{x:.1}\" y=\"6\" width=\"12\" height=\"12\" fill=\"{}\"/><text x=\"{:.1}\" y=\"16\">{}</text>",
@@ -277,7 +352,7 @@ struct Axis {
 }
 
 impl Axis {
-    /// The axis that holds the largest of `values` (hours): 0 to the next multiple of a step
+    /// The axis that holds the largest of `values` (in the axis' unit): 0 to the next multiple of a step
     /// of 1, 2 or 5 times a power of ten, with at most 5 steps. Nothing above 0: 0 to 1.
     fn over(values: impl Iterator<Item = f64>) -> Axis {
         let max = values.fold(0.0_f64, f64::max);
@@ -328,9 +403,11 @@ impl Place {
     }
 }
 
-/// A panel of bars: where it stands and its value axis.
+/// A panel of bars: where it stands, its value axis, and what a figure is divided by to be
+/// read on it (seconds in an hour, bytes in its unit).
 struct Panel {
     place: Place,
+    scale: f64,
     axis: Axis,
 }
 
@@ -378,8 +455,8 @@ impl Panel {
     /// One bar of `s` for `week`, at `x`, with its figure as its tooltip (and over it, when
     /// the series is `labelled`).
     fn bar(&self, b: &mut String, s: &Series, t: &Tally, week: &Named, x: f64, width: f64) {
-        let v = (s.seconds)(t);
-        let h = self.axis.height(v / 3600.0, self.place.height);
+        let v = (s.value)(t);
+        let h = self.axis.height(v / self.scale, self.place.height);
         let y = self.place.bottom() - h;
         let _ = write!(
             b,
@@ -396,7 +473,7 @@ impl Panel {
                 "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"10\">{}</text>",
                 x + width / 2.0,
                 y - 3.0,
-                hours(v)
+                (s.number)(v)
             );
         }
     }

@@ -1,5 +1,5 @@
 use super::*;
-use crate::record::contribution::{Summary, lines};
+use crate::record::contribution::{Data, Summary, data_line, lines};
 
 fn utc(s: &str) -> DateTime<Utc> {
     s.parse().unwrap()
@@ -17,6 +17,19 @@ fn week(key: &str, open: f64, computing: f64, owner: f64, cpu: f64) -> Week {
             ..Tally::default()
         },
     }
+}
+
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+
+/// The week with these bytes received, sent and pulled.
+fn with_data(mut w: Week, received: u64, sent: u64, pulled: u64) -> Week {
+    w.tally.network = Data {
+        received,
+        sent,
+        pulled,
+    };
+    w
 }
 
 fn ledger(weeks: Vec<Week>) -> Ledger {
@@ -101,12 +114,17 @@ fn no_week_recorded_yet_is_said_in_words_not_drawn_as_an_empty_box() {
     );
 }
 
-/// One week: four bars with their figures in `status`'s words, the week named and marked as
+/// One week: five bars with their figures in `status`'s words, the week named and marked as
 /// the one under way, an accessible name with the figures.
 #[test]
-fn one_week_is_four_bars_with_the_figures_status_prints() {
+fn one_week_is_five_bars_with_the_figures_status_prints() {
     let tz = Zone::utc();
-    let mut l = ledger(vec![week("2026-W49", 52.3, 40.1, 3.0, 80.25)]);
+    let mut l = ledger(vec![with_data(
+        week("2026-W49", 52.3, 40.1, 3.0, 80.25),
+        GIB + 200 * MIB,
+        40 * MIB + MIB / 2,
+        300 * MIB,
+    )]);
     l.weeks[0].tally.cpu_seconds += 7.0; // a figure that needs rounding: 80.25 h + 7 s
     let svg = weekly(&l, &tz, utc(NOW));
     assert!(svg.starts_with("<svg id=\"weekly-chart\""), "{svg}");
@@ -119,7 +137,7 @@ fn one_week_is_four_bars_with_the_figures_status_prints() {
     let b = bars(&svg);
     assert_eq!(
         b.iter().map(|b| b.series.as_str()).collect::<Vec<_>>(),
-        ["open", "computing", "owner", "cpu"],
+        ["open", "computing", "owner", "cpu", "data"],
         "the bars stand in the legend's order"
     );
     // The legend lists them in that order.
@@ -128,6 +146,7 @@ fn one_week_is_four_bars_with_the_figures_status_prints() {
         "computing",
         "the owner there",
         "CPU-hours given",
+        "data used",
     ]
     .iter()
     .map(|w| {
@@ -144,6 +163,11 @@ fn one_week_is_four_bars_with_the_figures_status_prints() {
         assert_eq!(bar.week, "2026-W49");
         let (week, figure) = bar.title.split_once(": ").unwrap();
         assert_eq!(week, "2026-W49 (this week so far, from Mon 30 Nov)");
+        // The data: its total, then status's own line in brackets.
+        let figure = match figure.split_once(" of data used (") {
+            Some((_, line)) => line.strip_suffix(')').unwrap(),
+            None => figure,
+        };
         assert!(
             status
                 .iter()
@@ -159,19 +183,21 @@ fn one_week_is_four_bars_with_the_figures_status_prints() {
             "52.3 h open to the pool",
             "40.1 h computing",
             "3.0 h the owner was there",
-            "80.3 CPU-hours given"
+            "80.3 CPU-hours given",
+            "1.5GiB of data used (data: 1.2GiB received, 40.5MiB sent, 300MiB pulled for the worker image)"
         ]
     );
-    assert!(svg.contains("aria-label=\"What this machine gave per week, oldest first, 2026-W49: 2026-W49 (this week so far, from Mon 30 Nov): 52.3 h open to the pool, 40.1 h computing, 3.0 h the owner was there, 80.3 CPU-hours given.\""), "{svg}");
-    // The week under way is bold, under both panels, over its Monday.
+    assert!(svg.contains("aria-label=\"What this machine gave per week, oldest first, 2026-W49: 2026-W49 (this week so far, from Mon 30 Nov): 52.3 h open to the pool, 40.1 h computing, 3.0 h the owner was there, 80.3 CPU-hours given, 1.5GiB of data used (data: 1.2GiB received, 40.5MiB sent, 300MiB pulled for the worker image).\""), "{svg}");
+    // The week under way is bold, under all three panels, over its Monday.
     assert_eq!(
         svg.matches("font-weight=\"bold\">W49</text>").count(),
-        2,
+        3,
         "{svg}"
     );
-    assert_eq!(svg.matches(">30 Nov</text>").count(), 2, "{svg}");
-    // The CPU figure stands above its bar.
+    assert_eq!(svg.matches(">30 Nov</text>").count(), 3, "{svg}");
+    // The CPU and data figures stand above their bars.
     assert!(svg.contains(">80.3</text>"), "{svg}");
+    assert!(svg.contains(">1.5GiB</text>"), "{svg}");
 }
 
 /// Heights are proportional to the figures on each panel's own axis; the CPU-hours of a
@@ -180,12 +206,17 @@ fn one_week_is_four_bars_with_the_figures_status_prints() {
 fn bars_are_proportional_on_their_panels_axes() {
     let tz = Zone::utc();
     let l = ledger(vec![
-        week("2026-W48", 100.0, 50.0, 25.0, 2000.0),
-        week("2026-W49", 160.0, 120.0, 0.0, 500.0),
+        with_data(
+            week("2026-W48", 100.0, 50.0, 25.0, 2000.0),
+            2 * GIB,
+            GIB / 2,
+            GIB / 2,
+        ),
+        with_data(week("2026-W49", 160.0, 120.0, 0.0, 500.0), GIB, 0, GIB / 2),
     ]);
     let svg = weekly(&l, &tz, utc(NOW));
     let b = bars(&svg);
-    assert_eq!(b.len(), 8);
+    assert_eq!(b.len(), 10);
     let h = |series: &str, week: &str| {
         b.iter()
             .find(|b| b.series == series && b.week == week)
@@ -209,18 +240,69 @@ fn bars_are_proportional_on_their_panels_axes() {
         svg.contains(">200 h</text>") && svg.contains(">50 h</text>"),
         "{svg}"
     );
-    // Lower panel: its own axis, to 2000 CPU-hours.
-    let Place { top, height, .. } = LOWER;
-    close(h("cpu", "2026-W48").height, height);
-    close(h("cpu", "2026-W49").height, 500.0 / 2000.0 * height);
-    close(
-        h("cpu", "2026-W49").y + h("cpu", "2026-W49").height,
-        top + height,
-    );
+    // The CPU's panel on its own axis, to 2000 CPU-hours; the data's on its own in GiB, to
+    // 3 GiB (received, sent and pulled together). The larger week fills each.
+    for (series, place, smaller) in [
+        ("cpu", LOWER, 500.0 / 2000.0),
+        ("data", DATA_PLACE, 1.5 / 3.0),
+    ] {
+        let Place { top, height, .. } = place;
+        close(h(series, "2026-W48").height, height);
+        close(h(series, "2026-W49").height, smaller * height);
+        close(
+            h(series, "2026-W49").y + h(series, "2026-W49").height,
+            top + height,
+        );
+    }
     assert!(svg.contains(">2000</text>"), "{svg}");
     assert!(
         svg.contains(">CPU-hours</text>") && svg.contains(">hours</text>"),
         "{svg}"
+    );
+    assert!(
+        svg.contains(">3 GiB</text>") && svg.contains(">1 GiB</text>"),
+        "{svg}"
+    );
+    assert!(svg.contains(">data</text>"), "{svg}");
+}
+
+/// The data axis counts in the binary unit its largest week reaches: bytes of a few KiB are
+/// not drawn against a GiB axis, nor GiB as thousands of MiB.
+#[test]
+fn the_data_axis_takes_the_unit_of_its_largest_week() {
+    let unit = |values: &[u64]| byte_unit(values.iter().map(|v| *v as f64)).1;
+    assert_eq!(unit(&[0, 0]), "MiB", "nothing counted");
+    assert_eq!(unit(&[100]), "KiB");
+    assert_eq!(unit(&[500 << 10, 10]), "KiB");
+    assert_eq!(unit(&[700 * MIB, GIB - 1]), "MiB");
+    assert_eq!(unit(&[GIB, 5]), "GiB");
+    assert_eq!(unit(&[3 << 40]), "TiB");
+    // A week of 700 MiB on a MiB axis: to 800 MiB in steps of 200.
+    let l = ledger(vec![with_data(
+        week("2026-W49", 1.0, 1.0, 0.0, 1.0),
+        700 * MIB,
+        0,
+        0,
+    )]);
+    let svg = weekly(&l, &Zone::utc(), utc(NOW));
+    assert!(
+        svg.contains(">800 MiB</text>") && svg.contains(">200 MiB</text>"),
+        "{svg}"
+    );
+    let b = bars(&svg);
+    assert_eq!(b[4].series, "data");
+    assert!(
+        (b[4].height - 700.0 / 800.0 * DATA_PLACE.height).abs() <= 0.1,
+        "{:?}",
+        b[4]
+    );
+    assert!(
+        b[4].title.ends_with(&format!(
+            ": 700MiB of data used ({})",
+            data_line(&l.weeks[0].tally.network)
+        )),
+        "{:?}",
+        b[4]
     );
 }
 
@@ -242,8 +324,8 @@ fn twelve_weeks_oldest_first_across_new_year() {
     let now = utc("2026-02-25T09:00:00Z"); // Wednesday of 2026-W09
     let svg = weekly(&l, &tz, now);
     let b = bars(&svg);
-    assert_eq!(b.len(), 48);
-    for series in ["open", "computing", "owner", "cpu"] {
+    assert_eq!(b.len(), 60);
+    for series in ["open", "computing", "owner", "cpu", "data"] {
         let order: Vec<&str> = b
             .iter()
             .filter(|b| b.series == series)
@@ -258,10 +340,14 @@ fn twelve_weeks_oldest_first_across_new_year() {
     .iter()
     .map(|s| s.to_string())
     .collect();
-    assert_eq!(shown, [expected.clone(), expected].concat(), "{svg}");
+    assert_eq!(
+        shown,
+        [expected.clone(), expected.clone(), expected].concat(),
+        "{svg}"
+    );
     assert_eq!(
         svg.matches("font-weight=\"bold\">W").count(),
-        2,
+        3,
         "only W09 is under way"
     );
     assert!(svg.contains("font-weight=\"bold\">W09</text>"), "{svg}");
