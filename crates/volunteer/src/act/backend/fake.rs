@@ -261,30 +261,9 @@ impl Workers for FakeBackend {
         }
         w.next_id += 1;
         let id = format!("id{}", w.next_id);
-        let l = &spec.labels;
-        let worker = Worker {
-            id: id.clone(),
-            name: spec.name.clone(),
-            state: WorkerState::Running,
-            created: crate::worker::parse_instant(l.get(crate::worker::labels::CREATED)),
-            accept_until: crate::worker::parse_instant(l.get(crate::worker::labels::ACCEPT_UNTIL)),
-            die_at: crate::worker::parse_instant(l.get(crate::worker::labels::DIE_AT)),
-            image: spec.image.clone(),
-            image_digest: spec.image_digest.clone(),
-            spec_hash: l
-                .get(crate::worker::labels::SPEC_HASH)
-                .cloned()
-                .unwrap_or_default(),
-            exit_code: None,
-            finished_at: None,
-            oom_killed: false,
-            gpus: vec![],
-            disk_kib: None,
-            nano_cpus: Some(spec.nano_cpus),
-            share_nano_cpus: l
-                .get(crate::worker::labels::NANO_CPUS)
-                .and_then(|v| v.parse().ok()),
-        };
+        let (name, running) = (spec.name.clone(), WorkerState::Running);
+        let mut worker = Worker::from_labels(id.clone(), name, running, |k| spec.labels.get(k));
+        worker.nano_cpus = Some(spec.nano_cpus);
         w.workers.push(worker);
         w.specs.push(spec.clone());
         Ok(id)
