@@ -517,8 +517,12 @@ impl Contribution {
         let mut moved = Data::default();
         for r in readings {
             let n = self.ledger.marks.count(r);
-            moved.received = moved.received.saturating_add(n.received);
-            moved.sent = moved.sent.saturating_add(n.sent);
+            let (received, sent) = (n.received, n.sent);
+            moved.add(Data {
+                received,
+                sent,
+                pulled: 0,
+            });
         }
         if let Some(ids) = listed {
             self.ledger.marks.workers.retain(|id, _| ids.contains(id));
