@@ -46,16 +46,14 @@ pub enum WorkerState {
 
 impl WorkerState {
     pub(crate) fn parse(s: &str) -> WorkerState {
-        match s {
-            "created" => WorkerState::Created,
-            "running" => WorkerState::Running,
-            "paused" => WorkerState::Paused,
-            "restarting" => WorkerState::Restarting,
-            "removing" => WorkerState::Removing,
-            "exited" | "stopped" => WorkerState::Exited,
-            "dead" => WorkerState::Dead,
-            _ => WorkerState::Unknown,
-        }
+        use WorkerState::*;
+        // Podman says "stopped" for what Docker calls "exited".
+        let s = if s == "stopped" { "exited" } else { s };
+        let known = [Created, Running, Paused, Restarting, Removing, Exited, Dead];
+        known
+            .into_iter()
+            .find(|w| w.as_str() == s)
+            .unwrap_or(Unknown)
     }
     pub(crate) fn as_str(self) -> &'static str {
         match self {

@@ -96,6 +96,13 @@ impl FakeBackend {
     }
 }
 
+/// The engine's answer about a worker it does not have.
+fn no_such(id: &str) -> BackendError {
+    BackendError::NotFound {
+        what: format!("{id} (No such container: {id})"),
+    }
+}
+
 impl FakeWorld {
     /// What the engine does to a worker asked to change: the new state, or its refusal.
     fn engine_answer(&mut self, id: &str, change: Change) -> Result<(), BackendError> {
@@ -105,9 +112,7 @@ impl FakeWorld {
             message,
         };
         let Some(x) = self.workers.iter_mut().find(|x| x.id == id) else {
-            return Err(BackendError::NotFound {
-                what: format!("{id} (No such container: {id})"),
-            });
+            return Err(no_such(id));
         };
         use WorkerState::*;
         match (change, x.state) {
@@ -293,14 +298,7 @@ impl Workers for FakeBackend {
                     ignores
                 }
                 Some(_) => return Ok(()),
-                None => {
-                    return already_there(
-                        Change::Stop,
-                        BackendError::NotFound {
-                            what: format!("{id} (No such container: {id})"),
-                        },
-                    );
-                }
+                None => return already_there(Change::Stop, no_such(id)),
             }
         };
         if waits {
@@ -336,15 +334,13 @@ impl Workers for FakeBackend {
     /// quota, running, paused or stopped (the engine keeps it for a start).
     async fn limit_cpus(&self, id: &str, nano_cpus: i64) -> Result<(), BackendError> {
         let mut w = self.call(format!("limit {id} {nano_cpus}"))?;
-        match w.workers.iter_mut().find(|x| x.id == id) {
-            Some(x) => {
-                x.nano_cpus = Some(nano_cpus);
-                Ok(())
-            }
-            None => Err(BackendError::NotFound {
-                what: format!("{id} (No such container: {id})"),
-            }),
-        }
+        let x = w
+            .workers
+            .iter_mut()
+            .find(|x| x.id == id)
+            .ok_or_else(|| no_such(id))?;
+        x.nano_cpus = Some(nano_cpus);
+        Ok(())
     }
 }
 
