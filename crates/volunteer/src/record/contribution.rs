@@ -517,12 +517,8 @@ impl Contribution {
         let mut moved = Data::default();
         for r in readings {
             let n = self.ledger.marks.count(r);
-            let (received, sent) = (n.received, n.sent);
-            moved.add(Data {
-                received,
-                sent,
-                pulled: 0,
-            });
+            moved.received = moved.received.saturating_add(n.received);
+            moved.sent = moved.sent.saturating_add(n.sent);
         }
         if let Some(ids) = listed {
             self.ledger.marks.workers.retain(|id, _| ids.contains(id));
