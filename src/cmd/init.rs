@@ -63,25 +63,15 @@ pub fn run(g: &Global, args: &InitArgs) -> Result<String, CmdError> {
         })?
     };
     let text = a.render(Utc::now().date_naive());
+    let parse = |text: &str| {
+        let machine = pilotd_volunteer::observe::host::this_machine();
+        config::parse_policy(&path, text, &site, machine, config::local_timezone())
+    };
     // Never write a file `check` would refuse.
-    let policy = config::parse_policy(
-        &path,
-        &text,
-        &site,
-        pilotd_volunteer::observe::host::this_machine(),
-        config::local_timezone(),
-    )?;
+    let policy = parse(&text)?;
     // The policy being replaced, to compare with: read before it is overwritten. One that
     // does not parse any more has nothing to compare.
-    let current = std::fs::read_to_string(&path).ok().map(|old| {
-        config::parse_policy(
-            &path,
-            &old,
-            &site,
-            pilotd_volunteer::observe::host::this_machine(),
-            config::local_timezone(),
-        )
-    });
+    let current = std::fs::read_to_string(&path).ok().map(|old| parse(&old));
     write_policy(&path, &text)?;
     let now = Utc::now();
     let mut out = format!("wrote {}\n\n", path.display());
@@ -96,17 +86,23 @@ pub fn run(g: &Global, args: &InitArgs) -> Result<String, CmdError> {
         Some(Ok(old)) => old,
         _ => &policy,
     };
-    out.push_str("\nwhat this policy is expected to give per week:\n");
-    for line in inspect::expected_week(&site, &policy, running, now) {
-        out.push_str(&format!("  {line}\n"));
-    }
-    match &current {
-        Some(Ok(old)) => {
-            out.push_str("the policy it replaced (kept as .bak) would give:\n");
-            for line in inspect::expected_week(&site, old, old, now) {
-                out.push_str(&format!("  {line}\n"));
-            }
+    let mut week = |title: &str, p, running| {
+        out.push_str(title);
+        for line in inspect::expected_week(&site, p, running, now) {
+            out.push_str(&format!("  {line}\n"));
         }
+    };
+    week(
+        "\nwhat this policy is expected to give per week:\n",
+        &policy,
+        running,
+    );
+    match &current {
+        Some(Ok(old)) => week(
+            "the policy it replaced (kept as .bak) would give:\n",
+            old,
+            old,
+        ),
         Some(Err(_)) => out.push_str(
             "the policy it replaced (kept as .bak) is not valid any more: nothing to compare\n",
         ),

@@ -139,10 +139,7 @@ pub async fn plan_report(
         outlook.limits.data = Some(ledger.data_used(&s.policy.timezone, now));
     }
     let mut supply = policy::decide(&s.policy, host, outlook.limits, now);
-    let status = status::load(&status::path(&s.state_dir))
-        .ok()
-        .flatten()
-        .unwrap_or_default();
+    let status = last_status(&s.state_dir).unwrap_or_default();
     // The daemon's template: pilotd.toml's [worker] with the manifest it stored laid on.
     let template = manifest::stored_template(s);
     if let Some(e) = &template.refused {
@@ -200,17 +197,14 @@ pub async fn lay_on_logind(
     state_dir: &std::path::Path,
     probe: &crate::settings::ProbeSettings,
 ) {
-    let record = status::load(&status::path(state_dir))
-        .ok()
-        .flatten()
-        .filter(|s| {
-            // The daemon rewrites its status at least every HEARTBEAT; an older file may
-            // miss an unlock and a new lock since.
-            s.updated_at.is_some_and(|at| {
-                h.taken_at.signed_duration_since(at)
-                    <= pilotd_core::horizon::delta(status::HEARTBEAT + Duration::from_secs(60))
-            })
-        });
+    let record = last_status(state_dir).filter(|s| {
+        // The daemon rewrites its status at least every HEARTBEAT; an older file may
+        // miss an unlock and a new lock since.
+        s.updated_at.is_some_and(|at| {
+            h.taken_at.signed_duration_since(at)
+                <= pilotd_core::horizon::delta(status::HEARTBEAT + Duration::from_secs(60))
+        })
+    });
     let known = record.is_some();
     let mut logind =
         crate::observe::logind::Logind::remembering(record.map(|s| s.locks).unwrap_or_default())
@@ -224,10 +218,12 @@ pub async fn lay_on_logind(
 /// status file), so `plan` and `snapshot` decide the workers' CPU cap as the daemon does, not
 /// as a throttle that starts over; none when the status cannot be read.
 pub fn lay_on_throttle(h: &mut HostSnapshot, state_dir: &std::path::Path) {
-    h.throttle = status::load(&status::path(state_dir))
-        .ok()
-        .flatten()
-        .and_then(|s| s.throttle);
+    h.throttle = last_status(state_dir).and_then(|s| s.throttle);
+}
+
+/// The daemon's last status, if it can be read.
+fn last_status(state_dir: &std::path::Path) -> Option<status::Status> {
+    status::load(&status::path(state_dir)).ok().flatten()
 }
 
 /// Lays NetworkManager's word on the link's price on a one-shot observation (absent when it
@@ -251,7 +247,7 @@ pub fn expected_week(
     running: &pilotd_core::config::Policy,
     now: DateTime<Utc>,
 ) -> Vec<String> {
-    use crate::record::projection::{Utilization, granted_cpus, machine, project, render};
+    use crate::record::projection::{Utilization, granted_cpus, project, render};
     use crate::{observe::host, record::contribution, record::timeline};
     use pilotd_core::config::{Config, Machine};
     let s = Settings::resolve(&Config {
@@ -270,7 +266,7 @@ pub fn expected_week(
     });
     // Scratch that cannot be measured yet (no dir): the share decides, not the disk.
     let scratch = host::scratch_free_kib(&s.probe.scratch).unwrap_or(u64::MAX >> 10);
-    let machine = machine(size.cpus, size.memory_kib, scratch, now);
+    let machine = HostSnapshot::quiet(now, size.cpus, size.memory_kib, scratch);
     let utilization = Utilization::of(&ledger.ledger.all_time, granted_cpus(running, &machine));
     let p = project(
         &s,

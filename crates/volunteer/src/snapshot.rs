@@ -211,6 +211,47 @@ impl Metered {
     }
 }
 
+impl HostSnapshot {
+    /// A machine of this size at `taken_at`, quiet: nobody there, nothing running, nothing
+    /// known of it but its size. What a projection decides on (the timeline keeps no link: a
+    /// projection is of the week's hours, not its networks), and what an observation starts
+    /// from.
+    pub(crate) fn quiet(
+        taken_at: DateTime<Utc>,
+        cpus: u32,
+        memory_total_kib: u64,
+        scratch_free_kib: u64,
+    ) -> HostSnapshot {
+        HostSnapshot {
+            mode: "volunteer".into(),
+            taken_at,
+            cpus,
+            load: [0.0; 3],
+            cpu_busy: 0.0,
+            own_cpu: 0.0,
+            memory_total_kib,
+            memory_available_kib: memory_total_kib,
+            scratch_free_kib,
+            on_battery: false,
+            exclusive_running: Vec::new(),
+            sessions: Sessions::Known(Vec::new()),
+            owner_busy_since: None,
+            host_free_since: None,
+            snoozed_until: None,
+            snooze_unreadable: None,
+            logind_unavailable: None,
+            utmp_absent: false,
+            input_idle_s: None,
+            sleeping: false,
+            lock_instants_unknown: false,
+            in_use: Vec::new(),
+            sensors: None,
+            throttle: None,
+            metered: None,
+        }
+    }
+}
+
 /// Who is logged in. `Unknown` is never read as "nobody": the policy fails safe.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -341,31 +382,10 @@ impl HostSnapshot {
     /// A quiet 8-CPU, 16 GiB host with nobody logged in, as a test fixture.
     pub(crate) fn test(taken_at: DateTime<Utc>) -> HostSnapshot {
         HostSnapshot {
-            mode: "volunteer".into(),
-            taken_at,
-            cpus: 8,
             load: [0.1, 0.1, 0.1],
             cpu_busy: 0.02,
-            own_cpu: 0.0,
-            memory_total_kib: 16 << 20,
             memory_available_kib: 12 << 20,
-            scratch_free_kib: 200 << 20,
-            on_battery: false,
-            exclusive_running: vec![],
-            sessions: Sessions::Known(vec![]),
-            owner_busy_since: None,
-            host_free_since: None,
-            snoozed_until: None,
-            snooze_unreadable: None,
-            logind_unavailable: None,
-            utmp_absent: false,
-            input_idle_s: None,
-            sleeping: false,
-            lock_instants_unknown: false,
-            in_use: vec![],
-            sensors: None,
-            throttle: None,
-            metered: None,
+            ..HostSnapshot::quiet(taken_at, 8, 16 << 20, 200 << 20)
         }
     }
 

@@ -46,16 +46,14 @@ pub enum WorkerState {
 
 impl WorkerState {
     pub(crate) fn parse(s: &str) -> WorkerState {
-        match s {
-            "created" => WorkerState::Created,
-            "running" => WorkerState::Running,
-            "paused" => WorkerState::Paused,
-            "restarting" => WorkerState::Restarting,
-            "removing" => WorkerState::Removing,
-            "exited" | "stopped" => WorkerState::Exited,
-            "dead" => WorkerState::Dead,
-            _ => WorkerState::Unknown,
-        }
+        use WorkerState::*;
+        // Podman says "stopped" for what Docker calls "exited".
+        let s = if s == "stopped" { "exited" } else { s };
+        let known = [Created, Running, Paused, Restarting, Removing, Exited, Dead];
+        known
+            .into_iter()
+            .find(|w| w.as_str() == s)
+            .unwrap_or(Unknown)
     }
     pub(crate) fn as_str(self) -> &'static str {
         match self {
@@ -108,29 +106,41 @@ pub struct Worker {
     pub share_nano_cpus: Option<i64>,
 }
 
-#[cfg(test)]
 impl Worker {
-    /// A test worker `pilotd-t-ID` in `state`, nothing else known; set the rest with struct
-    /// update syntax.
-    pub(crate) fn test(id: &str, state: WorkerState) -> Worker {
+    /// A worker as its labels describe it (`label` reads one by name); what the engine alone
+    /// knows (its end, its quota) is left for the caller to fill in.
+    pub(crate) fn from_labels<'a>(
+        id: String,
+        name: String,
+        state: WorkerState,
+        label: impl Fn(&str) -> Option<&'a String>,
+    ) -> Worker {
+        let text = |key| label(key).cloned().unwrap_or_default();
         Worker {
-            id: id.into(),
-            name: format!("pilotd-t-{id}"),
+            id,
+            name,
             state,
-            created: None,
-            accept_until: None,
-            die_at: None,
-            image: String::new(),
-            image_digest: String::new(),
-            spec_hash: String::new(),
+            created: parse_instant(label(labels::CREATED)),
+            accept_until: parse_instant(label(labels::ACCEPT_UNTIL)),
+            die_at: parse_instant(label(labels::DIE_AT)),
+            image: text(labels::IMAGE),
+            image_digest: text(labels::IMAGE_DIGEST),
+            spec_hash: text(labels::SPEC_HASH),
             exit_code: None,
             finished_at: None,
             oom_killed: false,
-            gpus: vec![],
-            disk_kib: None,
+            gpus: parse_gpus_label(label(labels::GPUS)),
+            disk_kib: label(labels::DISK_KIB).and_then(|v| v.parse().ok()),
             nano_cpus: None,
-            share_nano_cpus: None,
+            share_nano_cpus: label(labels::NANO_CPUS).and_then(|v| v.parse().ok()),
         }
+    }
+
+    #[cfg(test)]
+    /// A test worker `pilotd-t-ID` in `state`, nothing else known; set the rest with struct
+    /// update syntax.
+    pub(crate) fn test(id: &str, state: WorkerState) -> Worker {
+        Worker::from_labels(id.into(), format!("pilotd-t-{id}"), state, |_| None)
     }
 }
 

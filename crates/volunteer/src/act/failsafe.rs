@@ -270,15 +270,12 @@ pub(crate) async fn remove_all(
             Err(e) => failed.push(format!("{}: {e}", w.name)),
         }
     }
-    let mut out = format!(
-        "failsafe: removed {} worker(s) of instance \"{instance}\"{}\n",
-        removed.len(),
-        if removed.is_empty() {
-            String::new()
-        } else {
-            format!(" ({})", removed.join(", "))
-        }
-    );
+    let names = match removed[..] {
+        [] => String::new(),
+        _ => format!(" ({})", removed.join(", ")),
+    };
+    let n = removed.len();
+    let mut out = format!("failsafe: removed {n} worker(s) of instance \"{instance}\"{names}\n");
     // With every worker gone, whatever of theirs is left in the state dir goes too (a disk
     // image or token copy of a worker whose container is already gone).
     if failed.is_empty() {

@@ -88,10 +88,11 @@ pub fn workers(list: &[Worker], now: DateTime<Utc>) -> Vec<Item> {
 
 /// Entries (name, age) of this instance whose worker no longer exists.
 fn orphans<'a>(
+    root: &'a Path,
     entries: &'a [(String, Duration)],
     list: &'a [Worker],
     prefix: &'a str,
-) -> impl Iterator<Item = &'a String> {
+) -> impl Iterator<Item = PathBuf> + 'a {
     entries
         .iter()
         .filter(move |(name, age)| {
@@ -99,7 +100,7 @@ fn orphans<'a>(
                 && *age >= SCRATCH_MIN_AGE
                 && !list.iter().any(|w| &w.name == name)
         })
-        .map(|(name, _)| name)
+        .map(|(name, _)| root.join(name))
 }
 
 /// Scratch dirs (name, age) of this instance whose worker no longer exists (pure).
@@ -109,11 +110,8 @@ pub fn scratch(
     list: &[Worker],
     prefix: &str,
 ) -> Vec<Item> {
-    orphans(entries, list, prefix)
-        .map(|name| Item::RemoveScratch {
-            path: root.join(name),
-        })
-        .collect()
+    let orphans = orphans(root, entries, list, prefix);
+    orphans.map(|path| Item::RemoveScratch { path }).collect()
 }
 
 /// Token copies (name, age) of this instance whose worker no longer exists (pure).
@@ -123,11 +121,8 @@ pub fn token_copies(
     list: &[Worker],
     prefix: &str,
 ) -> Vec<Item> {
-    orphans(entries, list, prefix)
-        .map(|name| Item::RemoveTokenCopy {
-            path: root.join(name),
-        })
-        .collect()
+    let orphans = orphans(root, entries, list, prefix);
+    orphans.map(|path| Item::RemoveTokenCopy { path }).collect()
 }
 
 /// Images of the worker repository to remove (pure): pulled by pilotd or labelled by it, not

@@ -192,6 +192,42 @@ impl Action {
             Action::Remove { .. } | Action::Pull { .. } | Action::Start { .. } => None,
         }
     }
+
+    fn pause(w: &Worker, why: Reason) -> Action {
+        let (id, name) = (w.id.clone(), w.name.clone());
+        Action::Pause { id, name, why }
+    }
+
+    fn unpause(w: &Worker, why: Reason) -> Action {
+        let (id, name) = (w.id.clone(), w.name.clone());
+        Action::Unpause { id, name, why }
+    }
+
+    fn stop(w: &Worker, grace_s: u64, why: Reason) -> Action {
+        let (id, name) = (w.id.clone(), w.name.clone());
+        Action::Stop {
+            id,
+            name,
+            grace_s,
+            why,
+        }
+    }
+
+    fn kill(w: &Worker, why: Reason) -> Action {
+        let (id, name) = (w.id.clone(), w.name.clone());
+        Action::Kill { id, name, why }
+    }
+
+    /// The removal of a finished worker, with its outcome, or of one created and never
+    /// started (no outcome).
+    fn remove(w: &Worker) -> Action {
+        let (id, name) = (w.id.clone(), w.name.clone());
+        let outcome = w
+            .state
+            .is_finished()
+            .then(|| Outcome::from_exit(w.exit_code, w.oom_killed));
+        Action::Remove { id, name, outcome }
+    }
 }
 
 impl fmt::Display for Action {
@@ -333,32 +369,18 @@ pub(crate) fn plan(
 fn hold_unfiltered(obs: &Observed<'_>, why: &str) -> Plan {
     let mut actions = Vec::new();
     for w in obs.workers {
-        let (id, name) = (w.id.clone(), w.name.clone());
         match w.state {
             WorkerState::Running | WorkerState::Restarting
                 if obs.in_flight.stopping.contains(&w.id) =>
             {
-                actions.push(Action::Kill {
-                    id,
-                    name,
-                    why: Reason::FilterDown,
-                })
+                actions.push(Action::kill(w, Reason::FilterDown))
             }
-            WorkerState::Running | WorkerState::Restarting => actions.push(Action::Pause {
-                id,
-                name,
-                why: Reason::FilterDown,
-            }),
-            WorkerState::Exited | WorkerState::Dead => actions.push(Action::Remove {
-                id,
-                name,
-                outcome: Some(Outcome::from_exit(w.exit_code, w.oom_killed)),
-            }),
-            WorkerState::Created => actions.push(Action::Remove {
-                id,
-                name,
-                outcome: None,
-            }),
+            WorkerState::Running | WorkerState::Restarting => {
+                actions.push(Action::pause(w, Reason::FilterDown))
+            }
+            WorkerState::Exited | WorkerState::Dead | WorkerState::Created => {
+                actions.push(Action::remove(w))
+            }
             WorkerState::Paused | WorkerState::Removing | WorkerState::Unknown => {}
         }
     }
@@ -403,89 +425,50 @@ fn sort_workers<'a>(supply: &Supply, obs: &Observed<'a>, now: DateTime<Utc>) -> 
             continue;
         }
         let expired = w.die_at.is_some_and(|d| d <= now);
-        let (id, name) = (w.id.clone(), w.name.clone());
         if let Some(why) = disk_reason(w, obs.scratch_use.get(&w.id))
             && matches!(w.state, WorkerState::Running | WorkerState::Restarting)
         {
-            out.actions.push(Action::Stop {
-                id,
-                name,
-                grace_s: grace_s.min(DISK_STOP_GRACE_S),
-                why,
-            });
+            out.actions
+                .push(Action::stop(w, grace_s.min(DISK_STOP_GRACE_S), why));
             out.held_for_disk += 1;
             continue;
         }
+        let graceful = || Action::stop(w, grace_s, Reason::Eviction(Evict::Graceful));
+        let fast = || Action::kill(w, Reason::Eviction(Evict::Fast));
         match w.state {
-            WorkerState::Exited | WorkerState::Dead => out.removals.push(Action::Remove {
-                id,
-                name,
-                outcome: Some(Outcome::from_exit(w.exit_code, w.oom_killed)),
-            }),
-            WorkerState::Created => out.removals.push(Action::Remove {
-                id,
-                name,
-                outcome: None,
-            }),
+            WorkerState::Exited | WorkerState::Dead | WorkerState::Created => {
+                out.removals.push(Action::remove(w))
+            }
             WorkerState::Removing => {}
             WorkerState::Unknown => out.notes.push(format!(
-                "{name} is in a state this pilotd does not know; left alone"
+                "{} is in a state this pilotd does not know; left alone",
+                w.name
             )),
-            WorkerState::Running | WorkerState::Restarting if expired => {
-                out.actions.push(Action::Stop {
-                    id,
-                    name,
-                    grace_s,
-                    why: Reason::PastDieAt,
-                })
-            }
+            WorkerState::Running | WorkerState::Restarting if expired => out
+                .actions
+                .push(Action::stop(w, grace_s, Reason::PastDieAt)),
             WorkerState::Running | WorkerState::Restarting => match supply.evict {
                 Evict::None => out.staying.push(w),
-                Evict::Pause => out.actions.push(Action::Pause {
-                    id,
-                    name,
-                    why: match supply.link {
+                Evict::Pause => out.actions.push(Action::pause(
+                    w,
+                    match supply.link {
                         LinkHold::Workers => Reason::Metered,
                         _ => Reason::Eviction(Evict::Pause),
                     },
-                }),
-                Evict::Graceful => out.actions.push(Action::Stop {
-                    id,
-                    name,
-                    grace_s,
-                    why: Reason::Eviction(Evict::Graceful),
-                }),
-                Evict::Fast => out.actions.push(Action::Kill {
-                    id,
-                    name,
-                    why: Reason::Eviction(Evict::Fast),
-                }),
+                )),
+                Evict::Graceful => out.actions.push(graceful()),
+                Evict::Fast => out.actions.push(fast()),
             },
-            WorkerState::Paused if expired => out.actions.push(Action::Kill {
-                id,
-                name,
-                why: Reason::PausedPastDieAt,
-            }),
+            WorkerState::Paused if expired => {
+                out.actions.push(Action::kill(w, Reason::PausedPastDieAt))
+            }
             WorkerState::Paused => match supply.evict {
                 Evict::Pause => out.held_paused += 1,
                 Evict::Graceful => {
-                    out.actions.push(Action::Unpause {
-                        id: id.clone(),
-                        name: name.clone(),
-                        why: Reason::ResumeToDrain,
-                    });
-                    out.actions.push(Action::Stop {
-                        id,
-                        name,
-                        grace_s,
-                        why: Reason::Eviction(Evict::Graceful),
-                    });
+                    out.actions.push(Action::unpause(w, Reason::ResumeToDrain));
+                    out.actions.push(graceful());
                 }
-                Evict::Fast => out.actions.push(Action::Kill {
-                    id,
-                    name,
-                    why: Reason::Eviction(Evict::Fast),
-                }),
+                Evict::Fast => out.actions.push(fast()),
                 Evict::None if supply.allowed => out.staying.push(w),
                 Evict::None => out.held_paused += 1,
             },
@@ -500,21 +483,13 @@ fn fit_to_target(supply: &Supply, staying: &mut Vec<&Worker>, actions: &mut Vec<
     let target = supply.workers as usize;
     while staying.len() > target {
         let Some(w) = staying.pop() else { break };
-        actions.push(Action::Stop {
-            id: w.id.clone(),
-            name: w.name.clone(),
-            grace_s: supply.grace.as_secs(),
-            why: Reason::Surplus {
-                target: supply.workers,
-            },
-        });
+        let why = Reason::Surplus {
+            target: supply.workers,
+        };
+        actions.push(Action::stop(w, supply.grace.as_secs(), why));
     }
     for w in staying.iter().filter(|w| w.state == WorkerState::Paused) {
-        actions.push(Action::Unpause {
-            id: w.id.clone(),
-            name: w.name.clone(),
-            why: Reason::HostFree,
-        });
+        actions.push(Action::unpause(w, Reason::HostFree));
     }
 }
 

@@ -125,38 +125,29 @@ impl HostProbe {
             None if !self.cfg.media => self.in_use.clear(),
             None => {}
         }
+        let memory_total_kib = self.system.total_memory() / 1024;
+        let scratch_free_kib = scratch_free_kib(&self.cfg.scratch)?;
+        // What this look leaves out, the caller lays on: the owner's snooze (it lives in the
+        // state dir), logind's sessions, locks and sleep (`logind::lay_on`, asked
+        // asynchronously), the input devices (watched beside the loop) and NetworkManager's
+        // link (`metered::lay_on`).
         Ok(HostSnapshot {
-            mode: "volunteer".into(),
-            taken_at: now,
-            cpus,
             load,
             cpu_busy,
             own_cpu: carry.own_cpu.clamp(0.0, 1.0),
-            memory_total_kib: self.system.total_memory() / 1024,
             memory_available_kib: self.system.available_memory() / 1024,
-            scratch_free_kib: scratch_free_kib(&self.cfg.scratch)?,
             on_battery: on_battery(&self.cfg.power_supply),
             exclusive_running: processes.running,
             sessions,
             utmp_absent,
             owner_busy_since: carry.owner_busy_since,
             host_free_since: carry.host_free_since,
-            // The owner's snooze lives in the state dir, which the caller lays on.
-            snoozed_until: None,
-            snooze_unreadable: None,
-            // logind is asked asynchronously by the caller (`logind::lay_on`); the input
-            // devices are watched beside the loop and sleep is logind's word too.
-            logind_unavailable: None,
-            input_idle_s: None,
-            sleeping: false,
-            lock_instants_unknown: false,
             // logind's idle inhibitors join these when it answers (`logind::lay_on`).
             in_use: self.in_use.clone(),
             // Nothing to read on a machine without sensors: no reading at all.
             sensors: self.sensors.read(),
             throttle: carry.throttle,
-            // NetworkManager is asked asynchronously by the caller (`metered::lay_on`).
-            metered: None,
+            ..HostSnapshot::quiet(now, cpus, memory_total_kib, scratch_free_kib)
         })
     }
 }

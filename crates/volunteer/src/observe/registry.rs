@@ -158,10 +158,7 @@ impl Resolver {
         if let Some(t) = token {
             req = req.bearer_auth(t);
         }
-        req.send().await.map_err(|source| RegistryError::Transport {
-            url: url.to_string(),
-            source,
-        })
+        req.send().await.map_err(transport(url))
     }
 
     /// An anonymous bearer token for the challenge's scope.
@@ -171,15 +168,8 @@ impl Resolver {
             url: url.clone(),
             why,
         };
-        let answer =
-            self.client()?
-                .get(&url)
-                .send()
-                .await
-                .map_err(|source| RegistryError::Transport {
-                    url: url.clone(),
-                    source,
-                })?;
+        let answer = self.client()?.get(&url).send().await;
+        let answer = answer.map_err(transport(&url))?;
         let status = answer.status().as_u16();
         if !(200..300).contains(&status) {
             return Err(RegistryError::Status {
@@ -217,6 +207,14 @@ impl Resolver {
         if let Ok(mut tokens) = self.tokens.lock() {
             tokens.insert(url.to_string(), (token, Instant::now() + life));
         }
+    }
+}
+
+/// A request to `url` that got no answer.
+fn transport(url: &str) -> impl FnOnce(reqwest::Error) -> RegistryError + '_ {
+    move |source| RegistryError::Transport {
+        url: url.to_string(),
+        source,
     }
 }
 

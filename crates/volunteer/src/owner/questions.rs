@@ -14,7 +14,7 @@ use pilotd_core::zone::Zone;
 use std::io::{BufRead, Write};
 
 /// The owner's answers, each already checked.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Answers {
     pub timezone: String,
     /// TOML array items for `windows`.
@@ -91,20 +91,14 @@ const QUESTIONS: &[Question] = &[
         name: "sessions",
         prompt: "Stop computing when someone uses this machine?\n  active: a session in use stops it; a locked screen, or no keyboard or mouse for 15 minutes, does not\n          (locks: GNOME, KDE and most lockers through logind; idleness: the keyboard and mouse\n          on every desktop, GNOME's own idle hint; ssh and consoles: their terminal)\n  any: any login stops it, even a locked one; ignore: logins do not matter",
         default: |_| "active".into(),
-        apply: |a, s| match s {
-            "any" | "active" | "ignore" => {
-                a.sessions = s.into();
-                Ok(())
-            }
-            "yes" | "y" => {
-                a.sessions = "any".into();
-                Ok(())
-            }
-            "no" | "n" => {
-                a.sessions = "ignore".into();
-                Ok(())
-            }
-            _ => Err(AnswerError::Choice("any, active or ignore")),
+        apply: |a, s| {
+            let meant = match s {
+                "any" | "yes" | "y" => Some("any"),
+                "active" => Some("active"),
+                "ignore" | "no" | "n" => Some("ignore"),
+                _ => None,
+            };
+            pick(&mut a.sessions, meant, "any, active or ignore")
         },
         later: false,
     },
@@ -148,12 +142,9 @@ const QUESTIONS: &[Question] = &[
         name: "on-return",
         prompt: "When you come back: pause (freeze, resume later), graceful (stop cleanly within 10 minutes) or fast (stop at once)?",
         default: |_| "graceful".into(),
-        apply: |a, s| match s {
-            "pause" | "graceful" | "fast" => {
-                a.on_return = s.into();
-                Ok(())
-            }
-            _ => Err(AnswerError::Choice("pause, graceful or fast")),
+        apply: |a, s| {
+            let meant = matches!(s, "pause" | "graceful" | "fast").then_some(s);
+            pick(&mut a.on_return, meant, "pause, graceful or fast")
         },
         later: false,
     },
@@ -174,12 +165,9 @@ const QUESTIONS: &[Question] = &[
         name: "on-metered",
         prompt: "On a metered network (a phone's hotspot, or a connection you marked metered in NetworkManager):\n  no-downloads (no image or new worker; running ones finish their jobs), pause (also pause them) or ignore?",
         default: |_| "no-downloads".into(),
-        apply: |a, s| match s {
-            "no-downloads" | "pause" | "ignore" => {
-                a.on_metered = s.into();
-                Ok(())
-            }
-            _ => Err(AnswerError::Choice("no-downloads, pause or ignore")),
+        apply: |a, s| {
+            let meant = matches!(s, "no-downloads" | "pause" | "ignore").then_some(s);
+            pick(&mut a.on_metered, meant, "no-downloads, pause or ignore")
         },
         later: true,
     },
@@ -187,16 +175,13 @@ const QUESTIONS: &[Question] = &[
         name: "media",
         prompt: "Does watching, listening or a call count as using this machine, without a key typed?\n  yes: sound playing or recorded, a camera in use, or a program keeping the screen awake\n       (a player, a presentation) keeps the workers away; a locked screen outweighs a film\n       or music left playing, never a call or a camera\n  no: only logins, the keyboard and the mouse count",
         default: |_| "yes".into(),
-        apply: |a, s| match s {
-            "yes" | "y" | "true" => {
-                a.media = "true".into();
-                Ok(())
-            }
-            "no" | "n" | "false" => {
-                a.media = "false".into();
-                Ok(())
-            }
-            _ => Err(AnswerError::Choice("yes or no")),
+        apply: |a, s| {
+            let meant = match s {
+                "yes" | "y" | "true" => Some("true"),
+                "no" | "n" | "false" => Some("false"),
+                _ => None,
+            };
+            pick(&mut a.media, meant, "yes or no")
         },
         later: true,
     },
@@ -205,21 +190,13 @@ const QUESTIONS: &[Question] = &[
         prompt: "The hottest this machine's CPU may get while it computes? e.g. 80C (laptops run\n  hot by design: 90C; `sensors` shows it now). Above it the workers get less CPU, a step at\n  a time, and pause at the lowest step. none: no limit",
         default: |_| "none".into(),
         apply: |a, s| {
-            if !is_none(s) {
-                let c = parse_celsius(&StrOrInt::Str(s.into()))?;
-                if !TEMPERATURE_RANGE.contains(&c) {
-                    return Err(AnswerError::OutOfRange(
-                        format!("{c}C"),
-                        format!(
-                            "{}C to {}C",
-                            TEMPERATURE_RANGE.start(),
-                            TEMPERATURE_RANGE.end()
-                        ),
-                    ));
-                }
-            }
-            a.max_temperature = if is_none(s) { "none".into() } else { s.into() };
-            Ok(())
+            limit(
+                &mut a.max_temperature,
+                s,
+                parse_celsius,
+                TEMPERATURE_RANGE,
+                "C",
+            )
         },
         later: true,
     },
@@ -227,26 +204,38 @@ const QUESTIONS: &[Question] = &[
         name: "max-fan",
         prompt: "The fastest any fan may spin while it computes? e.g. 3000rpm (`sensors` shows them\n  now). Above it, as above. none: no limit",
         default: |_| "none".into(),
-        apply: |a, s| {
-            if !is_none(s) {
-                let r = parse_rpm(&StrOrInt::Str(s.into()))?;
-                if !FAN_RANGE.contains(&r) {
-                    return Err(AnswerError::OutOfRange(
-                        format!("{r}rpm"),
-                        format!("{}rpm to {}rpm", FAN_RANGE.start(), FAN_RANGE.end()),
-                    ));
-                }
-            }
-            a.max_fan = if is_none(s) { "none".into() } else { s.into() };
-            Ok(())
-        },
+        apply: |a, s| limit(&mut a.max_fan, s, parse_rpm, FAN_RANGE, "rpm"),
         later: true,
     },
 ];
 
 /// "No limit", as an owner may say it.
-fn is_none(s: &str) -> bool {
-    matches!(s.trim(), "none" | "no" | "off" | "n")
+/// An answer among choices: what it means (`None`: none of them; `choices` says which).
+fn pick(field: &mut String, meant: Option<&str>, choices: &'static str) -> Result<(), AnswerError> {
+    *field = meant.ok_or(AnswerError::Choice(choices))?.into();
+    Ok(())
+}
+
+/// A comfort limit: none (or no, off), or what `parse` reads, within `range` (in `unit`).
+fn limit<T: PartialOrd + std::fmt::Display>(
+    field: &mut String,
+    s: &str,
+    parse: fn(&StrOrInt) -> Result<T, UnitError>,
+    range: std::ops::RangeInclusive<T>,
+    unit: &str,
+) -> Result<(), AnswerError> {
+    if matches!(s.trim(), "none" | "no" | "off" | "n") {
+        *field = "none".into();
+        return Ok(());
+    }
+    let v = parse(&StrOrInt::Str(s.into()))?;
+    if !range.contains(&v) {
+        let (from, to) = (range.start(), range.end());
+        let within = format!("{from}{unit} to {to}{unit}");
+        return Err(AnswerError::OutOfRange(format!("{v}{unit}"), within));
+    }
+    *field = s.into();
+    Ok(())
 }
 
 /// A `[comfort]` limit's line: set, or commented out with an example.
@@ -302,16 +291,7 @@ impl Answers {
     pub fn defaults(local: &Zone) -> Answers {
         let mut a = Answers {
             timezone: local.name().to_string(),
-            windows: vec![],
-            sessions: String::new(),
-            cpus: String::new(),
-            memory: String::new(),
-            longest_job: String::new(),
-            on_return: String::new(),
-            on_metered: String::new(),
-            media: String::new(),
-            max_temperature: String::new(),
-            max_fan: String::new(),
+            ..Answers::default()
         };
         for q in QUESTIONS {
             let d = (q.default)(&a);

@@ -317,11 +317,12 @@ pub async fn fetch(
             "the last good manifest stays in force; tell the pool's operators",
         ));
     }
+    let too_big = || {
+        let hint = "raise [remote] max_bytes if this is expected";
+        Err(fail(format!("larger than {max_bytes} bytes"), hint))
+    };
     if resp.content_length().is_some_and(|n| n > max_bytes) {
-        return Err(fail(
-            format!("larger than {max_bytes} bytes"),
-            "raise [remote] max_bytes if this is expected",
-        ));
+        return too_big();
     }
     let mut body = Vec::new();
     while let Some(chunk) = resp.chunk().await.map_err(|e| {
@@ -332,10 +333,7 @@ pub async fn fetch(
     })? {
         body.extend_from_slice(&chunk);
         if body.len() as u64 > max_bytes {
-            return Err(fail(
-                format!("larger than {max_bytes} bytes"),
-                "raise [remote] max_bytes if this is expected",
-            ));
+            return too_big();
         }
     }
     let m = parse(&shown, &body)?;
@@ -362,25 +360,19 @@ pub struct Template {
 /// have narrowed them since it was fetched, and a manifest must never widen them. One that
 /// no longer passes is not laid on at all (half a pool configuration is worse than none).
 pub(crate) fn worker_template(s: &Settings, m: Option<&Manifest>) -> Template {
-    let Some(m) = m.filter(|_| s.remote.is_some()) else {
-        return Template {
-            worker: s.worker.clone(),
-            refused: None,
-        };
+    let checked = m
+        .filter(|_| s.remote.is_some())
+        .map(|m| (m, check(m, &s.image.allowed, &s.worker.env)));
+    let (worker, refused) = match checked {
+        None => (s.worker.clone(), None),
+        Some((m, Ok(()))) => (m.overlay(&s.worker), None),
+        Some((m, Err(why))) => {
+            let version = m.version.clone();
+            let refused = ManifestError::NoLongerAllowed { version, why };
+            (s.worker.clone(), Some(refused))
+        }
     };
-    match check(m, &s.image.allowed, &s.worker.env) {
-        Ok(()) => Template {
-            worker: m.overlay(&s.worker),
-            refused: None,
-        },
-        Err(why) => Template {
-            worker: s.worker.clone(),
-            refused: Some(ManifestError::NoLongerAllowed {
-                version: m.version.clone(),
-                why,
-            }),
-        },
-    }
+    Template { worker, refused }
 }
 
 /// The worker template the daemon of `s` starts workers with, as far as its state dir says:

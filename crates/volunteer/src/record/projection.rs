@@ -253,43 +253,6 @@ fn snapshot(
     }
 }
 
-/// The machine a projection is made for: its size (what `decide` shares out), quiet.
-pub(crate) fn machine(
-    cpus: u32,
-    memory_total_kib: u64,
-    scratch_free_kib: u64,
-    at: DateTime<Utc>,
-) -> HostSnapshot {
-    HostSnapshot {
-        mode: "volunteer".into(),
-        taken_at: at,
-        cpus,
-        load: [0.0; 3],
-        cpu_busy: 0.0,
-        own_cpu: 0.0,
-        memory_total_kib,
-        memory_available_kib: memory_total_kib,
-        scratch_free_kib,
-        on_battery: false,
-        exclusive_running: Vec::new(),
-        sessions: Sessions::Known(Vec::new()),
-        owner_busy_since: None,
-        host_free_since: None,
-        snoozed_until: None,
-        snooze_unreadable: None,
-        logind_unavailable: None,
-        utmp_absent: false,
-        input_idle_s: None,
-        sleeping: false,
-        lock_instants_unknown: false,
-        in_use: Vec::new(),
-        sensors: None,
-        throttle: None,
-        // The timeline keeps no link: a projection is of the week's hours, not its networks.
-        metered: None,
-    }
-}
-
 /// The CPUs `p` grants on `machine` while computing (all its workers').
 pub(crate) fn granted_cpus(p: &Policy, machine: &HostSnapshot) -> u32 {
     let (workers, r) = policy::split_share(p, machine);

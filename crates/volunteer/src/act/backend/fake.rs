@@ -96,6 +96,13 @@ impl FakeBackend {
     }
 }
 
+/// The engine's answer about a worker it does not have.
+fn no_such(id: &str) -> BackendError {
+    BackendError::NotFound {
+        what: format!("{id} (No such container: {id})"),
+    }
+}
+
 impl FakeWorld {
     /// What the engine does to a worker asked to change: the new state, or its refusal.
     fn engine_answer(&mut self, id: &str, change: Change) -> Result<(), BackendError> {
@@ -105,9 +112,7 @@ impl FakeWorld {
             message,
         };
         let Some(x) = self.workers.iter_mut().find(|x| x.id == id) else {
-            return Err(BackendError::NotFound {
-                what: format!("{id} (No such container: {id})"),
-            });
+            return Err(no_such(id));
         };
         use WorkerState::*;
         match (change, x.state) {
@@ -261,30 +266,9 @@ impl Workers for FakeBackend {
         }
         w.next_id += 1;
         let id = format!("id{}", w.next_id);
-        let l = &spec.labels;
-        let worker = Worker {
-            id: id.clone(),
-            name: spec.name.clone(),
-            state: WorkerState::Running,
-            created: crate::worker::parse_instant(l.get(crate::worker::labels::CREATED)),
-            accept_until: crate::worker::parse_instant(l.get(crate::worker::labels::ACCEPT_UNTIL)),
-            die_at: crate::worker::parse_instant(l.get(crate::worker::labels::DIE_AT)),
-            image: spec.image.clone(),
-            image_digest: spec.image_digest.clone(),
-            spec_hash: l
-                .get(crate::worker::labels::SPEC_HASH)
-                .cloned()
-                .unwrap_or_default(),
-            exit_code: None,
-            finished_at: None,
-            oom_killed: false,
-            gpus: vec![],
-            disk_kib: None,
-            nano_cpus: Some(spec.nano_cpus),
-            share_nano_cpus: l
-                .get(crate::worker::labels::NANO_CPUS)
-                .and_then(|v| v.parse().ok()),
-        };
+        let (name, running) = (spec.name.clone(), WorkerState::Running);
+        let mut worker = Worker::from_labels(id.clone(), name, running, |k| spec.labels.get(k));
+        worker.nano_cpus = Some(spec.nano_cpus);
         w.workers.push(worker);
         w.specs.push(spec.clone());
         Ok(id)
@@ -314,14 +298,7 @@ impl Workers for FakeBackend {
                     ignores
                 }
                 Some(_) => return Ok(()),
-                None => {
-                    return already_there(
-                        Change::Stop,
-                        BackendError::NotFound {
-                            what: format!("{id} (No such container: {id})"),
-                        },
-                    );
-                }
+                None => return already_there(Change::Stop, no_such(id)),
             }
         };
         if waits {
@@ -357,15 +334,13 @@ impl Workers for FakeBackend {
     /// quota, running, paused or stopped (the engine keeps it for a start).
     async fn limit_cpus(&self, id: &str, nano_cpus: i64) -> Result<(), BackendError> {
         let mut w = self.call(format!("limit {id} {nano_cpus}"))?;
-        match w.workers.iter_mut().find(|x| x.id == id) {
-            Some(x) => {
-                x.nano_cpus = Some(nano_cpus);
-                Ok(())
-            }
-            None => Err(BackendError::NotFound {
-                what: format!("{id} (No such container: {id})"),
-            }),
-        }
+        let x = w
+            .workers
+            .iter_mut()
+            .find(|x| x.id == id)
+            .ok_or_else(|| no_such(id))?;
+        x.nano_cpus = Some(nano_cpus);
+        Ok(())
     }
 }
 

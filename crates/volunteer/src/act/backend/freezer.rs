@@ -197,31 +197,25 @@ impl CpuQuota {
 
     /// The period the quota is counted over, in microseconds.
     fn period(&self) -> Option<i64> {
+        self.figure("cpu.cfs_period_us", 1)
+    }
+
+    /// A positive figure of the CPU controller: v1's `file`, or the `word`th word of v2's
+    /// `cpu.max` ("max" there, no quota, is none).
+    fn figure(&self, file: &str, word: usize) -> Option<i64> {
         let text = match self {
-            CpuQuota::V1(d) => std::fs::read_to_string(d.join("cpu.cfs_period_us")).ok()?,
-            CpuQuota::V2(d) => std::fs::read_to_string(d.join("cpu.max"))
-                .ok()?
-                .split_whitespace()
-                .nth(1)?
-                .to_string(),
+            CpuQuota::V1(d) => std::fs::read_to_string(d.join(file)).ok()?,
+            CpuQuota::V2(d) => {
+                let max = std::fs::read_to_string(d.join("cpu.max")).ok()?;
+                max.split_whitespace().nth(word)?.to_string()
+            }
         };
-        text.trim().parse().ok().filter(|p| *p > 0)
+        text.trim().parse().ok().filter(|v| *v > 0)
     }
 
     /// The quota in force as NanoCpus (10⁹ a CPU); `None`: unlimited, or unreadable.
     pub(crate) fn read(&self) -> Option<i64> {
-        let quota: i64 = match self {
-            CpuQuota::V1(d) => std::fs::read_to_string(d.join("cpu.cfs_quota_us")).ok()?,
-            CpuQuota::V2(d) => std::fs::read_to_string(d.join("cpu.max"))
-                .ok()?
-                .split_whitespace()
-                .next()?
-                .to_string(),
-        }
-        .trim()
-        .parse()
-        .ok()
-        .filter(|q| *q > 0)?;
+        let quota = self.figure("cpu.cfs_quota_us", 0)?;
         Some(quota.saturating_mul(1_000_000_000) / self.period()?)
     }
 

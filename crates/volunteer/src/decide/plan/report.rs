@@ -78,14 +78,12 @@ impl Report {
         }
         for a in &self.actions {
             // Each action carries a one-line `summary`; fall back to the JSON for anything else.
-            match a.get("summary").and_then(|v| v.as_str()) {
-                Some(line) => {
-                    let _ = writeln!(out, "  - {line}");
-                }
-                None => {
-                    let _ = writeln!(out, "  - {a}");
-                }
-            }
+            let line = a.get("summary").and_then(|v| v.as_str());
+            let _ = writeln!(
+                out,
+                "  - {}",
+                line.map_or_else(|| a.to_string(), str::to_string)
+            );
         }
         out
     }

@@ -36,80 +36,69 @@ pub(crate) fn worker_spec(
         now.format("%Y%m%d-%H%M%S%3f")
     );
     let spec_hash = spec_hash(supply, s, digest);
-    let mut values: BTreeMap<&'static str, String> = BTreeMap::new();
-    values.insert("cpus", r.cpus.to_string());
-    values.insert("memory_mib", r.memory_mib.to_string());
-    values.insert("disk_kib", r.disk_kib.to_string());
-    values.insert("gpus", r.gpus.to_string());
-    values.insert(
-        "idle_minutes",
-        s.idle_timeout.as_secs().div_ceil(60).to_string(),
-    );
-    values.insert("idle_seconds", s.idle_timeout.as_secs().to_string());
-    let opt =
-        |t: Option<DateTime<Utc>>, f: fn(DateTime<Utc>) -> String| t.map(f).unwrap_or_default();
-    values.insert("accept_until", opt(supply.accept_until, rfc3339));
-    values.insert(
-        "accept_until_unix",
-        opt(supply.accept_until, |t| t.timestamp().to_string()),
-    );
-    values.insert("die_at", opt(supply.die_at, rfc3339));
-    values.insert(
-        "die_at_unix",
-        opt(supply.die_at, |t| t.timestamp().to_string()),
-    );
-    values.insert(
-        "hours_left",
-        supply
-            .die_at
-            .map(|d| whole_hours(now, d).to_string())
-            .unwrap_or_default(),
-    );
-    values.insert(
-        "accept_hours",
-        supply
-            .accept_until
-            .map(|a| whole_hours(now, a).to_string())
-            .unwrap_or_default(),
-    );
-    values.insert(
-        "retire_hours",
-        match (supply.accept_until, supply.die_at) {
-            (Some(a), Some(d)) => whole_hours(a, d).to_string(),
-            _ => String::new(),
-        },
-    );
-    values.insert("ad_file", crate::worker::ad::file_in_worker());
-    values.insert("worker_name", name.clone());
-    values.insert("instance", s.instance.clone());
-    values.insert("token_path", s.token_mount.display().to_string());
-    values.insert("scratch_path", s.scratch_mount.display().to_string());
-    values.insert(
-        "free_hours",
-        free_hours.map(|h| h.to_string()).unwrap_or_default(),
-    );
+    let at = |t: Option<DateTime<Utc>>| t.map(rfc3339).unwrap_or_default();
+    let unix = |t: Option<DateTime<Utc>>| t.map(|t| t.timestamp().to_string());
+    let hours = |from, to| whole_hours(from, to).to_string();
+    let (accept_until, die_at) = (supply.accept_until, supply.die_at);
+    let idle = s.idle_timeout.as_secs();
+    let values: BTreeMap<&'static str, String> = BTreeMap::from([
+        ("cpus", r.cpus.to_string()),
+        ("memory_mib", r.memory_mib.to_string()),
+        ("disk_kib", r.disk_kib.to_string()),
+        ("gpus", r.gpus.to_string()),
+        ("idle_minutes", idle.div_ceil(60).to_string()),
+        ("idle_seconds", idle.to_string()),
+        ("accept_until", at(accept_until)),
+        ("accept_until_unix", unix(accept_until).unwrap_or_default()),
+        ("die_at", at(die_at)),
+        ("die_at_unix", unix(die_at).unwrap_or_default()),
+        (
+            "hours_left",
+            die_at.map(|d| hours(now, d)).unwrap_or_default(),
+        ),
+        (
+            "accept_hours",
+            accept_until.map(|a| hours(now, a)).unwrap_or_default(),
+        ),
+        (
+            "retire_hours",
+            accept_until
+                .zip(die_at)
+                .map(|(a, d)| hours(a, d))
+                .unwrap_or_default(),
+        ),
+        ("ad_file", crate::worker::ad::file_in_worker()),
+        ("worker_name", name.clone()),
+        ("instance", s.instance.clone()),
+        ("token_path", s.token_mount.display().to_string()),
+        ("scratch_path", s.scratch_mount.display().to_string()),
+        (
+            "free_hours",
+            free_hours.map(|h| h.to_string()).unwrap_or_default(),
+        ),
+    ]);
     let env = s
         .env
         .iter()
         .map(|(k, v)| (k.clone(), template::render(v, &values)))
         .collect();
 
-    let mut l = BTreeMap::new();
-    l.insert(labels::MANAGED.to_string(), "true".to_string());
-    l.insert(labels::INSTANCE.to_string(), s.instance.clone());
-    l.insert(labels::CREATED.to_string(), rfc3339(now));
-    if let Some(a) = supply.accept_until {
-        l.insert(labels::ACCEPT_UNTIL.to_string(), rfc3339(a));
-    }
-    if let Some(d) = supply.die_at {
-        l.insert(labels::DIE_AT.to_string(), rfc3339(d));
-    }
-    l.insert(labels::IMAGE_DIGEST.to_string(), digest.to_string());
-    l.insert(labels::SPEC_HASH.to_string(), spec_hash);
-    l.insert(labels::IMAGE.to_string(), s.image.clone());
-    l.insert(labels::DISK_KIB.to_string(), r.disk_kib.to_string());
     let nano_cpus = i64::from(r.cpus.max(1)) * 1_000_000_000;
-    l.insert(labels::NANO_CPUS.to_string(), nano_cpus.to_string());
+    let l = [
+        (labels::MANAGED, "true".to_string()),
+        (labels::INSTANCE, s.instance.clone()),
+        (labels::CREATED, rfc3339(now)),
+        (labels::IMAGE_DIGEST, digest.to_string()),
+        (labels::SPEC_HASH, spec_hash),
+        (labels::IMAGE, s.image.clone()),
+        (labels::DISK_KIB, r.disk_kib.to_string()),
+        (labels::NANO_CPUS, nano_cpus.to_string()),
+    ]
+    .into_iter()
+    .chain(accept_until.map(|a| (labels::ACCEPT_UNTIL, rfc3339(a))))
+    .chain(die_at.map(|d| (labels::DIE_AT, rfc3339(d))))
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
 
     WorkerSpec {
         image: s.image.clone(),

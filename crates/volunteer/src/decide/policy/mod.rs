@@ -198,23 +198,22 @@ pub enum LinkHold {
 pub(crate) const PREFETCH_LEAD: Duration = Duration::from_secs(30 * 60);
 
 fn hm(t: DateTime<Utc>, p: &Policy) -> String {
-    if !pilotd_core::horizon::in_range(t) {
-        // Far out of any real clock's reach (a saturated sum): local time may not exist.
-        return t.format("%Y-%m-%d %H:%M UTC").to_string();
-    }
-    t.with_timezone(&p.timezone)
-        .format("%a %H:%M %Z")
-        .to_string()
+    local(t, p, "%H:%M")
 }
 
 /// `hm` with seconds: a held start's instant is this host's own, to the second.
 fn hms(t: DateTime<Utc>, p: &Policy) -> String {
+    local(t, p, "%H:%M:%S")
+}
+
+/// `t` in the policy's zone, its time of day as `time` writes it.
+fn local(t: DateTime<Utc>, p: &Policy, time: &str) -> String {
     if !pilotd_core::horizon::in_range(t) {
-        return t.format("%Y-%m-%d %H:%M:%S UTC").to_string();
+        // Far out of any real clock's reach (a saturated sum): local time may not exist.
+        return t.format(&format!("%Y-%m-%d {time} UTC")).to_string();
     }
-    t.with_timezone(&p.timezone)
-        .format("%a %H:%M:%S %Z")
-        .to_string()
+    let local = t.with_timezone(&p.timezone);
+    local.format(&format!("%a {time} %Z")).to_string()
 }
 
 /// The owner's policy engine: `(Policy, HostSnapshot, limits, now) -> Supply`. May this
@@ -630,13 +629,12 @@ fn metered(p: &Policy, h: &HostSnapshot, f: &mut Findings) -> LinkHold {
     let (hold, evict, reason) = match p.on_metered {
         MeteredRule::Ignore => return LinkHold::Nothing,
         MeteredRule::NoDownloads => (LinkHold::Downloads, Evict::None, "no downloads"),
-        MeteredRule::Pause if f.evict > Evict::None => (
-            LinkHold::Downloads,
-            Evict::Pause,
-            "no downloads; workers paused",
-        ),
+        // Another step asking something of the workers holds them, not the link.
         MeteredRule::Pause => (
-            LinkHold::Workers,
+            match f.evict {
+                Evict::None => LinkHold::Workers,
+                _ => LinkHold::Downloads,
+            },
             Evict::Pause,
             "no downloads; workers paused",
         ),
@@ -662,18 +660,18 @@ fn owner_cpu(
     let owner_busy_since = high.then(|| h.owner_busy_since.unwrap_or(now));
     if let Some(since) = owner_busy_since {
         let evict_at = after(since, p.busy_for);
+        let above = format!(
+            "owner CPU {:.0}% above {:.0}%",
+            owner_cpu * 100.0,
+            p.max_owner_cpu * 100.0
+        );
         if now >= evict_at {
+            let secs = now.signed_duration_since(since).num_seconds().max(0) as u64;
+            let lasted = format_duration(Duration::from_secs(secs));
             f.block(
                 p.on_return,
                 Cause::OwnerCpuEvict,
-                format!(
-                    "owner CPU {:.0}% above {:.0}% for {}",
-                    owner_cpu * 100.0,
-                    p.max_owner_cpu * 100.0,
-                    format_duration(Duration::from_secs(
-                        now.signed_duration_since(since).num_seconds().max(0) as u64
-                    ))
-                ),
+                format!("{above} for {lasted}"),
             );
         } else {
             f.next.push(evict_at);
@@ -681,9 +679,7 @@ fn owner_cpu(
                 Evict::None,
                 Cause::OwnerCpuHigh,
                 format!(
-                    "owner CPU {:.0}% above {:.0}%: no new workers; running ones are evicted if it lasts until {}",
-                    owner_cpu * 100.0,
-                    p.max_owner_cpu * 100.0,
+                    "{above}: no new workers; running ones are evicted if it lasts until {}",
                     hm(evict_at, p)
                 ),
             );
@@ -876,10 +872,7 @@ pub(crate) fn quiet_hours(
 }
 
 fn earliest(a: Option<DateTime<Utc>>, b: Option<DateTime<Utc>>) -> Option<DateTime<Utc>> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
+    a.into_iter().chain(b).min()
 }
 
 /// Splits the share over the workers: whole CPUs (at least 1), never more than the machine

@@ -157,13 +157,8 @@ impl Images for DockerBackend {
             .force(false)
             .noprune(false)
             .build();
-        match self.docker.remove_image(id, Some(opts), None).await {
-            Ok(_) => Ok(()),
-            Err(e) => match self.err(format!("removing image {id}"), e) {
-                BackendError::NotFound { .. } => Ok(()),
-                other => Err(other),
-            },
-        }
+        let asked = self.docker.remove_image(id, Some(opts), None).await;
+        self.gone_is_done(format!("removing image {id}"), asked)
     }
 }
 

@@ -79,6 +79,18 @@ impl DockerBackend {
         map_error(what, &self.endpoint, e)
     }
 
+    /// The answer to a call for which "not found" means done: what it would remove is gone.
+    fn gone_is_done<T>(
+        &self,
+        what: impl Into<String>,
+        asked: Result<T, DockerError>,
+    ) -> Result<(), BackendError> {
+        match asked.map_err(|e| self.err(what, e)) {
+            Ok(_) | Err(BackendError::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     fn label_filter(&self) -> HashMap<String, Vec<String>> {
         HashMap::from([(
             "label".to_string(),

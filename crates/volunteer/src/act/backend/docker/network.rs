@@ -76,12 +76,7 @@ impl Network for DockerBackend {
         }
     }
     async fn remove_network(&self, name: &str) -> Result<(), BackendError> {
-        match self.docker.remove_network(name).await {
-            Ok(()) => Ok(()),
-            Err(e) => match self.err(format!("removing pilotd's network {name}"), e) {
-                BackendError::NotFound { .. } => Ok(()),
-                other => Err(other),
-            },
-        }
+        let asked = self.docker.remove_network(name).await;
+        self.gone_is_done(format!("removing pilotd's network {name}"), asked)
     }
 }

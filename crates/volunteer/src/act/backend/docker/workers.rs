@@ -6,7 +6,6 @@ use super::container::{container_body, uncovered_volumes};
 use super::errors::{Change, already_there};
 use crate::act::backend::freezer::{CpuQuota, Freezer};
 use crate::act::backend::{BackendError, Workers};
-use crate::worker::parse_gpus_label;
 use crate::worker::{Worker, WorkerSpec, WorkerState, labels, parse_instant};
 use bollard::errors::Error as DockerError;
 use bollard::models::ContainerUpdateBody;
@@ -149,28 +148,9 @@ impl Workers for DockerBackend {
                 .state
                 .map(|s| WorkerState::parse(s.as_ref()))
                 .unwrap_or(WorkerState::Unknown);
-            let mut w = Worker {
-                id: id.clone(),
-                name,
-                state,
-                created: parse_instant(labels.get(labels::CREATED))
-                    .or_else(|| c.created.and_then(|s| DateTime::from_timestamp(s, 0))),
-                accept_until: parse_instant(labels.get(labels::ACCEPT_UNTIL)),
-                die_at: parse_instant(labels.get(labels::DIE_AT)),
-                image: labels.get(labels::IMAGE).cloned().unwrap_or_default(),
-                image_digest: labels
-                    .get(labels::IMAGE_DIGEST)
-                    .cloned()
-                    .unwrap_or_default(),
-                spec_hash: labels.get(labels::SPEC_HASH).cloned().unwrap_or_default(),
-                exit_code: None,
-                finished_at: None,
-                oom_killed: false,
-                gpus: parse_gpus_label(labels.get(labels::GPUS)),
-                disk_kib: labels.get(labels::DISK_KIB).and_then(|v| v.parse().ok()),
-                nano_cpus: None,
-                share_nano_cpus: labels.get(labels::NANO_CPUS).and_then(|v| v.parse().ok()),
-            };
+            let mut w = Worker::from_labels(id.clone(), name, state, |key| labels.get(key));
+            w.created =
+                (w.created).or_else(|| c.created.and_then(|s| DateTime::from_timestamp(s, 0)));
             if !state.is_finished() {
                 w.nano_cpus = self.quota(&id).await;
             }
@@ -266,10 +246,8 @@ impl Workers for DockerBackend {
                 Err(e) => tracing::debug!(worker = %id, "freezing: {e}; asking the engine"),
             }
         }
-        match self.docker.pause_container(id).await {
-            Ok(()) => Ok(()),
-            Err(e) => already_there(Change::Pause, self.err(format!("pausing worker {id}"), e)),
-        }
+        let asked = self.docker.pause_container(id).await;
+        asked.or_else(|e| already_there(Change::Pause, self.err(format!("pausing worker {id}"), e)))
     }
 
     async fn unpause(&self, id: &str) -> Result<(), BackendError> {
@@ -280,13 +258,13 @@ impl Workers for DockerBackend {
             self.freezers.mark(id, false);
             return Ok(());
         }
-        match self.docker.unpause_container(id).await {
-            Ok(()) => Ok(()),
-            Err(e) => already_there(
+        let asked = self.docker.unpause_container(id).await;
+        asked.or_else(|e| {
+            already_there(
                 Change::Unpause,
                 self.err(format!("resuming worker {id}"), e),
-            ),
-        }
+            )
+        })
     }
 
     async fn stop(&self, id: &str, grace: Duration) -> Result<(), BackendError> {
@@ -298,10 +276,8 @@ impl Workers for DockerBackend {
             .clone()
             .with_timeout(grace.saturating_add(self.timeout));
         let opts = StopContainerOptionsBuilder::default().t(t).build();
-        match docker.stop_container(id, Some(opts)).await {
-            Ok(()) => Ok(()),
-            Err(e) => already_there(Change::Stop, self.err(format!("stopping worker {id}"), e)),
-        }
+        let asked = docker.stop_container(id, Some(opts)).await;
+        asked.or_else(|e| already_there(Change::Stop, self.err(format!("stopping worker {id}"), e)))
     }
 
     async fn kill(&self, id: &str) -> Result<(), BackendError> {
@@ -309,10 +285,8 @@ impl Workers for DockerBackend {
         let opts = KillContainerOptionsBuilder::default()
             .signal("SIGKILL")
             .build();
-        match self.docker.kill_container(id, Some(opts)).await {
-            Ok(()) => Ok(()),
-            Err(e) => already_there(Change::Kill, self.err(format!("killing worker {id}"), e)),
-        }
+        let asked = self.docker.kill_container(id, Some(opts)).await;
+        asked.or_else(|e| already_there(Change::Kill, self.err(format!("killing worker {id}"), e)))
     }
 
     async fn remove(&self, id: &str) -> Result<(), BackendError> {
@@ -321,10 +295,10 @@ impl Workers for DockerBackend {
             .force(false)
             .v(true)
             .build();
-        match self.docker.remove_container(id, Some(opts)).await {
-            Ok(()) => Ok(()),
-            Err(e) => already_there(Change::Remove, self.err(format!("removing worker {id}"), e)),
-        }
+        let asked = self.docker.remove_container(id, Some(opts)).await;
+        asked.or_else(|e| {
+            already_there(Change::Remove, self.err(format!("removing worker {id}"), e))
+        })
     }
     /// `POST /containers/{id}/update` with `NanoCpus`: what `docker update --cpus` sends.
     /// Docker writes the worker's cgroup (cgroup v2's `cpu.max`, v1's `cpu.cfs_quota_us` over
@@ -378,12 +352,7 @@ impl Workers for DockerBackend {
         let what = format!("the disk volume of worker {name}");
         let volume = match self.docker.inspect_volume(name).await {
             Ok(v) => v,
-            Err(e) => {
-                return match self.err(&what, e) {
-                    BackendError::NotFound { .. } => Ok(()),
-                    other => Err(other),
-                };
-            }
+            Err(e) => return self.gone_is_done(&what, Err::<(), _>(e)),
         };
         let l = &volume.labels;
         if l.get(labels::MANAGED).map(String::as_str) != Some("true")
@@ -391,16 +360,7 @@ impl Workers for DockerBackend {
         {
             return Ok(());
         }
-        match self
-            .docker
-            .remove_volume(name, None::<RemoveVolumeOptions>)
-            .await
-        {
-            Ok(()) => Ok(()),
-            Err(e) => match self.err(format!("removing {what}"), e) {
-                BackendError::NotFound { .. } => Ok(()),
-                other => Err(other),
-            },
-        }
+        let asked = (self.docker).remove_volume(name, None::<RemoveVolumeOptions>);
+        self.gone_is_done(format!("removing {what}"), asked.await)
     }
 }
