@@ -268,17 +268,13 @@ pub async fn run(
 
 /// Idle jobs and pods by shape, for operators' dashboards.
 fn export(m: &Metrics, plan: &KubePlan, took: std::time::Duration) {
-    use pilotd_core::service::metrics::{ShapeLabel, ShapeStateLabel};
     m.cycle_seconds.observe(took.as_secs_f64());
     m.idle_jobs.clear();
     m.pods.clear();
     for c in &plan.clusters {
         let shape = c.key.to_string();
-        m.idle_jobs
-            .get_or_create(&ShapeLabel {
-                shape: shape.clone(),
-            })
-            .set(c.idle_jobs as i64);
+        let idle = [("shape", shape.clone())];
+        m.idle_jobs.get_or_create(&idle).set(c.idle_jobs as i64);
         for (state, n) in [
             ("waiting", c.waiting),
             ("unmatched", c.unmatched),
@@ -286,12 +282,8 @@ fn export(m: &Metrics, plan: &KubePlan, took: std::time::Duration) {
             ("failed", c.failed),
             ("unknown", c.unknown),
         ] {
-            m.pods
-                .get_or_create(&ShapeStateLabel {
-                    shape: shape.clone(),
-                    state: state.into(),
-                })
-                .set(n as i64);
+            let labels = [("shape", shape.clone()), ("state", state.into())];
+            m.pods.get_or_create(&labels).set(n as i64);
         }
     }
 }
