@@ -75,38 +75,22 @@ pub struct PodStatusSeen {
     pub container_statuses: Option<Vec<ContainerSeen>>,
 }
 
-fn pod_kind() -> String {
-    "Pod".into()
-}
-fn job_kind() -> String {
-    "Job".into()
-}
-fn v1() -> String {
-    "v1".into()
-}
-fn batch_v1() -> String {
-    "batch/v1".into()
-}
-
 /// A worker pod as a decision sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", default)]
 pub struct WorkerPod {
-    #[serde(default = "v1")]
     pub api_version: String,
-    #[serde(default = "pod_kind")]
     pub kind: String,
-    #[serde(default)]
     pub metadata: Meta,
-    #[serde(default, deserialize_with = "null_default")]
+    #[serde(deserialize_with = "null_default")]
     pub status: PodStatusSeen,
 }
 
 impl Default for WorkerPod {
     fn default() -> Self {
         WorkerPod {
-            api_version: v1(),
-            kind: pod_kind(),
+            api_version: "v1".into(),
+            kind: "Pod".into(),
             metadata: Meta::default(),
             status: PodStatusSeen::default(),
         }
@@ -155,23 +139,20 @@ pub struct JobStatusSeen {
 
 /// A worker Job as a decision sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", default)]
 pub struct WorkerJob {
-    #[serde(default = "batch_v1")]
     pub api_version: String,
-    #[serde(default = "job_kind")]
     pub kind: String,
-    #[serde(default)]
     pub metadata: Meta,
-    #[serde(default, deserialize_with = "null_default")]
+    #[serde(deserialize_with = "null_default")]
     pub status: JobStatusSeen,
 }
 
 impl Default for WorkerJob {
     fn default() -> Self {
         WorkerJob {
-            api_version: batch_v1(),
-            kind: job_kind(),
+            api_version: "batch/v1".into(),
+            kind: "Job".into(),
             metadata: Meta::default(),
             status: JobStatusSeen::default(),
         }
