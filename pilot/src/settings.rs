@@ -72,15 +72,9 @@ pub struct Settings {
     pub cvmfs: CvmfsSettings,
 }
 
-/// `PILOT_CVMFS_*`: which CVMFS repositories to probe and advertise (see `cvmfs`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CvmfsSettings {
-    pub dir: PathBuf,
-    /// Empty: every repository under `dir`.
-    pub repos: Vec<String>,
-    pub required: Vec<String>,
-    pub timeout: Duration,
-}
+/// `PILOT_CVMFS_*`: which CVMFS repositories to probe and advertise, as the probe takes them
+/// (see `cvmfs`).
+pub type CvmfsSettings = crate::cvmfs::Probe;
 
 /// Condor run unprivileged from one directory the worker owns, as glidein pilots run it: the
 /// pilot writes a top-level condor configuration there that includes the image's own
@@ -430,13 +424,7 @@ impl Settings {
             "PILOT_TOKEN_FILE",
             "give the path of the pool token file (mounted read-only)",
         ) {
-            Some(raw) => {
-                let p = PathBuf::from(raw);
-                if !p.is_absolute() {
-                    r.invalid("PILOT_TOKEN_FILE", raw, "expected an absolute path");
-                }
-                p
-            }
+            Some(_) => r.path("PILOT_TOKEN_FILE", ""),
             None => PathBuf::new(),
         };
         // With PILOT_LOCAL_DIR, everything condor writes defaults to below it.
@@ -513,41 +501,7 @@ impl Settings {
                 );
             }
         }
-        let selftest_cmd = r.get("PILOT_SELFTEST_CMD").map(str::to_owned);
-        let selftest_timeout = r.duration("PILOT_SELFTEST_TIMEOUT", defaults::SELFTEST_TIMEOUT);
-        let fetch_timeout = r.duration("PILOT_FETCH_TIMEOUT", defaults::FETCH_TIMEOUT);
-        let fetch_max_bytes = r
-            .count("PILOT_FETCH_MAX_BYTES", 1u64)
-            .unwrap_or(defaults::FETCH_MAX_BYTES);
-        let graceful_timeout = r.duration("PILOT_GRACEFUL_TIMEOUT", defaults::GRACEFUL_TIMEOUT);
-        let fast_timeout = r.duration("PILOT_FAST_TIMEOUT", defaults::FAST_TIMEOUT);
-        let idle_grace = r.duration("PILOT_IDLE_GRACE", defaults::IDLE_GRACE);
-        let die_grace = r.duration("PILOT_DIE_GRACE", defaults::DIE_GRACE);
-        let condor_master = PathBuf::from(
-            r.get("PILOT_CONDOR_MASTER")
-                .unwrap_or(defaults::CONDOR_MASTER),
-        );
-        let condor_config_val = PathBuf::from(
-            r.get("PILOT_CONDOR_CONFIG_VAL")
-                .unwrap_or(defaults::CONDOR_CONFIG_VAL),
-        );
-
-        let ad_file = r.plain_path("PILOT_AD_FILE", None);
-        let ad_period = r.duration("PILOT_AD_PERIOD", defaults::AD_PERIOD);
-        let report_period = r.duration("PILOT_REPORT_PERIOD", defaults::REPORT_PERIOD);
-        let cvmfs = CvmfsSettings {
-            dir: r
-                .plain_path("PILOT_CVMFS_DIR", Some(defaults::CVMFS_DIR))
-                .unwrap_or_default(),
-            repos: r.repos("PILOT_CVMFS_REPOS"),
-            required: r.repos("PILOT_CVMFS_REQUIRED"),
-            timeout: r.duration("PILOT_CVMFS_TIMEOUT", defaults::CVMFS_TIMEOUT),
-        };
-
-        if !r.errors.is_empty() {
-            return Err(SettingErrors(r.errors));
-        }
-        Ok(Settings {
+        let settings = Settings {
             config_sources,
             token_file,
             token_dir,
@@ -560,22 +514,41 @@ impl Settings {
             condor_config_dir,
             local_dir,
             scratch,
-            selftest_cmd,
-            selftest_timeout,
+            selftest_cmd: r.get("PILOT_SELFTEST_CMD").map(str::to_owned),
+            selftest_timeout: r.duration("PILOT_SELFTEST_TIMEOUT", defaults::SELFTEST_TIMEOUT),
             allow_http,
-            fetch_timeout,
-            fetch_max_bytes,
-            graceful_timeout,
-            fast_timeout,
-            idle_grace,
-            die_grace,
-            condor_master,
-            condor_config_val,
-            ad_file,
-            ad_period,
-            report_period,
-            cvmfs,
-        })
+            fetch_timeout: r.duration("PILOT_FETCH_TIMEOUT", defaults::FETCH_TIMEOUT),
+            fetch_max_bytes: r
+                .count("PILOT_FETCH_MAX_BYTES", 1u64)
+                .unwrap_or(defaults::FETCH_MAX_BYTES),
+            graceful_timeout: r.duration("PILOT_GRACEFUL_TIMEOUT", defaults::GRACEFUL_TIMEOUT),
+            fast_timeout: r.duration("PILOT_FAST_TIMEOUT", defaults::FAST_TIMEOUT),
+            idle_grace: r.duration("PILOT_IDLE_GRACE", defaults::IDLE_GRACE),
+            die_grace: r.duration("PILOT_DIE_GRACE", defaults::DIE_GRACE),
+            condor_master: r
+                .get("PILOT_CONDOR_MASTER")
+                .unwrap_or(defaults::CONDOR_MASTER)
+                .into(),
+            condor_config_val: r
+                .get("PILOT_CONDOR_CONFIG_VAL")
+                .unwrap_or(defaults::CONDOR_CONFIG_VAL)
+                .into(),
+            ad_file: r.plain_path("PILOT_AD_FILE", None),
+            ad_period: r.duration("PILOT_AD_PERIOD", defaults::AD_PERIOD),
+            report_period: r.duration("PILOT_REPORT_PERIOD", defaults::REPORT_PERIOD),
+            cvmfs: CvmfsSettings {
+                dir: r
+                    .plain_path("PILOT_CVMFS_DIR", Some(defaults::CVMFS_DIR))
+                    .unwrap_or_default(),
+                repos: r.repos("PILOT_CVMFS_REPOS"),
+                required: r.repos("PILOT_CVMFS_REQUIRED"),
+                timeout: r.duration("PILOT_CVMFS_TIMEOUT", defaults::CVMFS_TIMEOUT),
+            },
+        };
+        if !r.errors.is_empty() {
+            return Err(SettingErrors(r.errors));
+        }
+        Ok(settings)
     }
 }
 

@@ -137,7 +137,7 @@ async fn slot_ads(settings: &Settings) -> Result<SlotAds, SelfTestError> {
             Err(e) => tracing::warn!("{e}"),
         }
     }
-    let findings = selftest::probe_cvmfs(crate::startd_cron::cvmfs_probe(&settings.cvmfs)).await?;
+    let findings = selftest::probe_cvmfs(settings.cvmfs.clone()).await?;
     for note in crate::startd_cron::cvmfs_notes(&findings, &settings.cvmfs) {
         tracing::warn!("{note}");
     }
