@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use pilot::help::HELP;
-use pilot::lifecycle::{Limits, PilotExit};
+use pilot::lifecycle::{Limits, PilotExit, after};
 use pilot::settings::Settings;
 use pilot::startd_cron;
 use pilot::startd_history::{self, HistoryWatch, Progress};
@@ -37,12 +37,6 @@ fn init_logging() {
         .with_writer(move || redact::Redacting::new(std::io::stderr(), ansi))
         .with_ansi(ansi)
         .init();
-}
-
-fn after(t: chrono::DateTime<Utc>, d: Duration) -> chrono::DateTime<Utc> {
-    // Checked: an extreme PILOT_* duration saturates instead of panicking.
-    t.checked_add_signed(chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX))
-        .unwrap_or(chrono::DateTime::<Utc>::MAX_UTC)
 }
 
 /// The pilot's whole run: its exit code and its job report (all zeros when it ended before

@@ -146,19 +146,18 @@ async fn check_binary(
     let command = format!("{} -version", resolved.display());
     match run_bounded(&resolved, &["-version"], env, Duration::from_secs(30)).await {
         Ran::Done(out) if out.status.success() => Ok(resolved),
-        Ran::Done(out) => Err(SelfTestError::BinaryBroken {
-            command,
-            reason: tail(&out),
-        }),
-        Ran::TimedOut => Err(SelfTestError::BinaryBroken {
-            command,
-            reason: "did not answer within 30s".into(),
-        }),
-        Ran::NotStarted(e) => Err(SelfTestError::BinaryBroken {
-            command,
-            reason: e.to_string(),
-        }),
+        ran => Err(not_runnable(command, ran)),
     }
+}
+
+/// A condor program that failed, did not answer within its 30 s, or did not start.
+fn not_runnable(command: String, ran: Ran) -> SelfTestError {
+    let reason = match ran {
+        Ran::Done(out) => tail(&out),
+        Ran::TimedOut => "did not answer within 30s".into(),
+        Ran::NotStarted(e) => e.to_string(),
+    };
+    SelfTestError::BinaryBroken { command, reason }
 }
 
 /// Environment every condor program the pilot runs gets (in `PILOT_LOCAL_DIR` mode,
@@ -426,14 +425,7 @@ pub async fn config_value(
             command,
             reason: tail(&out),
         }),
-        Ran::TimedOut => Err(SelfTestError::BinaryBroken {
-            command,
-            reason: "did not answer within 30s".into(),
-        }),
-        Ran::NotStarted(e) => Err(SelfTestError::BinaryBroken {
-            command,
-            reason: e.to_string(),
-        }),
+        ran => Err(not_runnable(command, ran)),
     }
 }
 

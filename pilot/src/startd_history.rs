@@ -131,17 +131,13 @@ impl HistoryTally {
     /// A number of seconds from a record, or `None` (noted) when it is not a believable one.
     fn seconds(&mut self, attr: &str, found: &Option<(usize, String)>) -> Option<f64> {
         let (line, text) = found.as_ref()?;
-        match text.trim().parse::<f64>() {
-            Ok(v) if v.is_finite() && (0.0..=MAX_SECONDS).contains(&v) => Some(v),
-            Ok(_) => {
-                self.note(*line, attr, text, "not between 0 and a year");
-                None
-            }
-            Err(_) => {
-                self.note(*line, attr, text, "not a number");
-                None
-            }
-        }
+        let why = match text.trim().parse::<f64>() {
+            Ok(v) if v.is_finite() && (0.0..=MAX_SECONDS).contains(&v) => return Some(v),
+            Ok(_) => "not between 0 and a year",
+            Err(_) => "not a number",
+        };
+        self.note(*line, attr, text, why);
+        None
     }
 
     /// Ends the record being read and counts it.
@@ -153,10 +149,9 @@ impl HistoryTally {
         let completed = record.toe.as_deref().is_some_and(ended_by_itself);
         let user = self.seconds("RemoteUserCpu", &record.user_cpu);
         let sys = self.seconds("RemoteSysCpu", &record.sys_cpu);
-        let wall = match self.seconds("RemoteWallClockTime", &record.wall) {
-            Some(w) => Some(w),
-            None => self.seconds("JobDuration", &record.duration),
-        };
+        let wall = self
+            .seconds("RemoteWallClockTime", &record.wall)
+            .or_else(|| self.seconds("JobDuration", &record.duration));
         let cpu = user.unwrap_or(0.0) + sys.unwrap_or(0.0);
         if completed {
             self.completed += 1;
