@@ -506,28 +506,24 @@ fn validate_return(o: RawOwner, p: &mut Policy, d: &mut Diagnostics) {
 
 /// `[share]`: CPUs, memory and disk (with their positions), the disk limit, GPUs, workers.
 fn validate_share(s: &RawShare, p: &mut Policy, spans: &mut PolicySpans, d: &mut Diagnostics) {
-    share(
-        &s.cpus,
-        ShareUnit::Count,
-        &mut p.share.cpus,
-        &mut spans.cpus,
-        d,
-    );
-    share(
-        &s.memory,
-        ShareUnit::Bytes,
-        &mut p.share.memory,
-        &mut spans.memory,
-        d,
-    );
     let mut disk_span = 0..0;
-    share(
-        &s.disk,
-        ShareUnit::Bytes,
-        &mut p.share.disk,
-        &mut disk_span,
-        d,
-    );
+    for (v, unit, out, span) in [
+        (
+            &s.cpus,
+            ShareUnit::Count,
+            &mut p.share.cpus,
+            &mut spans.cpus,
+        ),
+        (
+            &s.memory,
+            ShareUnit::Bytes,
+            &mut p.share.memory,
+            &mut spans.memory,
+        ),
+        (&s.disk, ShareUnit::Bytes, &mut p.share.disk, &mut disk_span),
+    ] {
+        share(v, unit, out, span, d);
+    }
     if let Some(l) = &s.disk_limit {
         match l.get_ref().as_str() {
             "enforced" => p.share.disk_limit = DiskLimit::Enforced,
