@@ -7,9 +7,9 @@
 use crate::backoff::BackoffBook;
 use crate::client::{KubeBackend, KubeError};
 use crate::condor::{CondorError, CondorProbe};
+use crate::jobs::shape_digest;
 use crate::plan::{ClusterDecision, KubePlan, decide};
 use crate::settings::{Settings, SettingsError};
-use crate::shape::POD_SHAPE;
 use crate::snapshot::ClusterSnapshot;
 use chrono::{DateTime, Utc};
 use pilotd_core::config::{Config, Mode};
@@ -85,13 +85,7 @@ pub(crate) async fn act(plan: &KubePlan, backend: &KubeBackend) -> ActReport {
     let mut failed_shapes: BTreeSet<String> = BTreeSet::new();
     for job in &plan.jobs {
         let name = job.metadata.name.clone().unwrap_or_default();
-        let shape = job
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(POD_SHAPE))
-            .cloned()
-            .unwrap_or_default();
+        let shape = shape_digest(job);
         if failed_shapes.contains(&shape) {
             report.create_failed.push((
                 name,
