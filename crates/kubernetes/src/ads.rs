@@ -323,15 +323,11 @@ impl<'de> Deserialize<'de> for StartdAd {
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<StartdAd, A::Error> {
                 let mut ad = StartdAd::default();
                 while let Some(AttrKey(idx)) = map.next_key_seed(AttrKeySeed(&STARTD_ATTRS, 0))? {
-                    match idx {
-                        Some(idx) => {
-                            let v: AdValue = map.next_value()?;
-                            ad.set(STARTD_ATTRS[idx], v);
-                        }
-                        None => {
-                            map.next_value::<IgnoredAny>()?;
-                        }
-                    }
+                    let Some(idx) = idx else {
+                        map.next_value::<IgnoredAny>()?;
+                        continue;
+                    };
+                    ad.set(STARTD_ATTRS[idx], map.next_value()?);
                 }
                 Ok(ad)
             }
