@@ -54,13 +54,10 @@ async fn run_condor() -> Result<(PilotExit, JobReport), PilotExit> {
     if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
         tracing::warn!(error = %e, "could not become a child subreaper; orphans go to init");
     }
-    let mut signals = match PilotSignals::install() {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot install signal handlers");
-            return Err(PilotExit::CondorFailed);
-        }
-    };
+    let mut signals = PilotSignals::install().map_err(|e| {
+        tracing::error!(error = %e, "cannot install signal handlers");
+        PilotExit::CondorFailed
+    })?;
     // Env values that are not UTF-8 cannot be meant for the pilot; keep them lossy so the
     // error names them instead of dropping them silently.
     let env: BTreeMap<String, String> = std::env::vars_os()
@@ -71,16 +68,13 @@ async fn run_condor() -> Result<(PilotExit, JobReport), PilotExit> {
             )
         })
         .collect();
-    let settings = match Settings::from_env(&env) {
-        Ok(s) => s,
-        Err(errors) => {
-            for e in &errors.0 {
-                tracing::error!("{e}");
-            }
-            tracing::error!("the pilot cannot use this configuration; see `pilot --help`");
-            return Err(PilotExit::Config);
+    let settings = Settings::from_env(&env).map_err(|errors| {
+        for e in &errors.0 {
+            tracing::error!("{e}");
         }
-    };
+        tracing::error!("the pilot cannot use this configuration; see `pilot --help`");
+        PilotExit::Config
+    })?;
 
     let started = Utc::now();
     let prepared = tokio::select! {
@@ -90,14 +84,10 @@ async fn run_condor() -> Result<(PilotExit, JobReport), PilotExit> {
             return Err(PilotExit::Signal(sig.number()));
         }
     };
-    let prepared = match prepared {
-        Ok(p) => p,
-        Err(e) => {
-            let exit = e.exit();
-            tracing::error!(exit_code = exit.code(), "{e}");
-            return Err(exit);
-        }
-    };
+    let prepared = prepared.map_err(|e| {
+        tracing::error!(exit_code = e.exit().code(), "{e}");
+        e.exit()
+    })?;
 
     let now = Utc::now();
     let limits = Limits {

@@ -205,28 +205,20 @@ impl<'a> Reader<'a> {
 
     fn duration(&mut self, var: &'static str, default: &str) -> Duration {
         let raw = self.get(var).unwrap_or(default);
-        match parse_duration(raw) {
-            Ok(d) if d.is_zero() => {
-                self.invalid(var, raw, "must be longer than zero");
-                Duration::from_secs(1)
-            }
-            Ok(d) => d,
-            Err(reason) => {
-                self.invalid(var, raw, reason);
-                Duration::from_secs(1)
-            }
-        }
+        let why = match parse_duration(raw) {
+            Ok(d) if !d.is_zero() => return d,
+            Ok(_) => "must be longer than zero".to_owned(),
+            Err(reason) => reason,
+        };
+        self.invalid(var, raw, why);
+        Duration::from_secs(1)
     }
 
     fn instant(&mut self, var: &'static str) -> Option<DateTime<Utc>> {
         let raw = self.get(var)?;
-        match parse_instant(raw) {
-            Ok(t) => Some(t),
-            Err(reason) => {
-                self.invalid(var, raw, reason);
-                None
-            }
-        }
+        parse_instant(raw)
+            .map_err(|reason| self.invalid(var, raw, reason))
+            .ok()
     }
 
     fn count<T>(&mut self, var: &'static str, min: T) -> Option<T>
@@ -234,17 +226,13 @@ impl<'a> Reader<'a> {
         T: std::str::FromStr + PartialOrd + fmt::Display + Copy,
     {
         let raw = self.get(var)?;
-        match raw.parse::<T>() {
-            Ok(n) if n >= min => Some(n),
-            Ok(_) => {
-                self.invalid(var, raw, format!("must be at least {min}"));
-                None
-            }
-            Err(_) => {
-                self.invalid(var, raw, "expected a whole number");
-                None
-            }
-        }
+        let why = match raw.parse::<T>() {
+            Ok(n) if n >= min => return Some(n),
+            Ok(_) => format!("must be at least {min}"),
+            Err(_) => "expected a whole number".to_owned(),
+        };
+        self.invalid(var, raw, why);
+        None
     }
 
     fn path(&mut self, var: &'static str, default: &str) -> PathBuf {
@@ -361,51 +349,41 @@ fn parse_sources(r: &mut Reader<'_>, allow_http: bool) -> Vec<ConfigSource> {
             r.invalid("PILOT_CONFIG_URLS", raw_urls, "contains an empty entry");
             continue;
         }
-        let url = match Url::parse(raw) {
+        let checked = Url::parse(raw)
+            .map_err(|e| format!("not a URL ({e})"))
+            .and_then(|url| {
+                match url.scheme() {
+            "https" => Ok(url),
+            "http" if allow_http => Ok(url),
+            "http" => Err(
+                "plain http is refused; use https, or set PILOT_ALLOW_HTTP=1 (e.g. for loopback)"
+                    .to_owned(),
+            ),
+            other => Err(format!("scheme {other:?} is not supported; use https")),
+            }
+            });
+        let url = match checked {
             Ok(url) => url,
-            Err(e) => {
-                r.invalid("PILOT_CONFIG_URLS", raw, format!("not a URL ({e})"));
+            Err(why) => {
+                r.invalid("PILOT_CONFIG_URLS", raw, why);
                 continue;
             }
         };
-        match url.scheme() {
-            "https" => {}
-            "http" if allow_http => {}
-            "http" => {
-                r.invalid(
-                    "PILOT_CONFIG_URLS",
-                    raw,
-                    "plain http is refused; use https, or set PILOT_ALLOW_HTTP=1 (e.g. for loopback)",
-                );
-                continue;
-            }
-            other => {
-                r.invalid(
-                    "PILOT_CONFIG_URLS",
-                    raw,
-                    format!("scheme {other:?} is not supported; use https"),
-                );
-                continue;
-            }
-        }
         let pin = pins
             .as_ref()
             .and_then(|p| p.get(i).copied())
             .filter(|p| !p.is_empty());
-        let sha256 = match pin {
-            Some(p) if p.len() == 64 && p.bytes().all(|b| b.is_ascii_hexdigit()) => {
-                Some(p.to_ascii_lowercase())
+        let sha256 = pin.and_then(|p| {
+            if p.len() == 64 && p.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Some(p.to_ascii_lowercase());
             }
-            Some(p) => {
-                r.invalid(
-                    "PILOT_CONFIG_SHA256",
-                    p,
-                    "expected 64 hex digits (a sha256 digest)",
-                );
-                None
-            }
-            None => None,
-        };
+            r.invalid(
+                "PILOT_CONFIG_SHA256",
+                p,
+                "expected 64 hex digits (a sha256 digest)",
+            );
+            None
+        });
         sources.push(ConfigSource { url, sha256 });
     }
     sources
