@@ -263,28 +263,17 @@ impl SelfTest<'_> {
         let config_val = check_binary(self.condor_config_val, self.path_var, self.env).await?;
         self.check_condor_dirs(&config_val).await?;
         if let Some(command) = self.site_command {
-            let fail = |reason: String| SelfTestError::SiteCommand {
-                command: command.to_owned(),
-                reason,
-            };
             let no_env = CondorEnv::default();
-            match run_bounded(
-                Path::new("/bin/sh"),
-                &["-c", command],
-                &no_env,
-                self.site_timeout,
-            )
-            .await
-            {
-                Ran::Done(out) if out.status.success() => {}
-                Ran::Done(out) => return Err(fail(tail(&out))),
-                Ran::TimedOut => {
-                    return Err(fail(format!(
-                        "did not finish within {:?}",
-                        self.site_timeout
-                    )));
-                }
-                Ran::NotStarted(e) => return Err(fail(format!("could not start /bin/sh: {e}"))),
+            let sh = Path::new("/bin/sh");
+            let reason = match run_bounded(sh, &["-c", command], &no_env, self.site_timeout).await {
+                Ran::Done(out) if out.status.success() => None,
+                Ran::Done(out) => Some(tail(&out)),
+                Ran::TimedOut => Some(format!("did not finish within {:?}", self.site_timeout)),
+                Ran::NotStarted(e) => Some(format!("could not start /bin/sh: {e}")),
+            };
+            if let Some(reason) = reason {
+                let command = command.to_owned();
+                return Err(SelfTestError::SiteCommand { command, reason });
             }
         }
         Ok(CondorPrograms {
