@@ -98,10 +98,8 @@ fn is_integer(s: &str) -> bool {
 /// real, without inf/nan.
 fn is_real(s: &str) -> bool {
     let s = s.strip_prefix('-').unwrap_or(s);
-    let (mantissa, exponent) = match s.find(['e', 'E']) {
-        Some(i) => (&s[..i], Some(&s[i + 1..])),
-        None => (s, None),
-    };
+    let split = s.split_once(['e', 'E']);
+    let (mantissa, exponent) = split.map_or((s, None), |(m, e)| (m, Some(e)));
     let all_digits = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
     let mantissa_ok = match mantissa.split_once('.') {
         Some((int, frac)) => all_digits(int) && all_digits(frac),

@@ -410,10 +410,8 @@ impl Settings {
             .get("PILOT_LOCAL_DIR")
             .map(|_| r.path("PILOT_LOCAL_DIR", ""));
         let below = |name: &str, default: &str| -> String {
-            match &local_root {
-                Some(root) => root.join(name).display().to_string(),
-                None => default.to_owned(),
-            }
+            let under = |root: &PathBuf| root.join(name).display().to_string();
+            local_root.as_ref().map_or(default.to_owned(), under)
         };
         let token_dir = r.path("PILOT_TOKEN_DIR", &below("tokens.d", defaults::TOKEN_DIR));
         let idle_timeout = r.duration("PILOT_IDLE_TIMEOUT", defaults::IDLE_TIMEOUT);

@@ -114,10 +114,6 @@ fn ended_by_itself(toe: &str) -> bool {
 }
 
 impl HistoryTally {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
     fn note(&mut self, line: usize, attr: &str, value: &str, why: &str) {
         self.unreadable_values += 1;
         if self.notes.len() < MAX_NOTES {
@@ -213,7 +209,7 @@ impl HistoryTally {
 
     /// Reads a whole text (tests, fixtures).
     pub fn read_text(text: &str) -> Self {
-        let mut tally = Self::new();
+        let mut tally = Self::default();
         for line in text.lines() {
             tally.push_line(line);
         }
@@ -312,7 +308,7 @@ impl HistoryWatch {
             let path = path.to_path_buf();
             move |source| HistoryError::Read { path, source }
         };
-        let mut tally = HistoryTally::new();
+        let mut tally = HistoryTally::default();
         let now = match std::fs::metadata(&self.path) {
             Ok(m) => Some(m),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,

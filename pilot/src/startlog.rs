@@ -169,10 +169,8 @@ impl LogFollower {
             (None, None) => {}
         }
         let combined = std::mem::take(&mut self.partial) + &text;
-        let (complete, rest) = match combined.rfind('\n') {
-            Some(i) => combined.split_at(i + 1),
-            None => ("", combined.as_str()),
-        };
+        let end = combined.rfind('\n').map_or(0, |i| i + 1);
+        let (complete, rest) = combined.split_at(end);
         self.partial = rest.to_owned();
         complete.lines().map(str::to_owned).collect()
     }

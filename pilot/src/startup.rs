@@ -107,14 +107,12 @@ fn prepare_local_dir(local: &LocalDir, settings: &Settings) -> Result<(), SelfTe
 
 /// The name condor's daemons need when this uid has no passwd entry (see `TokenPlacement`).
 fn daemon_name(run_as: RunAs) -> Option<String> {
-    match run_as {
-        RunAs::Unprivileged { uid, .. } => {
-            match nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) {
-                Ok(Some(_)) => None,
-                _ => Some(condor_config::daemon_name_for_uid(uid)),
-            }
-        }
-        _ => None,
+    let RunAs::Unprivileged { uid, .. } = run_as else {
+        return None;
+    };
+    match nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) {
+        Ok(Some(_)) => None,
+        _ => Some(condor_config::daemon_name_for_uid(uid)),
     }
 }
 
