@@ -81,11 +81,7 @@ impl PodTemplate {
                 a == key
             }
         });
-        if allowed {
-            Ok(())
-        } else {
-            Err(LabelRefused::NotAllowed)
-        }
+        allowed.then_some(()).ok_or(LabelRefused::NotAllowed)
     }
 }
 

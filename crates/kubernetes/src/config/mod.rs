@@ -112,15 +112,6 @@ pub fn check_table(_site: &SiteConfig, src: &str, d: &mut Diagnostics) {
     }
 }
 
-impl KubernetesConfig {
-    /// The table of a loaded pilotd.toml, whose values [`check_table`] checked when the file
-    /// was read; here its keys and types are read again (a wrong one is refused whole).
-    pub fn of_table(table: &toml::Table) -> Result<KubernetesConfig, toml::de::Error> {
-        // Through text: the typed leaves carry spans, which only a text can give.
-        toml::from_str(&table.to_string())
-    }
-}
-
 /// The `[kubernetes]` table of pilotd.toml: every setting of the NRP provisioner
 /// (`osg_provisioner.conf` + `pod.conf`), with the provisioner's defaults, as typed leaves so
 /// that serde reports a wrong value at its line and column. Settings the provisioner did not
@@ -353,6 +344,13 @@ pub(crate) fn full_match_regex(pattern: &str) -> Result<regex::Regex, regex::Err
 }
 
 impl KubernetesConfig {
+    /// The table of a loaded pilotd.toml, whose values [`check_table`] checked when the file
+    /// was read; here its keys and types are read again (a wrong one is refused whole).
+    pub fn of_table(table: &toml::Table) -> Result<KubernetesConfig, toml::de::Error> {
+        // Through text: the typed leaves carry spans, which only a text can give.
+        toml::from_str(&table.to_string())
+    }
+
     /// Parses a `[kubernetes]` table on its own (tests and tools that have no full file).
     pub fn from_table_text(src: &str) -> Result<KubernetesConfig, toml::de::Error> {
         toml::from_str(src)

@@ -420,10 +420,9 @@ impl Tables {
             .dict("node_affinity_dict")?
             .iter()
             .map(|(key, values)| {
-                let (op, key) = match key.strip_prefix('^') {
-                    Some(k) => ("NotIn", k),
-                    None => ("In", key.as_str()),
-                };
+                let (op, key) = key
+                    .strip_prefix('^')
+                    .map_or(("In", key.as_str()), |k| ("NotIn", k));
                 (
                     key.to_string(),
                     op,
