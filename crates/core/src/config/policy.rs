@@ -499,9 +499,7 @@ fn validate_return(o: RawOwner, p: &mut Policy, d: &mut Diagnostics) {
         }
     }
     dur(&o.grace, &mut p.grace, d);
-    if let Some(u) = o.users {
-        p.users = u;
-    }
+    p.users = o.users.unwrap_or_else(|| p.users.clone());
 }
 
 /// `[share]`: CPUs, memory and disk (with their positions), the disk limit, GPUs, workers.
