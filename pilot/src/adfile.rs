@@ -57,15 +57,12 @@ pub fn valid_name(name: &str) -> bool {
 
 /// The value as it is written back (booleans normalised), when it is one allowed literal.
 pub fn literal(value: &str) -> Result<String, &'static str> {
-    if value.eq_ignore_ascii_case("true") {
-        return Ok("True".into());
-    }
-    if value.eq_ignore_ascii_case("false") {
-        return Ok("False".into());
-    }
-    // pilotd's "no such instant" (a window that does not end): the attribute is undefined.
-    if value.eq_ignore_ascii_case("undefined") {
-        return Ok("undefined".into());
+    // `undefined`: pilotd's "no such instant" (a window that does not end).
+    if let Some(word) = ["True", "False", "undefined"]
+        .into_iter()
+        .find(|w| value.eq_ignore_ascii_case(w))
+    {
+        return Ok(word.into());
     }
     if let Some(inner) = value.strip_prefix('"') {
         let Some(inner) = inner.strip_suffix('"') else {
@@ -101,10 +98,8 @@ fn is_integer(s: &str) -> bool {
 /// real, without inf/nan.
 fn is_real(s: &str) -> bool {
     let s = s.strip_prefix('-').unwrap_or(s);
-    let (mantissa, exponent) = match s.find(['e', 'E']) {
-        Some(i) => (&s[..i], Some(&s[i + 1..])),
-        None => (s, None),
-    };
+    let split = s.split_once(['e', 'E']);
+    let (mantissa, exponent) = split.map_or((s, None), |(m, e)| (m, Some(e)));
     let all_digits = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
     let mantissa_ok = match mantissa.split_once('.') {
         Some((int, frac)) => all_digits(int) && all_digits(frac),
@@ -123,30 +118,10 @@ pub fn parse(text: &str) -> AdFile {
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        if line.len() > MAX_LINE {
-            out.notes.push(format!(
-                "line {n}: longer than {MAX_LINE} characters; dropped"
-            ));
-            continue;
-        }
-        let Some((name, value)) = line.split_once('=') else {
-            out.notes
-                .push(format!("line {n}: expected NAME = value; dropped"));
-            continue;
-        };
-        let (name, value) = (name.trim(), value.trim());
-        if !valid_name(name) {
-            out.notes.push(format!(
-                "line {n}: attribute name {name:?} is not allowed (only {PREFIX}[A-Za-z0-9_]+, at most {MAX_NAME} characters); dropped"
-            ));
-            continue;
-        }
-        let value = match literal(value) {
-            Ok(v) => v,
+        let (name, value) = match attribute(line) {
+            Ok(a) => a,
             Err(why) => {
-                out.notes.push(format!(
-                    "line {n}: {name}: value {value:?} refused: {why}; dropped"
-                ));
+                out.notes.push(format!("line {n}: {why}; dropped"));
                 continue;
             }
         };
@@ -161,6 +136,24 @@ pub fn parse(text: &str) -> AdFile {
         }
     }
     out
+}
+
+/// One `NAME = value` line, or why it is dropped.
+fn attribute(line: &str) -> Result<(&str, String), String> {
+    if line.len() > MAX_LINE {
+        return Err(format!("longer than {MAX_LINE} characters"));
+    }
+    let (name, value) = line
+        .split_once('=')
+        .ok_or("expected NAME = value".to_string())?;
+    let (name, value) = (name.trim(), value.trim());
+    if !valid_name(name) {
+        return Err(format!(
+            "attribute name {name:?} is not allowed (only {PREFIX}[A-Za-z0-9_]+, at most {MAX_NAME} characters)"
+        ));
+    }
+    let value = literal(value).map_err(|why| format!("{name}: value {value:?} refused: {why}"))?;
+    Ok((name, value))
 }
 
 /// Reads and validates the file; `Ok(None)` when it does not exist (pilotd has not written

@@ -132,23 +132,16 @@ fn read_repo(root: &Path) -> Repo {
     }
 }
 
-/// Runs `f` in a thread of its own; `None` if it has not answered by `deadline` (the thread
-/// is left to finish, or to hang, on its own).
-fn bounded<T: Send + 'static>(
-    deadline: Instant,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> Option<T> {
+/// Runs `f` in a thread of its own; its answer arrives on the receiver, or never (the thread
+/// is left to finish, or to hang, on its own; one that could not start drops its sender).
+fn in_thread<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> mpsc::Receiver<T> {
     let (tx, rx) = mpsc::channel();
-    let spawned = std::thread::Builder::new()
+    let _ = std::thread::Builder::new()
         .name("cvmfs-probe".into())
         .spawn(move || {
             let _ = tx.send(f());
         });
-    if spawned.is_err() {
-        return None;
-    }
-    rx.recv_timeout(deadline.saturating_duration_since(Instant::now()))
-        .ok()
+    rx
 }
 
 /// Looks at every repository, all in parallel, within `probe.timeout` in all.
@@ -158,14 +151,17 @@ pub fn probe(p: &Probe) -> Findings {
     let mut names: Vec<(String, bool)> = p.repos.iter().map(|r| (r.clone(), true)).collect();
     if p.repos.is_empty() {
         let dir = p.dir.clone();
-        let listed = bounded(deadline, move || -> Result<Vec<String>, String> {
+        let listed = in_thread(move || -> Result<Vec<String>, String> {
             let entries = std::fs::read_dir(&dir).map_err(|e| e.to_string())?;
             Ok(entries
                 .flatten()
                 .filter_map(|e| e.file_name().into_string().ok())
                 .collect())
         });
-        match listed {
+        match listed
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .ok()
+        {
             Some(Ok(mut found)) => {
                 found.sort();
                 names.extend(
@@ -189,14 +185,8 @@ pub fn probe(p: &Probe) -> Findings {
     let pending: Vec<(String, bool, mpsc::Receiver<Repo>)> = names
         .into_iter()
         .map(|(name, named)| {
-            let (tx, rx) = mpsc::channel();
             let root = p.dir.join(&name);
-            let _ = std::thread::Builder::new()
-                .name("cvmfs-probe".into())
-                .spawn(move || {
-                    let _ = tx.send(read_repo(&root));
-                });
-            (name, named, rx)
+            (name, named, in_thread(move || read_repo(&root)))
         })
         .collect();
     for (name, named, rx) in pending {

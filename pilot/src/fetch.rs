@@ -188,15 +188,12 @@ fn check_body(source: &ConfigSource, body: Vec<u8>) -> Result<String, FetchError
             });
         }
     }
-    let text = String::from_utf8(body).map_err(|_| FetchError::NotText {
-        url: source.url.to_string(),
-    })?;
-    if text.contains('\0') {
-        return Err(FetchError::NotText {
+    match String::from_utf8(body) {
+        Ok(text) if !text.contains('\0') => Ok(text),
+        _ => Err(FetchError::NotText {
             url: source.url.to_string(),
-        });
+        }),
     }
-    Ok(text)
 }
 
 /// Fetches one source, retrying what may be transient until the deadline.

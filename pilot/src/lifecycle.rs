@@ -143,7 +143,8 @@ pub struct Lifecycle {
     pub refused: bool,
 }
 
-fn after(now: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
+/// `now + d`, for the deadlines of `PILOT_*` durations.
+pub fn after(now: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
     // Checked: an extreme PILOT_* duration saturates instead of panicking.
     now.checked_add_signed(chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX))
         .unwrap_or(DateTime::<Utc>::MAX_UTC)

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use pilot::help::HELP;
-use pilot::lifecycle::{Limits, PilotExit};
+use pilot::lifecycle::{Limits, PilotExit, after};
 use pilot::settings::Settings;
 use pilot::startd_cron;
 use pilot::startd_history::{self, HistoryWatch, Progress};
@@ -39,12 +39,6 @@ fn init_logging() {
         .init();
 }
 
-fn after(t: chrono::DateTime<Utc>, d: Duration) -> chrono::DateTime<Utc> {
-    // Checked: an extreme PILOT_* duration saturates instead of panicking.
-    t.checked_add_signed(chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX))
-        .unwrap_or(chrono::DateTime::<Utc>::MAX_UTC)
-}
-
 /// The pilot's whole run: its exit code and its job report (all zeros when it ended before
 /// condor started).
 async fn run() -> (PilotExit, JobReport) {
@@ -60,13 +54,10 @@ async fn run_condor() -> Result<(PilotExit, JobReport), PilotExit> {
     if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
         tracing::warn!(error = %e, "could not become a child subreaper; orphans go to init");
     }
-    let mut signals = match PilotSignals::install() {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot install signal handlers");
-            return Err(PilotExit::CondorFailed);
-        }
-    };
+    let mut signals = PilotSignals::install().map_err(|e| {
+        tracing::error!(error = %e, "cannot install signal handlers");
+        PilotExit::CondorFailed
+    })?;
     // Env values that are not UTF-8 cannot be meant for the pilot; keep them lossy so the
     // error names them instead of dropping them silently.
     let env: BTreeMap<String, String> = std::env::vars_os()
@@ -77,16 +68,13 @@ async fn run_condor() -> Result<(PilotExit, JobReport), PilotExit> {
             )
         })
         .collect();
-    let settings = match Settings::from_env(&env) {
-        Ok(s) => s,
-        Err(errors) => {
-            for e in &errors.0 {
-                tracing::error!("{e}");
-            }
-            tracing::error!("the pilot cannot use this configuration; see `pilot --help`");
-            return Err(PilotExit::Config);
+    let settings = Settings::from_env(&env).map_err(|errors| {
+        for e in &errors.0 {
+            tracing::error!("{e}");
         }
-    };
+        tracing::error!("the pilot cannot use this configuration; see `pilot --help`");
+        PilotExit::Config
+    })?;
 
     let started = Utc::now();
     let prepared = tokio::select! {
@@ -96,14 +84,10 @@ async fn run_condor() -> Result<(PilotExit, JobReport), PilotExit> {
             return Err(PilotExit::Signal(sig.number()));
         }
     };
-    let prepared = match prepared {
-        Ok(p) => p,
-        Err(e) => {
-            let exit = e.exit();
-            tracing::error!(exit_code = exit.code(), "{e}");
-            return Err(exit);
-        }
-    };
+    let prepared = prepared.map_err(|e| {
+        tracing::error!(exit_code = e.exit().code(), "{e}");
+        e.exit()
+    })?;
 
     let now = Utc::now();
     let limits = Limits {

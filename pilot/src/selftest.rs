@@ -146,19 +146,18 @@ async fn check_binary(
     let command = format!("{} -version", resolved.display());
     match run_bounded(&resolved, &["-version"], env, Duration::from_secs(30)).await {
         Ran::Done(out) if out.status.success() => Ok(resolved),
-        Ran::Done(out) => Err(SelfTestError::BinaryBroken {
-            command,
-            reason: tail(&out),
-        }),
-        Ran::TimedOut => Err(SelfTestError::BinaryBroken {
-            command,
-            reason: "did not answer within 30s".into(),
-        }),
-        Ran::NotStarted(e) => Err(SelfTestError::BinaryBroken {
-            command,
-            reason: e.to_string(),
-        }),
+        ran => Err(not_runnable(command, ran)),
     }
+}
+
+/// A condor program that failed, did not answer within its 30 s, or did not start.
+fn not_runnable(command: String, ran: Ran) -> SelfTestError {
+    let reason = match ran {
+        Ran::Done(out) => tail(&out),
+        Ran::TimedOut => "did not answer within 30s".into(),
+        Ran::NotStarted(e) => e.to_string(),
+    };
+    SelfTestError::BinaryBroken { command, reason }
 }
 
 /// Environment every condor program the pilot runs gets (in `PILOT_LOCAL_DIR` mode,
@@ -264,28 +263,17 @@ impl SelfTest<'_> {
         let config_val = check_binary(self.condor_config_val, self.path_var, self.env).await?;
         self.check_condor_dirs(&config_val).await?;
         if let Some(command) = self.site_command {
-            let fail = |reason: String| SelfTestError::SiteCommand {
-                command: command.to_owned(),
-                reason,
-            };
             let no_env = CondorEnv::default();
-            match run_bounded(
-                Path::new("/bin/sh"),
-                &["-c", command],
-                &no_env,
-                self.site_timeout,
-            )
-            .await
-            {
-                Ran::Done(out) if out.status.success() => {}
-                Ran::Done(out) => return Err(fail(tail(&out))),
-                Ran::TimedOut => {
-                    return Err(fail(format!(
-                        "did not finish within {:?}",
-                        self.site_timeout
-                    )));
-                }
-                Ran::NotStarted(e) => return Err(fail(format!("could not start /bin/sh: {e}"))),
+            let sh = Path::new("/bin/sh");
+            let reason = match run_bounded(sh, &["-c", command], &no_env, self.site_timeout).await {
+                Ran::Done(out) if out.status.success() => None,
+                Ran::Done(out) => Some(tail(&out)),
+                Ran::TimedOut => Some(format!("did not finish within {:?}", self.site_timeout)),
+                Ran::NotStarted(e) => Some(format!("could not start /bin/sh: {e}")),
+            };
+            if let Some(reason) = reason {
+                let command = command.to_owned();
+                return Err(SelfTestError::SiteCommand { command, reason });
             }
         }
         Ok(CondorPrograms {
@@ -426,14 +414,7 @@ pub async fn config_value(
             command,
             reason: tail(&out),
         }),
-        Ran::TimedOut => Err(SelfTestError::BinaryBroken {
-            command,
-            reason: "did not answer within 30s".into(),
-        }),
-        Ran::NotStarted(e) => Err(SelfTestError::BinaryBroken {
-            command,
-            reason: e.to_string(),
-        }),
+        ran => Err(not_runnable(command, ran)),
     }
 }
 

@@ -72,15 +72,9 @@ pub struct Settings {
     pub cvmfs: CvmfsSettings,
 }
 
-/// `PILOT_CVMFS_*`: which CVMFS repositories to probe and advertise (see `cvmfs`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CvmfsSettings {
-    pub dir: PathBuf,
-    /// Empty: every repository under `dir`.
-    pub repos: Vec<String>,
-    pub required: Vec<String>,
-    pub timeout: Duration,
-}
+/// `PILOT_CVMFS_*`: which CVMFS repositories to probe and advertise, as the probe takes them
+/// (see `cvmfs`).
+pub type CvmfsSettings = crate::cvmfs::Probe;
 
 /// Condor run unprivileged from one directory the worker owns, as glidein pilots run it: the
 /// pilot writes a top-level condor configuration there that includes the image's own
@@ -211,28 +205,20 @@ impl<'a> Reader<'a> {
 
     fn duration(&mut self, var: &'static str, default: &str) -> Duration {
         let raw = self.get(var).unwrap_or(default);
-        match parse_duration(raw) {
-            Ok(d) if d.is_zero() => {
-                self.invalid(var, raw, "must be longer than zero");
-                Duration::from_secs(1)
-            }
-            Ok(d) => d,
-            Err(reason) => {
-                self.invalid(var, raw, reason);
-                Duration::from_secs(1)
-            }
-        }
+        let why = match parse_duration(raw) {
+            Ok(d) if !d.is_zero() => return d,
+            Ok(_) => "must be longer than zero".to_owned(),
+            Err(reason) => reason,
+        };
+        self.invalid(var, raw, why);
+        Duration::from_secs(1)
     }
 
     fn instant(&mut self, var: &'static str) -> Option<DateTime<Utc>> {
         let raw = self.get(var)?;
-        match parse_instant(raw) {
-            Ok(t) => Some(t),
-            Err(reason) => {
-                self.invalid(var, raw, reason);
-                None
-            }
-        }
+        parse_instant(raw)
+            .map_err(|reason| self.invalid(var, raw, reason))
+            .ok()
     }
 
     fn count<T>(&mut self, var: &'static str, min: T) -> Option<T>
@@ -240,17 +226,13 @@ impl<'a> Reader<'a> {
         T: std::str::FromStr + PartialOrd + fmt::Display + Copy,
     {
         let raw = self.get(var)?;
-        match raw.parse::<T>() {
-            Ok(n) if n >= min => Some(n),
-            Ok(_) => {
-                self.invalid(var, raw, format!("must be at least {min}"));
-                None
-            }
-            Err(_) => {
-                self.invalid(var, raw, "expected a whole number");
-                None
-            }
-        }
+        let why = match raw.parse::<T>() {
+            Ok(n) if n >= min => return Some(n),
+            Ok(_) => format!("must be at least {min}"),
+            Err(_) => "expected a whole number".to_owned(),
+        };
+        self.invalid(var, raw, why);
+        None
     }
 
     fn path(&mut self, var: &'static str, default: &str) -> PathBuf {
@@ -367,51 +349,41 @@ fn parse_sources(r: &mut Reader<'_>, allow_http: bool) -> Vec<ConfigSource> {
             r.invalid("PILOT_CONFIG_URLS", raw_urls, "contains an empty entry");
             continue;
         }
-        let url = match Url::parse(raw) {
+        let checked = Url::parse(raw)
+            .map_err(|e| format!("not a URL ({e})"))
+            .and_then(|url| {
+                match url.scheme() {
+            "https" => Ok(url),
+            "http" if allow_http => Ok(url),
+            "http" => Err(
+                "plain http is refused; use https, or set PILOT_ALLOW_HTTP=1 (e.g. for loopback)"
+                    .to_owned(),
+            ),
+            other => Err(format!("scheme {other:?} is not supported; use https")),
+            }
+            });
+        let url = match checked {
             Ok(url) => url,
-            Err(e) => {
-                r.invalid("PILOT_CONFIG_URLS", raw, format!("not a URL ({e})"));
+            Err(why) => {
+                r.invalid("PILOT_CONFIG_URLS", raw, why);
                 continue;
             }
         };
-        match url.scheme() {
-            "https" => {}
-            "http" if allow_http => {}
-            "http" => {
-                r.invalid(
-                    "PILOT_CONFIG_URLS",
-                    raw,
-                    "plain http is refused; use https, or set PILOT_ALLOW_HTTP=1 (e.g. for loopback)",
-                );
-                continue;
-            }
-            other => {
-                r.invalid(
-                    "PILOT_CONFIG_URLS",
-                    raw,
-                    format!("scheme {other:?} is not supported; use https"),
-                );
-                continue;
-            }
-        }
         let pin = pins
             .as_ref()
             .and_then(|p| p.get(i).copied())
             .filter(|p| !p.is_empty());
-        let sha256 = match pin {
-            Some(p) if p.len() == 64 && p.bytes().all(|b| b.is_ascii_hexdigit()) => {
-                Some(p.to_ascii_lowercase())
+        let sha256 = pin.and_then(|p| {
+            if p.len() == 64 && p.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Some(p.to_ascii_lowercase());
             }
-            Some(p) => {
-                r.invalid(
-                    "PILOT_CONFIG_SHA256",
-                    p,
-                    "expected 64 hex digits (a sha256 digest)",
-                );
-                None
-            }
-            None => None,
-        };
+            r.invalid(
+                "PILOT_CONFIG_SHA256",
+                p,
+                "expected 64 hex digits (a sha256 digest)",
+            );
+            None
+        });
         sources.push(ConfigSource { url, sha256 });
     }
     sources
@@ -430,13 +402,7 @@ impl Settings {
             "PILOT_TOKEN_FILE",
             "give the path of the pool token file (mounted read-only)",
         ) {
-            Some(raw) => {
-                let p = PathBuf::from(raw);
-                if !p.is_absolute() {
-                    r.invalid("PILOT_TOKEN_FILE", raw, "expected an absolute path");
-                }
-                p
-            }
+            Some(_) => r.path("PILOT_TOKEN_FILE", ""),
             None => PathBuf::new(),
         };
         // With PILOT_LOCAL_DIR, everything condor writes defaults to below it.
@@ -444,10 +410,8 @@ impl Settings {
             .get("PILOT_LOCAL_DIR")
             .map(|_| r.path("PILOT_LOCAL_DIR", ""));
         let below = |name: &str, default: &str| -> String {
-            match &local_root {
-                Some(root) => root.join(name).display().to_string(),
-                None => default.to_owned(),
-            }
+            let under = |root: &PathBuf| root.join(name).display().to_string();
+            local_root.as_ref().map_or(default.to_owned(), under)
         };
         let token_dir = r.path("PILOT_TOKEN_DIR", &below("tokens.d", defaults::TOKEN_DIR));
         let idle_timeout = r.duration("PILOT_IDLE_TIMEOUT", defaults::IDLE_TIMEOUT);
@@ -513,41 +477,7 @@ impl Settings {
                 );
             }
         }
-        let selftest_cmd = r.get("PILOT_SELFTEST_CMD").map(str::to_owned);
-        let selftest_timeout = r.duration("PILOT_SELFTEST_TIMEOUT", defaults::SELFTEST_TIMEOUT);
-        let fetch_timeout = r.duration("PILOT_FETCH_TIMEOUT", defaults::FETCH_TIMEOUT);
-        let fetch_max_bytes = r
-            .count("PILOT_FETCH_MAX_BYTES", 1u64)
-            .unwrap_or(defaults::FETCH_MAX_BYTES);
-        let graceful_timeout = r.duration("PILOT_GRACEFUL_TIMEOUT", defaults::GRACEFUL_TIMEOUT);
-        let fast_timeout = r.duration("PILOT_FAST_TIMEOUT", defaults::FAST_TIMEOUT);
-        let idle_grace = r.duration("PILOT_IDLE_GRACE", defaults::IDLE_GRACE);
-        let die_grace = r.duration("PILOT_DIE_GRACE", defaults::DIE_GRACE);
-        let condor_master = PathBuf::from(
-            r.get("PILOT_CONDOR_MASTER")
-                .unwrap_or(defaults::CONDOR_MASTER),
-        );
-        let condor_config_val = PathBuf::from(
-            r.get("PILOT_CONDOR_CONFIG_VAL")
-                .unwrap_or(defaults::CONDOR_CONFIG_VAL),
-        );
-
-        let ad_file = r.plain_path("PILOT_AD_FILE", None);
-        let ad_period = r.duration("PILOT_AD_PERIOD", defaults::AD_PERIOD);
-        let report_period = r.duration("PILOT_REPORT_PERIOD", defaults::REPORT_PERIOD);
-        let cvmfs = CvmfsSettings {
-            dir: r
-                .plain_path("PILOT_CVMFS_DIR", Some(defaults::CVMFS_DIR))
-                .unwrap_or_default(),
-            repos: r.repos("PILOT_CVMFS_REPOS"),
-            required: r.repos("PILOT_CVMFS_REQUIRED"),
-            timeout: r.duration("PILOT_CVMFS_TIMEOUT", defaults::CVMFS_TIMEOUT),
-        };
-
-        if !r.errors.is_empty() {
-            return Err(SettingErrors(r.errors));
-        }
-        Ok(Settings {
+        let settings = Settings {
             config_sources,
             token_file,
             token_dir,
@@ -560,22 +490,41 @@ impl Settings {
             condor_config_dir,
             local_dir,
             scratch,
-            selftest_cmd,
-            selftest_timeout,
+            selftest_cmd: r.get("PILOT_SELFTEST_CMD").map(str::to_owned),
+            selftest_timeout: r.duration("PILOT_SELFTEST_TIMEOUT", defaults::SELFTEST_TIMEOUT),
             allow_http,
-            fetch_timeout,
-            fetch_max_bytes,
-            graceful_timeout,
-            fast_timeout,
-            idle_grace,
-            die_grace,
-            condor_master,
-            condor_config_val,
-            ad_file,
-            ad_period,
-            report_period,
-            cvmfs,
-        })
+            fetch_timeout: r.duration("PILOT_FETCH_TIMEOUT", defaults::FETCH_TIMEOUT),
+            fetch_max_bytes: r
+                .count("PILOT_FETCH_MAX_BYTES", 1u64)
+                .unwrap_or(defaults::FETCH_MAX_BYTES),
+            graceful_timeout: r.duration("PILOT_GRACEFUL_TIMEOUT", defaults::GRACEFUL_TIMEOUT),
+            fast_timeout: r.duration("PILOT_FAST_TIMEOUT", defaults::FAST_TIMEOUT),
+            idle_grace: r.duration("PILOT_IDLE_GRACE", defaults::IDLE_GRACE),
+            die_grace: r.duration("PILOT_DIE_GRACE", defaults::DIE_GRACE),
+            condor_master: r
+                .get("PILOT_CONDOR_MASTER")
+                .unwrap_or(defaults::CONDOR_MASTER)
+                .into(),
+            condor_config_val: r
+                .get("PILOT_CONDOR_CONFIG_VAL")
+                .unwrap_or(defaults::CONDOR_CONFIG_VAL)
+                .into(),
+            ad_file: r.plain_path("PILOT_AD_FILE", None),
+            ad_period: r.duration("PILOT_AD_PERIOD", defaults::AD_PERIOD),
+            report_period: r.duration("PILOT_REPORT_PERIOD", defaults::REPORT_PERIOD),
+            cvmfs: CvmfsSettings {
+                dir: r
+                    .plain_path("PILOT_CVMFS_DIR", Some(defaults::CVMFS_DIR))
+                    .unwrap_or_default(),
+                repos: r.repos("PILOT_CVMFS_REPOS"),
+                required: r.repos("PILOT_CVMFS_REQUIRED"),
+                timeout: r.duration("PILOT_CVMFS_TIMEOUT", defaults::CVMFS_TIMEOUT),
+            },
+        };
+        if !r.errors.is_empty() {
+            return Err(SettingErrors(r.errors));
+        }
+        Ok(settings)
     }
 }
 

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::adfile;
-use crate::cvmfs::{self, Findings, Probe};
+use crate::cvmfs::{self, Findings};
 use crate::settings::{CvmfsSettings, Settings};
 
 /// The cron job's name in `STARTD_CRON_JOBLIST`.
@@ -95,16 +95,6 @@ impl CronArgs {
     }
 }
 
-/// The probe of these settings.
-pub fn cvmfs_probe(c: &CvmfsSettings) -> Probe {
-    Probe {
-        dir: c.dir.clone(),
-        repos: c.repos.clone(),
-        required: c.required.clone(),
-        timeout: c.timeout,
-    }
-}
-
 /// The attribute lines and the notes of one look at the ad file and CVMFS.
 pub fn collect(args: &CronArgs) -> (Vec<(String, String)>, Vec<String>) {
     let mut attrs = Vec::new();
@@ -119,7 +109,7 @@ pub fn collect(args: &CronArgs) -> (Vec<(String, String)>, Vec<String>) {
             Err(e) => notes.push(e.to_string()),
         }
     }
-    let findings = cvmfs::probe(&cvmfs_probe(&args.cvmfs));
+    let findings = cvmfs::probe(&args.cvmfs);
     notes.extend(cvmfs_notes(&findings, &args.cvmfs));
     attrs.extend(findings.ad_lines());
     (attrs, notes)

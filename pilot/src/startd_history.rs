@@ -114,10 +114,6 @@ fn ended_by_itself(toe: &str) -> bool {
 }
 
 impl HistoryTally {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
     fn note(&mut self, line: usize, attr: &str, value: &str, why: &str) {
         self.unreadable_values += 1;
         if self.notes.len() < MAX_NOTES {
@@ -131,17 +127,13 @@ impl HistoryTally {
     /// A number of seconds from a record, or `None` (noted) when it is not a believable one.
     fn seconds(&mut self, attr: &str, found: &Option<(usize, String)>) -> Option<f64> {
         let (line, text) = found.as_ref()?;
-        match text.trim().parse::<f64>() {
-            Ok(v) if v.is_finite() && (0.0..=MAX_SECONDS).contains(&v) => Some(v),
-            Ok(_) => {
-                self.note(*line, attr, text, "not between 0 and a year");
-                None
-            }
-            Err(_) => {
-                self.note(*line, attr, text, "not a number");
-                None
-            }
-        }
+        let why = match text.trim().parse::<f64>() {
+            Ok(v) if v.is_finite() && (0.0..=MAX_SECONDS).contains(&v) => return Some(v),
+            Ok(_) => "not between 0 and a year",
+            Err(_) => "not a number",
+        };
+        self.note(*line, attr, text, why);
+        None
     }
 
     /// Ends the record being read and counts it.
@@ -153,10 +145,9 @@ impl HistoryTally {
         let completed = record.toe.as_deref().is_some_and(ended_by_itself);
         let user = self.seconds("RemoteUserCpu", &record.user_cpu);
         let sys = self.seconds("RemoteSysCpu", &record.sys_cpu);
-        let wall = match self.seconds("RemoteWallClockTime", &record.wall) {
-            Some(w) => Some(w),
-            None => self.seconds("JobDuration", &record.duration),
-        };
+        let wall = self
+            .seconds("RemoteWallClockTime", &record.wall)
+            .or_else(|| self.seconds("JobDuration", &record.duration));
         let cpu = user.unwrap_or(0.0) + sys.unwrap_or(0.0);
         if completed {
             self.completed += 1;
@@ -218,7 +209,7 @@ impl HistoryTally {
 
     /// Reads a whole text (tests, fixtures).
     pub fn read_text(text: &str) -> Self {
-        let mut tally = Self::new();
+        let mut tally = Self::default();
         for line in text.lines() {
             tally.push_line(line);
         }
@@ -317,7 +308,7 @@ impl HistoryWatch {
             let path = path.to_path_buf();
             move |source| HistoryError::Read { path, source }
         };
-        let mut tally = HistoryTally::new();
+        let mut tally = HistoryTally::default();
         let now = match std::fs::metadata(&self.path) {
             Ok(m) => Some(m),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,

@@ -94,10 +94,8 @@ struct LogFollower {
 pub struct StartLogWatch {
     start: LogFollower,
     master: Option<LogFollower>,
-    seen_startd: bool,
-    seen_job: bool,
-    seen_died: bool,
-    seen_refused: bool,
+    /// The events given so far: each kind is given once.
+    seen: Vec<Event>,
     /// Lines of each start marker: condor 23.9 writes both for every activation (a claim
     /// reused for the next job is activated again), so either counts the jobs; the larger
     /// count holds if a version writes only one.
@@ -171,10 +169,8 @@ impl LogFollower {
             (None, None) => {}
         }
         let combined = std::mem::take(&mut self.partial) + &text;
-        let (complete, rest) = match combined.rfind('\n') {
-            Some(i) => combined.split_at(i + 1),
-            None => ("", combined.as_str()),
-        };
+        let end = combined.rfind('\n').map_or(0, |i| i + 1);
+        let (complete, rest) = combined.split_at(end);
         self.partial = rest.to_owned();
         complete.lines().map(str::to_owned).collect()
     }
@@ -187,10 +183,7 @@ impl StartLogWatch {
         StartLogWatch {
             start: LogFollower::new(start_log),
             master: master_log.map(LogFollower::new),
-            seen_startd: false,
-            seen_job: false,
-            seen_died: false,
-            seen_refused: false,
+            seen: Vec::new(),
             activations: 0,
             idle_to_busy: 0,
         }
@@ -225,27 +218,18 @@ impl StartLogWatch {
                 }
                 classify_line(&line)
             };
+            let Some(event) = event.filter(|e| !self.seen.contains(e)) else {
+                continue;
+            };
             match event {
-                Some(Event::DaemonDied) if !self.seen_died => {
-                    self.seen_died = true;
-                    tracing::error!(line = %line.trim(), "a condor daemon died");
-                    events.push(Event::DaemonDied);
-                }
-                Some(Event::Refused) if !self.seen_refused => {
-                    self.seen_refused = true;
-                    tracing::error!(line = %line.trim(), "the pool refused this worker's credentials");
-                    events.push(Event::Refused);
-                }
-                Some(Event::StartdStarted) if !self.seen_startd => {
-                    self.seen_startd = true;
-                    events.push(Event::StartdStarted);
-                }
-                Some(Event::JobStarted) if !self.seen_job => {
-                    self.seen_job = true;
-                    events.push(Event::JobStarted);
+                Event::DaemonDied => tracing::error!(line = %line.trim(), "a condor daemon died"),
+                Event::Refused => {
+                    tracing::error!(line = %line.trim(), "the pool refused this worker's credentials")
                 }
                 _ => {}
             }
+            self.seen.push(event);
+            events.push(event);
         }
         events
     }

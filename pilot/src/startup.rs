@@ -107,14 +107,12 @@ fn prepare_local_dir(local: &LocalDir, settings: &Settings) -> Result<(), SelfTe
 
 /// The name condor's daemons need when this uid has no passwd entry (see `TokenPlacement`).
 fn daemon_name(run_as: RunAs) -> Option<String> {
-    match run_as {
-        RunAs::Unprivileged { uid, .. } => {
-            match nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) {
-                Ok(Some(_)) => None,
-                _ => Some(condor_config::daemon_name_for_uid(uid)),
-            }
-        }
-        _ => None,
+    let RunAs::Unprivileged { uid, .. } = run_as else {
+        return None;
+    };
+    match nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) {
+        Ok(Some(_)) => None,
+        _ => Some(condor_config::daemon_name_for_uid(uid)),
     }
 }
 
@@ -137,7 +135,7 @@ async fn slot_ads(settings: &Settings) -> Result<SlotAds, SelfTestError> {
             Err(e) => tracing::warn!("{e}"),
         }
     }
-    let findings = selftest::probe_cvmfs(crate::startd_cron::cvmfs_probe(&settings.cvmfs)).await?;
+    let findings = selftest::probe_cvmfs(settings.cvmfs.clone()).await?;
     for note in crate::startd_cron::cvmfs_notes(&findings, &settings.cvmfs) {
         tracing::warn!("{note}");
     }

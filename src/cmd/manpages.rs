@@ -10,12 +10,10 @@ use std::path::{Path, PathBuf};
 /// Writes the pages and returns their paths, one per line, so scripts can see what landed.
 pub fn run(args: &ManpagesArgs) -> Result<String, CmdError> {
     let written = write_pages(&args.dir)?;
-    let mut out = String::new();
-    for path in written {
-        out.push_str(&path.display().to_string());
-        out.push('\n');
-    }
-    Ok(out)
+    Ok(written
+        .iter()
+        .map(|p| format!("{}\n", p.display()))
+        .collect())
 }
 
 /// Same pages as `clap_mangen::generate_to`, but keeps the list of files, names the file in

@@ -47,11 +47,7 @@ pub fn run(g: &Global, a: &PlanArgs) -> Result<String, CmdError> {
         }
         (Mode::Volunteer, Some(SnapshotFile::Cluster(_))) => Err(CmdError::Usage(format!(
             "{} is a kubernetes-mode snapshot, but the configuration is in volunteer mode\n  hint: pass -c with a kubernetes-mode pilotd.toml",
-            a.snapshot
-                .as_deref()
-                .map(Path::display)
-                .map(|d| d.to_string())
-                .unwrap_or_default()
+            a.snapshot.as_deref().unwrap_or(Path::new("")).display()
         ))),
         (Mode::Volunteer, snap) => {
             let s = Settings::resolve(&cfg);

@@ -48,10 +48,7 @@ impl Backoff {
             .checked_shl(failures.saturating_sub(1))
             .unwrap_or(u32::MAX);
         let d = self.first.saturating_mul(factor).min(self.max);
-        match self.jitter {
-            Some(key) => jitter(key, d, failures),
-            None => d,
-        }
+        self.jitter.map_or(d, |key| jitter(key, d, failures))
     }
 
     /// When the next try may happen after `failures` failures in a row at `now`: checked

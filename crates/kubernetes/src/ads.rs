@@ -143,32 +143,10 @@ pub(crate) const GPU_CONSTRAINT: &str =
     r#"regexp("RequireGPUs|GPUs_Capability", unparse(Requirements))"#;
 
 impl JobAd {
-    fn slot(&mut self, attr: &str) -> Option<&mut AdValue> {
-        Some(match attr.to_ascii_lowercase().as_str() {
-            "jobstatus" => &mut self.job_status,
-            "requestcpus" => &mut self.request_cpus,
-            "requestmemory" => &mut self.request_memory,
-            "requestdisk" => &mut self.request_disk,
-            "requestgpus" => &mut self.request_gpus,
-            "requestgputypes" => &mut self.request_gpu_types,
-            "requestlabels" => &mut self.request_labels,
-            "requestdiskvolumes" => &mut self.request_disk_volumes,
-            "constrainsgpus" => &mut self.constrains_gpus,
-            _ => return None,
-        })
-    }
-
     /// Sets an attribute by its ClassAd name (case-insensitive); unknown names are ignored.
     pub(crate) fn set(&mut self, attr: &str, value: AdValue) {
-        match attr.to_ascii_lowercase().as_str() {
-            "scheddname" => self.schedd_name = value.as_text().unwrap_or_default(),
-            "clusterid" => self.cluster_id = value.as_int().unwrap_or(0),
-            "procid" => self.proc_id = value.as_int().unwrap_or(0),
-            _ => {
-                if let Some(slot) = self.slot(attr) {
-                    *slot = value;
-                }
-            }
+        if let Some(idx) = JOB_ATTRS.iter().position(|a| a.eq_ignore_ascii_case(attr)) {
+            self.set_at(idx, value);
         }
     }
 
@@ -178,7 +156,7 @@ impl JobAd {
         let slot = match idx {
             0 => {
                 self.schedd_name = match value {
-                    AdValue::Str(s) => s,
+                    AdValue::Str(s) if !s.eq_ignore_ascii_case("undefined") => s,
                     other => other.as_text().unwrap_or_default(),
                 };
                 return;
@@ -345,15 +323,11 @@ impl<'de> Deserialize<'de> for StartdAd {
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<StartdAd, A::Error> {
                 let mut ad = StartdAd::default();
                 while let Some(AttrKey(idx)) = map.next_key_seed(AttrKeySeed(&STARTD_ATTRS, 0))? {
-                    match idx {
-                        Some(idx) => {
-                            let v: AdValue = map.next_value()?;
-                            ad.set(STARTD_ATTRS[idx], v);
-                        }
-                        None => {
-                            map.next_value::<IgnoredAny>()?;
-                        }
-                    }
+                    let Some(idx) = idx else {
+                        map.next_value::<IgnoredAny>()?;
+                        continue;
+                    };
+                    ad.set(STARTD_ATTRS[idx], map.next_value()?);
                 }
                 Ok(ad)
             }

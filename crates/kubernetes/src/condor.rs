@@ -259,6 +259,11 @@ impl CondorProbe {
         }
         full.extend(args);
         let shown = full.join(" ");
+        let spawn = |source| CondorError::Spawn {
+            path: path.to_path_buf(),
+            key,
+            source,
+        };
         let child = tokio::process::Command::new(path)
             .args(&full)
             .envs(self.client_env.iter().map(|(k, v)| (k, v)))
@@ -267,28 +272,15 @@ impl CondorProbe {
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
-            .map_err(|e| CondorError::Spawn {
+            .map_err(spawn)?;
+        let Ok(out) = tokio::time::timeout(self.timeout, child.wait_with_output()).await else {
+            return Err(CondorError::Timeout {
                 path: path.to_path_buf(),
-                key,
-                source: e,
-            })?;
-        let out = match tokio::time::timeout(self.timeout, child.wait_with_output()).await {
-            Err(_) => {
-                return Err(CondorError::Timeout {
-                    path: path.to_path_buf(),
-                    args: shown,
-                    secs: self.timeout.as_secs(),
-                });
-            }
-            Ok(Err(e)) => {
-                return Err(CondorError::Spawn {
-                    path: path.to_path_buf(),
-                    key,
-                    source: e,
-                });
-            }
-            Ok(Ok(o)) => o,
+                args: shown,
+                secs: self.timeout.as_secs(),
+            });
         };
+        let out = out.map_err(spawn)?;
         if !out.status.success() {
             let stderr = String::from_utf8_lossy(&out.stderr);
             return Err(CondorError::Failed {

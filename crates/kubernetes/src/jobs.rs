@@ -10,7 +10,7 @@ use crate::config::{
 };
 use crate::encoding::parse_dict;
 use crate::identity::{self, PROVISIONER_TYPE};
-use crate::shape::ShapeKey;
+use crate::shape::{POD_SHAPE, ShapeKey};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
@@ -81,11 +81,7 @@ impl PodTemplate {
                 a == key
             }
         });
-        if allowed {
-            Ok(())
-        } else {
-            Err(LabelRefused::NotAllowed)
-        }
+        allowed.then_some(()).ok_or(LabelRefused::NotAllowed)
     }
 }
 
@@ -224,6 +220,15 @@ pub(crate) fn job_body(key: &ShapeKey, pods: &PodTemplate, name: &str) -> Result
         }),
         status: None,
     })
+}
+
+/// The shape digest a Job body carries (its `POD_SHAPE` label), empty when it has none.
+pub(crate) fn shape_digest(job: &Job) -> String {
+    let labels = job.metadata.labels.as_ref();
+    labels
+        .and_then(|l| l.get(POD_SHAPE))
+        .cloned()
+        .unwrap_or_default()
 }
 
 /// A shape field's entry the Job cannot carry.

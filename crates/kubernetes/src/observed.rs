@@ -26,87 +26,64 @@ fn kept_annotations<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, 
     Ok(all)
 }
 
-fn map_or_null<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
-    Ok(Option::<BTreeMap<String, String>>::deserialize(d)?.unwrap_or_default())
-}
-
 /// The metadata a decision reads.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", default)]
 pub struct Meta {
-    #[serde(default)]
     pub name: String,
     #[serde(
-        default,
-        deserialize_with = "map_or_null",
+        deserialize_with = "null_default",
         skip_serializing_if = "BTreeMap::is_empty"
     )]
     pub labels: BTreeMap<String, String>,
     /// Only the shape annotations (`PodDiskVolumes`, `PodGPUTypes`, `PodLabels`).
     #[serde(
-        default,
         deserialize_with = "kept_annotations",
         skip_serializing_if = "BTreeMap::is_empty"
     )]
     pub annotations: BTreeMap<String, String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub creation_timestamp: Option<DateTime<Utc>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub deletion_timestamp: Option<DateTime<Utc>>,
 }
 
 /// One container's status: that it exists is what tells a pod whose worker ran from one that
 /// never started a container.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct ContainerSeen {
-    #[serde(default)]
     pub name: String,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", default)]
 pub struct PodStatusSeen {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub start_time: Option<DateTime<Utc>>,
     /// `None` when the API gave no list at all (the pod never got as far as a container).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub container_statuses: Option<Vec<ContainerSeen>>,
-}
-
-fn pod_kind() -> String {
-    "Pod".into()
-}
-fn job_kind() -> String {
-    "Job".into()
-}
-fn v1() -> String {
-    "v1".into()
-}
-fn batch_v1() -> String {
-    "batch/v1".into()
 }
 
 /// A worker pod as a decision sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", default)]
 pub struct WorkerPod {
-    #[serde(default = "v1")]
     pub api_version: String,
-    #[serde(default = "pod_kind")]
     pub kind: String,
-    #[serde(default)]
     pub metadata: Meta,
-    #[serde(default, deserialize_with = "null_default")]
+    #[serde(deserialize_with = "null_default")]
     pub status: PodStatusSeen,
 }
 
 impl Default for WorkerPod {
     fn default() -> Self {
         WorkerPod {
-            api_version: v1(),
-            kind: pod_kind(),
+            api_version: "v1".into(),
+            kind: "Pod".into(),
             metadata: Meta::default(),
             status: PodStatusSeen::default(),
         }
@@ -141,37 +118,33 @@ pub struct JobConditionSeen {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", default)]
 pub struct JobStatusSeen {
     #[serde(
-        default,
         deserialize_with = "null_default",
         skip_serializing_if = "Vec::is_empty"
     )]
     pub conditions: Vec<JobConditionSeen>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub completion_time: Option<DateTime<Utc>>,
 }
 
 /// A worker Job as a decision sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", default)]
 pub struct WorkerJob {
-    #[serde(default = "batch_v1")]
     pub api_version: String,
-    #[serde(default = "job_kind")]
     pub kind: String,
-    #[serde(default)]
     pub metadata: Meta,
-    #[serde(default, deserialize_with = "null_default")]
+    #[serde(deserialize_with = "null_default")]
     pub status: JobStatusSeen,
 }
 
 impl Default for WorkerJob {
     fn default() -> Self {
         WorkerJob {
-            api_version: batch_v1(),
-            kind: job_kind(),
+            api_version: "batch/v1".into(),
+            kind: "Job".into(),
             metadata: Meta::default(),
             status: JobStatusSeen::default(),
         }

@@ -7,9 +7,9 @@
 use crate::backoff::BackoffBook;
 use crate::client::{KubeBackend, KubeError};
 use crate::condor::{CondorError, CondorProbe};
+use crate::jobs::shape_digest;
 use crate::plan::{ClusterDecision, KubePlan, decide};
 use crate::settings::{Settings, SettingsError};
-use crate::shape::POD_SHAPE;
 use crate::snapshot::ClusterSnapshot;
 use chrono::{DateTime, Utc};
 use pilotd_core::config::{Config, Mode};
@@ -85,13 +85,7 @@ pub(crate) async fn act(plan: &KubePlan, backend: &KubeBackend) -> ActReport {
     let mut failed_shapes: BTreeSet<String> = BTreeSet::new();
     for job in &plan.jobs {
         let name = job.metadata.name.clone().unwrap_or_default();
-        let shape = job
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(POD_SHAPE))
-            .cloned()
-            .unwrap_or_default();
+        let shape = shape_digest(job);
         if failed_shapes.contains(&shape) {
             report.create_failed.push((
                 name,
@@ -268,17 +262,13 @@ pub async fn run(
 
 /// Idle jobs and pods by shape, for operators' dashboards.
 fn export(m: &Metrics, plan: &KubePlan, took: std::time::Duration) {
-    use pilotd_core::service::metrics::{ShapeLabel, ShapeStateLabel};
     m.cycle_seconds.observe(took.as_secs_f64());
     m.idle_jobs.clear();
     m.pods.clear();
     for c in &plan.clusters {
         let shape = c.key.to_string();
-        m.idle_jobs
-            .get_or_create(&ShapeLabel {
-                shape: shape.clone(),
-            })
-            .set(c.idle_jobs as i64);
+        let idle = [("shape", shape.clone())];
+        m.idle_jobs.get_or_create(&idle).set(c.idle_jobs as i64);
         for (state, n) in [
             ("waiting", c.waiting),
             ("unmatched", c.unmatched),
@@ -286,12 +276,8 @@ fn export(m: &Metrics, plan: &KubePlan, took: std::time::Duration) {
             ("failed", c.failed),
             ("unknown", c.unknown),
         ] {
-            m.pods
-                .get_or_create(&ShapeStateLabel {
-                    shape: shape.clone(),
-                    state: state.into(),
-                })
-                .set(n as i64);
+            let labels = [("shape", shape.clone()), ("state", state.into())];
+            m.pods.get_or_create(&labels).set(n as i64);
         }
     }
 }

@@ -1,8 +1,8 @@
 //! How kubernetes mode's plans look to operators: the text of `pilotd plan` and the table and
 //! JSON of `pilotd status` (pure; the JSON of `plan` is the plan itself).
 
+use crate::jobs::shape_digest;
 use crate::plan::{ClusterDecision, KubePlan};
-use crate::shape::POD_SHAPE;
 use std::fmt::Write as _;
 
 /// The text form of `plan` in kubernetes mode.
@@ -52,11 +52,7 @@ pub fn plan_text(plan: &KubePlan) -> String {
         let _ = writeln!(out, "  none");
     }
     for j in &plan.jobs {
-        let labels = j.metadata.labels.as_ref();
-        let shape = labels
-            .and_then(|l| l.get(POD_SHAPE))
-            .cloned()
-            .unwrap_or_default();
+        let shape = shape_digest(j);
         let _ = writeln!(
             out,
             "  create Job {} (shape digest {shape})",

@@ -86,14 +86,11 @@ impl Settings {
             ),
             startd_constraint: startd_constraint(&app_name, &namespace, &k.k8s_domain),
             max_parallel_queries: *k.max_parallel_queries.get_ref() as usize,
-            client_env: if k.insecure_query {
-                INSECURE_QUERY_ENV
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect()
-            } else {
-                Vec::new()
-            },
+            client_env: INSECURE_QUERY_ENV
+                .iter()
+                .filter(|_| k.insecure_query)
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         };
         let pods = PodTemplate {
             app_name,

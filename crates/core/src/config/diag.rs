@@ -112,12 +112,7 @@ pub fn line_col(src: &str, offset: usize) -> (usize, usize) {
 
 /// Renders a list of diagnostics, one per paragraph, for the terminal.
 pub(crate) fn render(items: &[Diagnostic]) -> String {
-    let mut out = String::new();
-    for d in items {
-        out.push_str(&d.to_string());
-        out.push('\n');
-    }
-    out
+    items.iter().map(|d| format!("{d}\n")).collect()
 }
 
 #[cfg(test)]

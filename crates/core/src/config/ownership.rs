@@ -29,6 +29,15 @@ fn insecure(path: &Path, reason: String, mode: &str) -> ConfigError {
     }
 }
 
+/// Who may write what has this mode, besides its owner.
+fn writers(mode: u32) -> &'static str {
+    if mode & 0o002 != 0 {
+        "everyone"
+    } else {
+        "its group"
+    }
+}
+
 /// Root's, and writable by neither its group nor others, in directories only root can change;
 /// `mode` is the mode the hint asks for.
 pub(crate) fn only_root_writes(path: &Path, what: &str, mode: &str) -> Result<(), ConfigError> {
@@ -57,11 +66,7 @@ fn directories_only_root_writes(path: &Path, what: &str) -> Result<(), ConfigErr
             format!(
                 "the directory {} holding {what} is writable by {} (mode {:o}): whoever can write it can put another file in its place",
                 dir.display(),
-                if m.mode() & 0o002 != 0 {
-                    "everyone"
-                } else {
-                    "its group"
-                },
+                writers(m.mode()),
                 m.mode() & 0o7777
             )
         } else {
@@ -87,11 +92,7 @@ fn file_only_root_writes(path: &Path, what: &str, mode: &str) -> Result<(), Conf
     } else if m.mode() & 0o022 != 0 {
         format!(
             "{what} is writable by {} (mode {:o})",
-            if m.mode() & 0o002 != 0 {
-                "everyone"
-            } else {
-                "its group"
-            },
+            writers(m.mode()),
             m.mode() & 0o7777
         )
     } else {

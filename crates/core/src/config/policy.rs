@@ -7,8 +7,8 @@
 
 use super::diag::Diagnostics;
 use super::units::{
-    DaySet, Minute, Share, ShareUnit, StrOrInt, duration_from_secs, parse_celsius, parse_days,
-    parse_duration, parse_rpm, parse_share, parse_time_of_day,
+    DaySet, Minute, Share, ShareUnit, StrOrInt, parse_celsius, parse_days, parse_rpm, parse_share,
+    parse_time_of_day,
 };
 use crate::zone::Zone;
 use serde::{Deserialize, Serialize};
@@ -435,21 +435,13 @@ fn validate_presence(o: &mut RawOwner, p: &mut Policy, d: &mut Diagnostics) {
     }
     dur(&o.session_idle, &mut p.session_idle, d);
     dur(&o.lock_grace, &mut p.lock_grace, d);
-    if let Some(k) = o.keep_awake {
-        p.keep_awake = k;
-    }
-    if let Some(m) = o.media_is_use {
-        p.media_is_use = m;
-    }
-    if let Some(i) = o.inhibitors_are_use {
-        p.inhibitors_are_use = i;
-    }
+    p.keep_awake = o.keep_awake.unwrap_or(p.keep_awake);
+    p.media_is_use = o.media_is_use.unwrap_or(p.media_is_use);
+    p.inhibitors_are_use = o.inhibitors_are_use.unwrap_or(p.inhibitors_are_use);
     if let Some(u) = o.ignore_users.take() {
         p.ignore_users = u;
     }
-    if let Some(u) = o.system_uid_below {
-        p.system_uid_below = u;
-    }
+    p.system_uid_below = o.system_uid_below.unwrap_or(p.system_uid_below);
     if let Some(c) = &o.max_owner_cpu {
         match parse_share(c.get_ref(), ShareUnit::Count) {
             Ok(Share::Percent(pc)) => p.max_owner_cpu = pc / 100.0,
@@ -507,35 +499,29 @@ fn validate_return(o: RawOwner, p: &mut Policy, d: &mut Diagnostics) {
         }
     }
     dur(&o.grace, &mut p.grace, d);
-    if let Some(u) = o.users {
-        p.users = u;
-    }
+    p.users = o.users.unwrap_or_else(|| p.users.clone());
 }
 
 /// `[share]`: CPUs, memory and disk (with their positions), the disk limit, GPUs, workers.
 fn validate_share(s: &RawShare, p: &mut Policy, spans: &mut PolicySpans, d: &mut Diagnostics) {
-    share(
-        &s.cpus,
-        ShareUnit::Count,
-        &mut p.share.cpus,
-        &mut spans.cpus,
-        d,
-    );
-    share(
-        &s.memory,
-        ShareUnit::Bytes,
-        &mut p.share.memory,
-        &mut spans.memory,
-        d,
-    );
     let mut disk_span = 0..0;
-    share(
-        &s.disk,
-        ShareUnit::Bytes,
-        &mut p.share.disk,
-        &mut disk_span,
-        d,
-    );
+    for (v, unit, out, span) in [
+        (
+            &s.cpus,
+            ShareUnit::Count,
+            &mut p.share.cpus,
+            &mut spans.cpus,
+        ),
+        (
+            &s.memory,
+            ShareUnit::Bytes,
+            &mut p.share.memory,
+            &mut spans.memory,
+        ),
+        (&s.disk, ShareUnit::Bytes, &mut p.share.disk, &mut disk_span),
+    ] {
+        share(v, unit, out, span, d);
+    }
     if let Some(l) = &s.disk_limit {
         match l.get_ref().as_str() {
             "enforced" => p.share.disk_limit = DiskLimit::Enforced,
@@ -702,11 +688,7 @@ fn validate_comfort(c: &RawComfort, p: &mut Policy, d: &mut Diagnostics) {
 
 fn dur(v: &Option<Spanned<StrOrInt>>, out: &mut Duration, d: &mut Diagnostics) {
     let Some(v) = v else { return };
-    let parsed = match v.get_ref() {
-        StrOrInt::Int(n) => duration_from_secs(*n),
-        StrOrInt::Str(s) => parse_duration(s),
-    };
-    match parsed {
+    match v.get_ref().duration() {
         Ok(x) => *out = x,
         Err(e) => d.error(
             v.span(),

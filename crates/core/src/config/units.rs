@@ -95,14 +95,9 @@ pub struct HumanDuration(pub Duration);
 impl<'de> Deserialize<'de> for HumanDuration {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let v = StrOrInt::deserialize(d)?;
-        match v {
-            StrOrInt::Int(n) => duration_from_secs(n)
-                .map(HumanDuration)
-                .map_err(serde::de::Error::custom),
-            StrOrInt::Str(s) => parse_duration(&s)
-                .map(HumanDuration)
-                .map_err(serde::de::Error::custom),
-        }
+        v.duration()
+            .map(HumanDuration)
+            .map_err(serde::de::Error::custom)
     }
 }
 
@@ -118,6 +113,16 @@ impl Serialize for HumanDuration {
 pub enum StrOrInt {
     Str(String),
     Int(i64),
+}
+
+impl StrOrInt {
+    /// A duration as written ("15m") or as a number of seconds.
+    pub(crate) fn duration(&self) -> Result<Duration, UnitError> {
+        match self {
+            StrOrInt::Int(n) => duration_from_secs(*n),
+            StrOrInt::Str(s) => parse_duration(s),
+        }
+    }
 }
 
 impl fmt::Display for StrOrInt {
@@ -343,22 +348,19 @@ pub(crate) fn day_name(d: Weekday) -> &'static str {
 }
 
 fn parse_day(s: &str) -> Result<Weekday, UnitError> {
+    const FULL: [&str; 7] = [
+        "monday",
+        "tuesday",
+        "wednesday",
+        "thursday",
+        "friday",
+        "saturday",
+        "sunday",
+    ];
     let l = s.trim().to_ascii_lowercase();
-    for d in WEEK {
-        let full = match d {
-            Weekday::Mon => "monday",
-            Weekday::Tue => "tuesday",
-            Weekday::Wed => "wednesday",
-            Weekday::Thu => "thursday",
-            Weekday::Fri => "friday",
-            Weekday::Sat => "saturday",
-            Weekday::Sun => "sunday",
-        };
-        if l == day_name(d) || l == full {
-            return Ok(d);
-        }
-    }
-    Err(UnitError::Day(s.trim().to_string()))
+    WEEK.into_iter()
+        .find(|d| l == day_name(*d) || l == FULL[d.num_days_from_monday() as usize])
+        .ok_or_else(|| UnitError::Day(s.trim().to_string()))
 }
 
 /// Parses "mon-fri", "sat,sun", "mon,wed-fri", "daily". Ranges may wrap ("fri-mon").

@@ -102,17 +102,11 @@ pub fn detach(pidfile: Option<&Path>, log: &Path) -> Result<Role, DetachError> {
             }
             let _ = nix::unistd::dup2_stdout(&log_file);
             let _ = nix::unistd::dup2_stderr(&log_file);
-            let locked = match locked {
-                Some(mut f) => {
-                    // The daemon's own pid, now that it will not fork again.
-                    let _ = f.set_len(0);
-                    let _ = f.rewind();
-                    let _ = writeln!(*f, "{}", std::process::id());
-                    let _ = f.flush();
-                    Some(f)
-                }
-                None => None,
-            };
+            let mut locked = locked;
+            if let Some(f) = &mut locked {
+                // The daemon's own pid, now that it will not fork again.
+                let _ = write_pid(f).and_then(|()| f.flush());
+            }
             Ok(Role::Daemon(Detached {
                 _pidfile: locked,
                 ready: Some(File::from(write_end)),
@@ -133,10 +127,15 @@ pub fn hold_pidfile(path: &Path) -> Result<PidFile, DetachError> {
         path: path.to_path_buf(),
         source,
     };
-    f.set_len(0).map_err(err)?;
-    f.rewind().map_err(err)?;
-    writeln!(*f, "{}", std::process::id()).map_err(err)?;
+    write_pid(&mut f).map_err(err)?;
     Ok(PidFile { _lock: f })
+}
+
+/// Replaces the pid file's content with this process's pid.
+fn write_pid(f: &mut Flock<File>) -> std::io::Result<()> {
+    f.set_len(0)?;
+    f.rewind()?;
+    writeln!(**f, "{}", std::process::id())
 }
 
 fn lock_pidfile(path: &Path) -> Result<Flock<File>, DetachError> {

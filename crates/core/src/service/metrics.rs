@@ -8,7 +8,6 @@
 //! the kernel's backlog, not in pilotd's descriptors), each for at most 5 s from accept to its
 //! answer taken; a failed accept (out of descriptors) pauses instead of spinning.
 
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -34,250 +33,98 @@ pub enum MetricsError {
     },
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct StateLabel {
-    pub state: String,
+/// A series' labels: each family has its own fixed keys (`state`, `cause`, ...).
+pub type Labels<const N: usize> = [(&'static str, String); N];
+type Label = Labels<1>;
+
+/// The series pilotd exports, as one table: each row is a field of [`Metrics`], its type,
+/// how it starts, and its name (under the `pilotd` prefix) and help as a scraper sees them.
+/// The rows are registered in their order.
+macro_rules! series {
+    ($($(#[$doc:meta])* $field:ident: $ty:ty = $init:expr, $name:literal, $help:literal;)*) => {
+        /// Every series pilotd exports. Cheap to clone (the metric types share their values).
+        #[derive(Clone)]
+        pub struct Metrics {
+            $($(#[$doc])* pub $field: $ty,)*
+        }
+
+        impl Metrics {
+            pub fn new() -> (Metrics, Registry) {
+                let m = Metrics { $($field: $init,)* };
+                let mut r = Registry::with_prefix("pilotd");
+                $(r.register($name, $help, m.$field.clone());)*
+                (m, r)
+            }
+        }
+    };
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CauseLabel {
-    pub cause: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ModeLabel {
-    pub mode: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct OutcomeLabel {
-    pub outcome: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct DirectionLabel {
-    pub direction: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct SensorLabel {
-    pub sensor: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ShapeLabel {
-    pub shape: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ShapeStateLabel {
-    pub shape: String,
-    pub state: String,
-}
-
-/// Every series pilotd exports. Cheap to clone (the metric types share their values).
-#[derive(Clone)]
-pub struct Metrics {
-    pub workers: Family<StateLabel, Gauge>,
-    pub decisions: Family<CauseLabel, Counter>,
-    pub evictions: Family<ModeLabel, Counter>,
-    pub image_pulls: Counter,
-    pub image_pull_bytes: Counter,
-    pub backoff_level: Gauge,
-    pub cycle_seconds: Histogram,
-    pub idle_jobs: Family<ShapeLabel, Gauge>,
-    pub pods: Family<ShapeStateLabel, Gauge>,
-    pub allowed: Gauge,
+series! {
+    workers: Family<Label, Gauge> = Family::default(),
+        "workers", "Worker containers or pods by state";
+    decisions: Family<Label, Counter> = Family::default(),
+        "decisions", "Decisions by cause (one cycle may count several causes)";
+    evictions: Family<Label, Counter> = Family::default(),
+        "evictions", "Workers evicted, by mode";
+    image_pulls: Counter = Counter::default(), "image_pulls", "Worker image pulls";
+    image_pull_bytes: Counter = Counter::default(), "image_pull_bytes",
+        "Bytes of worker image layers pulled (downloaded, as the engine's pull progress reports them)";
+    backoff_level: Gauge = Gauge::default(),
+        "backoff_level", "Consecutive failed workers (start delay grows with it)";
+    cycle_seconds: Histogram = Histogram::new(exponential_buckets(0.005, 2.0, 14)),
+        "cycle_duration_seconds", "Duration of one reconcile cycle";
+    idle_jobs: Family<Label, Gauge> = Family::default(),
+        "idle_jobs", "Idle jobs by resource shape (kubernetes mode)";
+    pods: Family<Labels<2>, Gauge> = Family::default(),
+        "pods", "Worker pods by shape and state (kubernetes mode)";
+    allowed: Gauge = Gauge::default(),
+        "allowed", "1 when the owner's policy allows computing now";
     /// What the machine gave (volunteer mode, `volunteer::record::contribution`), counted since this
     /// pilotd started: a fleet sums their increase.
-    pub cpu_seconds_given: Counter<f64, AtomicU64>,
-    pub computing_seconds: Counter,
-    pub paused_seconds: Counter,
-    pub open_seconds: Counter,
-    pub owner_present_seconds: Counter,
-    pub workers_ended: Family<OutcomeLabel, Counter>,
+    cpu_seconds_given: Counter<f64, AtomicU64> = Counter::default(),
+        "cpu_seconds_given", "CPU-seconds pilotd's workers used (their cgroup counters)";
+    computing_seconds: Counter = Counter::default(),
+        "computing_seconds", "Seconds at least one worker was running";
+    paused_seconds: Counter = Counter::default(),
+        "paused_seconds", "Seconds workers were there, all paused";
+    open_seconds: Counter = Counter::default(),
+        "open_seconds", "Seconds the owner's policy allowed computing";
+    owner_present_seconds: Counter = Counter::default(), "owner_present_seconds",
+        "Seconds the owner was there (active, busy on the CPU, a snooze)";
+    workers_ended: Family<Label, Counter> = Family::default(), "workers_ended",
+        "Workers that ended, by outcome (ran_jobs, no_job, evicted, failed)";
     /// The jobs the workers' pilots reported at their ends (volunteer mode,
     /// `pilot_contract::JobReport`), and the workers that ended without a report.
-    pub jobs_started: Counter,
-    pub jobs_completed: Counter,
-    pub jobs_vacated: Counter,
-    pub job_seconds: Counter,
-    pub job_cpu_seconds: Counter<f64, AtomicU64>,
-    pub lost_cpu_seconds: Counter<f64, AtomicU64>,
-    pub workers_unreported: Counter,
+    jobs_started: Counter = Counter::default(), "jobs_started",
+        "Jobs condor started in the workers' slots, as their pilots reported";
+    jobs_completed: Counter = Counter::default(), "jobs_completed",
+        "Jobs that ran to their end in a worker, as its pilot reported";
+    jobs_vacated: Counter = Counter::default(), "jobs_vacated",
+        "Jobs that left a worker before their end (evicted), as its pilot reported";
+    job_seconds: Counter = Counter::default(),
+        "job_seconds", "Wall-clock seconds the reported jobs ran";
+    job_cpu_seconds: Counter<f64, AtomicU64> = Counter::default(),
+        "job_cpu_seconds", "CPU-seconds the reported jobs used";
+    lost_cpu_seconds: Counter<f64, AtomicU64> = Counter::default(),
+        "lost_cpu_seconds", "CPU-seconds of vacated jobs: work lost to evictions";
+    workers_unreported: Counter = Counter::default(), "workers_unreported",
+        "Workers that ended without a readable job report (an older pilot, an image without pilot, a damaged report)";
     /// The bytes the workers' network interfaces carried (volunteer mode), by `direction`
     /// (`received`, `sent`).
-    pub worker_network_bytes: Family<DirectionLabel, Counter>,
+    worker_network_bytes: Family<Label, Counter> = Family::default(), "worker_network_bytes",
+        "Bytes the workers' network interfaces received and sent, by direction";
     /// The machine's comfort (volunteer mode, `volunteer::comfort`): its hottest CPU sensor,
     /// its fastest fan, each labelled with the sensor, and the CPUs a worker is capped to,
     /// labelled with why. A series is there only while it holds.
-    pub temperature: Family<SensorLabel, Gauge<f64, AtomicU64>>,
-    pub fan: Family<SensorLabel, Gauge<f64, AtomicU64>>,
-    pub cpu_cap: Family<CauseLabel, Gauge<f64, AtomicU64>>,
+    temperature: Family<Label, Gauge<f64, AtomicU64>> = Family::default(), "temperature_celsius",
+        "The machine's hottest CPU temperature sensor (volunteer mode)";
+    fan: Family<Label, Gauge<f64, AtomicU64>> = Family::default(),
+        "fan_rpm", "The machine's fastest fan (volunteer mode)";
+    cpu_cap: Family<Label, Gauge<f64, AtomicU64>> = Family::default(), "cpu_cap_cpus",
+        "CPUs each worker is capped to below its share, by why (temperature, fan, cooling, quiet_hours); absent when none";
 }
 
 impl Metrics {
-    pub fn new() -> (Metrics, Registry) {
-        let m = Metrics {
-            workers: Family::default(),
-            decisions: Family::default(),
-            evictions: Family::default(),
-            image_pulls: Counter::default(),
-            image_pull_bytes: Counter::default(),
-            backoff_level: Gauge::default(),
-            cycle_seconds: Histogram::new(exponential_buckets(0.005, 2.0, 14)),
-            idle_jobs: Family::default(),
-            pods: Family::default(),
-            allowed: Gauge::default(),
-            cpu_seconds_given: Counter::default(),
-            computing_seconds: Counter::default(),
-            paused_seconds: Counter::default(),
-            open_seconds: Counter::default(),
-            owner_present_seconds: Counter::default(),
-            workers_ended: Family::default(),
-            jobs_started: Counter::default(),
-            jobs_completed: Counter::default(),
-            jobs_vacated: Counter::default(),
-            job_seconds: Counter::default(),
-            job_cpu_seconds: Counter::default(),
-            lost_cpu_seconds: Counter::default(),
-            workers_unreported: Counter::default(),
-            worker_network_bytes: Family::default(),
-            temperature: Family::default(),
-            fan: Family::default(),
-            cpu_cap: Family::default(),
-        };
-        let mut r = Registry::with_prefix("pilotd");
-        r.register(
-            "workers",
-            "Worker containers or pods by state",
-            m.workers.clone(),
-        );
-        r.register(
-            "decisions",
-            "Decisions by cause (one cycle may count several causes)",
-            m.decisions.clone(),
-        );
-        r.register("evictions", "Workers evicted, by mode", m.evictions.clone());
-        r.register("image_pulls", "Worker image pulls", m.image_pulls.clone());
-        r.register(
-            "image_pull_bytes",
-            "Bytes of worker image layers pulled (downloaded, as the engine's pull progress reports them)",
-            m.image_pull_bytes.clone(),
-        );
-        r.register(
-            "backoff_level",
-            "Consecutive failed workers (start delay grows with it)",
-            m.backoff_level.clone(),
-        );
-        r.register(
-            "cycle_duration_seconds",
-            "Duration of one reconcile cycle",
-            m.cycle_seconds.clone(),
-        );
-        r.register(
-            "idle_jobs",
-            "Idle jobs by resource shape (kubernetes mode)",
-            m.idle_jobs.clone(),
-        );
-        r.register(
-            "pods",
-            "Worker pods by shape and state (kubernetes mode)",
-            m.pods.clone(),
-        );
-        r.register(
-            "allowed",
-            "1 when the owner's policy allows computing now",
-            m.allowed.clone(),
-        );
-        r.register(
-            "cpu_seconds_given",
-            "CPU-seconds pilotd's workers used (their cgroup counters)",
-            m.cpu_seconds_given.clone(),
-        );
-        r.register(
-            "computing_seconds",
-            "Seconds at least one worker was running",
-            m.computing_seconds.clone(),
-        );
-        r.register(
-            "paused_seconds",
-            "Seconds workers were there, all paused",
-            m.paused_seconds.clone(),
-        );
-        r.register(
-            "open_seconds",
-            "Seconds the owner's policy allowed computing",
-            m.open_seconds.clone(),
-        );
-        r.register(
-            "owner_present_seconds",
-            "Seconds the owner was there (active, busy on the CPU, a snooze)",
-            m.owner_present_seconds.clone(),
-        );
-        r.register(
-            "workers_ended",
-            "Workers that ended, by outcome (ran_jobs, no_job, evicted, failed)",
-            m.workers_ended.clone(),
-        );
-        r.register(
-            "jobs_started",
-            "Jobs condor started in the workers' slots, as their pilots reported",
-            m.jobs_started.clone(),
-        );
-        r.register(
-            "jobs_completed",
-            "Jobs that ran to their end in a worker, as its pilot reported",
-            m.jobs_completed.clone(),
-        );
-        r.register(
-            "jobs_vacated",
-            "Jobs that left a worker before their end (evicted), as its pilot reported",
-            m.jobs_vacated.clone(),
-        );
-        r.register(
-            "job_seconds",
-            "Wall-clock seconds the reported jobs ran",
-            m.job_seconds.clone(),
-        );
-        r.register(
-            "job_cpu_seconds",
-            "CPU-seconds the reported jobs used",
-            m.job_cpu_seconds.clone(),
-        );
-        r.register(
-            "lost_cpu_seconds",
-            "CPU-seconds of vacated jobs: work lost to evictions",
-            m.lost_cpu_seconds.clone(),
-        );
-        r.register(
-            "workers_unreported",
-            "Workers that ended without a readable job report (an older pilot, an image without pilot, a damaged report)",
-            m.workers_unreported.clone(),
-        );
-        r.register(
-            "worker_network_bytes",
-            "Bytes the workers' network interfaces received and sent, by direction",
-            m.worker_network_bytes.clone(),
-        );
-        r.register(
-            "temperature_celsius",
-            "The machine's hottest CPU temperature sensor (volunteer mode)",
-            m.temperature.clone(),
-        );
-        r.register(
-            "fan_rpm",
-            "The machine's fastest fan (volunteer mode)",
-            m.fan.clone(),
-        );
-        r.register(
-            "cpu_cap_cpus",
-            "CPUs each worker is capped to below its share, by why (temperature, fan, cooling, quiet_hours); absent when none",
-            m.cpu_cap.clone(),
-        );
-        (m, r)
-    }
-
     /// The comfort gauges: the hottest sensor and the fastest fan as (sensor, value), the cap
     /// as (why, CPUs per worker); what is `None` has no series.
     pub fn set_comfort(
@@ -286,73 +133,49 @@ impl Metrics {
         fan: Option<(&str, f64)>,
         cap: Option<(&str, f64)>,
     ) {
-        for (family, reading) in [(&self.temperature, temperature), (&self.fan, fan)] {
+        for (family, key, reading) in [
+            (&self.temperature, "sensor", temperature),
+            (&self.fan, "sensor", fan),
+            (&self.cpu_cap, "cause", cap),
+        ] {
             family.clear();
-            if let Some((sensor, v)) = reading {
-                family
-                    .get_or_create(&SensorLabel {
-                        sensor: sensor.into(),
-                    })
-                    .set(v);
+            if let Some((label, v)) = reading {
+                family.get_or_create(&[(key, label.into())]).set(v);
             }
-        }
-        self.cpu_cap.clear();
-        if let Some((cause, cpus)) = cap {
-            self.cpu_cap
-                .get_or_create(&CauseLabel {
-                    cause: cause.into(),
-                })
-                .set(cpus);
         }
     }
 
     /// Sets the worker gauge for every state seen this cycle; states not given drop to 0.
     pub fn set_workers<'a>(&self, counts: impl IntoIterator<Item = (&'a str, i64)>) {
-        for state in ["running", "paused", "exited", "created", "other"] {
+        let zero = ["running", "paused", "exited", "created", "other"].map(|s| (s, 0));
+        for (state, n) in zero.into_iter().chain(counts) {
             self.workers
-                .get_or_create(&StateLabel {
-                    state: state.into(),
-                })
-                .set(0);
-        }
-        for (state, n) in counts {
-            self.workers
-                .get_or_create(&StateLabel {
-                    state: state.into(),
-                })
+                .get_or_create(&[("state", state.into())])
                 .set(n);
         }
     }
 
     pub fn count_decision(&self, cause: &str) {
         self.decisions
-            .get_or_create(&CauseLabel {
-                cause: cause.into(),
-            })
+            .get_or_create(&[("cause", cause.into())])
             .inc();
     }
 
     pub fn count_worker_ended(&self, outcome: &str) {
-        self.workers_ended
-            .get_or_create(&OutcomeLabel {
-                outcome: outcome.into(),
-            })
-            .inc();
+        let outcome = [("outcome", outcome.into())];
+        self.workers_ended.get_or_create(&outcome).inc();
     }
 
     /// Bytes a worker's interfaces moved in `direction` (`received`, `sent`).
     pub fn count_network(&self, direction: &str, bytes: u64) {
+        let direction = [("direction", direction.into())];
         self.worker_network_bytes
-            .get_or_create(&DirectionLabel {
-                direction: direction.into(),
-            })
+            .get_or_create(&direction)
             .inc_by(bytes);
     }
 
     pub fn count_eviction(&self, mode: &str) {
-        self.evictions
-            .get_or_create(&ModeLabel { mode: mode.into() })
-            .inc();
+        self.evictions.get_or_create(&[("mode", mode.into())]).inc();
     }
 }
 
@@ -435,10 +258,7 @@ mod tests {
         m.backoff_level.set(3);
         m.cycle_seconds.observe(0.02);
         m.pods
-            .get_or_create(&ShapeStateLabel {
-                shape: "c4-m8192".into(),
-                state: "claimed".into(),
-            })
+            .get_or_create(&[("shape", "c4-m8192".into()), ("state", "claimed".into())])
             .set(5);
         let registry = Arc::new(std::sync::Mutex::new(r));
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -569,14 +389,9 @@ mod tests {
         image_pull_bytes.inc_by(1);
         backoff_level.set(1);
         cycle_seconds.observe(0.01);
-        idle_jobs
-            .get_or_create(&ShapeLabel { shape: "c1".into() })
+        idle_jobs.get_or_create(&[("shape", "c1".into())]).set(1);
+        pods.get_or_create(&[("shape", "c1".into()), ("state", "claimed".into())])
             .set(1);
-        pods.get_or_create(&ShapeStateLabel {
-            shape: "c1".into(),
-            state: "claimed".into(),
-        })
-        .set(1);
         allowed.set(1);
         cpu_seconds_given.inc_by(1.5);
         computing_seconds.inc_by(30);

@@ -112,15 +112,6 @@ pub fn check_table(_site: &SiteConfig, src: &str, d: &mut Diagnostics) {
     }
 }
 
-impl KubernetesConfig {
-    /// The table of a loaded pilotd.toml, whose values [`check_table`] checked when the file
-    /// was read; here its keys and types are read again (a wrong one is refused whole).
-    pub fn of_table(table: &toml::Table) -> Result<KubernetesConfig, toml::de::Error> {
-        // Through text: the typed leaves carry spans, which only a text can give.
-        toml::from_str(&table.to_string())
-    }
-}
-
 /// The `[kubernetes]` table of pilotd.toml: every setting of the NRP provisioner
 /// (`osg_provisioner.conf` + `pod.conf`), with the provisioner's defaults, as typed leaves so
 /// that serde reports a wrong value at its line and column. Settings the provisioner did not
@@ -131,7 +122,7 @@ impl KubernetesConfig {
 pub struct KubernetesConfig {
     /// Namespace of the Jobs and pods, and of the `RequestK8SNamespace` match.
     pub namespace: Spanned<String>,
-    #[serde(default = "default_client")]
+    #[serde(default = "spanned_default")]
     pub client: Spanned<ClientSource>,
     pub kubeconfig: Option<Spanned<PathBuf>>,
     pub context: Option<Spanned<String>>,
@@ -156,7 +147,7 @@ pub struct KubernetesConfig {
     pub node_selectors: Spanned<BTreeMap<String, String>>,
     #[serde(default = "spanned_default")]
     pub node_affinity: Spanned<Vec<AffinityRule>>,
-    #[serde(default = "default_labels")]
+    #[serde(default = "spanned_default")]
     pub labels: Spanned<BTreeMap<String, String>>,
     #[serde(default = "spanned_default")]
     pub annotations: Spanned<BTreeMap<String, String>>,
@@ -179,9 +170,9 @@ pub struct KubernetesConfig {
     #[serde(default = "spanned_default")]
     pub job_volume_allow: Spanned<Vec<String>>,
     /// `ttlSecondsAfterFinished` of every Job (`k8s_job_ttl`).
-    #[serde(default = "default_job_ttl")]
+    #[serde(default = "secs::<{ defaults::JOB_TTL_SECS }>")]
     pub job_ttl: HumanDuration,
-    #[serde(default = "default_force_namespace_matching")]
+    #[serde(default = "flag::<{ defaults::FORCE_NAMESPACE_MATCHING }>")]
     pub force_namespace_matching: bool,
     /// Extra requirements of the idle-job query (the INI's [htcondor] value).
     #[serde(default)]
@@ -189,14 +180,14 @@ pub struct KubernetesConfig {
     /// The workers' `ADDITIONAL_REQUIREMENTS` (their START; the INI's [k8s] value), when it
     /// differs from `additional_requirements`; absent, the workers get that one.
     pub worker_additional_requirements: Option<String>,
-    #[serde(default = "default_request_fuse")]
+    #[serde(default = "flag::<{ defaults::REQUEST_FUSE }>")]
     pub request_fuse: bool,
     /// Minimum ephemeral storage of a worker in MiB (`storage_mbs`); 0 disables it. It raises
     /// the pod's storage only, never the `DISK` the worker advertises.
-    #[serde(default = "default_storage_mib")]
+    #[serde(default = "num::<{ defaults::MIN_EPHEMERAL_STORAGE_MIB }>")]
     pub min_ephemeral_storage_mib: u64,
     /// Over-commit: request 75 % CPU / 80 % memory, limit CPUs+0.25 / memory+1000 Mi.
-    #[serde(default = "default_use_large_limit")]
+    #[serde(default = "flag::<{ defaults::USE_LARGE_LIMIT }>")]
     pub use_large_limit: bool,
     /// Schedd `Name` must match this regex entirely.
     #[serde(default = "default_match_all")]
@@ -204,12 +195,12 @@ pub struct KubernetesConfig {
     /// Schedd `AuthenticatedIdentity` must match this regex entirely.
     #[serde(default = "default_match_all")]
     pub schedd_identity_whitelist: Spanned<String>,
-    #[serde(default = "default_max_pods")]
+    #[serde(default = "spanned_u64::<{ defaults::MAX_PODS_PER_CLUSTER }>")]
     pub max_pods_per_cluster: Spanned<u64>,
-    #[serde(default = "default_max_submit")]
+    #[serde(default = "spanned_u64::<{ defaults::MAX_SUBMIT_PODS_PER_CLUSTER }>")]
     pub max_submit_pods_per_cluster: Spanned<u64>,
     /// Time between reconcile cycles (`sleep_time`).
-    #[serde(default = "default_cycle")]
+    #[serde(default = "spanned_secs::<{ defaults::CYCLE_SECS }>")]
     pub cycle: Spanned<HumanDuration>,
     #[serde(default = "default_token_secret")]
     pub token_secret: String,
@@ -226,41 +217,41 @@ pub struct KubernetesConfig {
     #[serde(default)]
     pub insecure_query: bool,
     /// condor_q processes at once, one per whitelisted schedd.
-    #[serde(default = "default_parallel_queries")]
+    #[serde(default = "spanned_u32::<4>")]
     pub max_parallel_queries: Spanned<u32>,
     /// Job creates per cycle across all shapes (taken in sorted key order); what is left
     /// waits for the next cycle. Bounds the burst a cycle puts on the API server and the
     /// scheduler however many shapes appear at once.
-    #[serde(default = "default_max_creates")]
+    #[serde(default = "spanned_u64::<200>")]
     pub max_creates_per_cycle: Spanned<u64>,
     /// Longest a condor tool may run before the query counts as failed.
-    #[serde(default = "default_condor_timeout")]
+    #[serde(default = "secs::<60>")]
     pub condor_timeout: HumanDuration,
     /// A pod in an odd phase counts as waiting this long after its start, then as unknown
     /// (the provisioner's `max_wait_onerror`).
-    #[serde(default = "default_unknown_after")]
+    #[serde(default = "secs::<1000>")]
     pub unknown_after: HumanDuration,
     /// A worker pod still Pending this long after its creation (or a Job whose pod never
     /// appeared) is stuck: its Job is deleted and it counts as a failure for the back-off.
     /// Unschedulable pods (no node has the GPU, a quota refuses the pod) would otherwise wait
     /// for ever.
-    #[serde(default = "default_pending_timeout")]
+    #[serde(default = "spanned_secs::<3600>")]
     pub pending_timeout: Spanned<HumanDuration>,
     /// Consecutive failed or unclaimed exits of a shape's pods before it goes on trial.
-    #[serde(default = "default_backoff_after")]
+    #[serde(default = "spanned_u32::<2>")]
     pub backoff_after: Spanned<u32>,
-    #[serde(default = "default_backoff_initial")]
+    #[serde(default = "secs::<300>")]
     pub backoff_initial: HumanDuration,
-    #[serde(default = "default_backoff_max")]
+    #[serde(default = "secs::<3600>")]
     pub backoff_max: HumanDuration,
     /// Finished Jobs are deleted by pilotd this long after they finished (kept meanwhile so
     /// `status` can show failures), in addition to `job_ttl`.
-    #[serde(default = "default_cleanup_after")]
+    #[serde(default = "secs::<600>")]
     pub cleanup_after: HumanDuration,
-    #[serde(default = "default_cleanup_max")]
+    #[serde(default = "num::<100>")]
     pub cleanup_max_per_cycle: u64,
     /// Page size (`limit`) of pod and Job lists.
-    #[serde(default = "default_page_size")]
+    #[serde(default = "spanned_u32::<500>")]
     pub list_page_size: Spanned<u32>,
     /// Where the run loop keeps the back-off state between restarts (default:
     /// `<state_dir>/kubernetes-backoff.json`).
@@ -297,11 +288,23 @@ pub(crate) mod defaults {
 fn spanned_default<T: Default>() -> Spanned<T> {
     Spanned::new(0..0, T::default())
 }
-fn default_client() -> Spanned<ClientSource> {
-    Spanned::new(0..0, ClientSource::InCluster)
+fn spanned_u64<const N: u64>() -> Spanned<u64> {
+    Spanned::new(0..0, N)
 }
-fn default_labels() -> Spanned<BTreeMap<String, String>> {
-    Spanned::new(0..0, BTreeMap::new())
+fn spanned_u32<const N: u32>() -> Spanned<u32> {
+    Spanned::new(0..0, N)
+}
+fn num<const N: u64>() -> u64 {
+    N
+}
+fn flag<const B: bool>() -> bool {
+    B
+}
+fn secs<const N: u64>() -> HumanDuration {
+    HumanDuration(Duration::from_secs(N))
+}
+fn spanned_secs<const N: u64>() -> Spanned<HumanDuration> {
+    Spanned::new(0..0, secs::<N>())
 }
 fn default_condor_host() -> String {
     defaults::CONDOR_HOST.into()
@@ -315,35 +318,8 @@ fn default_k8s_domain() -> String {
 fn default_image() -> Spanned<String> {
     Spanned::new(0..0, defaults::IMAGE.into())
 }
-fn default_job_ttl() -> HumanDuration {
-    HumanDuration(Duration::from_secs(defaults::JOB_TTL_SECS))
-}
-fn default_force_namespace_matching() -> bool {
-    defaults::FORCE_NAMESPACE_MATCHING
-}
-fn default_request_fuse() -> bool {
-    defaults::REQUEST_FUSE
-}
-fn default_use_large_limit() -> bool {
-    defaults::USE_LARGE_LIMIT
-}
-fn default_storage_mib() -> u64 {
-    defaults::MIN_EPHEMERAL_STORAGE_MIB
-}
 fn default_match_all() -> Spanned<String> {
     Spanned::new(0..0, defaults::MATCH_ALL.into())
-}
-fn default_max_pods() -> Spanned<u64> {
-    Spanned::new(0..0, defaults::MAX_PODS_PER_CLUSTER)
-}
-fn default_max_submit() -> Spanned<u64> {
-    Spanned::new(0..0, defaults::MAX_SUBMIT_PODS_PER_CLUSTER)
-}
-fn default_cycle() -> Spanned<HumanDuration> {
-    Spanned::new(
-        0..0,
-        HumanDuration(Duration::from_secs(defaults::CYCLE_SECS)),
-    )
 }
 fn default_token_secret() -> String {
     defaults::TOKEN_SECRET.into()
@@ -357,39 +333,6 @@ fn default_condor_status() -> PathBuf {
 fn default_condor_q() -> PathBuf {
     defaults::CONDOR_Q.into()
 }
-fn default_condor_timeout() -> HumanDuration {
-    HumanDuration(Duration::from_secs(60))
-}
-fn default_unknown_after() -> HumanDuration {
-    HumanDuration(Duration::from_secs(1000))
-}
-fn default_parallel_queries() -> Spanned<u32> {
-    Spanned::new(0..0, 4)
-}
-fn default_max_creates() -> Spanned<u64> {
-    Spanned::new(0..0, 200)
-}
-fn default_pending_timeout() -> Spanned<HumanDuration> {
-    Spanned::new(0..0, HumanDuration(Duration::from_secs(3600)))
-}
-fn default_backoff_after() -> Spanned<u32> {
-    Spanned::new(0..0, 2)
-}
-fn default_backoff_initial() -> HumanDuration {
-    HumanDuration(Duration::from_secs(300))
-}
-fn default_backoff_max() -> HumanDuration {
-    HumanDuration(Duration::from_secs(3600))
-}
-fn default_cleanup_after() -> HumanDuration {
-    HumanDuration(Duration::from_secs(600))
-}
-fn default_cleanup_max() -> u64 {
-    100
-}
-fn default_page_size() -> Spanned<u32> {
-    Spanned::new(0..0, 500)
-}
 
 /// The longest app name that keeps Job names (`<app>-<hex time>-<6 hex>`) within the 63
 /// characters of the `job-name` label the Job controller puts on pods.
@@ -401,6 +344,13 @@ pub(crate) fn full_match_regex(pattern: &str) -> Result<regex::Regex, regex::Err
 }
 
 impl KubernetesConfig {
+    /// The table of a loaded pilotd.toml, whose values [`check_table`] checked when the file
+    /// was read; here its keys and types are read again (a wrong one is refused whole).
+    pub fn of_table(table: &toml::Table) -> Result<KubernetesConfig, toml::de::Error> {
+        // Through text: the typed leaves carry spans, which only a text can give.
+        toml::from_str(&table.to_string())
+    }
+
     /// Parses a `[kubernetes]` table on its own (tests and tools that have no full file).
     pub fn from_table_text(src: &str) -> Result<KubernetesConfig, toml::de::Error> {
         toml::from_str(src)

@@ -18,9 +18,8 @@ pub(crate) const POD_LABELS: &str = "PodLabels";
 /// Label-safe digest of the whole key, for selecting one shape's pods.
 pub(crate) const POD_SHAPE: &str = "pilotd.io/shape";
 
-/// Labels pilotd writes on every worker Job and pod (the shape, the provisioner's selector,
-/// its own mark) and the ones the Job controller owns.
-const PILOTD_LABELS: [&str; 10] = [
+/// The shape's labels and annotations, which pilotd writes on every worker Job and pod.
+const SHAPE_NAMES: [&str; 7] = [
     POD_CPUS,
     POD_MEMORY,
     POD_DISK,
@@ -28,6 +27,10 @@ const PILOTD_LABELS: [&str; 10] = [
     POD_DISK_VOLUMES,
     POD_GPU_TYPES,
     POD_LABELS,
+];
+/// The other labels pilotd writes on every worker (the provisioner's selector, its own mark),
+/// and the ones the Job controller owns.
+const PILOTD_LABELS: [&str; 3] = [
     "prp-htcondor-portal",
     "k8s-app",
     "app.kubernetes.io/managed-by",
@@ -107,7 +110,7 @@ pub(crate) fn is_config_map_key(k: &str) -> bool {
 
 /// Why a label key is not one the site or a job may set, if it is reserved.
 pub(crate) fn reserved_label(key: &str) -> Option<&'static str> {
-    if PILOTD_LABELS.contains(&key) || key.starts_with("pilotd.io/") {
+    if SHAPE_NAMES.contains(&key) || PILOTD_LABELS.contains(&key) || key.starts_with("pilotd.io/") {
         return Some("pilotd writes it on every worker (the shape and the selector)");
     }
     if CONTROLLER_LABELS.contains(&key) || key.starts_with("batch.kubernetes.io/") {
@@ -133,16 +136,7 @@ pub(crate) fn reserved_label(key: &str) -> Option<&'static str> {
 /// Why an annotation key is not one the site may set, if it is reserved: pilotd's shape
 /// annotations (read back before the labels) and its own prefix.
 pub(crate) fn reserved_annotation(key: &str) -> Option<&'static str> {
-    let shape = [
-        POD_CPUS,
-        POD_MEMORY,
-        POD_DISK,
-        POD_GPUS,
-        POD_DISK_VOLUMES,
-        POD_GPU_TYPES,
-        POD_LABELS,
-    ];
-    (shape.contains(&key) || key.starts_with("pilotd.io/"))
+    (SHAPE_NAMES.contains(&key) || key.starts_with("pilotd.io/"))
         .then_some("pilotd writes it on every worker and reads the shape back from it")
 }
 

@@ -54,6 +54,14 @@ fn q(s: &str) -> String {
     toml::Value::String(s.to_string()).to_string()
 }
 
+/// A TOML array of string literals.
+fn list(items: &[String]) -> String {
+    format!(
+        "[{}]",
+        items.iter().map(|s| q(s)).collect::<Vec<_>>().join(", ")
+    )
+}
+
 /// A TOML key, quoted when it is not a bare key.
 fn k(s: &str) -> String {
     if !s.is_empty()
@@ -260,15 +268,7 @@ fn write_pod_settings(r: &Reader, w: &mut String) -> Result<(), IniError> {
         .k8s("tolerations_list")?
         .map(|v| parse_list(&v.raw))
         .unwrap_or_default();
-    let _ = writeln!(
-        w,
-        "tolerations = [{}]",
-        tolerations
-            .iter()
-            .map(|t| q(t))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
+    let _ = writeln!(w, "tolerations = {}", list(&tolerations));
     Ok(())
 }
 
@@ -420,10 +420,9 @@ impl Tables {
             .dict("node_affinity_dict")?
             .iter()
             .map(|(key, values)| {
-                let (op, key) = match key.strip_prefix('^') {
-                    Some(k) => ("NotIn", k),
-                    None => ("In", key.as_str()),
-                };
+                let (op, key) = key
+                    .strip_prefix('^')
+                    .map_or(("In", key.as_str()), |k| ("NotIn", k));
                 (
                     key.to_string(),
                     op,
@@ -489,9 +488,9 @@ impl Tables {
         for (key, op, values) in &self.affinity {
             let _ = writeln!(
                 w,
-                "\n[[kubernetes.node_affinity]]\nkey = {}\noperator = \"{op}\"\nvalues = [{}]",
+                "\n[[kubernetes.node_affinity]]\nkey = {}\noperator = \"{op}\"\nvalues = {}",
                 q(key),
-                values.iter().map(|v| q(v)).collect::<Vec<_>>().join(", ")
+                list(values)
             );
         }
         for (claim, path, ro, h2c) in &self.pvcs {

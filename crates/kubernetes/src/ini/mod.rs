@@ -164,13 +164,11 @@ impl IniFile {
             .get(section)
             .and_then(|s| s.get(key))
             .or_else(|| self.defaults.get(key));
-        match raw {
-            None => Ok(None),
-            Some(v) => Ok(Some(IniValue {
-                raw: self.interpolate(section, key, v, 0)?,
-                line: v.line,
-            })),
-        }
+        raw.map(|v| {
+            let raw = self.interpolate(section, key, v, 0)?;
+            Ok(IniValue { raw, line: v.line })
+        })
+        .transpose()
     }
 
     /// BasicInterpolation: `%%` is a literal `%`, `%(name)s` is another key of the section.

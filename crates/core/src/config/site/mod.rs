@@ -36,47 +36,56 @@ impl Mode {
 /// `pilotd.toml`: the daemon's and the site's settings (mode, paths, worker image and
 /// container settings). Keys are a contract: install scripts and tests write them.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct SiteConfig {
-    #[serde(default)]
     pub mode: Mode,
-    #[serde(default = "default_policy")]
     pub policy: PathBuf,
-    #[serde(default = "default_state_dir")]
     pub state_dir: PathBuf,
-    #[serde(default = "default_interval")]
     pub interval: HumanDuration,
     /// The fleet's spread: each host moves its first start after a window opens (or pilotd
     /// starts), its pre-window pull, its manifest refreshes and its back-off retries by a
     /// stable offset in `[0, splay)` (`volunteer::splay`); "0s" turns it off.
-    #[serde(default = "default_splay")]
     pub splay: Spanned<HumanDuration>,
     /// The unix socket on which the daemon takes the owner's `snooze` and `resume`; its
     /// directory must be reachable by the owner (the unit's RuntimeDirectory, 0755).
-    #[serde(default = "default_control_socket")]
     pub control_socket: PathBuf,
-    #[serde(default)]
     pub host: HostConfig,
-    #[serde(default)]
     pub docker: DockerConfig,
-    #[serde(default)]
     pub worker: WorkerConfig,
     /// Kubernetes mode's table, kept as read: its keys belong to that mode's crate, which
     /// checks them through a [`ModeTables`](crate::config::ModeTables) check and resolves them.
     /// A build without kubernetes mode still accepts the table (the file stays valid).
     pub kubernetes: Option<toml::Table>,
-    #[serde(default)]
     pub log: LogConfig,
-    #[serde(default)]
     pub remote: RemoteConfig,
-    #[serde(default)]
     pub metrics: MetricsConfig,
-    #[serde(default)]
     pub history: HistoryConfig,
-    #[serde(default)]
     pub page: PageConfig,
-    #[serde(default)]
     pub slot_ad: SlotAdConfig,
+}
+
+/// The defaults of every key the file leaves out.
+impl Default for SiteConfig {
+    fn default() -> Self {
+        SiteConfig {
+            mode: Mode::Volunteer,
+            policy: "/etc/pilotd/policy.toml".into(),
+            state_dir: "/var/lib/pilotd".into(),
+            interval: HumanDuration(Duration::from_secs(30)),
+            splay: Spanned::new(0..0, HumanDuration(Duration::from_secs(300))),
+            control_socket: "/run/pilotd/control.sock".into(),
+            host: HostConfig::default(),
+            docker: DockerConfig::default(),
+            worker: WorkerConfig::default(),
+            kubernetes: None,
+            log: LogConfig::default(),
+            remote: RemoteConfig::default(),
+            metrics: MetricsConfig::default(),
+            history: HistoryConfig::default(),
+            page: PageConfig::default(),
+            slot_ad: SlotAdConfig::default(),
+        }
+    }
 }
 
 /// What pilotd adds to the slot-ad file its workers' pilots publish (`volunteer::record::slot_ad`).
@@ -107,16 +116,13 @@ pub struct PageConfig {
 
 /// The pool organisers' remote manifest (see `service::manifest`). Off unless `url` is set.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct RemoteConfig {
     /// https URL of the manifest (plain http only on loopback).
     pub url: Option<Spanned<String>>,
-    #[serde(default = "default_remote_refresh")]
     pub refresh: HumanDuration,
-    #[serde(default = "default_remote_timeout")]
     pub timeout: HumanDuration,
     /// Larger manifests are refused.
-    #[serde(default = "default_remote_max_bytes")]
     pub max_bytes: u64,
 }
 
@@ -124,21 +130,11 @@ impl Default for RemoteConfig {
     fn default() -> Self {
         RemoteConfig {
             url: None,
-            refresh: default_remote_refresh(),
-            timeout: default_remote_timeout(),
-            max_bytes: default_remote_max_bytes(),
+            refresh: HumanDuration(Duration::from_secs(3600)),
+            timeout: HumanDuration(Duration::from_secs(30)),
+            max_bytes: 64 * 1024,
         }
     }
-}
-
-fn default_remote_refresh() -> HumanDuration {
-    HumanDuration(Duration::from_secs(3600))
-}
-fn default_remote_timeout() -> HumanDuration {
-    HumanDuration(Duration::from_secs(30))
-}
-fn default_remote_max_bytes() -> u64 {
-    64 * 1024
 }
 
 /// Prometheus metrics listener; off unless `listen` is set.
@@ -150,131 +146,79 @@ pub struct MetricsConfig {
 }
 /// The availability history kept in the state dir.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct HistoryConfig {
     /// An hour of the week counts as "usually free" when it was free at least this share of
     /// the time it was watched.
-    #[serde(default = "default_free_threshold")]
     pub free_threshold: f64,
     /// When true, a worker's `die_at` is also capped by how long the host is usually free from
     /// now on (useful with always-open schedules, where only the owner's habits end a period).
-    #[serde(default)]
     pub predict_die_at: bool,
 }
 
 impl Default for HistoryConfig {
     fn default() -> Self {
         HistoryConfig {
-            free_threshold: default_free_threshold(),
+            free_threshold: 0.8,
             predict_die_at: false,
         }
     }
 }
 
-fn default_free_threshold() -> f64 {
-    0.8
-}
-
-fn default_policy() -> PathBuf {
-    "/etc/pilotd/policy.toml".into()
-}
-fn default_control_socket() -> PathBuf {
-    "/run/pilotd/control.sock".into()
-}
-fn default_state_dir() -> PathBuf {
-    "/var/lib/pilotd".into()
-}
-fn default_splay() -> Spanned<HumanDuration> {
-    Spanned::new(0..0, HumanDuration(Duration::from_secs(300)))
-}
 /// Wider would hold a first start for more than an hour (`volunteer::splay`).
 pub(crate) const MAX_SPLAY: Duration = Duration::from_secs(3600);
-fn default_interval() -> HumanDuration {
-    HumanDuration(Duration::from_secs(30))
-}
 
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct HostConfig {
     /// utmp file read for logged-in users.
-    #[serde(default = "default_utmp")]
     pub utmp: PathBuf,
     /// Where workers' scratch dirs live; its filesystem's free space is the disk budget.
     /// Default: `<state_dir>/scratch`.
     pub scratch: Option<PathBuf>,
     /// sysfs power-supply class, for the battery probe.
-    #[serde(default = "default_power_supply")]
     pub power_supply: PathBuf,
     /// /dev, where tty atimes give session idle times.
-    #[serde(default = "default_dev")]
     pub dev: PathBuf,
     /// procfs: processes (exclusive ones, a session's terminals, who holds a sound or video
     /// device open).
-    #[serde(default = "default_proc")]
     pub proc: PathBuf,
     /// ALSA's procfs tree, where each sound stream says whether it is running.
-    #[serde(default = "default_asound")]
     pub asound: PathBuf,
 }
 
 impl Default for HostConfig {
     fn default() -> Self {
         HostConfig {
-            utmp: default_utmp(),
+            utmp: "/var/run/utmp".into(),
             scratch: None,
-            power_supply: default_power_supply(),
-            dev: default_dev(),
-            proc: default_proc(),
-            asound: default_asound(),
+            power_supply: "/sys/class/power_supply".into(),
+            dev: "/dev".into(),
+            proc: "/proc".into(),
+            asound: "/proc/asound".into(),
         }
     }
 }
 
-fn default_utmp() -> PathBuf {
-    "/var/run/utmp".into()
-}
-fn default_power_supply() -> PathBuf {
-    "/sys/class/power_supply".into()
-}
-fn default_dev() -> PathBuf {
-    "/dev".into()
-}
-fn default_proc() -> PathBuf {
-    "/proc".into()
-}
-fn default_asound() -> PathBuf {
-    "/proc/asound".into()
-}
-
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct DockerConfig {
-    #[serde(default = "default_socket")]
     pub socket: String,
     /// Value of the `pilotd.instance` label: pilotd only ever sees and touches containers that
     /// carry it, so two daemons (or test runs) can share one engine.
-    #[serde(default = "default_instance")]
     pub instance: Spanned<String>,
     /// Deadline for one Docker API request (not for a whole pull).
-    #[serde(default = "default_docker_timeout")]
     pub timeout: HumanDuration,
 }
 
 impl Default for DockerConfig {
     fn default() -> Self {
         DockerConfig {
-            socket: default_socket(),
-            instance: default_instance(),
-            timeout: default_docker_timeout(),
+            socket: "unix:///var/run/docker.sock".into(),
+            instance: Spanned::new(0..0, "default".into()),
+            timeout: HumanDuration(Duration::from_secs(30)),
         }
     }
-}
-
-fn default_instance() -> Spanned<String> {
-    Spanned::new(0..0, "default".into())
-}
-fn default_docker_timeout() -> HumanDuration {
-    HumanDuration(Duration::from_secs(30))
 }
 
 /// What SIGTERM does to running workers.
@@ -286,10 +230,6 @@ pub enum OnShutdown {
     Keep,
     /// Stop them gracefully (within the policy's grace) before exiting.
     Stop,
-}
-
-fn default_socket() -> String {
-    "unix:///var/run/docker.sock".into()
 }
 
 #[derive(Debug, Clone, Deserialize, Default)]

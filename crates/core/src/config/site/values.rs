@@ -113,10 +113,8 @@ pub fn check_image_pattern(p: &str) -> Result<(), SiteValueError> {
 fn repository(image: &str) -> &str {
     let name = image.split_once('@').map_or(image, |(n, _)| n);
     let last_slash = name.rfind('/').map_or(0, |i| i + 1);
-    match name[last_slash..].rfind(':') {
-        Some(i) => &name[..last_slash + i],
-        None => name,
-    }
+    let tag = name[last_slash..].rfind(':');
+    tag.map_or(name, |i| &name[..last_slash + i])
 }
 
 pub fn image_allowed(image: &str, patterns: &[String]) -> bool {

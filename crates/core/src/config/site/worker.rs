@@ -10,60 +10,44 @@ use std::time::Duration;
 use toml::Spanned;
 
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct WorkerConfig {
     /// Fully qualified image reference (registry/repository:tag or @digest).
-    #[serde(default = "default_image")]
     pub image: Spanned<String>,
     /// Pattern syntax: `image_allowed`.
-    #[serde(default = "default_allowed")]
     pub allowed_images: Vec<Spanned<String>>,
-    #[serde(default = "default_refresh")]
     pub refresh: HumanDuration,
-    #[serde(default = "default_max_image_age")]
     pub max_image_age: HumanDuration,
-    #[serde(default = "default_max_lifetime")]
     pub max_lifetime: Spanned<HumanDuration>,
-    #[serde(default = "default_idle_timeout")]
     pub idle_timeout: HumanDuration,
     /// Pool token, bind-mounted read-only into workers; never put in env or logs.
     pub token_file: Option<PathBuf>,
     /// Environment of the worker, templated from the decision (`{cpus}`, `{memory_mib}`, ...).
-    #[serde(default)]
     pub env: BTreeMap<String, Spanned<String>>,
     /// A start storm after a crash or a config change must not hit the registry and the pool
     /// all at once.
-    #[serde(default = "default_max_starts")]
     pub max_starts_per_cycle: u32,
     /// Pull a new image even while the owner is using the machine (their bandwidth).
-    #[serde(default)]
     pub pull_while_owner_present: bool,
     /// First delay after a worker that ran no job or failed to start; doubles, up to backoff_max.
-    #[serde(default = "default_backoff_base")]
     pub backoff_base: HumanDuration,
-    #[serde(default = "default_backoff_max")]
     pub backoff_max: HumanDuration,
     /// Process limit of one worker (a fork bomb in a job stays inside it).
-    #[serde(default = "default_pids_limit")]
     pub pids_limit: i64,
     /// Where the token file appears inside the worker (read-only).
-    #[serde(default = "default_token_mount")]
     pub token_mount: PathBuf,
     /// Where the worker's own scratch dir (under [host] scratch) appears inside it.
-    #[serde(default = "default_scratch_mount")]
     pub scratch_mount: PathBuf,
     /// Host path bind-mounted read-only (rslave, so autofs mounts show up) at /cvmfs.
     pub cvmfs: Option<PathBuf>,
     /// Capabilities given back after dropping all (e.g. what the image's entrypoint needs to
     /// switch users). Empty by default.
-    #[serde(default)]
     pub cap_add: Vec<String>,
     /// Run the worker as this user: "uid" or "uid:gid" (numeric: the scratch dir and the
     /// token copy are given to it), or "image" (the image's own USER). Default 65532:65532.
     pub user: Option<Spanned<String>>,
     /// The worker's root filesystem is read-only (tmpfs at /tmp and /var/tmp): a worker writes
     /// only to its scratch dir, whose use is measured against the disk share.
-    #[serde(default = "yes")]
     pub read_only_rootfs: bool,
     /// A network the site names for its workers (its own filtering then applies). Unset:
     /// pilotd's own bridge, no traffic between workers, nothing private or on the host
@@ -73,7 +57,6 @@ pub struct WorkerConfig {
     pub network: Option<Spanned<String>>,
     /// Private destinations (IPv4 networks, `a.b.c.d/n`) workers on pilotd's own network may
     /// reach, e.g. the pool's collector on the campus network.
-    #[serde(default)]
     pub egress_allow: Vec<Spanned<String>>,
     /// The site's web proxy (e.g. its squid) for workers' http and https traffic, and the
     /// hosts reached without it: given to every worker as `http_proxy`, `https_proxy` and
@@ -83,10 +66,8 @@ pub struct WorkerConfig {
     pub http_proxy: Option<Spanned<String>>,
     pub https_proxy: Option<Spanned<String>>,
     pub no_proxy: Option<Spanned<String>>,
-    #[serde(default)]
     pub on_shutdown: OnShutdown,
     /// How often scratch dirs and old images are garbage-collected.
-    #[serde(default = "default_gc_interval")]
     pub gc_interval: HumanDuration,
 }
 
@@ -122,24 +103,32 @@ impl WorkerConfig {
     }
 }
 
+/// The defaults of every key the site leaves out.
 impl Default for WorkerConfig {
     fn default() -> Self {
+        let hours = |h: u64| HumanDuration(Duration::from_secs(h * 3600));
         WorkerConfig {
-            image: default_image(),
-            allowed_images: default_allowed(),
-            refresh: default_refresh(),
-            max_image_age: default_max_image_age(),
-            max_lifetime: default_max_lifetime(),
-            idle_timeout: default_idle_timeout(),
+            image: Spanned::new(
+                0..0,
+                "hub.opensciencegrid.org/osg-htc/ospool-ep:25-release".into(),
+            ),
+            allowed_images: vec![Spanned::new(
+                0..0,
+                "hub.opensciencegrid.org/osg-htc/*".into(),
+            )],
+            refresh: hours(6),
+            max_image_age: hours(72),
+            max_lifetime: Spanned::new(0..0, hours(24)),
+            idle_timeout: HumanDuration(Duration::from_secs(20 * 60)),
             token_file: None,
             env: BTreeMap::new(),
-            max_starts_per_cycle: default_max_starts(),
+            max_starts_per_cycle: 1,
             pull_while_owner_present: false,
-            backoff_base: default_backoff_base(),
-            backoff_max: default_backoff_max(),
-            pids_limit: default_pids_limit(),
-            token_mount: default_token_mount(),
-            scratch_mount: default_scratch_mount(),
+            backoff_base: HumanDuration(Duration::from_secs(60)),
+            backoff_max: hours(1),
+            pids_limit: 4096,
+            token_mount: "/etc/pilotd/token".into(),
+            scratch_mount: "/pilot".into(),
             cvmfs: None,
             cap_add: vec![],
             user: None,
@@ -150,58 +139,9 @@ impl Default for WorkerConfig {
             https_proxy: None,
             no_proxy: None,
             on_shutdown: OnShutdown::Keep,
-            gc_interval: default_gc_interval(),
+            gc_interval: HumanDuration(Duration::from_secs(600)),
         }
     }
-}
-
-fn default_image() -> Spanned<String> {
-    Spanned::new(
-        0..0,
-        "hub.opensciencegrid.org/osg-htc/ospool-ep:25-release".into(),
-    )
-}
-fn default_allowed() -> Vec<Spanned<String>> {
-    vec![Spanned::new(
-        0..0,
-        "hub.opensciencegrid.org/osg-htc/*".into(),
-    )]
-}
-fn default_refresh() -> HumanDuration {
-    HumanDuration(Duration::from_secs(6 * 3600))
-}
-fn default_max_image_age() -> HumanDuration {
-    HumanDuration(Duration::from_secs(72 * 3600))
-}
-fn default_max_lifetime() -> Spanned<HumanDuration> {
-    Spanned::new(0..0, HumanDuration(Duration::from_secs(24 * 3600)))
-}
-fn default_idle_timeout() -> HumanDuration {
-    HumanDuration(Duration::from_secs(20 * 60))
-}
-fn default_max_starts() -> u32 {
-    1
-}
-fn default_backoff_base() -> HumanDuration {
-    HumanDuration(Duration::from_secs(60))
-}
-fn default_backoff_max() -> HumanDuration {
-    HumanDuration(Duration::from_secs(3600))
-}
-fn default_pids_limit() -> i64 {
-    4096
-}
-fn default_token_mount() -> PathBuf {
-    "/etc/pilotd/token".into()
-}
-fn default_scratch_mount() -> PathBuf {
-    "/pilot".into()
-}
-fn yes() -> bool {
-    true
-}
-fn default_gc_interval() -> HumanDuration {
-    HumanDuration(Duration::from_secs(600))
 }
 
 /// Who a worker runs as.
