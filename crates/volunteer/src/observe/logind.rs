@@ -933,7 +933,7 @@ mod tests {
             ]),
         };
         let mut l = Logind::default();
-        let at = |l: &mut Logind, locked, t| l.seen(vec![raw(locked)], t)[0].session.locked_since;
+        let at = |l: &mut Logind, locked, t| l.seen(&[raw(locked)], t)[0].session.locked_since;
         assert_eq!(at(&mut l, false, t0), None);
         let t1 = t0 + chrono::Duration::seconds(30);
         assert_eq!(at(&mut l, true, t1), Some(t1));
@@ -1035,7 +1035,7 @@ mod tests {
             ]),
         };
         let mut l = Logind::default().looking_in(&proc, &dev);
-        let idle = |l: &mut Logind, r: Raw| l.seen(vec![r], Utc::now())[0].session.idle_s;
+        let idle = |l: &mut Logind, r: Raw| l.seen(&[r], Utc::now())[0].session.idle_s;
         let near = |got: Option<u64>, want: u64| got.is_some_and(|g| g.abs_diff(want) <= 2);
         let ssh = idle(&mut l, raw("3", "tty", "", 100));
         assert!(near(ssh, 120), "ssh session by its shell's pts/0: {ssh:?}");
@@ -1206,7 +1206,7 @@ mod tests {
             ]),
         };
         let mut l = Logind::default();
-        let front = |l: &mut Logind, r| l.seen(vec![r], Utc::now())[0].foreground;
+        let front = |l: &mut Logind, r| l.seen(&[r], Utc::now())[0].foreground;
         assert!(front(&mut l, raw(true, "seat0", &seat0)));
         assert!(!front(&mut l, raw(false, "seat0", &seat0)), "switched away");
         assert!(!front(&mut l, raw(true, "", &none)), "no seat: ssh");
