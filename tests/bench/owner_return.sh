@@ -10,18 +10,23 @@
 #
 #   1. utmp: LOGINS logins written in place into a utmp file (the one record slot rewritten
 #      from DEAD_PROCESS to USER_PROCESS and back with pwrite, as login(3) and logout(3) do),
-#      pilotd on the host with sessions = "any", on_return = "pause".
+#      pilotd on the host with sessions = "any", on_return = "pause". LOGINS=0 skips it.
 #   2. logind (LOCKS changes; LOCKS=0 skips): the real-systemd container (tests/systemd/image.sh,
 #      Debian 13, no utmp), pilotd on the host on the container's system bus, alice logged in
 #      through the container's real sshd,
 #      her session's LockedHint set and cleared by her over the system bus; unlock -> pause,
 #      with sessions = "active", lock_grace = "0s". Skipped, and said so, when this pilotd
 #      does not know lock_grace.
+#   3. logind idle inhibitors (INHIBITS starts; INHIBITS=0 skips): the same container and
+#      pilotd, alice's session locked (away), polkitd running; alice (uid 1000, setpriv, as
+#      tests/systemd/run.sh's inhibit_start) starts `systemd-inhibit --what=idle --mode=block`,
+#      holds it a random 1-3 s and ends it: its start -> pause (the use signal of issue 33), its
+#      end -> unpause. Her ssh session is remote, so her lock does not outweigh the inhibitor.
 #
 # Times: the write's from the writer itself (utmp: python reads the clock just before pwrite;
 # logind: the delivery stamp of logind's PropertiesChanged signal, from busctl monitor, and,
-# as a bound, `date` in the container just before busctl starts), the pause's from a watcher of
-# the workers' cgroup freezers (below).
+# as a bound, `date` in the container just before busctl or systemd-inhibit starts), the
+# pause's from a watcher of the workers' cgroup freezers (below).
 # Between two arrivals the owner leaves, both workers are unpaused, and a random 1-3 s passes,
 # so arrivals land at every phase of the INTERVAL cycle. Prints p50/p95/max to the first and
 # to the second worker's pause; an arrival that froze both workers not within 10 s is a
@@ -29,13 +34,14 @@
 #
 # pilotd is the package's build (volunteer profile, no kubernetes) unless PILOTD_BIN is given.
 # Needs root, python3, tests/setup-docker.sh first (engine, registry on 127.0.0.1:5000, test
-# images); part 2 also needs the systemd image (built by debootstrap on first use).
+# images); parts 2 and 3 also need the systemd image (built by debootstrap on first use).
 # KEEP=1 leaves the daemons' logs (LOG=pilotd=debug for more) and the event lists in a temp dir.
-#   LOGINS=30 LOCKS=30 INTERVAL=5s REFRESH=2s tests/bench/owner_return.sh
+#   LOGINS=30 LOCKS=30 INHIBITS=30 INTERVAL=5s REFRESH=2s tests/bench/owner_return.sh
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 logins=${LOGINS:-30}
 locks=${LOCKS:-30}
+inhibits=${INHIBITS:-30}
 interval=${INTERVAL:-5s}
 refresh=${REFRESH:-2s}
 bin=${PILOTD_BIN:-${CARGO_TARGET_DIR:-$here/target}/volunteer/pilotd}
@@ -173,6 +179,23 @@ after_ms() {
   awk -v a="$2" -v t="$3" '$2 == a && $1 >= t { print $1 }' "$1" | sort -n \
     | awk -v k="$4" -v t="$3" 'NR == k { printf "%.1f\n", ($1 - t) / 1e6 }'
 }
+# paused_after EVENTS N T0_NS FIRST LAST [T0_NS FIRST LAST...]: once N pauses are in EVENTS (10 s
+# at most), appends for each T0 the ms from it to the first and to the second pause at or after
+# it; counts a timeout otherwise, and a hung check where one hung from h0's reading to now.
+paused_after() {
+  local ev=$1 n=$2
+  shift 2
+  if wait_count "$ev" pause "$n"; then
+    while [ $# -ge 3 ]; do
+      after_ms "$ev" pause "$1" 1 >>"$2"
+      after_ms "$ev" pause "$1" 2 >>"$3"
+      shift 3
+    done
+  else
+    timeouts=$((timeouts + 1))
+  fi
+  if [ "$h0" -ge 1 ] && [ "$(pending)" -ge 1 ]; then hung=$((hung + 1)); fi
+}
 settle() { sleep "$(awk -v r="$RANDOM" 'BEGIN { printf "%.2f", 1 + 2 * r / 32767 }')"; }
 busy() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8 }' /proc/stat; }
 busy_pct() { # "BUSY0 TOTAL0" "BUSY1 TOTAL1"
@@ -212,53 +235,50 @@ for line in sys.stdin:
     os.close(fd)
     print(t, flush=True)
 PY
-coproc W { exec python3 "$d/writer.py" "$d/utmp" "$d/login.bin"; }
-read -r _ <&"${W[0]}"
-write() { echo "$1" >&"${W[1]}"; read -r t_w <&"${W[0]}"; }
-
-write_policy "$d/policy.toml" any
-write_site "$d/pilotd.toml" "$d/policy.toml" "$d/state" "$inst" "$d/utmp"
-"$bin" -c "$d/pilotd.toml" check >/dev/null
-RUST_LOG=${LOG:-pilotd=info} "$bin" -c "$d/pilotd.toml" run 2>"$d/log" &
-pid=$!
-wait_running "$inst" 2 "utmp part" || { tail -n 30 "$d/log" >&2; exit 1; }
-echo hang >"$d/mode"
-hanging_check "utmp part"
-watch_events "$inst" "$d/events"
-sleep 0.5
-: >"$d/first"; : >"$d/last"
-timeouts=0; hung=0
-b0=$(busy)
-for i in $(seq "$logins"); do
-  np=$(count "$d/events" pause); nu=$(count "$d/events" unpause)
-  h0=$(pending)
-  write login
-  if wait_count "$d/events" pause $((np + 2)); then
-    after_ms "$d/events" pause "$t_w" 1 >>"$d/first"
-    after_ms "$d/events" pause "$t_w" 2 >>"$d/last"
-  else
-    timeouts=$((timeouts + 1))
-  fi
-  [ "$h0" -ge 1 ] && [ "$(pending)" -ge 1 ] && hung=$((hung + 1))
-  write logout
-  wait_count "$d/events" unpause $((nu + 2)) || { log "login $i: the workers were not unpaused within 10 s"; tail -n 20 "$d/log" >&2; exit 1; }
-  settle
-done
-b1=$(busy)
-kill "$pid"; wait "$pid" 2>/dev/null || true; pid=
-kill "$events" 2>/dev/null || true; events=
 echo "owner return under load: 2 workers burning, registry hanging, interval $interval, refresh $refresh, $(nproc) cores ($(uname -r)), pilotd $("$bin" --version | awk '{ print $2 }')"
-echo "  host CPU busy during the logins: $(busy_pct "$b0" "$b1")% (paused workers included)"
-summary "  utmp login -> first pause " "$d/first" "$timeouts"
-summary "  utmp login -> second pause" "$d/last" "$timeouts"
-echo "  utmp logins with a freshness check hanging from the login to both pauses: $hung of $logins ($(cat "$d/stats"))"
-echo "  utmp, each login -> first pause (ms, in order): $(tr '\n' ' ' <"$d/first")"
-failed=$timeouts
-[ "$hung" -ge 1 ] || { log "utmp part: no login came while a freshness check hung: not a hanging registry's figures"; failed=$((failed + 1)); }
-docker ps -aq --filter "label=pilotd.instance=$inst" | xargs -r docker rm -f >/dev/null
+failed=0
+if [ "$logins" -gt 0 ]; then
+  coproc W { exec python3 "$d/writer.py" "$d/utmp" "$d/login.bin"; }
+  read -r _ <&"${W[0]}"
+  write() { echo "$1" >&"${W[1]}"; read -r t_w <&"${W[0]}"; }
 
-# --- part 2: logind lock changes in the real-systemd container ----------------------------------
-[ "$locks" -gt 0 ] || exit $((failed > 0))
+  write_policy "$d/policy.toml" any
+  write_site "$d/pilotd.toml" "$d/policy.toml" "$d/state" "$inst" "$d/utmp"
+  "$bin" -c "$d/pilotd.toml" check >/dev/null
+  RUST_LOG=${LOG:-pilotd=info} "$bin" -c "$d/pilotd.toml" run 2>"$d/log" &
+  pid=$!
+  wait_running "$inst" 2 "utmp part" || { tail -n 30 "$d/log" >&2; exit 1; }
+  echo hang >"$d/mode"
+  hanging_check "utmp part"
+  watch_events "$inst" "$d/events"
+  sleep 0.5
+  : >"$d/first"; : >"$d/last"
+  timeouts=0; hung=0
+  b0=$(busy)
+  for i in $(seq "$logins"); do
+    np=$(count "$d/events" pause); nu=$(count "$d/events" unpause)
+    h0=$(pending)
+    write login
+    paused_after "$d/events" $((np + 2)) "$t_w" "$d/first" "$d/last"
+    write logout
+    wait_count "$d/events" unpause $((nu + 2)) || { log "login $i: the workers were not unpaused within 10 s"; tail -n 20 "$d/log" >&2; exit 1; }
+    settle
+  done
+  b1=$(busy)
+  kill "$pid"; wait "$pid" 2>/dev/null || true; pid=
+  kill "$events" 2>/dev/null || true; events=
+  echo "  host CPU busy during the logins: $(busy_pct "$b0" "$b1")% (paused workers included)"
+  summary "  utmp login -> first pause " "$d/first" "$timeouts"
+  summary "  utmp login -> second pause" "$d/last" "$timeouts"
+  echo "  utmp logins with a freshness check hanging from the login to both pauses: $hung of $logins ($(cat "$d/stats"))"
+  echo "  utmp, each login -> first pause (ms, in order): $(tr '\n' ' ' <"$d/first")"
+  failed=$((failed + timeouts))
+  [ "$hung" -ge 1 ] || { log "utmp part: no login came while a freshness check hung: not a hanging registry's figures"; failed=$((failed + 1)); }
+  docker ps -aq --filter "label=pilotd.instance=$inst" | xargs -r docker rm -f >/dev/null
+fi
+
+# --- parts 2 and 3: logind lock changes and idle inhibitors in the real-systemd container -------
+[ "$locks" -gt 0 ] || [ "$inhibits" -gt 0 ] || exit $((failed > 0))
 image=$(sh "$here/tests/systemd/image.sh")
 mkdir -p "$d/dbus"
 docker run -d --name "$ctr" --hostname pilotd-owner-return \
@@ -301,6 +321,10 @@ path=$(c busctl call org.freedesktop.login1 /org/freedesktop/login1 org.freedesk
 # it (busctl monitor): the instant her hint changed, which pilotd's urgent path reacts to.
 docker exec -d "$ctr" sh -c "exec busctl monitor --json=short --match \
   'type=signal,interface=org.freedesktop.DBus.Properties,member=PropertiesChanged,path=$path' >$d/signals.json 2>&1"
+# And the Manager's, which announce an inhibitor taken or released (BlockInhibited).
+docker exec -d "$ctr" sh -c "exec busctl monitor --json=short --match \
+  'type=signal,interface=org.freedesktop.DBus.Properties,member=PropertiesChanged,path=/org/freedesktop/login1' \
+  >$d/manager-signals.json 2>&1"
 sleep 0.5
 # lock true|false: alice sets her session's LockedHint. t_w: the container's clock just before
 # busctl starts (docker exec not counted); t_s: the delivery of logind's signal of the change.
@@ -320,6 +344,46 @@ lock() {
   [ -n "$t_s" ] || { log "no PropertiesChanged(LockedHint=$1) seen on the bus"; exit 1; }
   t_s=${t_s}000
 }
+# signal_after FILE PATTERN NOT T0_NS WHAT: sets t_s to the delivery (ns) of the first signal
+# in FILE matching the extended regex PATTERN and not NOT at or after T0_NS; 5 s at most.
+signal_after() {
+  t_s=
+  for _ in $(seq 100); do
+    t_s=$(grep -E "$2" "$1" | grep -Ev "$3" | sed -n 's/.*"timestamp-realtime":\([0-9]*\).*/\1/p' \
+      | awk -v t="${4:0:16}" '$1 >= t' | sort -n | head -n 1 || true)
+    [ -n "$t_s" ] && break
+    sleep 0.05
+  done
+  [ -n "$t_s" ] || { log "no PropertiesChanged($5) seen on the bus within 5 s"; exit 1; }
+  t_s=${t_s}000
+}
+# inhibit start|stop: alice takes an idle lock as a film player does (systemd-inhibit as her
+# uid and groups, through logind and polkit), or ends it (systemd-inhibit and its sleep killed:
+# logind drops the lock when its descriptor closes). t_w: the container's clock just before
+# systemd-inhibit starts or the kill; t_s: the delivery of logind's BlockInhibited change.
+blocks='"BlockInhibited":\{"type":"s","data":'
+inhibit() {
+  if [ "$1" = start ]; then
+    c rm -f /root/inhibit.pid /root/inhibit.t
+    docker exec -d "$ctr" sh -c 'echo $$ >/root/inhibit.pid; date +%s%N >/root/inhibit.t; exec setpriv \
+      --reuid=1000 --regid=1000 --init-groups systemd-inhibit --what=idle --mode=block \
+      --who=bench --why=bench sleep 600'
+    t_w=
+    for _ in $(seq 100); do
+      t_w=$(c cat /root/inhibit.t 2>/dev/null || true)
+      [ -n "$t_w" ] && break
+      sleep 0.05
+    done
+    [ -n "$t_w" ] || { log "alice's systemd-inhibit did not start"; exit 1; }
+    inhibit_pid=$(c cat /root/inhibit.pid)
+    signal_after "$d/manager-signals.json" "$blocks\"[^\"]*idle" '^$' "$t_w" "BlockInhibited with idle"
+  else
+    t_w=$(c sh -c "kids=\$(cat /proc/$inhibit_pid/task/$inhibit_pid/children 2>/dev/null); \
+      t=\$(date +%s%N); kill $inhibit_pid \$kids && echo \$t")
+    [ -n "$t_w" ] || { log "alice's systemd-inhibit could not be ended"; exit 1; }
+    signal_after "$d/manager-signals.json" "$blocks" "$blocks\"[^\"]*idle" "$t_w" "BlockInhibited without idle"
+  fi
+}
 echo forward >"$d/mode"
 lock true # away: the workers may start
 DBUS_SYSTEM_BUS_ADDRESS=$bus RUST_LOG=${LOG:-pilotd=info} "$bin" -c "$d/pilotd2.toml" run 2>"$d/log2" &
@@ -329,33 +393,64 @@ echo hang >"$d/mode"
 hanging_check "logind part"
 watch_events "$inst2" "$d/events2"
 sleep 0.5
-: >"$d/first2"; : >"$d/last2"; : >"$d/first2s"; : >"$d/last2s"
-timeouts=0; hung=0
-for i in $(seq "$locks"); do
-  np=$(count "$d/events2" pause); nu=$(count "$d/events2" unpause)
-  h0=$(pending)
-  lock false # she is back
-  if wait_count "$d/events2" pause $((np + 2)); then
-    after_ms "$d/events2" pause "$t_w" 1 >>"$d/first2"
-    after_ms "$d/events2" pause "$t_w" 2 >>"$d/last2"
-    after_ms "$d/events2" pause "$t_s" 1 >>"$d/first2s"
-    after_ms "$d/events2" pause "$t_s" 2 >>"$d/last2s"
-  else
-    timeouts=$((timeouts + 1))
-  fi
-  [ "$h0" -ge 1 ] && [ "$(pending)" -ge 1 ] && hung=$((hung + 1))
-  lock true
-  wait_count "$d/events2" unpause $((nu + 2)) || { log "lock $i: the workers were not unpaused within 10 s"; tail -n 20 "$d/log2" >&2; exit 1; }
-  settle
-done
 echo "  logind (systemd $(c systemctl --version | awk 'NR == 1 { print $2 }'), alice's ssh session $session, no utmp):"
-summary "  logind unlock (its signal) -> first pause  " "$d/first2s" "$timeouts"
-summary "  logind unlock (its signal) -> second pause " "$d/last2s" "$timeouts"
-summary "  logind unlock (asked for: busctl started) -> first pause " "$d/first2" "$timeouts"
-summary "  logind unlock (asked for: busctl started) -> second pause" "$d/last2" "$timeouts"
-echo "  unlocks with a freshness check hanging from the unlock to both pauses: $hung of $locks ($(cat "$d/stats"))"
-echo "  logind, each unlock (its signal) -> first pause (ms, in order): $(tr '\n' ' ' <"$d/first2s")"
-echo "  logind, each unlock (asked for) -> first pause (ms, in order): $(tr '\n' ' ' <"$d/first2")"
-failed=$((failed + timeouts))
-[ "$hung" -ge 1 ] || { log "logind part: no unlock came while a freshness check hung: not a hanging registry's figures"; failed=$((failed + 1)); }
+if [ "$locks" -gt 0 ]; then
+  : >"$d/first2"; : >"$d/last2"; : >"$d/first2s"; : >"$d/last2s"
+  timeouts=0; hung=0
+  for i in $(seq "$locks"); do
+    np=$(count "$d/events2" pause); nu=$(count "$d/events2" unpause)
+    h0=$(pending)
+    lock false # she is back
+    paused_after "$d/events2" $((np + 2)) "$t_w" "$d/first2" "$d/last2" "$t_s" "$d/first2s" "$d/last2s"
+    lock true
+    wait_count "$d/events2" unpause $((nu + 2)) || { log "lock $i: the workers were not unpaused within 10 s"; tail -n 20 "$d/log2" >&2; exit 1; }
+    settle
+  done
+  summary "  logind unlock (its signal) -> first pause  " "$d/first2s" "$timeouts"
+  summary "  logind unlock (its signal) -> second pause " "$d/last2s" "$timeouts"
+  summary "  logind unlock (asked for: busctl started) -> first pause " "$d/first2" "$timeouts"
+  summary "  logind unlock (asked for: busctl started) -> second pause" "$d/last2" "$timeouts"
+  echo "  unlocks with a freshness check hanging from the unlock to both pauses: $hung of $locks ($(cat "$d/stats"))"
+  echo "  logind, each unlock (its signal) -> first pause (ms, in order): $(tr '\n' ' ' <"$d/first2s")"
+  echo "  logind, each unlock (asked for) -> first pause (ms, in order): $(tr '\n' ' ' <"$d/first2")"
+  failed=$((failed + timeouts))
+  [ "$hung" -ge 1 ] || { log "logind part: no unlock came while a freshness check hung: not a hanging registry's figures"; failed=$((failed + 1)); }
+fi
+
+# --- part 3: alice's idle inhibitors -----------------------------------------------------------
+# Her session stays locked (lock_grace 0s: away), so the inhibitor alone makes her present.
+if [ "$inhibits" -gt 0 ]; then
+  c systemctl start polkit.service || { log "polkitd does not start: logind refuses alice's inhibitor without it"; exit 1; }
+  : >"$d/first3s"; : >"$d/last3s"; : >"$d/first3"; : >"$d/last3"; : >"$d/back3s"; : >"$d/back3s2"
+  timeouts=0; hung=0
+  for i in $(seq "$inhibits"); do
+    np=$(count "$d/events2" pause); nu=$(count "$d/events2" unpause)
+    h0=$(pending)
+    inhibit start
+    paused_after "$d/events2" $((np + 2)) "$t_s" "$d/first3s" "$d/last3s" "$t_w" "$d/first3" "$d/last3"
+    # Held a while, as a short film: the end is a use signal of its own, and logind's
+    # announcements pass at once only within pilotd's burst (observe::bus::BURST).
+    settle
+    inhibit stop
+    if wait_count "$d/events2" unpause $((nu + 2)); then
+      after_ms "$d/events2" unpause "$t_s" 1 >>"$d/back3s"
+      after_ms "$d/events2" unpause "$t_s" 2 >>"$d/back3s2"
+    else
+      log "inhibitor $i: its end did not unpause the workers within 10 s"; tail -n 20 "$d/log2" >&2; exit 1
+    fi
+    settle
+  done
+  echo "  logind idle inhibitors (alice's systemd-inhibit --what=idle --mode=block, her session locked):"
+  summary "  inhibitor taken (its signal) -> first pause  " "$d/first3s" "$timeouts"
+  summary "  inhibitor taken (its signal) -> second pause " "$d/last3s" "$timeouts"
+  summary "  inhibitor taken (asked for: systemd-inhibit started) -> first pause " "$d/first3" "$timeouts"
+  summary "  inhibitor taken (asked for: systemd-inhibit started) -> second pause" "$d/last3" "$timeouts"
+  summary "  inhibitor released (its signal) -> first unpause " "$d/back3s"
+  summary "  inhibitor released (its signal) -> second unpause" "$d/back3s2"
+  echo "  inhibitors taken with a freshness check hanging from the start to both pauses: $hung of $inhibits ($(cat "$d/stats"))"
+  echo "  each inhibitor taken (its signal) -> first pause (ms, in order): $(tr '\n' ' ' <"$d/first3s")"
+  echo "  each inhibitor taken (asked for) -> first pause (ms, in order): $(tr '\n' ' ' <"$d/first3")"
+  failed=$((failed + timeouts))
+  [ "$hung" -ge 1 ] || { log "inhibitor part: no inhibitor came while a freshness check hung: not a hanging registry's figures"; failed=$((failed + 1)); }
+fi
 exit $((failed > 0))

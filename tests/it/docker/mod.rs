@@ -22,6 +22,7 @@ mod page;
 mod pilot;
 mod sleep;
 mod snooze;
+mod use_signal;
 mod volunteer;
 
 /// `docker ARGS`, which must succeed; its stdout.

@@ -62,7 +62,14 @@ impl<B: Backend> Daemon<B> {
         int: &mut Interrupt<'_>,
     ) -> Option<String> {
         let started = std::time::Instant::now();
-        let summary = self.reconcile_at(now, urgent, int).await?;
+        let summary = self.reconcile_at(now, urgent, int).await;
+        // logind's sleep delay lock, (re)taken once the cycle acted: a call to logind that
+        // the owner's pause must not wait for (where logind refuses it, every cycle asks
+        // again), and a suspend announced meanwhile finds it held or not as before.
+        if std::mem::take(&mut self.sleep_lock_due) && !self.sleeping {
+            self.logind.hold_sleep_lock().await;
+        }
+        let summary = summary?;
         // Written after the cycle acted, and only when it changed meaningfully: an fsync
         // must never delay the eviction of a login, and an idle laptop's disk may sleep.
         self.records.save_due(&self.s, now);
@@ -154,8 +161,13 @@ impl<B: Backend> Daemon<B> {
             // NetworkManager is asked beside logind (a change of the link is as urgent as a
             // login, and takes no longer); its answer is kept by `self.link`.
             let logind = {
-                let sessions =
-                    futures_util::future::join(self.logind.observe(now), self.link.observe(now));
+                let logind = async {
+                    match urgent {
+                        true => self.logind.observe_urgent(now).await,
+                        false => self.logind.observe(now).await,
+                    }
+                };
+                let sessions = futures_util::future::join(logind, self.link.observe(now));
                 tokio::pin!(sessions);
                 loop {
                     tokio::select! {
@@ -167,7 +179,10 @@ impl<B: Backend> Daemon<B> {
             // An urgent cycle whose sessions came before the engine's list evicts at once, from
             // the last list: on a busy machine the list is most of the owner's wait.
             let early = match (&backend, &listed) {
-                (Some(b), None) if urgent => self.evict_early(b, now, &logind, errors).await,
+                (Some(b), None) if urgent => {
+                    tracing::debug!("sessions before the engine's list: evicting from the last");
+                    self.evict_early(b, now, &logind, errors).await
+                }
                 _ => Early::default(),
             };
             let listed = match listed {
@@ -212,9 +227,7 @@ impl<B: Backend> Daemon<B> {
             }
             _ => (self.records.status().own_cpu, false),
         };
-        if !self.sleeping && matches!(logind, logind::Seen::Sessions { .. }) {
-            self.logind.hold_sleep_lock().await;
-        }
+        self.sleep_lock_due = matches!(logind, logind::Seen::Sessions { .. });
         (o.actions, o.own_cpu) = (early.actions, own_cpu);
         o.workers = workers;
         if let Some(host) = early.host {

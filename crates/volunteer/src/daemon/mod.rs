@@ -138,6 +138,8 @@ pub struct Daemon<B> {
     logind: Logind,
     /// logind announced a sleep and no wake-up yet: workers make room, nothing starts.
     sleeping: bool,
+    /// This cycle reached logind: its sleep delay lock is (re)taken once the cycle acted.
+    sleep_lock_due: bool,
     /// NetworkManager: whether the link is metered.
     link: Link,
     /// When the machine's keyboards, mice and touchpads last had input (`input::watch`).
@@ -210,6 +212,7 @@ impl<B: Backend> Daemon<B> {
             last_snapshot: None,
             logind: Logind::default().looking_in(&s.probe.proc, &s.probe.dev),
             sleeping: false,
+            sleep_lock_due: false,
             link: Link::default(),
             input: {
                 let input = LastInput::new(now);
@@ -238,8 +241,13 @@ impl<B: Backend> Daemon<B> {
         reloads: mpsc::Receiver<Reload>,
     ) {
         let (input, guard) = (self.input.clone(), self.work.egress.clone());
-        self.wakeups
-            .watch_the_machine(&self.s, input, guard, self.link.heard());
+        self.wakeups.watch_the_machine(
+            &self.s,
+            input,
+            guard,
+            self.link.heard(),
+            self.logind.news(),
+        );
         self.doors.open(&self.s, &mut self.wakeups).await;
         lifecycle::serve(self, hooks, shutdown, reloads).await;
     }

@@ -12,7 +12,7 @@ use crate::act::backend::{Backend, BackendEvent};
 use crate::act::egress;
 use crate::observe::inotify::{DirWatch, InotifyError};
 use crate::observe::input::LastInput;
-use crate::observe::logind::Signal;
+use crate::observe::logind::{SessionNews, Signal};
 use crate::observe::metered;
 use crate::settings::Settings;
 use chrono::{DateTime, Utc};
@@ -274,10 +274,16 @@ impl Wakeups {
         input: Arc<LastInput>,
         guard: egress::Guard,
         link: metered::Heard,
+        sessions: SessionNews,
     ) {
         self.watch(watch_utmp(s.probe.utmp.clone(), self.sender()));
         let tx = self.sender();
         self.watch(crate::observe::logind::watch(move |signal| {
+            // Anything but an inhibitor's news may concern the sessions: the next look lists
+            // them anew (an urgent one after inhibitor news alone need not).
+            if signal != Signal::Inhibitors {
+                sessions.set();
+            }
             let t = match signal {
                 // An idle inhibitor taken or released is someone starting or ending a film or
                 // a presentation: acted on as urgently as a login.

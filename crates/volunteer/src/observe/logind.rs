@@ -43,6 +43,12 @@
 //! Its signals are believed only from the owner of `org.freedesktop.login1`: any local user may
 //! send a `PrepareForSleep` on the system bus, which believed would evict the workers and keep
 //! them stopped until a real wake-up (`bus`, issue 35).
+//!
+//! An urgent look (`observe_urgent`) that follows only inhibitor announcements asks logind for
+//! its locks alone and takes the sessions as they were last listed, their terminals looked at
+//! anew: logind announces every change of a session (`Signal::Sessions`, which the watch
+//! notes in `SessionNews`), and the sessions' `GetAll` is a second round trip through a logind
+//! that, on a busy machine, waits for the CPU at each one while the owner waits for the pause.
 
 use crate::observe::bus::BusWatch;
 use crate::observe::terminals;
@@ -52,6 +58,8 @@ use pilotd_core::backoff::Backoff;
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use zbus::zvariant::{OwnedObjectPath, OwnedValue};
 
@@ -83,6 +91,25 @@ pub struct Logind {
     sleep_lock: Option<OwnedFd>,
     /// The block lock on idle (the owner's `keep_awake`), held while workers compute.
     awake_lock: Option<OwnedFd>,
+    /// The sessions as logind last listed them, for an urgent look after inhibitor news only.
+    listed: Option<Vec<Raw>>,
+    /// logind announced a session change since `listed` was asked for (`watch`).
+    news: SessionNews,
+}
+
+/// Set by the watch when logind announces a session change (`Signal::Sessions`), taken by each
+/// look that lists the sessions: an urgent look while it is unset lists only the inhibitors.
+#[derive(Debug, Clone, Default)]
+pub struct SessionNews(Arc<AtomicBool>);
+
+impl SessionNews {
+    pub(crate) fn set(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    fn take(&self) -> bool {
+        self.0.swap(false, Ordering::Relaxed)
+    }
 }
 
 /// The process and device directories a text session's terminals are found in.
@@ -176,6 +203,11 @@ impl Logind {
         }
     }
 
+    /// What the watch sets when logind announces a session change (`watch`).
+    pub(crate) fn news(&self) -> SessionNews {
+        self.news.clone()
+    }
+
     /// Since when each session has been seen locked, by session id ("when" only).
     pub(crate) fn locks(&self) -> std::collections::BTreeMap<String, DateTime<Utc>> {
         self.locked.iter().map(|(k, v)| (k.clone(), *v)).collect()
@@ -184,11 +216,40 @@ impl Logind {
     /// The sessions logind knows at `now`, within `DEADLINE`; while in back-off, the last
     /// failure without asking.
     pub(crate) async fn observe(&mut self, now: DateTime<Utc>) -> Seen {
+        self.look(now, false).await
+    }
+
+    /// `observe` for an urgent cycle: with no session change announced since the sessions were
+    /// last listed, only the inhibitor locks are asked for (one round trip instead of two).
+    pub(crate) async fn observe_urgent(&mut self, now: DateTime<Utc>) -> Seen {
+        self.look(now, true).await
+    }
+
+    async fn look(&mut self, now: DateTime<Utc>, urgent: bool) -> Seen {
         if self.retry_at.is_some_and(|t| now < t) {
             return Seen::Unavailable(self.last_error.clone());
         }
-        let answer = match tokio::time::timeout(DEADLINE, self.ask()).await {
-            Ok(Ok(list)) => Ok(list),
+        // Taken before asking: news arriving meanwhile is for the next look.
+        let news = self.news.take();
+        let listed = match self.listed.take() {
+            Some(l) if urgent && !news && self.conn.is_some() => Some(l),
+            _ => None,
+        };
+        let asked = std::time::Instant::now();
+        let ask = async {
+            match listed {
+                Some(l) => Ok((l, self.ask_inhibitors().await?)),
+                None => self.ask().await,
+            }
+        };
+        let answer = match tokio::time::timeout(DEADLINE, ask).await {
+            Ok(Ok(list)) => {
+                tracing::debug!(
+                    "logind answered in {:.1} ms",
+                    asked.elapsed().as_secs_f64() * 1e3
+                );
+                Ok(list)
+            }
             Ok(Err(e)) => Err(e.to_string()),
             Err(_) => Err(format!("no answer within {} ms", DEADLINE.as_millis())),
         };
@@ -196,13 +257,16 @@ impl Logind {
             Ok((list, inhibitors)) => {
                 self.failures = 0;
                 self.retry_at = None;
+                let sessions = self.seen(&list, now);
+                self.listed = Some(list);
                 Seen::Sessions {
-                    sessions: self.seen(list, now),
+                    sessions,
                     inhibitors: idle_uses(&inhibitors, crate::observe::media::user_of),
                 }
             }
             Err(why) => {
                 self.conn = None;
+                self.listed = None;
                 self.sleep_lock = None;
                 self.awake_lock = None;
                 self.failures = self.failures.saturating_add(1);
@@ -215,11 +279,11 @@ impl Logind {
 
     /// The raw answers as sessions, with each locked one's first sighting carried over and
     /// each text session's terminals looked at.
-    fn seen(&mut self, list: Vec<Raw>, now: DateTime<Utc>) -> Vec<LogindSession> {
-        let used = self.terminals_used(&list);
+    fn seen(&mut self, list: &[Raw], now: DateTime<Utc>) -> Vec<LogindSession> {
+        let used = self.terminals_used(list);
         let mut out = Vec::with_capacity(list.len());
         let mut locked = HashMap::new();
-        for (r, used) in list.into_iter().zip(used) {
+        for (r, used) in list.iter().zip(used) {
             let since = (boolean(&r.props, "LockedHint") == Some(true))
                 .then(|| *self.locked.get(&r.id).unwrap_or(&now));
             if let Some(t) = since {
@@ -230,7 +294,7 @@ impl Logind {
                 let foreground =
                     boolean(&r.props, "Active") == Some(true) && !seat(&r.props).is_empty();
                 out.push(LogindSession {
-                    id: r.id,
+                    id: r.id.clone(),
                     session: s,
                     foreground,
                 });
@@ -297,16 +361,7 @@ impl Logind {
             futures_util::future::join(call("ListSessions"), call("ListInhibitors")).await;
         let list: Vec<(String, u32, String, String, OwnedObjectPath)> =
             list?.body().deserialize()?;
-        // The locks only add to what the sessions say: a logind that will not list them
-        // (an older or a stand-in one) leaves the sessions as they are.
-        let inhibitors = match inhibitors {
-            Ok(m) => inhibitors_of(&m)?,
-            Err(zbus::Error::MethodError(name, ..)) => {
-                tracing::debug!("logind does not list its inhibitors ({name})");
-                Vec::new()
-            }
-            Err(e) => return Err(e),
-        };
+        let inhibitors = inhibitors_answered(inhibitors)?;
         let answers = futures_util::future::join_all(list.iter().map(|(.., path)| {
             conn.call_method(
                 Some(SERVICE),
@@ -333,6 +388,21 @@ impl Logind {
             });
         }
         Ok((out, inhibitors))
+    }
+
+    /// The inhibitor locks alone.
+    async fn ask_inhibitors(&mut self) -> zbus::Result<Vec<Inhibitor>> {
+        let conn = self.connection().await?;
+        inhibitors_answered(
+            conn.call_method(
+                Some(SERVICE),
+                MANAGER_PATH,
+                Some(MANAGER),
+                "ListInhibitors",
+                &(),
+            )
+            .await,
+        )
     }
 
     /// Holds a delay lock on sleep while awake, so that a suspend waits (at most logind's
@@ -400,6 +470,20 @@ impl Logind {
         .await
         .map_err(|_| zbus::Error::Failure("no answer".into()))??;
         Ok(fd.into())
+    }
+}
+
+/// `ListInhibitors`' answer as the locks, none where logind will not list them: the locks
+/// only add to what the sessions say, and an older or a stand-in logind leaves the sessions
+/// as they are.
+fn inhibitors_answered(answer: zbus::Result<zbus::Message>) -> zbus::Result<Vec<Inhibitor>> {
+    match answer {
+        Ok(m) => inhibitors_of(&m),
+        Err(zbus::Error::MethodError(name, ..)) => {
+            tracing::debug!("logind does not list its inhibitors ({name})");
+            Ok(Vec::new())
+        }
+        Err(e) => Err(e),
     }
 }
 
@@ -849,7 +933,7 @@ mod tests {
             ]),
         };
         let mut l = Logind::default();
-        let at = |l: &mut Logind, locked, t| l.seen(vec![raw(locked)], t)[0].session.locked_since;
+        let at = |l: &mut Logind, locked, t| l.seen(&[raw(locked)], t)[0].session.locked_since;
         assert_eq!(at(&mut l, false, t0), None);
         let t1 = t0 + chrono::Duration::seconds(30);
         assert_eq!(at(&mut l, true, t1), Some(t1));
@@ -951,7 +1035,7 @@ mod tests {
             ]),
         };
         let mut l = Logind::default().looking_in(&proc, &dev);
-        let idle = |l: &mut Logind, r: Raw| l.seen(vec![r], Utc::now())[0].session.idle_s;
+        let idle = |l: &mut Logind, r: Raw| l.seen(&[r], Utc::now())[0].session.idle_s;
         let near = |got: Option<u64>, want: u64| got.is_some_and(|g| g.abs_diff(want) <= 2);
         let ssh = idle(&mut l, raw("3", "tty", "", 100));
         assert!(near(ssh, 120), "ssh session by its shell's pts/0: {ssh:?}");
@@ -1122,7 +1206,7 @@ mod tests {
             ]),
         };
         let mut l = Logind::default();
-        let front = |l: &mut Logind, r| l.seen(vec![r], Utc::now())[0].foreground;
+        let front = |l: &mut Logind, r| l.seen(&[r], Utc::now())[0].foreground;
         assert!(front(&mut l, raw(true, "seat0", &seat0)));
         assert!(!front(&mut l, raw(false, "seat0", &seat0)), "switched away");
         assert!(!front(&mut l, raw(true, "", &none)), "no seat: ssh");

@@ -221,8 +221,15 @@ impl Workers for DockerBackend {
             if !self.freezers.frozen_here(id) && f.is_frozen().unwrap_or(false) {
                 return Ok(());
             }
+            let asked = std::time::Instant::now();
             match f.freeze().await {
                 Ok(()) => {
+                    // From the write to every task stopped: the kernel's part of a pause.
+                    tracing::debug!(
+                        worker = %id,
+                        "frozen in {:.1} ms",
+                        asked.elapsed().as_secs_f64() * 1e3
+                    );
                     self.freezers.mark(id, true);
                     return Ok(());
                 }
