@@ -4,13 +4,14 @@
 //! the condor tools' output alike; null is undefined.
 
 use serde::de::{self, IgnoredAny, MapAccess, Visitor};
-use serde::ser::SerializeMap;
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize};
 use std::fmt;
 
 /// An evaluated ClassAd value. Lists and nested ads never occur in the attributes pilotd
-/// reads; the condor probe keeps their text as a string.
-#[derive(Debug, Clone, PartialEq, Default)]
+/// reads; the condor probe keeps their text as a string. Written as the bare JSON value,
+/// undefined as null.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+#[serde(untagged)]
 pub enum AdValue {
     #[default]
     Undefined,
@@ -21,6 +22,10 @@ pub enum AdValue {
 }
 
 impl AdValue {
+    fn is_undefined(&self) -> bool {
+        *self == AdValue::Undefined
+    }
+
     /// The value as a whole number, as HTCondor converts to int (reals truncate toward zero,
     /// booleans are 0/1); None for undefined, strings and non-finite reals.
     pub(crate) fn as_int(&self) -> Option<i64> {
@@ -42,18 +47,6 @@ impl AdValue {
             AdValue::Int(i) => Some(i.to_string()),
             AdValue::Real(r) => Some(r.to_string()),
             AdValue::Bool(b) => Some(b.to_string()),
-        }
-    }
-}
-
-impl Serialize for AdValue {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self {
-            AdValue::Undefined => s.serialize_none(),
-            AdValue::Int(i) => s.serialize_i64(*i),
-            AdValue::Real(r) => s.serialize_f64(*r),
-            AdValue::Bool(b) => s.serialize_bool(*b),
-            AdValue::Str(v) => s.serialize_str(v),
         }
     }
 }
@@ -98,8 +91,10 @@ impl<'de> Deserialize<'de> for AdValue {
     }
 }
 
-/// One idle job: the attributes the shape key and the accounting need, evaluated.
-#[derive(Debug, Clone, PartialEq, Default)]
+/// One idle job: the attributes the shape key and the accounting need, evaluated; written
+/// under their ClassAd names, in `JOB_ATTRS` order.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+#[serde(rename_all = "PascalCase")]
 pub struct JobAd {
     pub schedd_name: String,
     pub cluster_id: i64,
@@ -108,13 +103,19 @@ pub struct JobAd {
     pub request_cpus: AdValue,
     pub request_memory: AdValue,
     pub request_disk: AdValue,
+    #[serde(rename = "RequestGPUs")]
     pub request_gpus: AdValue,
+    #[serde(rename = "RequestGPUTypes")]
     pub request_gpu_types: AdValue,
     pub request_labels: AdValue,
     pub request_disk_volumes: AdValue,
     /// True when the job's Requirements constrain GPUs beyond count and type (`require_gpus`
     /// → `RequireGPUs`, or `GPUs_Capability`): pilotd cannot make a pod that surely matches
     /// (see `demand`). The condor probe evaluates `GPU_CONSTRAINT` for it.
+    #[serde(
+        rename = "ConstrainsGPUs",
+        skip_serializing_if = "AdValue::is_undefined"
+    )]
     pub constrains_gpus: AdValue,
 }
 
@@ -185,27 +186,6 @@ impl JobAd {
 
     pub(crate) fn is_idle(&self) -> bool {
         self.job_status.as_int() == Some(1)
-    }
-}
-
-impl Serialize for JobAd {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_map(None)?;
-        m.serialize_entry("ScheddName", &self.schedd_name)?;
-        m.serialize_entry("ClusterId", &self.cluster_id)?;
-        m.serialize_entry("ProcId", &self.proc_id)?;
-        m.serialize_entry("JobStatus", &self.job_status)?;
-        m.serialize_entry("RequestCpus", &self.request_cpus)?;
-        m.serialize_entry("RequestMemory", &self.request_memory)?;
-        m.serialize_entry("RequestDisk", &self.request_disk)?;
-        m.serialize_entry("RequestGPUs", &self.request_gpus)?;
-        m.serialize_entry("RequestGPUTypes", &self.request_gpu_types)?;
-        m.serialize_entry("RequestLabels", &self.request_labels)?;
-        m.serialize_entry("RequestDiskVolumes", &self.request_disk_volumes)?;
-        if self.constrains_gpus != AdValue::Undefined {
-            m.serialize_entry("ConstrainsGPUs", &self.constrains_gpus)?;
-        }
-        m.end()
     }
 }
 
@@ -280,11 +260,13 @@ impl<'de> Visitor<'de> for AttrKeySeed<'_> {
 
 /// One startd ad advertised by a worker pod (the collector query is restricted to this
 /// provisioner's workers).
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+#[serde(rename_all = "PascalCase")]
 pub struct StartdAd {
     pub name: String,
     pub state: Option<String>,
     pub activity: Option<String>,
+    #[serde(rename = "K8SPodName")]
     pub k8s_pod_name: Option<String>,
 }
 
@@ -298,17 +280,6 @@ impl StartdAd {
             "k8spodname" => self.k8s_pod_name = text,
             _ => {}
         }
-    }
-}
-
-impl Serialize for StartdAd {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_map(Some(4))?;
-        m.serialize_entry("Name", &self.name)?;
-        m.serialize_entry("State", &self.state)?;
-        m.serialize_entry("Activity", &self.activity)?;
-        m.serialize_entry("K8SPodName", &self.k8s_pod_name)?;
-        m.end()
     }
 }
 
@@ -371,5 +342,50 @@ mod tests {
         let back = serde_json::to_value(&j).unwrap();
         assert_eq!(back["RequestCpus"], 4);
         assert!(back["RequestGPUTypes"].is_null());
+    }
+
+    #[test]
+    fn ads_are_written_under_their_classad_names_in_query_order() {
+        let mut j = JobAd {
+            schedd_name: "ap1".into(),
+            cluster_id: 7,
+            request_cpus: AdValue::Int(4),
+            request_memory: AdValue::Real(1.5),
+            request_gpu_types: AdValue::Str("A100".into()),
+            request_labels: AdValue::Bool(true),
+            ..JobAd::default()
+        };
+        let text = serde_json::to_string(&j).unwrap();
+        assert_eq!(
+            text,
+            r#"{"ScheddName":"ap1","ClusterId":7,"ProcId":0,"JobStatus":null,"RequestCpus":4,"RequestMemory":1.5,"RequestDisk":null,"RequestGPUs":null,"RequestGPUTypes":"A100","RequestLabels":true,"RequestDiskVolumes":null}"#,
+            "ConstrainsGPUs is left out while undefined"
+        );
+        j.constrains_gpus = AdValue::Int(1);
+        let text = serde_json::to_string(&j).unwrap();
+        assert!(
+            text.ends_with(r#""RequestDiskVolumes":null,"ConstrainsGPUs":1}"#),
+            "{text}"
+        );
+        let keys: std::collections::BTreeSet<String> =
+            serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(&text)
+                .unwrap()
+                .keys()
+                .cloned()
+                .collect();
+        let names = JOB_ATTRS.map(String::from).into_iter().collect();
+        assert_eq!(
+            keys, names,
+            "every attribute of JOB_ATTRS, spelled as there"
+        );
+        let s = StartdAd {
+            name: "slot1@pod".into(),
+            k8s_pod_name: Some("pod".into()),
+            ..StartdAd::default()
+        };
+        assert_eq!(
+            serde_json::to_string(&s).unwrap(),
+            r#"{"Name":"slot1@pod","State":null,"Activity":null,"K8SPodName":"pod"}"#
+        );
     }
 }

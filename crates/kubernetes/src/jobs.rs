@@ -139,30 +139,30 @@ pub(crate) fn mount_flags(path: &str) -> (&str, bool, bool) {
     }
 }
 
+/// A PVC and its mount.
 fn pvc_mount(
-    volumes: &mut Vec<Volume>,
-    mounts: &mut Vec<VolumeMount>,
     name: String,
     claim: &str,
     path: &str,
     read_only: bool,
     host_to_container: bool,
-) {
-    volumes.push(Volume {
+) -> (Volume, VolumeMount) {
+    let volume = Volume {
         name: name.clone(),
         persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
             claim_name: claim.to_string(),
             read_only: read_only.then_some(true),
         }),
         ..Volume::default()
-    });
-    mounts.push(VolumeMount {
+    };
+    let mount = VolumeMount {
         name,
         mount_path: path.to_string(),
         read_only: read_only.then_some(true),
         mount_propagation: host_to_container.then(|| "HostToContainer".to_string()),
         ..VolumeMount::default()
-    });
+    };
+    (volume, mount)
 }
 
 /// The job's GPU types that every site rule on the GPU product label lets through (`In`:
@@ -387,29 +387,23 @@ fn worker_volumes(
     key: &ShapeKey,
     pods: &PodTemplate,
 ) -> Result<(Vec<Volume>, Vec<VolumeMount>), JobError> {
-    let mut volumes = Vec::new();
-    let mut mounts = Vec::new();
-    for (i, v) in pods.pvc_volumes.iter().enumerate() {
-        pvc_mount(
-            &mut volumes,
-            &mut mounts,
-            format!("pvc-{i}"),
-            &v.claim,
-            &v.path,
-            v.read_only,
-            v.host_to_container,
-        );
-    }
-    job_disk_volumes(key, pods, &site_mounts(pods), &mut volumes, &mut mounts)?;
-    for (i, v) in pods.config_volumes.iter().enumerate() {
-        let (volume, mount) = config_map_file(format!("cm-{i}"), v);
-        volumes.push(volume);
-        mounts.push(mount);
-    }
-    let (volume, mount) = token_secret(pods);
-    volumes.push(volume);
-    mounts.push(mount);
-    Ok((volumes, mounts))
+    let pvcs = pods.pvc_volumes.iter().enumerate();
+    let mut both: Vec<_> = pvcs
+        .map(|(i, v)| {
+            pvc_mount(
+                format!("pvc-{i}"),
+                &v.claim,
+                &v.path,
+                v.read_only,
+                v.host_to_container,
+            )
+        })
+        .collect();
+    both.extend(job_disk_volumes(key, pods, &site_mounts(pods))?);
+    let files = pods.config_volumes.iter().enumerate();
+    both.extend(files.map(|(i, v)| config_map_file(format!("cm-{i}"), v)));
+    both.push(token_secret(pods));
+    Ok(both.into_iter().unzip())
 }
 
 /// What the site and pilotd mount into every worker, by mount point (`mount_point`), each
@@ -444,11 +438,10 @@ fn job_disk_volumes(
     key: &ShapeKey,
     pods: &PodTemplate,
     site: &[(String, String)],
-    volumes: &mut Vec<Volume>,
-    mounts: &mut Vec<VolumeMount>,
-) -> Result<(), JobError> {
+) -> Result<Vec<(Volume, VolumeMount)>, JobError> {
     let bad = |entry: &str, problem: &str| bad_field(key, "RequestDiskVolumes", entry, problem);
     let mut own: Vec<(String, String)> = Vec::new();
+    let mut both = Vec::new();
     for (i, (claim, path)) in parse_dict(&key.disk_volumes)
         .map_err(|e| bad(&key.disk_volumes, &e.to_string()))?
         .into_iter()
@@ -488,17 +481,9 @@ fn job_disk_volumes(
             ));
         }
         own.push((at, entry.clone()));
-        pvc_mount(
-            volumes,
-            mounts,
-            format!("job-pvc-{i}"),
-            &claim,
-            path,
-            ro,
-            h2c,
-        );
+        both.push(pvc_mount(format!("job-pvc-{i}"), &claim, path, ro, h2c));
     }
-    Ok(())
+    Ok(both)
 }
 
 /// One file of a site ConfigMap, mounted at its path (the key is the path's file name).

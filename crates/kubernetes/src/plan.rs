@@ -28,11 +28,9 @@ pub struct BackoffView {
 pub struct ClusterDecision {
     pub key: ShapeKey,
     pub idle_jobs: u64,
-    pub waiting: u64,
-    pub unmatched: u64,
-    pub claimed: u64,
-    pub failed: u64,
-    pub unknown: u64,
+    /// The shape's pods by state; flattened, so the JSON keeps one level of counts.
+    #[serde(flatten)]
+    pub pods: Accounting,
     pub min_pods: u64,
     pub submit: u64,
     /// Pods the shape would have got but for `max_creates_per_cycle` (next cycle's).
@@ -47,13 +45,14 @@ pub struct ClusterDecision {
 impl ClusterDecision {
     /// The shape's idle jobs and its pods by state, in the tables' column order.
     pub(crate) fn counts(&self) -> [u64; 6] {
+        let p = &self.pods;
         [
             self.idle_jobs,
-            self.waiting,
-            self.unmatched,
-            self.claimed,
-            self.failed,
-            self.unknown,
+            p.waiting,
+            p.unmatched,
+            p.claimed,
+            p.failed,
+            p.unknown,
         ]
     }
 
@@ -179,9 +178,16 @@ pub fn decide(snap: &ClusterSnapshot, cfg: &PlanSettings, now: DateTime<Utc>) ->
             }
         }
         jobs.extend(bodies);
-        let mut row = cluster_row(key, idle, &acc, min, submit, backoff, error);
-        row.held_by_cycle_cap = held;
-        clusters.push(row);
+        clusters.push(ClusterDecision {
+            key: key.clone(),
+            idle_jobs: idle,
+            pods: acc,
+            min_pods: min,
+            submit,
+            held_by_cycle_cap: held,
+            backoff,
+            error,
+        });
     }
     // Stuck Jobs first (each is a pod that will never run), then finished ones; one bound.
     let cap = usize::try_from(cfg.cleanup_max_per_cycle).unwrap_or(usize::MAX);
@@ -225,31 +231,6 @@ pub fn decide(snap: &ClusterSnapshot, cfg: &PlanSettings, now: DateTime<Utc>) ->
                 .collect(),
         },
         book,
-    }
-}
-
-fn cluster_row(
-    key: &ShapeKey,
-    idle: u64,
-    acc: &Accounting,
-    min: u64,
-    submit: u64,
-    backoff: Option<BackoffView>,
-    error: Option<String>,
-) -> ClusterDecision {
-    ClusterDecision {
-        key: key.clone(),
-        idle_jobs: idle,
-        waiting: acc.waiting,
-        unmatched: acc.unmatched,
-        claimed: acc.claimed,
-        failed: acc.failed,
-        unknown: acc.unknown,
-        min_pods: min,
-        submit,
-        held_by_cycle_cap: 0,
-        backoff,
-        error,
     }
 }
 

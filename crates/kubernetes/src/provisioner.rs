@@ -137,8 +137,9 @@ pub async fn cycle(
 fn log_cluster(c: &ClusterDecision) {
     if !c.is_quiet() {
         tracing::debug!(
-            key = %c.key, idle = c.idle_jobs, waiting = c.waiting, unmatched = c.unmatched,
-            claimed = c.claimed, failed = c.failed, unknown = c.unknown, min_pods = c.min_pods,
+            key = %c.key, idle = c.idle_jobs, waiting = c.pods.waiting,
+            unmatched = c.pods.unmatched, claimed = c.pods.claimed, failed = c.pods.failed,
+            unknown = c.pods.unknown, min_pods = c.min_pods,
             submit = c.submit, "cluster"
         );
     }
@@ -270,11 +271,11 @@ fn export(m: &Metrics, plan: &KubePlan, took: std::time::Duration) {
         let idle = [("shape", shape.clone())];
         m.idle_jobs.get_or_create(&idle).set(c.idle_jobs as i64);
         for (state, n) in [
-            ("waiting", c.waiting),
-            ("unmatched", c.unmatched),
-            ("claimed", c.claimed),
-            ("failed", c.failed),
-            ("unknown", c.unknown),
+            ("waiting", c.pods.waiting),
+            ("unmatched", c.pods.unmatched),
+            ("claimed", c.pods.claimed),
+            ("failed", c.pods.failed),
+            ("unknown", c.pods.unknown),
         ] {
             let labels = [("shape", shape.clone()), ("state", state.into())];
             m.pods.get_or_create(&labels).set(n as i64);

@@ -194,7 +194,7 @@ async fn provisioner_sees_every_users_idle_jobs_and_counts_real_pilots() {
     let claimed = (0..LONG.as_secs() / 5).any(|_| {
         let (plan, _) = futures_block(cycle(&settings, &backend, &mut book, Utc::now()));
         let c = only_cluster(&plan.clusters).clone();
-        let done = c.claimed == 1 && c.unmatched == 1;
+        let done = c.pods.claimed == 1 && c.pods.unmatched == 1;
         last = Some(c);
         if !done {
             std::thread::sleep(Duration::from_secs(5));
@@ -218,7 +218,7 @@ async fn provisioner_sees_every_users_idle_jobs_and_counts_real_pilots() {
         ),
         workers[0].diagnose()
     );
-    assert_eq!(counts.waiting, 0, "{counts:?}");
+    assert_eq!(counts.pods.waiting, 0, "{counts:?}");
     // One job runs on the claimed pilot; the other four are still idle and counted.
     assert_eq!(counts.idle_jobs, 4, "{counts:?}");
     for w in &workers {

@@ -208,7 +208,7 @@ async fn full_cycle_creates_exactly_the_expected_jobs_and_a_second_creates_none(
         plan2.clusters
     );
     assert_eq!(fake.jobs().len(), 6);
-    let waiting: Vec<u64> = plan2.clusters.iter().map(|c| c.waiting).collect();
+    let waiting: Vec<u64> = plan2.clusters.iter().map(|c| c.pods.waiting).collect();
     assert_eq!(
         waiting,
         vec![3, 1, 2],
@@ -325,7 +325,7 @@ async fn failing_workers_put_their_shape_on_trial_and_finished_jobs_are_cleaned_
     let t2 = now() + chrono::Duration::minutes(2);
     let (plan2, r2) = cycle(&cfg, &backend, &mut book, t2).await.unwrap();
     let row = &plan2.clusters[0];
-    assert_eq!(row.failed, 11);
+    assert_eq!(row.pods.failed, 11);
     assert!(row.backoff.as_ref().unwrap().trial);
     assert!(
         r2.created.is_empty(),

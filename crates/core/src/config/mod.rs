@@ -175,22 +175,24 @@ pub fn parse_site_with(
     modes: &ModeTables,
 ) -> Result<SiteConfig, ConfigError> {
     let mut d = Diagnostics::new(path, src);
-    match toml::from_str::<SiteConfig>(src) {
+    let site = toml::from_str::<SiteConfig>(src);
+    match &site {
         Ok(site) => {
             site.validate(&mut d);
             for check in modes {
-                check(&site, src, &mut d);
-            }
-            if d.is_empty() {
-                Ok(site)
-            } else {
-                Err(ConfigError::Invalid(d.into_vec()))
+                check(site, src, &mut d);
             }
         }
-        Err(e) => {
-            d.toml_error(&e, "see the commented examples/pilotd.toml for every key");
-            Err(ConfigError::Invalid(d.into_vec()))
-        }
+        Err(e) => d.toml_error(e, "see the commented examples/pilotd.toml for every key"),
+    }
+    verdict(site.ok(), d)
+}
+
+/// The file's value when nothing was diagnosed (and it parsed), else every diagnostic.
+fn verdict<T>(value: Option<T>, d: Diagnostics) -> Result<T, ConfigError> {
+    match value {
+        Some(v) if d.is_empty() => Ok(v),
+        _ => Err(ConfigError::Invalid(d.into_vec())),
     }
 }
 
@@ -246,11 +248,7 @@ pub fn parse_policy(
     if let Some(m) = machine {
         check_against_machine(&p, &spans, m, &mut d);
     }
-    if d.is_empty() {
-        Ok(p)
-    } else {
-        Err(ConfigError::Invalid(d.into_vec()))
-    }
+    verdict(Some(p), d)
 }
 
 /// A share larger than the machine is an error the owner should see, not a silent clamp.

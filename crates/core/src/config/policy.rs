@@ -129,9 +129,12 @@ pub enum SessionRule {
 }
 
 /// What happens to running workers when the owner needs the machine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Evict {
+    #[default]
     None,
     /// `docker pause`: frozen, resumed when the owner leaves.
     Pause,

@@ -348,19 +348,10 @@ pub(crate) fn day_name(d: Weekday) -> &'static str {
 }
 
 fn parse_day(s: &str) -> Result<Weekday, UnitError> {
-    const FULL: [&str; 7] = [
-        "monday",
-        "tuesday",
-        "wednesday",
-        "thursday",
-        "friday",
-        "saturday",
-        "sunday",
-    ];
-    let l = s.trim().to_ascii_lowercase();
-    WEEK.into_iter()
-        .find(|d| l == day_name(*d) || l == FULL[d.num_days_from_monday() as usize])
-        .ok_or_else(|| UnitError::Day(s.trim().to_string()))
+    // chrono reads "mon" and "monday" alike, in any case, and nothing else.
+    s.trim()
+        .parse()
+        .map_err(|_| UnitError::Day(s.trim().to_string()))
 }
 
 /// Parses "mon-fri", "sat,sun", "mon,wed-fri", "daily". Ranges may wrap ("fri-mon").
@@ -596,6 +587,14 @@ mod tests {
         assert_eq!(parse_days("sat,sun").unwrap(), DaySet(0b1100000));
         assert_eq!(parse_days("fri-mon").unwrap(), DaySet(0b1110001));
         assert_eq!(parse_days("Monday, wed").unwrap(), DaySet(0b0000101));
+        assert_eq!(parse_days("WEDNESDAY-thursday").unwrap(), DaySet(0b0001100));
+        for near in ["tues", "mo", "mondays", "sat day"] {
+            assert_eq!(
+                parse_days(near).unwrap_err(),
+                UnitError::Day(near.into()),
+                "{near}"
+            );
+        }
         let e = parse_days("mon,funday,tue-blursday")
             .unwrap_err()
             .to_string();

@@ -102,10 +102,10 @@ impl<'a> Reader<'a> {
     fn htc(&self, key: &str) -> Result<Option<IniValue>, IniError> {
         self.ini.get(self.htc, key)
     }
-    fn value_err(&self, v: &IniValue, key: &str, message: String, hint: &str) -> IniError {
+    fn value_err(&self, line: usize, key: &str, message: String, hint: &str) -> IniError {
         IniError::Value {
             path: self.ini.path.clone(),
-            line: v.line,
+            line,
             key: key.to_string(),
             message,
             hint: hint.to_string(),
@@ -116,7 +116,7 @@ impl<'a> Reader<'a> {
             None => Ok(None),
             Some(v) => v.raw.trim().parse::<u64>().map(Some).map_err(|_| {
                 self.value_err(
-                    &v,
+                    v.line,
                     key,
                     format!("`{}` is not a whole number", v.raw),
                     "the provisioner reads this key with int()",
@@ -124,12 +124,15 @@ impl<'a> Reader<'a> {
             }),
         }
     }
+    fn k8s_int(&self, key: &str) -> Result<Option<u64>, IniError> {
+        self.int(self.k8s(key)?, key)
+    }
     fn dict(&self, key: &str) -> Result<Vec<(String, String)>, IniError> {
         match self.k8s(key)? {
             None => Ok(Vec::new()),
             Some(v) => parse_dict(&v.raw).map_err(|e| {
                 self.value_err(
-                    &v,
+                    v.line,
                     key,
                     e.to_string(),
                     "separate entries with `,` and key from value with one `:`; write a literal `:` as &colon; and `,` as &comma;",
@@ -165,6 +168,11 @@ pub(crate) fn convert(ini: &IniFile) -> Result<String, IniError> {
     Ok(out)
 }
 
+/// `key = "value"`: the INI's value, or the default when the INI leaves the key out.
+fn write_str(w: &mut String, key: &str, v: Option<IniValue>, d: &str) {
+    let _ = writeln!(w, "{key} = {}", q(&str_or(v, d)));
+}
+
 /// The value, or the default when the INI leaves the key out.
 fn str_or(v: Option<IniValue>, d: &str) -> String {
     v.map(|v| v.raw).unwrap_or_else(|| d.to_string())
@@ -192,10 +200,11 @@ fn write_cluster(r: &Reader, w: &mut String) -> Result<(), IniError> {
         w,
         "client = \"in-cluster\"                 # or \"kubeconfig\" (+ kubeconfig = PATH, context = NAME)"
     );
-    let _ = writeln!(
+    write_str(
         w,
-        "condor_host = {}",
-        q(&str_or(r.k8s("condor_host")?, defaults::CONDOR_HOST))
+        "condor_host",
+        r.k8s("condor_host")?,
+        defaults::CONDOR_HOST,
     );
     // The provisioner's main sets app_name = osg-wn before it reads the INI (its library
     // default prp-wn never applies), so an INI without app_name made osg-wn pods.
@@ -203,46 +212,29 @@ fn write_cluster(r: &Reader, w: &mut String) -> Result<(), IniError> {
     let htc_app = str_or(r.htc("app_name")?, UPSTREAM_APP_NAME);
     if k8s_app != htc_app {
         let v = r.htc("app_name")?.or(r.k8s("app_name")?);
-        let line = v.map_or(0, |v| v.line);
-        return Err(IniError::Value {
-            path: r.ini.path.clone(),
-            line,
-            key: "app_name".into(),
-            message: format!(
-                "[k8s] app_name `{k8s_app}` differs from [htcondor] app_name `{htc_app}`"
-            ),
-            hint:
-                "pilotd uses one app_name for Jobs and the startd query; put app_name in [DEFAULT]"
-                    .into(),
-        });
+        return Err(r.value_err(
+            v.map_or(0, |v| v.line),
+            "app_name",
+            format!("[k8s] app_name `{k8s_app}` differs from [htcondor] app_name `{htc_app}`"),
+            "pilotd uses one app_name for Jobs and the startd query; put app_name in [DEFAULT]",
+        ));
     }
     let _ = writeln!(w, "app_name = {}", q(&k8s_app));
-    let _ = writeln!(
-        w,
-        "k8s_domain = {}",
-        q(&str_or(r.k8s("k8s_domain")?, defaults::K8S_DOMAIN))
-    );
+    write_str(w, "k8s_domain", r.k8s("k8s_domain")?, defaults::K8S_DOMAIN);
     Ok(())
 }
 
 /// The worker pod: image, pull policy, priority classes, service account, tolerations.
 fn write_pod_settings(r: &Reader, w: &mut String) -> Result<(), IniError> {
-    let _ = writeln!(
-        w,
-        "image = {}",
-        q(&str_or(r.k8s("k8s_image")?, defaults::IMAGE))
-    );
+    write_str(w, "image", r.k8s("k8s_image")?, defaults::IMAGE);
     let policy = str_or(
         r.k8s("k8s_image_pull_policy")?,
         PullPolicy::default().as_str(),
     );
     if !matches!(policy.as_str(), "Always" | "IfNotPresent" | "Never") {
-        let v = r.k8s("k8s_image_pull_policy")?.unwrap_or(IniValue {
-            raw: policy.clone(),
-            line: 0,
-        });
+        let line = r.k8s("k8s_image_pull_policy")?.map_or(0, |v| v.line);
         return Err(r.value_err(
-            &v,
+            line,
             "k8s_image_pull_policy",
             format!("`{policy}` is not a Kubernetes pull policy"),
             "use Always, IfNotPresent or Never",
@@ -274,9 +266,7 @@ fn write_pod_settings(r: &Reader, w: &mut String) -> Result<(), IniError> {
 
 /// What every Job carries: TTL, namespace matching, requirements, FUSE, storage, limits.
 fn write_job_settings(r: &Reader, w: &mut String) -> Result<(), IniError> {
-    let ttl = r
-        .int(r.k8s("k8s_job_ttl")?, "k8s_job_ttl")?
-        .unwrap_or(defaults::JOB_TTL_SECS);
+    let ttl = r.k8s_int("k8s_job_ttl")?.unwrap_or(defaults::JOB_TTL_SECS);
     let _ = writeln!(w, "job_ttl = \"{ttl}s\"");
     // The provisioner compares with "no" in both places: anything else means "on".
     let force = not_no(
@@ -289,13 +279,12 @@ fn write_job_settings(r: &Reader, w: &mut String) -> Result<(), IniError> {
     );
     if force != force_k8s {
         let line = r.htc("force_k8s_namespace_matching")?.map_or(0, |v| v.line);
-        return Err(IniError::Value {
-            path: r.ini.path.clone(),
+        return Err(r.value_err(
             line,
-            key: "force_k8s_namespace_matching".into(),
-            message: "[k8s] and [htcondor] disagree".into(),
-            hint: "put force_k8s_namespace_matching in [DEFAULT]".into(),
-        });
+            "force_k8s_namespace_matching",
+            "[k8s] and [htcondor] disagree".into(),
+            "put force_k8s_namespace_matching in [DEFAULT]",
+        ));
     }
     let _ = writeln!(w, "force_namespace_matching = {force}");
     // Two values upstream: [htcondor]'s narrows the schedd query, [k8s]'s is the workers'
@@ -339,24 +328,13 @@ fn write_job_settings(r: &Reader, w: &mut String) -> Result<(), IniError> {
 
 /// Which schedds are asked, how many pods, how often, and the token and condor tools.
 fn write_queries(r: &Reader, w: &mut String) -> Result<(), IniError> {
-    let _ = writeln!(
-        w,
-        "schedd_whitelist = {}",
-        q(&str_or(
-            r.htc("schedd_whitelist_regexp")?,
-            defaults::MATCH_ALL
-        ))
-    );
+    let whitelist = r.htc("schedd_whitelist_regexp")?;
+    write_str(w, "schedd_whitelist", whitelist, defaults::MATCH_ALL);
     let _ = writeln!(w, "schedd_identity_whitelist = {}", q(defaults::MATCH_ALL));
-    let max_pods = r
-        .int(r.k8s("max_pods_per_cluster")?, "max_pods_per_cluster")?
-        .unwrap_or(defaults::MAX_PODS_PER_CLUSTER);
-    let max_submit = r
-        .int(
-            r.k8s("max_submit_pods_per_cluster")?,
-            "max_submit_pods_per_cluster",
-        )?
-        .unwrap_or(defaults::MAX_SUBMIT_PODS_PER_CLUSTER);
+    let max_pods = r.k8s_int("max_pods_per_cluster")?;
+    let max_pods = max_pods.unwrap_or(defaults::MAX_PODS_PER_CLUSTER);
+    let max_submit = r.k8s_int("max_submit_pods_per_cluster")?;
+    let max_submit = max_submit.unwrap_or(defaults::MAX_SUBMIT_PODS_PER_CLUSTER);
     let sleep = r
         .int(r.ini.get("DEFAULT", "sleep_time")?, "sleep_time")?
         .unwrap_or(defaults::CYCLE_SECS);

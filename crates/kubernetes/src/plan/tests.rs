@@ -174,7 +174,7 @@ fn jobs_pending_too_long_are_deleted_and_counted_as_failures() {
         "stuck first, one bound for all"
     );
     let row = &d.plan.clusters[0];
-    assert_eq!((row.failed, row.waiting), (3, 1));
+    assert_eq!((row.pods.failed, row.pods.waiting), (3, 1));
     assert_eq!(d.book.keys[&row.key].failures, 3);
     assert!(
         report::plan_text(&d.plan).contains("delete Job old (stuck Pending past pending_timeout")
@@ -214,8 +214,8 @@ fn full_cycle_then_pending_pods_submit_nothing_more() {
         .collect();
     let d2 = decide(&snapshot(jobs, pods), &c, now());
     assert!(d2.plan.jobs.is_empty(), "{:?}", d2.plan.clusters);
-    assert_eq!(d2.plan.clusters[0].waiting, 3);
-    assert_eq!(d2.plan.clusters[1].waiting, 1);
+    assert_eq!(d2.plan.clusters[0].pods.waiting, 3);
+    assert_eq!(d2.plan.clusters[1].pods.waiting, 1);
 }
 
 #[test]
@@ -238,10 +238,14 @@ fn claimed_pods_do_not_count_as_unclaimed_and_pods_only_keys_are_reported() {
     }];
     let d = decide(&snap, &c, now());
     let row = &d.plan.clusters[0];
-    assert_eq!((row.claimed, row.waiting, row.submit), (1, 1, 2));
+    assert_eq!((row.pods.claimed, row.pods.waiting, row.submit), (1, 1, 2));
     let pods_only = &d.plan.clusters[1];
     assert_eq!(
-        (pods_only.idle_jobs, pods_only.waiting, pods_only.submit),
+        (
+            pods_only.idle_jobs,
+            pods_only.pods.waiting,
+            pods_only.submit
+        ),
         (0, 1, 0)
     );
 }
@@ -257,7 +261,7 @@ fn backoff_limits_a_failing_shape_to_one_trial_pod() {
     ];
     let d = decide(&snapshot(jobs.clone(), failed.clone()), &c, now());
     let row = &d.plan.clusters[0];
-    assert_eq!(row.failed, 2);
+    assert_eq!(row.pods.failed, 2);
     assert_eq!(row.submit, 0, "delay after the second failure");
     let b = row.backoff.clone().unwrap();
     assert!(b.trial);

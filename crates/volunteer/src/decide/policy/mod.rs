@@ -314,6 +314,7 @@ pub(crate) fn decide(p: &Policy, h: &HostSnapshot, limits: Limits, now: DateTime
 }
 
 /// What the steps of `decide` find, in the order they find it.
+#[derive(Default)]
 struct Findings {
     reasons: Vec<String>,
     causes: Vec<Cause>,
@@ -323,18 +324,6 @@ struct Findings {
     blocked: bool,
     /// Instants at which the decision may change.
     next: Vec<DateTime<Utc>>,
-}
-
-impl Default for Findings {
-    fn default() -> Self {
-        Findings {
-            reasons: Vec::new(),
-            causes: Vec::new(),
-            evict: Evict::None,
-            blocked: false,
-            next: Vec::new(),
-        }
-    }
 }
 
 impl Findings {
