@@ -112,19 +112,16 @@ const HOUR_GAP: f64 = 2.0;
 const CPU_BAR: f64 = 27.0;
 /// The hours' panel, under the legend; the CPU's below it, shorter (one bar a week).
 const UPPER: Place = Place {
-    header: 42.0,
     top: 52.0,
     height: 160.0,
 };
 const LOWER: Place = Place {
-    header: 270.0,
     top: 280.0,
     height: 90.0,
 };
 /// The data's, as tall as the CPU's (one bar a week), as far under the CPU's week labels as
 /// the CPU's header is under the hours'.
 const DATA_PLACE: Place = Place {
-    header: 428.0,
     top: 438.0,
     height: 90.0,
 };
@@ -164,67 +161,62 @@ pub(super) fn weekly(ledger: &Ledger, tz: &Zone, now: DateTime<Utc>) -> String {
     );
     legend(&mut b);
 
-    let upper = Panel {
-        place: UPPER,
-        scale: HOUR,
-        axis: Axis::over(
-            weeks
-                .iter()
-                .flat_map(|w| HOURS.iter().map(|s| (s.value)(&w.tally) / HOUR)),
-        ),
-    };
-    upper.frame(
-        &mut b,
-        &format!(
-            "Hours per week, {} (a week has 168)",
-            span(&first.week, &last.week)
-        ),
-        "h",
-        "hours",
+    let hours_title = format!(
+        "Hours per week, {} (a week has 168)",
+        span(&first.week, &last.week)
     );
-    for (i, (w, n)) in weeks.iter().zip(&named).enumerate() {
-        let x0 = LEFT + i as f64 * SLOT + (SLOT - 3.0 * HOUR_BAR - 2.0 * HOUR_GAP) / 2.0;
-        for (j, s) in HOURS.iter().enumerate() {
-            let x = x0 + j as f64 * (HOUR_BAR + HOUR_GAP);
-            upper.bar(&mut b, s, &w.tally, n, x, HOUR_BAR);
+    let (bytes, unit) = byte_unit(weeks.iter().map(|w| (DATA.value)(&w.tally)));
+    // Each panel: where, its bars, how wide, the figures' divisor, its header, unit and axis.
+    let panels = [
+        (
+            UPPER,
+            &HOURS[..],
+            HOUR_BAR,
+            HOUR,
+            hours_title.as_str(),
+            "h",
+            "hours",
+        ),
+        (
+            LOWER,
+            &[CPU],
+            CPU_BAR,
+            HOUR,
+            "CPU-hours given per week (2 CPUs busy for an hour give 2)",
+            "",
+            "CPU-hours",
+        ),
+        (
+            DATA_PLACE,
+            &[DATA],
+            CPU_BAR,
+            bytes,
+            "Data used per week (received, sent, and pulled for the worker image)",
+            unit,
+            "data",
+        ),
+    ];
+    for (place, series, width, scale, title, unit, name) in panels {
+        let figures = weeks
+            .iter()
+            .flat_map(|w| series.iter().map(move |s| (s.value)(&w.tally) / scale));
+        let panel = Panel {
+            place,
+            scale,
+            axis: Axis::over(figures),
+        };
+        panel.frame(&mut b, title, unit, name);
+        // The week's bars side by side, centred in its column.
+        let n = series.len() as f64;
+        for (i, (w, week)) in weeks.iter().zip(&named).enumerate() {
+            let x0 = LEFT + i as f64 * SLOT + (SLOT - n * width - (n - 1.0) * HOUR_GAP) / 2.0;
+            for (j, s) in series.iter().enumerate() {
+                let x = x0 + j as f64 * (width + HOUR_GAP);
+                panel.bar(&mut b, s, &w.tally, week, x, width);
+            }
         }
+        week_labels(&mut b, &named, place.bottom());
     }
-    week_labels(&mut b, &named, UPPER.bottom());
-
-    let lower = Panel {
-        place: LOWER,
-        scale: HOUR,
-        axis: Axis::over(weeks.iter().map(|w| (CPU.value)(&w.tally) / HOUR)),
-    };
-    lower.frame(
-        &mut b,
-        "CPU-hours given per week (2 CPUs busy for an hour give 2)",
-        "",
-        "CPU-hours",
-    );
-    for (i, (w, n)) in weeks.iter().zip(&named).enumerate() {
-        let x = LEFT + i as f64 * SLOT + (SLOT - CPU_BAR) / 2.0;
-        lower.bar(&mut b, &CPU, &w.tally, n, x, CPU_BAR);
-    }
-    week_labels(&mut b, &named, LOWER.bottom());
-
-    let (scale, unit) = byte_unit(weeks.iter().map(|w| (DATA.value)(&w.tally)));
-    let data = Panel {
-        place: DATA_PLACE,
-        scale,
-        axis: Axis::over(weeks.iter().map(|w| (DATA.value)(&w.tally) / scale)),
-    };
-    data.frame(
-        &mut b,
-        "Data used per week (received, sent, and pulled for the worker image)",
-        unit,
-        "data",
-    );
-    for (i, (w, n)) in weeks.iter().zip(&named).enumerate() {
-        let x = LEFT + i as f64 * SLOT + (SLOT - CPU_BAR) / 2.0;
-        data.bar(&mut b, &DATA, &w.tally, n, x, CPU_BAR);
-    }
-    week_labels(&mut b, &named, DATA_PLACE.bottom());
     let _ = write!(b, "</svg>");
     b
 }
@@ -389,10 +381,9 @@ impl Axis {
     }
 }
 
-/// Where a panel stands: its header's baseline, its plot's top and height.
+/// Where a panel stands: its plot's top and height (its header's baseline 10 above the top).
 #[derive(Clone, Copy)]
 struct Place {
-    header: f64,
     top: f64,
     height: f64,
 }
@@ -414,11 +405,8 @@ struct Panel {
 impl Panel {
     /// The header, grid lines with their values (`unit` after each), and the axis' name.
     fn frame(&self, b: &mut String, title: &str, unit: &str, name: &str) {
-        let Place {
-            header,
-            top,
-            height,
-        } = self.place;
+        let Place { top, height } = self.place;
+        let header = top - 10.0;
         let axis = &self.axis;
         let _ = write!(
             b,
