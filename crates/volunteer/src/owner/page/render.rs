@@ -87,14 +87,9 @@ fn snoozed(b: &mut String, v: &StatusView, local: Local) {
 fn decision(b: &mut String, st: &status::Status, local: Local) {
     match &st.decision {
         Some(d) => {
-            let verdict = if d.allowed {
-                format!(
-                    "Computing: {} worker(s) of {} CPU, {} MiB",
-                    d.workers, d.cpus, d.memory_mib
-                )
-            } else {
-                "Not computing now".to_string()
-            };
+            let verdict = d
+                .share()
+                .map_or("Not computing now".into(), |s| format!("Computing: {s}"));
             let _ = write!(
                 b,
                 "<p class=\"verdict\" id=\"decision\">{}</p><ul id=\"reasons\">",
@@ -169,11 +164,7 @@ fn workers(b: &mut String, v: &StatusView, local: Local) {
                     w.state,
                     w.created.map(local).unwrap_or_default(),
                     w.die_at.map(local).unwrap_or_default(),
-                    v.status
-                        .scratch_use
-                        .get(&w.id)
-                        .map(|u| esc(&u.describe(w.disk_kib)))
-                        .unwrap_or_else(|| "not measured yet".into())
+                    v.scratch(w).map_or("not measured yet".into(), |u| esc(&u))
                 );
             }
             let _ = write!(b, "</table>");

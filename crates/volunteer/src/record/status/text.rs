@@ -103,14 +103,9 @@ impl StatusView {
                 .count()
         });
         if let Some(d) = &s.decision {
-            let verdict = if d.allowed {
-                format!(
-                    "COMPUTE: {} worker(s) of {} CPU, {} MiB",
-                    d.workers, d.cpus, d.memory_mib
-                )
-            } else {
-                "DO NOT START workers".into()
-            };
+            let verdict = d
+                .share()
+                .map_or("DO NOT START workers".into(), |s| format!("COMPUTE: {s}"));
             let _ = writeln!(
                 out,
                 "decision ({} ago): {verdict}; running workers: {}",
@@ -255,12 +250,7 @@ impl StatusView {
                 _ => "-".into(),
             };
             // Measured beside the loop, by worker id; "-" until the first measurement.
-            let scratch = self
-                .status
-                .scratch_use
-                .get(&w.id)
-                .map(|u| u.describe(w.disk_kib))
-                .unwrap_or_else(|| "-".into());
+            let scratch = self.scratch(w).unwrap_or_else(|| "-".into());
             let _ = writeln!(
                 out,
                 "  {:<40} {:<8} {:>7} {:>9} {:<12} {scratch:<20} {exit}",

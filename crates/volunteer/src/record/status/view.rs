@@ -182,6 +182,13 @@ impl StatusView {
         }
     }
 
+    /// Worker `w`'s scratch as last measured against its share ("300MiB of 1GiB"), as both
+    /// `status` and the page show it; `None` before the first measurement.
+    pub(crate) fn scratch(&self, w: &Worker) -> Option<String> {
+        let used = self.status.scratch_use.get(&w.id)?;
+        Some(used.describe(w.disk_kib))
+    }
+
     /// The view the page draws: `of` the status file in `state_dir`, a damaged one shown as
     /// none yet (the daemon's next write replaces it).
     pub(crate) fn read(state_dir: &Path, policy: &Policy, now: DateTime<Utc>) -> StatusView {
