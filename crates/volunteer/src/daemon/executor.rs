@@ -12,7 +12,6 @@ use crate::act::backend::{Backend, BackendError};
 use crate::act::egress::{EgressError, Guard};
 use crate::act::scratch::{self, RemovalError, ScratchError};
 use crate::decide::plan::Action;
-use crate::network::Filter;
 use crate::settings::WorkerSettings;
 use crate::worker::{WorkerSpec, labels};
 use std::time::Duration;
@@ -64,7 +63,6 @@ pub(crate) async fn execute(
     work: &mut Work,
     int: &mut Interrupt<'_>,
 ) -> Vec<Executed> {
-    let mut out = Vec::with_capacity(actions.len());
     // The plan's evictions come first. Pauses and kills are sent together: the owner waits
     // for the last of them, not for their sum.
     let quick = actions
@@ -73,38 +71,28 @@ pub(crate) async fn execute(
         .count();
     let done =
         futures_util::future::join_all(actions[..quick].iter().map(|a| evict_now(b, a))).await;
-    for (action, result) in actions[..quick].iter().zip(done) {
-        if let Err(e) = &result {
-            tracing::error!("{action}: {e}");
-        }
-        out.push(Executed {
-            action: action.clone(),
-            result,
-        });
-    }
+    let mut out: Vec<Executed> = actions.iter().zip(done).map(executed).collect();
     let mut start_failed = false;
     for action in &actions[quick..] {
-        if start_failed && matches!(action, Action::Start { .. }) {
+        let start = matches!(action, Action::Start { .. });
+        let gives_back = start || matches!(action, Action::Unpause { .. } | Action::Pull { .. });
+        if (start && start_failed) || (gives_back && int.poll()) {
             continue;
         }
-        if matches!(
-            action,
-            Action::Start { .. } | Action::Unpause { .. } | Action::Pull { .. }
-        ) && int.poll()
-        {
-            continue;
-        }
-        let result = execute_one(b, action, worker, work).await;
-        if let Err(e) = &result {
-            tracing::error!("{action}: {e}");
-            start_failed |= matches!(action, Action::Start { .. });
-        }
-        out.push(Executed {
-            action: action.clone(),
-            result,
-        });
+        let done = executed((action, execute_one(b, action, worker, work).await));
+        start_failed |= start && done.result.is_err();
+        out.push(done);
     }
     out
+}
+
+/// What became of `action`, its failure logged.
+fn executed((action, result): (&Action, Result<Done, ExecError>)) -> Executed {
+    if let Err(e) = &result {
+        tracing::error!("{action}: {e}");
+    }
+    let action = action.clone();
+    Executed { action, result }
 }
 
 /// How often a pause is tried before the cycle gives up on it (the next cycle plans again).
@@ -195,23 +183,18 @@ async fn execute_one(
     }
 }
 
-/// pilotd's own network and its filter, in place before any worker joins it: the filter is
-/// checked whole, and rebuilt without a gap when it is not (a firewall reload may have flushed
-/// it); when that fails, the start fails, so no worker ever runs unfiltered.
-async fn ensure_isolation(b: &impl Backend, f: &Filter, guard: &Guard) -> Result<(), ExecError> {
-    b.ensure_network(&f.network, &f.interface).await?;
-    guard.ensure(f).await?;
-    Ok(())
-}
-
 async fn start(
     b: &impl Backend,
     spec: &WorkerSpec,
     worker: &WorkerSettings,
     guard: &Guard,
 ) -> Result<Done, ExecError> {
+    // pilotd's own network and its filter, in place before any worker joins it: the filter
+    // is checked whole, and rebuilt without a gap when it is not (a firewall reload may have
+    // flushed it); when that fails, the start fails, so no worker ever runs unfiltered.
     if let Some(f) = &worker.egress {
-        ensure_isolation(b, f, guard).await?;
+        b.ensure_network(&f.network, &f.interface).await?;
+        guard.ensure(f).await?;
     }
     // The device stays attached while `attached` lives; once the engine mounted it, the
     // mount holds it, and the engine's unmount at the worker's end detaches it.

@@ -223,14 +223,13 @@ impl Records {
         self.status.temperature = sensors.and_then(|s| s.hottest()).cloned();
         self.status.fan = sensors.and_then(|s| s.fastest()).cloned();
         if let Some(m) = &self.metrics {
+            let st = &self.status;
             let cap = supply.cpu_cap.as_ref().map(|c| (c.causes.join(","), c));
-            let reading = |r: &Option<crate::snapshot::Reading>| {
-                r.as_ref().map(|r| (r.sensor.clone(), r.value))
-            };
-            let (t, f) = (reading(&self.status.temperature), reading(&self.status.fan));
             m.set_comfort(
-                t.as_ref().map(|(s, v)| (s.as_str(), *v)),
-                f.as_ref().map(|(s, v)| (s.as_str(), *v)),
+                st.temperature
+                    .as_ref()
+                    .map(|r| (r.sensor.as_str(), r.value)),
+                st.fan.as_ref().map(|r| (r.sensor.as_str(), r.value)),
                 cap.as_ref()
                     .map(|(why, c)| (why.as_str(), c.per_worker_millicpus as f64 / 1000.0)),
             );
@@ -670,10 +669,9 @@ fn restore(path: &Path, s: &Settings, now: DateTime<Utc>) -> Status {
 /// The `state` label of the workers metric.
 fn metric_state(s: WorkerState) -> &'static str {
     match s {
-        WorkerState::Running => "running",
-        WorkerState::Paused => "paused",
-        WorkerState::Exited => "exited",
-        WorkerState::Created => "created",
+        WorkerState::Running | WorkerState::Paused | WorkerState::Exited | WorkerState::Created => {
+            s.as_str()
+        }
         _ => "other",
     }
 }

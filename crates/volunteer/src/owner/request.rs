@@ -44,6 +44,11 @@ impl Reply {
     pub(crate) fn refused(message: String) -> Reply {
         Reply { ok: false, message }
     }
+
+    /// Done as asked: `message` says what changed.
+    fn done(message: String) -> Reply {
+        Reply { ok: true, message }
+    }
 }
 
 /// Who is on the other end, as the kernel and the user database say.
@@ -190,30 +195,23 @@ pub(crate) fn carry_out(
             };
             match snooze::save(&ctx.state_dir, &s) {
                 Err(e) => Reply::refused(e.to_string()),
-                Ok(()) => Reply {
-                    ok: true,
-                    message: format!(
-                        "snoozed by {by} until {}: no worker starts before then; running workers: {}",
-                        local(until),
-                        match ctx.policy.on_return {
-                            Evict::None | Evict::Pause => "paused",
-                            Evict::Graceful => "stopped gracefully",
-                            Evict::Fast => "stopped at once",
-                        }
-                    ),
-                },
+                Ok(()) => Reply::done(format!(
+                    "snoozed by {by} until {}: no worker starts before then; running workers: {}",
+                    local(until),
+                    match ctx.policy.on_return {
+                        Evict::None | Evict::Pause => "paused",
+                        Evict::Graceful => "stopped gracefully",
+                        Evict::Fast => "stopped at once",
+                    }
+                )),
             }
         }
         Request::Resume => match snooze::clear(&ctx.state_dir, now) {
             Err(e) => Reply::refused(e.to_string()),
-            Ok(true) => Reply {
-                ok: true,
-                message: format!("resumed by {by}: workers may start again when the policy allows"),
-            },
-            Ok(false) => Reply {
-                ok: true,
-                message: "no snooze was in force; nothing changed".into(),
-            },
+            Ok(true) => Reply::done(format!(
+                "resumed by {by}: workers may start again when the policy allows"
+            )),
+            Ok(false) => Reply::done("no snooze was in force; nothing changed".into()),
         },
         Request::Open => match &ctx.page {
             None => Reply::refused(
@@ -230,10 +228,7 @@ pub(crate) fn carry_out(
                 served: Ok(invitations),
             }) => {
                 invitations.invite(by, uid, Instant::now());
-                Reply {
-                    ok: true,
-                    message: format!("http://127.0.0.1:{port}/open"),
-                }
+                Reply::done(format!("http://127.0.0.1:{port}/open"))
             }
         },
     }

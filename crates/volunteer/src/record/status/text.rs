@@ -243,11 +243,9 @@ impl StatusView {
             "NAME", "STATE", "AGE", "EXPIRES", "IMAGE", "SCRATCH"
         );
         for w in list {
-            let exit = match (w.state, w.exit_code) {
-                (WorkerState::Exited | WorkerState::Dead, Some(c)) => {
-                    Outcome::from_exit(Some(c), w.oom_killed).to_string()
-                }
-                _ => "-".into(),
+            let exit = match w.exit_code.filter(|_| w.state.is_finished()) {
+                Some(c) => Outcome::from_exit(Some(c), w.oom_killed).to_string(),
+                None => "-".into(),
             };
             // Measured beside the loop, by worker id; "-" until the first measurement.
             let scratch = self.scratch(w).unwrap_or_else(|| "-".into());
