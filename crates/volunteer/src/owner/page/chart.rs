@@ -35,8 +35,6 @@ struct Series {
     /// After the number, as `contribution::lines` says it (`52.3 h open to the pool`).
     unit: &'static str,
     fill: &'static str,
-    /// The figure also stands over the bar (room for it: one bar a week).
-    labelled: bool,
     /// The figure in its panel's base unit: seconds (CPU-seconds for the CPU), or bytes.
     value: fn(&Tally) -> f64,
     /// The figure as a number, as `status` writes it (`52.3`, `1.5GiB`).
@@ -50,7 +48,6 @@ const HOURS: [Series; 3] = [
         legend: "open to the pool",
         unit: "h open to the pool",
         fill: "#56B4E9",
-        labelled: false,
         value: |t| t.open_s as f64,
         number: hours,
     },
@@ -59,7 +56,6 @@ const HOURS: [Series; 3] = [
         legend: "computing",
         unit: "h computing",
         fill: "#009E73",
-        labelled: false,
         value: |t| t.computing_s as f64,
         number: hours,
     },
@@ -68,7 +64,6 @@ const HOURS: [Series; 3] = [
         legend: "the owner there",
         unit: "h the owner was there",
         fill: "#E69F00",
-        labelled: false,
         value: |t| t.owner_present_s as f64,
         number: hours,
     },
@@ -80,7 +75,6 @@ const CPU: Series = Series {
     legend: "CPU-hours given",
     unit: "CPU-hours given",
     fill: "#CC79A7",
-    labelled: true,
     // A hand-edited file could hold a negative figure: no bar grows downwards.
     value: |t| t.cpu_seconds.max(0.0),
     number: hours,
@@ -92,7 +86,6 @@ const DATA: Series = Series {
     legend: "data used",
     unit: "of data used",
     fill: "#0072B2",
-    labelled: true,
     value: |t| t.network.total() as f64,
     number: |bytes| format_size(bytes as u64),
 };
@@ -202,6 +195,7 @@ pub(super) fn weekly(ledger: &Ledger, tz: &Zone, now: DateTime<Utc>) -> String {
             .flat_map(|w| series.iter().map(move |s| (s.value)(&w.tally) / scale));
         let panel = Panel {
             place,
+            alone: series.len() == 1,
             scale,
             axis: Axis::over(figures),
         };
@@ -398,6 +392,8 @@ impl Place {
 /// read on it (seconds in an hour, bytes in its unit).
 struct Panel {
     place: Place,
+    /// One bar a week: its figure stands over it.
+    alone: bool,
     scale: f64,
     axis: Axis,
 }
@@ -441,7 +437,7 @@ impl Panel {
     }
 
     /// One bar of `s` for `week`, at `x`, with its figure as its tooltip (and over it, when
-    /// the series is `labelled`).
+    /// it stands alone in its week: room for the figure).
     fn bar(&self, b: &mut String, s: &Series, t: &Tally, week: &Named, x: f64, width: f64) {
         let v = (s.value)(t);
         let h = self.axis.height(v / self.scale, self.place.height);
@@ -455,7 +451,7 @@ impl Panel {
             esc(&week.long()),
             esc(&figure(s, t))
         );
-        if s.labelled && v > 0.0 {
+        if self.alone && v > 0.0 {
             let _ = write!(
                 b,
                 "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"10\">{}</text>",

@@ -83,27 +83,28 @@ fn snoozed(b: &mut String, v: &StatusView, local: Local) {
     }
 }
 
+/// A section's words in place of what it has nothing of yet: `<p id="{id}">{words}</p>`.
+fn plainly(b: &mut String, id: &str, words: &str) {
+    let _ = write!(b, "<p id=\"{id}\">{words}</p>");
+}
+
 /// The last decision and its reasons.
 fn decision(b: &mut String, st: &status::Status, local: Local) {
-    match &st.decision {
-        Some(d) => {
-            let verdict = d
-                .share()
-                .map_or("Not computing now".into(), |s| format!("Computing: {s}"));
-            let _ = write!(
-                b,
-                "<p class=\"verdict\" id=\"decision\">{}</p><ul id=\"reasons\">",
-                esc(&verdict)
-            );
-            for r in d.reasons.iter().chain(&d.notes) {
-                let _ = write!(b, "<li>{}</li>", esc(r));
-            }
-            let _ = write!(b, "</ul><p>Decided {}.</p>", esc(&local(d.at)));
-        }
-        None => {
-            let _ = write!(b, "<p id=\"decision\">No decision yet.</p>");
-        }
+    let Some(d) = &st.decision else {
+        return plainly(b, "decision", "No decision yet.");
+    };
+    let verdict = d
+        .share()
+        .map_or("Not computing now".into(), |s| format!("Computing: {s}"));
+    let _ = write!(
+        b,
+        "<p class=\"verdict\" id=\"decision\">{}</p><ul id=\"reasons\">",
+        esc(&verdict)
+    );
+    for r in d.reasons.iter().chain(&d.notes) {
+        let _ = write!(b, "<li>{}</li>", esc(r));
     }
+    let _ = write!(b, "</ul><p>Decided {}.</p>", esc(&local(d.at)));
 }
 
 /// The machine's comfort, as `pilotd status` says it: its sensors, and the CPU cap in force
@@ -137,20 +138,10 @@ fn workers(b: &mut String, v: &StatusView, local: Local) {
     let _ = write!(b, "<h2>Workers</h2>");
     match &v.workers {
         None if v.updated_at.is_none() => {
-            let _ = write!(
-                b,
-                "<p id=\"workers\">None seen yet: pilotd has not run a cycle.</p>"
-            );
+            plainly(b, "workers", "None seen yet: pilotd has not run a cycle.")
         }
-        None => {
-            let _ = write!(
-                b,
-                "<p id=\"workers\">Unknown (the engine did not answer).</p>"
-            );
-        }
-        Some(list) if list.is_empty() => {
-            let _ = write!(b, "<p id=\"workers\">None.</p>");
-        }
+        None => plainly(b, "workers", "Unknown (the engine did not answer)."),
+        Some(list) if list.is_empty() => plainly(b, "workers", "None."),
         Some(list) => {
             let _ = write!(
                 b,
@@ -252,21 +243,22 @@ fn learned(b: &mut String, v: &StatusView) {
     let _ = write!(b, "<h2>Learned availability</h2>");
     let watched_h = learned.buckets.iter().map(|k| k.observed_s).sum::<u64>() / 3600;
     match learned.overall() {
-        None => {
-            let _ = write!(
-                b,
-                "<p id=\"learned\">Nothing learned yet: pilotd has not watched this machine long enough.</p>"
-            );
-        }
+        None => plainly(
+            b,
+            "learned",
+            "Nothing learned yet: pilotd has not watched this machine long enough.",
+        ),
         Some(0.0) => {
-            let _ = write!(
+            let watched = match watched_h {
+                0 => "less than an hour".to_string(),
+                h => format!("{h} hour(s)"),
+            };
+            plainly(
                 b,
-                "<p id=\"learned\">Not free at any time yet (watched {} so far): nothing to show by hour yet.</p>",
-                if watched_h == 0 {
-                    "less than an hour".to_string()
-                } else {
-                    format!("{watched_h} hour(s)")
-                }
+                "learned",
+                &format!(
+                    "Not free at any time yet (watched {watched} so far): nothing to show by hour yet."
+                ),
             );
         }
         Some(all) => {
@@ -302,20 +294,14 @@ fn learned(b: &mut String, v: &StatusView) {
 fn outcomes(b: &mut String, st: &status::Status, local: Local) {
     let _ = write!(b, "<h2>Recent outcomes</h2>");
     if st.outcomes.is_empty() {
-        let _ = write!(b, "<p id=\"outcomes\">None yet.</p>");
-    } else {
-        let _ = write!(b, "<ul id=\"outcomes\">");
-        for o in st.outcomes.iter().rev().take(10) {
-            let _ = write!(
-                b,
-                "<li>{} {}: {}</li>",
-                esc(&local(o.at)),
-                esc(&o.name),
-                esc(&o.outcome.to_string())
-            );
-        }
-        let _ = write!(b, "</ul>");
+        return plainly(b, "outcomes", "None yet.");
     }
+    let _ = write!(b, "<ul id=\"outcomes\">");
+    for o in st.outcomes.iter().rev().take(10) {
+        let (at, name, outcome) = (local(o.at), &o.name, o.outcome.to_string());
+        let _ = write!(b, "<li>{} {}: {}</li>", esc(&at), esc(name), esc(&outcome));
+    }
+    let _ = write!(b, "</ul>");
 }
 
 #[cfg(test)]

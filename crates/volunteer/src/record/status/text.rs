@@ -44,28 +44,13 @@ impl StatusView {
         let (s, now) = (&self.status, self.now);
         let ago = |t: DateTime<Utc>| human(now - t);
         let mut out = String::new();
-        let _ = match (self.daemon_running, self.updated_at) {
-            (true, Some(t)) => writeln!(
-                out,
-                "pilotd: running (pid {}), last cycle {} ago; instance {}",
-                self.pid,
-                ago(t),
-                self.instance
-            ),
-            (false, Some(t)) => writeln!(
-                out,
-                "pilotd: NOT RUNNING (last cycle {} ago, pid {}); instance {}",
-                ago(t),
-                self.pid,
-                self.instance
-            ),
-            (_, None) => writeln!(
-                out,
-                "pilotd: no status yet ({} does not exist); instance {}",
-                self.status_file.display(),
-                self.instance
-            ),
+        let (pid, file) = (self.pid, self.status_file.display());
+        let daemon = match self.updated_at.map(ago) {
+            Some(t) if self.daemon_running => format!("running (pid {pid}), last cycle {t} ago"),
+            Some(t) => format!("NOT RUNNING (last cycle {t} ago, pid {pid})"),
+            None => format!("no status yet ({file} does not exist)"),
         };
+        let _ = writeln!(out, "pilotd: {daemon}; instance {}", self.instance);
         let _ = writeln!(out, "{}", self.config);
         if let Some(z) = &self.snooze {
             let _ = writeln!(
@@ -126,10 +111,9 @@ impl StatusView {
         }
         self.workers_text(&mut out);
         let b = &s.backoff;
-        let _ = match b.not_before.filter(|t| *t > now) {
-            Some(t) => writeln!(
-                out,
-                "back-off: {} failure(s); next start in {}{}",
+        let backoff = match b.not_before.filter(|t| *t > now) {
+            Some(t) => format!(
+                "{} failure(s); next start in {}{}",
                 b.failures,
                 human(t - now),
                 b.last_outcome
@@ -137,11 +121,10 @@ impl StatusView {
                     .map(|o| format!(" (last: {o})"))
                     .unwrap_or_default()
             ),
-            None if b.failures > 0 => {
-                writeln!(out, "back-off: {} failure(s), delay over", b.failures)
-            }
-            None => writeln!(out, "back-off: none"),
+            None if b.failures > 0 => format!("{} failure(s), delay over", b.failures),
+            None => "none".into(),
         };
+        let _ = writeln!(out, "back-off: {backoff}");
         let img = &s.image;
         if !img.reference.is_empty() {
             let _ = writeln!(
