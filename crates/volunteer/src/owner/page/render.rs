@@ -66,20 +66,18 @@ type Local<'a> = &'a dyn Fn(DateTime<Utc>) -> String;
 
 /// The snooze in force, if any; one that cannot be read counts as in force, and says so.
 fn snoozed(b: &mut String, v: &StatusView, local: Local) {
-    if let Some(z) = &v.snooze {
-        let _ = write!(
-            b,
-            "<p class=\"snoozed\" id=\"snooze\">Snoozed by {} until {}.</p>",
-            esc(&z.by),
-            esc(&local(z.until))
-        );
-    }
-    if let Some(why) = &v.snooze_unreadable {
-        let _ = write!(
-            b,
-            "<p class=\"snoozed\" id=\"snooze\">Snoozed: {}; counted as snoozed until it can be read (Resume removes it).</p>",
+    let by = v.snooze.as_ref().map(|z| {
+        let until = local(z.until);
+        format!("Snoozed by {} until {}.", esc(&z.by), esc(&until))
+    });
+    let unreadable = v.snooze_unreadable.as_ref().map(|why| {
+        format!(
+            "Snoozed: {}; counted as snoozed until it can be read (Resume removes it).",
             esc(why)
-        );
+        )
+    });
+    for words in [by, unreadable].into_iter().flatten() {
+        let _ = write!(b, "<p class=\"snoozed\" id=\"snooze\">{words}</p>");
     }
 }
 
@@ -253,12 +251,9 @@ fn learned(b: &mut String, v: &StatusView) {
                 0 => "less than an hour".to_string(),
                 h => format!("{h} hour(s)"),
             };
-            plainly(
+            let _ = write!(
                 b,
-                "learned",
-                &format!(
-                    "Not free at any time yet (watched {watched} so far): nothing to show by hour yet."
-                ),
+                "<p id=\"learned\">Not free at any time yet (watched {watched} so far): nothing to show by hour yet.</p>"
             );
         }
         Some(all) => {

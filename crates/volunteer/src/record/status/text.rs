@@ -2,7 +2,7 @@
 //! its reasons, the workers (each with its scratch against its share), the back-off, the
 //! image, what was learned, what the machine gave and the last outcomes, the latest first.
 
-use super::view::StatusView;
+use super::view::{ManifestView, StatusView};
 use crate::outcome::Outcome;
 use crate::worker::WorkerState;
 use chrono::{DateTime, Duration, Utc};
@@ -52,35 +52,25 @@ impl StatusView {
         };
         let _ = writeln!(out, "pilotd: {daemon}; instance {}", self.instance);
         let _ = writeln!(out, "{}", self.config);
-        if let Some(z) = &self.snooze {
-            let _ = writeln!(
-                out,
-                "SNOOZED by {} until {} (`pilotd resume` ends it)",
-                z.by,
-                z.until.format("%Y-%m-%d %H:%M UTC")
-            );
-        }
-        if let Some(why) = &self.snooze_unreadable {
-            let _ = writeln!(
-                out,
+        // What is in force beside the decision, each line when there is something to say.
+        let manifest = |m: &ManifestView| match &m.version {
+            Some(v) => format!("pool manifest: version {v} from {}", m.url),
+            None => format!("pool manifest: none accepted yet from {}", m.url),
+        };
+        let beside = [
+            self.snooze.as_ref().map(|z| {
+                let until = z.until.format("%Y-%m-%d %H:%M UTC");
+                format!("SNOOZED by {} until {until} (`pilotd resume` ends it)", z.by)
+            }),
+            self.snooze_unreadable.as_ref().map(|why| format!(
                 "SNOOZED: {why}; counted as snoozed until it can be read (`pilotd resume` removes it)"
-            );
-        }
-        if let Some(m) = &self.manifest {
-            let _ = writeln!(
-                out,
-                "pool manifest: {} from {}",
-                m.version
-                    .as_deref()
-                    .map_or("none accepted yet".to_string(), |v| format!("version {v}")),
-                m.url
-            );
-        }
-        if let Some(e) = &s.engine {
-            let _ = writeln!(out, "engine: {e}");
-        }
-        if let Some(e) = &s.last_error {
-            let _ = writeln!(out, "last cycle's problem: {e}");
+            )),
+            self.manifest.as_ref().map(manifest),
+            s.engine.as_ref().map(|e| format!("engine: {e}")),
+            s.last_error.as_ref().map(|e| format!("last cycle's problem: {e}")),
+        ];
+        for line in beside.into_iter().flatten() {
+            let _ = writeln!(out, "{line}");
         }
         let live = self.workers.as_ref().map(|list| {
             list.iter()
