@@ -1,5 +1,5 @@
-//! Carries out a plan's actions in order and says, for each, what became of it (`Executed`):
-//! a typed result, never a string. Quick actions (pause, resume, kill, remove, start) are
+//! Carries out a plan's actions in order and says, for each, whether it was done (`Executed`):
+//! a typed error when not, never a string. Quick actions (pause, resume, kill, remove, start) are
 //! awaited; long ones (a graceful stop, a pull) start as tasks beside the loop and are marked
 //! in flight so the next plan does not issue them again. After a start fails, the plan's other
 //! starts wait for the next cycle (the back-off decides when). Records nothing: the cycle
@@ -16,24 +16,6 @@ use crate::settings::WorkerSettings;
 use crate::worker::{WorkerSpec, labels};
 use std::time::Duration;
 
-/// What an action did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Done {
-    Paused,
-    Resumed,
-    Killed,
-    /// The worker's CPU quota is set.
-    Limited,
-    /// The graceful stop runs beside the loop.
-    Stopping,
-    Removed,
-    /// The pull runs beside the loop.
-    Pulling,
-    Started {
-        id: String,
-    },
-}
-
 /// Why an action failed.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ExecError {
@@ -49,7 +31,7 @@ pub(crate) enum ExecError {
 #[derive(Debug)]
 pub struct Executed {
     pub action: Action,
-    pub result: Result<Done, ExecError>,
+    pub result: Result<(), ExecError>,
 }
 
 /// Executes `actions` in order against `b`.
@@ -87,7 +69,7 @@ pub(crate) async fn execute(
 }
 
 /// What became of `action`, its failure logged.
-fn executed((action, result): (&Action, Result<Done, ExecError>)) -> Executed {
+fn executed((action, result): (&Action, Result<(), ExecError>)) -> Executed {
     if let Err(e) = &result {
         tracing::error!("{action}: {e}");
     }
@@ -99,7 +81,7 @@ fn executed((action, result): (&Action, Result<Done, ExecError>)) -> Executed {
 const PAUSE_TRIES: u32 = 3;
 
 /// A pause or a kill, which needs nothing but the engine.
-async fn evict_now(b: &impl Backend, action: &Action) -> Result<Done, ExecError> {
+async fn evict_now(b: &impl Backend, action: &Action) -> Result<(), ExecError> {
     match action {
         Action::Pause { id, name, why } => {
             // runc can fail to freeze a busy container ("unable to freeze") and expects the
@@ -114,12 +96,12 @@ async fn evict_now(b: &impl Backend, action: &Action) -> Result<Done, ExecError>
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             tracing::info!(worker = %name, "paused: {why}");
-            Ok(Done::Paused)
+            Ok(())
         }
         Action::Kill { id, name, why } => {
             b.kill(id).await?;
             tracing::info!(worker = %name, "killed: {why}");
-            Ok(Done::Killed)
+            Ok(())
         }
         other => unreachable!("not an eviction sent at once: {other}"),
     }
@@ -130,13 +112,13 @@ async fn execute_one(
     action: &Action,
     worker: &WorkerSettings,
     work: &mut Work,
-) -> Result<Done, ExecError> {
+) -> Result<(), ExecError> {
     match action {
         Action::Pause { .. } | Action::Kill { .. } => evict_now(b, action).await,
         Action::Unpause { id, name, why } => {
             b.unpause(id).await?;
             tracing::info!(worker = %name, "resumed: {why}");
-            Ok(Done::Resumed)
+            Ok(())
         }
         Action::Limit {
             id,
@@ -150,7 +132,7 @@ async fn execute_one(
                 cpus = *nano_cpus as f64 / 1e9,
                 "CPU quota set: {why}"
             );
-            Ok(Done::Limited)
+            Ok(())
         }
         Action::Stop {
             id,
@@ -161,7 +143,7 @@ async fn execute_one(
             tracing::info!(worker = %name, grace_s, "stopping: {why}");
             work.in_flight.stopping.insert(id.clone());
             tasks::spawn_stop(&mut work.tasks, b, id, name, Duration::from_secs(*grace_s));
-            Ok(Done::Stopping)
+            Ok(())
         }
         Action::Remove { id, name, .. } => {
             match scratch::remove_worker(b, worker, id, name).await {
@@ -171,13 +153,13 @@ async fn execute_one(
                 Err(RemovalError::Leftovers(e)) => leftovers_to_gc(name, &e),
             }
             tracing::info!(worker = %name, "removed");
-            Ok(Done::Removed)
+            Ok(())
         }
         Action::Pull { repository, digest } => {
             tracing::info!(image = %format!("{repository}@{digest}"), "pulling");
             work.in_flight.pulling = Some(digest.clone());
             tasks::spawn_pull(&mut work.tasks, b, repository, digest);
-            Ok(Done::Pulling)
+            Ok(())
         }
         Action::Start { spec } => start(b, spec, worker, &work.egress).await,
     }
@@ -188,7 +170,7 @@ async fn start(
     spec: &WorkerSpec,
     worker: &WorkerSettings,
     guard: &Guard,
-) -> Result<Done, ExecError> {
+) -> Result<(), ExecError> {
     // pilotd's own network and its filter, in place before any worker joins it: the filter
     // is checked whole, and rebuilt without a gap when it is not (a firewall reload may have
     // flushed it); when that fails, the start fails, so no worker ever runs unfiltered.
@@ -230,7 +212,7 @@ async fn start(
                 die_at = spec.labels.get(labels::DIE_AT).map(String::as_str).unwrap_or("-"),
                 "started"
             );
-            Ok(Done::Started { id })
+            Ok(())
         }
         Err(e) => {
             remove_scratch(b, worker, &spec.name).await;

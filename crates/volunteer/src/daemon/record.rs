@@ -588,9 +588,8 @@ impl Records {
         if unchanged {
             return;
         }
-        match status::save(&self.status_path, &self.status) {
-            Ok(()) => self.saved.status = Some((self.status.clone(), o.now)),
-            Err(e) => tracing::error!("{e}"),
+        if written(status::save(&self.status_path, &self.status)) {
+            self.saved.status = Some((self.status.clone(), o.now));
         }
     }
 
@@ -603,35 +602,33 @@ impl Records {
             at.is_none_or(|at| now.signed_duration_since(at) >= pilotd_core::horizon::delta(every))
         };
         let history_due = due(self.saved.history, HISTORY_EVERY);
-        if history_due {
-            match history::save(&s.state_dir, &self.learner.history) {
-                Ok(()) => self.saved.history = Some(now),
-                Err(e) => tracing::error!("{e}"),
-            }
+        if history_due && written(history::save(&s.state_dir, &self.learner.history)) {
+            self.saved.history = Some(now);
         }
-        if history_due || self.saved.data_unsaved >= DATA_UNSAVED_MAX {
-            match contribution::save(&s.state_dir, &self.contribution.ledger) {
-                Ok(()) => self.saved.data_unsaved = 0,
-                Err(e) => tracing::error!("{e}"),
-            }
+        if (history_due || self.saved.data_unsaved >= DATA_UNSAVED_MAX)
+            && written(contribution::save(&s.state_dir, &self.contribution.ledger))
+        {
+            self.saved.data_unsaved = 0;
         }
-        if due(self.saved.timeline, TIMELINE_EVERY) {
-            match timeline::save(&s.state_dir, &self.presence.timeline) {
-                Ok(()) => self.saved.timeline = Some(now),
-                Err(e) => tracing::error!("{e}"),
-            }
+        if due(self.saved.timeline, TIMELINE_EVERY)
+            && written(timeline::save(&s.state_dir, &self.presence.timeline))
+        {
+            self.saved.timeline = Some(now);
         }
     }
 
     /// Writes them all (the daemon stops).
     pub(super) fn save_all(&mut self, s: &Settings, now: DateTime<Utc>) {
         self.status.updated_at = Some(now);
-        if let Err(e) = status::save(&self.status_path, &self.status) {
-            tracing::error!("{e}");
-        }
+        written(status::save(&self.status_path, &self.status));
         (self.saved.history, self.saved.timeline) = (None, None);
         self.save_due(s, now);
     }
+}
+
+/// Whether a record was written; why not is logged (the next write tries again).
+fn written<E: std::fmt::Display>(write: Result<(), E>) -> bool {
+    write.map_err(|e| tracing::error!("{e}")).is_ok()
 }
 
 /// Takes back what a previous pilotd recorded. Latches only when recent: an old "host free
