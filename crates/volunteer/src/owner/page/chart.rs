@@ -274,20 +274,18 @@ impl Named {
 /// one of (`GiB` for 1.5GiB), from KiB up; MiB while nothing was counted.
 fn byte_unit(values: impl Iterator<Item = f64>) -> (f64, &'static str) {
     let max = values.fold(0.0_f64, f64::max);
-    let units = [
-        ("KiB", 1u64 << 10),
-        ("MiB", 1 << 20),
-        ("GiB", 1 << 30),
-        ("TiB", 1 << 40),
-    ];
-    if max <= 0.0 {
-        return ((1u64 << 20) as f64, "MiB");
+    let units = [(1u64 << 20, "MiB"), (1 << 30, "GiB"), (1 << 40, "TiB")];
+    let mut unit = if max <= 0.0 {
+        (1u64 << 20, "MiB")
+    } else {
+        (1 << 10, "KiB")
+    };
+    for (scale, name) in units {
+        if max >= scale as f64 {
+            unit = (scale, name);
+        }
     }
-    units
-        .iter()
-        .rev()
-        .find(|(_, scale)| max >= *scale as f64)
-        .map_or((1024.0, "KiB"), |(name, scale)| (*scale as f64, *name))
+    (unit.0 as f64, unit.1)
 }
 
 /// A figure as `status` says it: `52.3 h open to the pool`; the data with what it is made of
