@@ -157,8 +157,12 @@ impl Records {
         &mut self.status.image
     }
 
-    /// An image pilotd pulled (image GC removes only those).
-    pub(super) fn pulled(&mut self, p: PulledImage) {
+    /// An image pilotd pulled (image GC removes only those), which downloaded `bytes`: into
+    /// the contribution (the day's data cap counts it), written at the cycle's end.
+    pub(super) fn pulled(&mut self, s: &Settings, p: PulledImage, bytes: u64) {
+        self.contribution
+            .pulled(&s.policy.timezone, p.pulled_at, bytes);
+        self.saved.history = None;
         self.status.pulled_images.retain(|old| old.id != p.id);
         self.status.pulled_images.push(p);
     }
@@ -261,13 +265,6 @@ impl Records {
             m.count_network("received", is.received - was.received);
             m.count_network("sent", is.sent - was.sent);
         }
-    }
-
-    /// A pull of the worker image downloaded `bytes`: into the contribution (the day's data
-    /// cap counts it), written at the cycle's end.
-    pub(super) fn pull_counted(&mut self, s: &Settings, bytes: u64, now: DateTime<Utc>) {
-        self.contribution.pulled(&s.policy.timezone, now, bytes);
-        self.saved.history = None;
     }
 
     /// What the day and the month used so far, for the data cap.

@@ -176,12 +176,12 @@ impl<B: Backend> Daemon<B> {
                             m.image_pulls.inc();
                             m.image_pull_bytes.inc_by(bytes);
                         }
-                        self.records.pull_counted(&self.s, bytes, now);
-                        self.records.pulled(PulledImage {
+                        let p = PulledImage {
                             id: img.id,
                             pinned,
                             pulled_at: now,
-                        });
+                        };
+                        self.records.pulled(&self.s, p, bytes);
                     }
                     Err(e) => image::record_failure(
                         self.records.image(),

@@ -206,18 +206,15 @@ impl Page {
                         r
                     }
                     Ok(None) => {
+                        let (name, minutes) = (user_name(uid), INVITATION_LIFE.as_secs() / 60);
                         tracing::info!(
                             uid,
-                            "status page: a browser of {} came to /open uninvited",
-                            user_name(uid)
+                            "status page: a browser of {name} came to /open uninvited"
                         );
                         html(
                             "403 Forbidden",
                             locked(&format!(
-                                "This browser runs as {}, and pilotd open was not run as {} in the last {} minutes (or its browser came in already): it lets in a browser of the user who runs it, once.",
-                                user_name(uid),
-                                user_name(uid),
-                                INVITATION_LIFE.as_secs() / 60
+                                "This browser runs as {name}, and pilotd open was not run as {name} in the last {minutes} minutes (or its browser came in already): it lets in a browser of the user who runs it, once."
                             )),
                         )
                     }
