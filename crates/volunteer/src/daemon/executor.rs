@@ -178,47 +178,41 @@ async fn start(
         b.ensure_network(&f.network, &f.interface).await?;
         guard.ensure(f).await?;
     }
-    // The device stays attached while `attached` lives; once the engine mounted it, the
-    // mount holds it, and the engine's unmount at the worker's end detaches it.
     let begun = std::time::Instant::now();
-    // mke2fs and fallocate block: beside the runtime's threads.
-    let prepared = {
-        let (spec, worker) = (spec.clone(), worker.clone());
-        tokio::task::spawn_blocking(move || scratch::prepare(&spec, &worker)).await
-    };
-    let attached = match prepared.unwrap_or_else(|e| Err(ScratchError::Interrupted(e.to_string())))
-    {
-        Ok(a) => a,
-        Err(e) => {
-            remove_scratch(b, worker, &spec.name).await;
-            return Err(e.into());
-        }
-    };
-    let mut spec = spec.clone();
-    spec.scratch_device = attached.as_ref().map(|a| a.device.clone());
-    let started = b.start(&spec).await;
-    drop(attached);
-    match started {
-        Ok(id) => {
-            tracing::info!(
-                worker = %spec.name,
-                id = %id.get(..12).unwrap_or(&id),
-                cpus = spec.nano_cpus / 1_000_000_000,
-                memory_mib = spec.memory_bytes >> 20,
-                disk_mib = spec.disk_image.as_ref().map(|i| i.bytes >> 20),
-                // Scratch ready and the engine's create and start: the cost of a start.
-                start_ms = begun.elapsed().as_millis() as u64,
-                image = %spec.image_pinned,
-                die_at = spec.labels.get(labels::DIE_AT).map(String::as_str).unwrap_or("-"),
-                "started"
-            );
-            Ok(())
-        }
-        Err(e) => {
-            remove_scratch(b, worker, &spec.name).await;
-            Err(e.into())
-        }
+    let started: Result<String, ExecError> = async {
+        // mke2fs and fallocate block: beside the runtime's threads.
+        let (s, w) = (spec.clone(), worker.clone());
+        let prepared = tokio::task::spawn_blocking(move || scratch::prepare(&s, &w)).await;
+        // The device stays attached while `attached` lives (to the end of this block); once
+        // the engine mounted it, the mount holds it, and the engine's unmount at the worker's
+        // end detaches it.
+        let attached =
+            prepared.unwrap_or_else(|e| Err(ScratchError::Interrupted(e.to_string())))?;
+        let mut spec = spec.clone();
+        spec.scratch_device = attached.as_ref().map(|a| a.device.clone());
+        Ok(b.start(&spec).await?)
     }
+    .await;
+    let id = match started {
+        Ok(id) => id,
+        Err(e) => {
+            remove_scratch(b, worker, &spec.name).await;
+            return Err(e);
+        }
+    };
+    tracing::info!(
+        worker = %spec.name,
+        id = %id.get(..12).unwrap_or(&id),
+        cpus = spec.nano_cpus / 1_000_000_000,
+        memory_mib = spec.memory_bytes >> 20,
+        disk_mib = spec.disk_image.as_ref().map(|i| i.bytes >> 20),
+        // Scratch ready and the engine's create and start: the cost of a start.
+        start_ms = begun.elapsed().as_millis() as u64,
+        image = %spec.image_pinned,
+        die_at = spec.labels.get(labels::DIE_AT).map(String::as_str).unwrap_or("-"),
+        "started"
+    );
+    Ok(())
 }
 
 /// A worker's scratch, disk image and token copy go (`scratch::remove`); what fails is left
