@@ -173,7 +173,6 @@ impl StatusView {
     /// the CPU cap in force with why (none of it where there is no sensor and no cap).
     pub(crate) fn comfort_lines(&self) -> Vec<String> {
         let s = &self.status;
-        let mut lines = Vec::new();
         let seen: Vec<String> = [
             s.temperature
                 .as_ref()
@@ -185,17 +184,13 @@ impl StatusView {
         .into_iter()
         .flatten()
         .collect();
-        if !seen.is_empty() {
-            lines.push(format!("sensors: {}", seen.join("; ")));
-        }
-        if let Some(cap) = s.decision.as_ref().and_then(|d| d.cpu_cap.as_ref()) {
-            lines.push(format!(
-                "CPU cap: {} CPU a worker: {}",
-                cpus(cap.per_worker_millicpus),
-                cap.reason
-            ));
-        }
-        lines
+        let sensors = (!seen.is_empty()).then(|| format!("sensors: {}", seen.join("; ")));
+        let cap = s.decision.as_ref().and_then(|d| d.cpu_cap.as_ref());
+        let cap = cap.map(|c| {
+            let cpus = cpus(c.per_worker_millicpus);
+            format!("CPU cap: {cpus} CPU a worker: {}", c.reason)
+        });
+        sensors.into_iter().chain(cap).collect()
     }
 
     /// The workers' table: where the list comes from, and each worker's line.
