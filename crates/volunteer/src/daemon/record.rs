@@ -338,18 +338,15 @@ impl Records {
             {
                 m.count_eviction(mode.as_str());
             }
-            let ended = match (&action, &result) {
+            let ended = match &action {
                 // Recorded even when the remove failed: `recorded` keeps it from counting twice.
                 // `record_finished` read its report before (the plan removes only workers of
                 // the list it saw); one it could not leaves a worker without a report.
-                (
-                    Action::Remove {
-                        id,
-                        name,
-                        outcome: Some(o),
-                    },
-                    _,
-                ) => {
+                Action::Remove {
+                    id,
+                    name,
+                    outcome: Some(o),
+                } => {
                     if !self.status.reported.iter().any(|r| r == id) {
                         let gone = Report::Unread("removed before its output was read".into());
                         self.reported(s, id, name, gone, now);
@@ -358,25 +355,19 @@ impl Records {
                 }
                 // Ended for a full scratch: a failure the back-off counts, recorded now (its
                 // exit, by pilotd's signal, would read as neutral).
-                (
-                    Action::Stop {
-                        id,
-                        name,
-                        why: Reason::ScratchFull { share_kib },
-                        ..
-                    },
-                    Ok(_),
-                ) => Some((
+                Action::Stop {
                     id,
                     name,
-                    Outcome::ScratchFull {
-                        share_kib: *share_kib,
-                    },
-                )),
-                (Action::Start { spec }, Err(e)) => {
-                    let message = e.to_string();
-                    Some((&spec.name, &spec.name, Outcome::StartFailed { message }))
+                    why: Reason::ScratchFull { share_kib },
+                    ..
+                } if result.is_ok() => {
+                    let share_kib = *share_kib;
+                    Some((id, name, Outcome::ScratchFull { share_kib }))
                 }
+                Action::Start { spec } => result.as_ref().err().map(|e| {
+                    let message = e.to_string();
+                    (&spec.name, &spec.name, Outcome::StartFailed { message })
+                }),
                 _ => None,
             };
             if let Some((id, name, outcome)) = ended {
