@@ -485,13 +485,12 @@ impl Records {
         if !output.is_empty() {
             tracing::error!(
                 worker = name,
-                "worker failed: {outcome}; its last {} line(s) of output:\n{}",
+                "worker failed: {outcome}; its last {} line(s) of output:{}",
                 output.len(),
                 output
                     .iter()
-                    .map(|l| format!("  | {l}"))
-                    .collect::<Vec<_>>()
-                    .join("\n")
+                    .map(|l| format!("\n  | {l}"))
+                    .collect::<String>()
             );
         }
         let before = self.status.backoff.failures;
@@ -516,19 +515,16 @@ impl Records {
         if let Some(m) = &self.metrics {
             m.count_worker_ended(Ended::kind(&outcome));
         }
-        self.status.recorded.push(id.to_string());
-        self.status.outcomes.push(OutcomeRecord {
+        let st = &mut self.status;
+        st.recorded.push(id.to_string());
+        st.outcomes.push(OutcomeRecord {
             name: name.to_string(),
             at: now,
             outcome,
             output,
         });
-        let excess = self
-            .status
-            .outcomes
-            .len()
-            .saturating_sub(status::OUTCOMES_KEPT);
-        self.status.outcomes.drain(..excess);
+        let excess = st.outcomes.len().saturating_sub(status::OUTCOMES_KEPT);
+        st.outcomes.drain(..excess);
     }
 
     /// Writes what the cycle saw, decided and did to the status file (and the metrics), when
