@@ -1,5 +1,5 @@
-//! Carries out a plan's actions in order and says, for each, what became of it (`Executed`):
-//! a typed result, never a string. Quick actions (pause, resume, kill, remove, start) are
+//! Carries out a plan's actions in order and says, for each, whether it was done (`Executed`):
+//! a typed error when not, never a string. Quick actions (pause, resume, kill, remove, start) are
 //! awaited; long ones (a graceful stop, a pull) start as tasks beside the loop and are marked
 //! in flight so the next plan does not issue them again. After a start fails, the plan's other
 //! starts wait for the next cycle (the back-off decides when). Records nothing: the cycle
@@ -12,28 +12,9 @@ use crate::act::backend::{Backend, BackendError};
 use crate::act::egress::{EgressError, Guard};
 use crate::act::scratch::{self, RemovalError, ScratchError};
 use crate::decide::plan::Action;
-use crate::network::Filter;
 use crate::settings::WorkerSettings;
 use crate::worker::{WorkerSpec, labels};
 use std::time::Duration;
-
-/// What an action did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Done {
-    Paused,
-    Resumed,
-    Killed,
-    /// The worker's CPU quota is set.
-    Limited,
-    /// The graceful stop runs beside the loop.
-    Stopping,
-    Removed,
-    /// The pull runs beside the loop.
-    Pulling,
-    Started {
-        id: String,
-    },
-}
 
 /// Why an action failed.
 #[derive(Debug, thiserror::Error)]
@@ -50,7 +31,7 @@ pub(crate) enum ExecError {
 #[derive(Debug)]
 pub struct Executed {
     pub action: Action,
-    pub result: Result<Done, ExecError>,
+    pub result: Result<(), ExecError>,
 }
 
 /// Executes `actions` in order against `b`.
@@ -64,7 +45,6 @@ pub(crate) async fn execute(
     work: &mut Work,
     int: &mut Interrupt<'_>,
 ) -> Vec<Executed> {
-    let mut out = Vec::with_capacity(actions.len());
     // The plan's evictions come first. Pauses and kills are sent together: the owner waits
     // for the last of them, not for their sum.
     let quick = actions
@@ -73,45 +53,35 @@ pub(crate) async fn execute(
         .count();
     let done =
         futures_util::future::join_all(actions[..quick].iter().map(|a| evict_now(b, a))).await;
-    for (action, result) in actions[..quick].iter().zip(done) {
-        if let Err(e) = &result {
-            tracing::error!("{action}: {e}");
-        }
-        out.push(Executed {
-            action: action.clone(),
-            result,
-        });
-    }
+    let mut out: Vec<Executed> = actions.iter().zip(done).map(executed).collect();
     let mut start_failed = false;
     for action in &actions[quick..] {
-        if start_failed && matches!(action, Action::Start { .. }) {
+        let start = matches!(action, Action::Start { .. });
+        let gives_back = start || matches!(action, Action::Unpause { .. } | Action::Pull { .. });
+        if (start && start_failed) || (gives_back && int.poll()) {
             continue;
         }
-        if matches!(
-            action,
-            Action::Start { .. } | Action::Unpause { .. } | Action::Pull { .. }
-        ) && int.poll()
-        {
-            continue;
-        }
-        let result = execute_one(b, action, worker, work).await;
-        if let Err(e) = &result {
-            tracing::error!("{action}: {e}");
-            start_failed |= matches!(action, Action::Start { .. });
-        }
-        out.push(Executed {
-            action: action.clone(),
-            result,
-        });
+        let done = executed((action, execute_one(b, action, worker, work).await));
+        start_failed |= start && done.result.is_err();
+        out.push(done);
     }
     out
+}
+
+/// What became of `action`, its failure logged.
+fn executed((action, result): (&Action, Result<(), ExecError>)) -> Executed {
+    if let Err(e) = &result {
+        tracing::error!("{action}: {e}");
+    }
+    let action = action.clone();
+    Executed { action, result }
 }
 
 /// How often a pause is tried before the cycle gives up on it (the next cycle plans again).
 const PAUSE_TRIES: u32 = 3;
 
 /// A pause or a kill, which needs nothing but the engine.
-async fn evict_now(b: &impl Backend, action: &Action) -> Result<Done, ExecError> {
+async fn evict_now(b: &impl Backend, action: &Action) -> Result<(), ExecError> {
     match action {
         Action::Pause { id, name, why } => {
             // runc can fail to freeze a busy container ("unable to freeze") and expects the
@@ -126,12 +96,12 @@ async fn evict_now(b: &impl Backend, action: &Action) -> Result<Done, ExecError>
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             tracing::info!(worker = %name, "paused: {why}");
-            Ok(Done::Paused)
+            Ok(())
         }
         Action::Kill { id, name, why } => {
             b.kill(id).await?;
             tracing::info!(worker = %name, "killed: {why}");
-            Ok(Done::Killed)
+            Ok(())
         }
         other => unreachable!("not an eviction sent at once: {other}"),
     }
@@ -142,13 +112,13 @@ async fn execute_one(
     action: &Action,
     worker: &WorkerSettings,
     work: &mut Work,
-) -> Result<Done, ExecError> {
+) -> Result<(), ExecError> {
     match action {
         Action::Pause { .. } | Action::Kill { .. } => evict_now(b, action).await,
         Action::Unpause { id, name, why } => {
             b.unpause(id).await?;
             tracing::info!(worker = %name, "resumed: {why}");
-            Ok(Done::Resumed)
+            Ok(())
         }
         Action::Limit {
             id,
@@ -162,7 +132,7 @@ async fn execute_one(
                 cpus = *nano_cpus as f64 / 1e9,
                 "CPU quota set: {why}"
             );
-            Ok(Done::Limited)
+            Ok(())
         }
         Action::Stop {
             id,
@@ -173,7 +143,7 @@ async fn execute_one(
             tracing::info!(worker = %name, grace_s, "stopping: {why}");
             work.in_flight.stopping.insert(id.clone());
             tasks::spawn_stop(&mut work.tasks, b, id, name, Duration::from_secs(*grace_s));
-            Ok(Done::Stopping)
+            Ok(())
         }
         Action::Remove { id, name, .. } => {
             match scratch::remove_worker(b, worker, id, name).await {
@@ -183,25 +153,16 @@ async fn execute_one(
                 Err(RemovalError::Leftovers(e)) => leftovers_to_gc(name, &e),
             }
             tracing::info!(worker = %name, "removed");
-            Ok(Done::Removed)
+            Ok(())
         }
         Action::Pull { repository, digest } => {
             tracing::info!(image = %format!("{repository}@{digest}"), "pulling");
             work.in_flight.pulling = Some(digest.clone());
             tasks::spawn_pull(&mut work.tasks, b, repository, digest);
-            Ok(Done::Pulling)
+            Ok(())
         }
         Action::Start { spec } => start(b, spec, worker, &work.egress).await,
     }
-}
-
-/// pilotd's own network and its filter, in place before any worker joins it: the filter is
-/// checked whole, and rebuilt without a gap when it is not (a firewall reload may have flushed
-/// it); when that fails, the start fails, so no worker ever runs unfiltered.
-async fn ensure_isolation(b: &impl Backend, f: &Filter, guard: &Guard) -> Result<(), ExecError> {
-    b.ensure_network(&f.network, &f.interface).await?;
-    guard.ensure(f).await?;
-    Ok(())
 }
 
 async fn start(
@@ -209,51 +170,49 @@ async fn start(
     spec: &WorkerSpec,
     worker: &WorkerSettings,
     guard: &Guard,
-) -> Result<Done, ExecError> {
+) -> Result<(), ExecError> {
+    // pilotd's own network and its filter, in place before any worker joins it: the filter
+    // is checked whole, and rebuilt without a gap when it is not (a firewall reload may have
+    // flushed it); when that fails, the start fails, so no worker ever runs unfiltered.
     if let Some(f) = &worker.egress {
-        ensure_isolation(b, f, guard).await?;
+        b.ensure_network(&f.network, &f.interface).await?;
+        guard.ensure(f).await?;
     }
-    // The device stays attached while `attached` lives; once the engine mounted it, the
-    // mount holds it, and the engine's unmount at the worker's end detaches it.
     let begun = std::time::Instant::now();
-    // mke2fs and fallocate block: beside the runtime's threads.
-    let prepared = {
-        let (spec, worker) = (spec.clone(), worker.clone());
-        tokio::task::spawn_blocking(move || scratch::prepare(&spec, &worker)).await
-    };
-    let attached = match prepared.unwrap_or_else(|e| Err(ScratchError::Interrupted(e.to_string())))
-    {
-        Ok(a) => a,
-        Err(e) => {
-            remove_scratch(b, worker, &spec.name).await;
-            return Err(e.into());
-        }
-    };
-    let mut spec = spec.clone();
-    spec.scratch_device = attached.as_ref().map(|a| a.device.clone());
-    let started = b.start(&spec).await;
-    drop(attached);
-    match started {
-        Ok(id) => {
-            tracing::info!(
-                worker = %spec.name,
-                id = %id.get(..12).unwrap_or(&id),
-                cpus = spec.nano_cpus / 1_000_000_000,
-                memory_mib = spec.memory_bytes >> 20,
-                disk_mib = spec.disk_image.as_ref().map(|i| i.bytes >> 20),
-                // Scratch ready and the engine's create and start: the cost of a start.
-                start_ms = begun.elapsed().as_millis() as u64,
-                image = %spec.image_pinned,
-                die_at = spec.labels.get(labels::DIE_AT).map(String::as_str).unwrap_or("-"),
-                "started"
-            );
-            Ok(Done::Started { id })
-        }
-        Err(e) => {
-            remove_scratch(b, worker, &spec.name).await;
-            Err(e.into())
-        }
+    let started: Result<String, ExecError> = async {
+        // mke2fs and fallocate block: beside the runtime's threads.
+        let (s, w) = (spec.clone(), worker.clone());
+        let prepared = tokio::task::spawn_blocking(move || scratch::prepare(&s, &w)).await;
+        // The device stays attached while `attached` lives (to the end of this block); once
+        // the engine mounted it, the mount holds it, and the engine's unmount at the worker's
+        // end detaches it.
+        let attached =
+            prepared.unwrap_or_else(|e| Err(ScratchError::Interrupted(e.to_string())))?;
+        let mut spec = spec.clone();
+        spec.scratch_device = attached.as_ref().map(|a| a.device.clone());
+        Ok(b.start(&spec).await?)
     }
+    .await;
+    let id = match started {
+        Ok(id) => id,
+        Err(e) => {
+            remove_scratch(b, worker, &spec.name).await;
+            return Err(e);
+        }
+    };
+    tracing::info!(
+        worker = %spec.name,
+        id = %id.get(..12).unwrap_or(&id),
+        cpus = spec.nano_cpus / 1_000_000_000,
+        memory_mib = spec.memory_bytes >> 20,
+        disk_mib = spec.disk_image.as_ref().map(|i| i.bytes >> 20),
+        // Scratch ready and the engine's create and start: the cost of a start.
+        start_ms = begun.elapsed().as_millis() as u64,
+        image = %spec.image_pinned,
+        die_at = spec.labels.get(labels::DIE_AT).map(String::as_str).unwrap_or("-"),
+        "started"
+    );
+    Ok(())
 }
 
 /// A worker's scratch, disk image and token copy go (`scratch::remove`); what fails is left

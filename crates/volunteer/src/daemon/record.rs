@@ -157,8 +157,12 @@ impl Records {
         &mut self.status.image
     }
 
-    /// An image pilotd pulled (image GC removes only those).
-    pub(super) fn pulled(&mut self, p: PulledImage) {
+    /// An image pilotd pulled (image GC removes only those), which downloaded `bytes`: into
+    /// the contribution (the day's data cap counts it), written at the cycle's end.
+    pub(super) fn pulled(&mut self, s: &Settings, p: PulledImage, bytes: u64) {
+        self.contribution
+            .pulled(&s.policy.timezone, p.pulled_at, bytes);
+        self.saved.history = None;
         self.status.pulled_images.retain(|old| old.id != p.id);
         self.status.pulled_images.push(p);
     }
@@ -223,14 +227,13 @@ impl Records {
         self.status.temperature = sensors.and_then(|s| s.hottest()).cloned();
         self.status.fan = sensors.and_then(|s| s.fastest()).cloned();
         if let Some(m) = &self.metrics {
+            let st = &self.status;
             let cap = supply.cpu_cap.as_ref().map(|c| (c.causes.join(","), c));
-            let reading = |r: &Option<crate::snapshot::Reading>| {
-                r.as_ref().map(|r| (r.sensor.clone(), r.value))
-            };
-            let (t, f) = (reading(&self.status.temperature), reading(&self.status.fan));
             m.set_comfort(
-                t.as_ref().map(|(s, v)| (s.as_str(), *v)),
-                f.as_ref().map(|(s, v)| (s.as_str(), *v)),
+                st.temperature
+                    .as_ref()
+                    .map(|r| (r.sensor.as_str(), r.value)),
+                st.fan.as_ref().map(|r| (r.sensor.as_str(), r.value)),
                 cap.as_ref()
                     .map(|(why, c)| (why.as_str(), c.per_worker_millicpus as f64 / 1000.0)),
             );
@@ -262,13 +265,6 @@ impl Records {
             m.count_network("received", is.received - was.received);
             m.count_network("sent", is.sent - was.sent);
         }
-    }
-
-    /// A pull of the worker image downloaded `bytes`: into the contribution (the day's data
-    /// cap counts it), written at the cycle's end.
-    pub(super) fn pull_counted(&mut self, s: &Settings, bytes: u64, now: DateTime<Utc>) {
-        self.contribution.pulled(&s.policy.timezone, now, bytes);
-        self.saved.history = None;
     }
 
     /// What the day and the month used so far, for the data cap.
@@ -342,18 +338,15 @@ impl Records {
             {
                 m.count_eviction(mode.as_str());
             }
-            let ended = match (&action, &result) {
+            let ended = match &action {
                 // Recorded even when the remove failed: `recorded` keeps it from counting twice.
                 // `record_finished` read its report before (the plan removes only workers of
                 // the list it saw); one it could not leaves a worker without a report.
-                (
-                    Action::Remove {
-                        id,
-                        name,
-                        outcome: Some(o),
-                    },
-                    _,
-                ) => {
+                Action::Remove {
+                    id,
+                    name,
+                    outcome: Some(o),
+                } => {
                     if !self.status.reported.iter().any(|r| r == id) {
                         let gone = Report::Unread("removed before its output was read".into());
                         self.reported(s, id, name, gone, now);
@@ -362,25 +355,19 @@ impl Records {
                 }
                 // Ended for a full scratch: a failure the back-off counts, recorded now (its
                 // exit, by pilotd's signal, would read as neutral).
-                (
-                    Action::Stop {
-                        id,
-                        name,
-                        why: Reason::ScratchFull { share_kib },
-                        ..
-                    },
-                    Ok(_),
-                ) => Some((
+                Action::Stop {
                     id,
                     name,
-                    Outcome::ScratchFull {
-                        share_kib: *share_kib,
-                    },
-                )),
-                (Action::Start { spec }, Err(e)) => {
-                    let message = e.to_string();
-                    Some((&spec.name, &spec.name, Outcome::StartFailed { message }))
+                    why: Reason::ScratchFull { share_kib },
+                    ..
+                } if result.is_ok() => {
+                    let share_kib = *share_kib;
+                    Some((id, name, Outcome::ScratchFull { share_kib }))
                 }
+                Action::Start { spec } => result.as_ref().err().map(|e| {
+                    let message = e.to_string();
+                    (&spec.name, &spec.name, Outcome::StartFailed { message })
+                }),
                 _ => None,
             };
             if let Some((id, name, outcome)) = ended {
@@ -498,13 +485,12 @@ impl Records {
         if !output.is_empty() {
             tracing::error!(
                 worker = name,
-                "worker failed: {outcome}; its last {} line(s) of output:\n{}",
+                "worker failed: {outcome}; its last {} line(s) of output:{}",
                 output.len(),
                 output
                     .iter()
-                    .map(|l| format!("  | {l}"))
-                    .collect::<Vec<_>>()
-                    .join("\n")
+                    .map(|l| format!("\n  | {l}"))
+                    .collect::<String>()
             );
         }
         let before = self.status.backoff.failures;
@@ -529,19 +515,16 @@ impl Records {
         if let Some(m) = &self.metrics {
             m.count_worker_ended(Ended::kind(&outcome));
         }
-        self.status.recorded.push(id.to_string());
-        self.status.outcomes.push(OutcomeRecord {
+        let st = &mut self.status;
+        st.recorded.push(id.to_string());
+        st.outcomes.push(OutcomeRecord {
             name: name.to_string(),
             at: now,
             outcome,
             output,
         });
-        let excess = self
-            .status
-            .outcomes
-            .len()
-            .saturating_sub(status::OUTCOMES_KEPT);
-        self.status.outcomes.drain(..excess);
+        let excess = st.outcomes.len().saturating_sub(status::OUTCOMES_KEPT);
+        st.outcomes.drain(..excess);
     }
 
     /// Writes what the cycle saw, decided and did to the status file (and the metrics), when
@@ -589,9 +572,8 @@ impl Records {
         if unchanged {
             return;
         }
-        match status::save(&self.status_path, &self.status) {
-            Ok(()) => self.saved.status = Some((self.status.clone(), o.now)),
-            Err(e) => tracing::error!("{e}"),
+        if written(status::save(&self.status_path, &self.status)) {
+            self.saved.status = Some((self.status.clone(), o.now));
         }
     }
 
@@ -604,35 +586,33 @@ impl Records {
             at.is_none_or(|at| now.signed_duration_since(at) >= pilotd_core::horizon::delta(every))
         };
         let history_due = due(self.saved.history, HISTORY_EVERY);
-        if history_due {
-            match history::save(&s.state_dir, &self.learner.history) {
-                Ok(()) => self.saved.history = Some(now),
-                Err(e) => tracing::error!("{e}"),
-            }
+        if history_due && written(history::save(&s.state_dir, &self.learner.history)) {
+            self.saved.history = Some(now);
         }
-        if history_due || self.saved.data_unsaved >= DATA_UNSAVED_MAX {
-            match contribution::save(&s.state_dir, &self.contribution.ledger) {
-                Ok(()) => self.saved.data_unsaved = 0,
-                Err(e) => tracing::error!("{e}"),
-            }
+        if (history_due || self.saved.data_unsaved >= DATA_UNSAVED_MAX)
+            && written(contribution::save(&s.state_dir, &self.contribution.ledger))
+        {
+            self.saved.data_unsaved = 0;
         }
-        if due(self.saved.timeline, TIMELINE_EVERY) {
-            match timeline::save(&s.state_dir, &self.presence.timeline) {
-                Ok(()) => self.saved.timeline = Some(now),
-                Err(e) => tracing::error!("{e}"),
-            }
+        if due(self.saved.timeline, TIMELINE_EVERY)
+            && written(timeline::save(&s.state_dir, &self.presence.timeline))
+        {
+            self.saved.timeline = Some(now);
         }
     }
 
     /// Writes them all (the daemon stops).
     pub(super) fn save_all(&mut self, s: &Settings, now: DateTime<Utc>) {
         self.status.updated_at = Some(now);
-        if let Err(e) = status::save(&self.status_path, &self.status) {
-            tracing::error!("{e}");
-        }
+        written(status::save(&self.status_path, &self.status));
         (self.saved.history, self.saved.timeline) = (None, None);
         self.save_due(s, now);
     }
+}
+
+/// Whether a record was written; why not is logged (the next write tries again).
+fn written<E: std::fmt::Display>(write: Result<(), E>) -> bool {
+    write.map_err(|e| tracing::error!("{e}")).is_ok()
 }
 
 /// Takes back what a previous pilotd recorded. Latches only when recent: an old "host free
@@ -670,10 +650,9 @@ fn restore(path: &Path, s: &Settings, now: DateTime<Utc>) -> Status {
 /// The `state` label of the workers metric.
 fn metric_state(s: WorkerState) -> &'static str {
     match s {
-        WorkerState::Running => "running",
-        WorkerState::Paused => "paused",
-        WorkerState::Exited => "exited",
-        WorkerState::Created => "created",
+        WorkerState::Running | WorkerState::Paused | WorkerState::Exited | WorkerState::Created => {
+            s.as_str()
+        }
         _ => "other",
     }
 }

@@ -143,26 +143,23 @@ impl<B: Backend> Daemon<B> {
             }
             TaskDone::Manifest(result) => {
                 self.refresh.finished();
-                match result {
-                    Ok(m) if self.manifest.as_ref() == Some(&m) => {}
-                    Ok(m) => {
-                        // Checked when the fetch began; a reload since may have narrowed the
-                        // limits, so the template is built (and checked) against today's.
-                        let template = manifest::worker_template(&self.s, Some(&m));
-                        match template.refused {
-                            None => {
-                                if let Err(e) = manifest::store(&self.s.state_dir, &m) {
-                                    tracing::error!("{e}");
-                                }
-                                tracing::info!(version = %m.version, "remote manifest applied");
-                                self.worker = template.worker;
-                                self.manifest = Some(m);
-                            }
-                            Some(e) => self.keeping(&e),
-                        }
-                    }
-                    Err(e) => self.keeping(&e),
+                let m = match result {
+                    Ok(m) if self.manifest.as_ref() == Some(&m) => return,
+                    Ok(m) => m,
+                    Err(e) => return self.keeping(&e),
+                };
+                // Checked when the fetch began; a reload since may have narrowed the limits,
+                // so the template is built (and checked) against today's.
+                let template = manifest::worker_template(&self.s, Some(&m));
+                if let Some(e) = template.refused {
+                    return self.keeping(&e);
                 }
+                if let Err(e) = manifest::store(&self.s.state_dir, &m) {
+                    tracing::error!("{e}");
+                }
+                tracing::info!(version = %m.version, "remote manifest applied");
+                self.worker = template.worker;
+                self.manifest = Some(m);
             }
             TaskDone::Pulled {
                 pinned,
@@ -179,12 +176,12 @@ impl<B: Backend> Daemon<B> {
                             m.image_pulls.inc();
                             m.image_pull_bytes.inc_by(bytes);
                         }
-                        self.records.pull_counted(&self.s, bytes, now);
-                        self.records.pulled(PulledImage {
+                        let p = PulledImage {
                             id: img.id,
                             pinned,
                             pulled_at: now,
-                        });
+                        };
+                        self.records.pulled(&self.s, p, bytes);
                     }
                     Err(e) => image::record_failure(
                         self.records.image(),

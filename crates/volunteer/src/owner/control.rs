@@ -52,16 +52,11 @@ pub enum ControlError {
 /// /proc/PID/status (its supplementary groups).
 fn peer_of(stream: &UnixStream) -> std::io::Result<Peer> {
     let cred = stream.peer_cred()?;
-    let uid = cred.uid();
-    let name = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
-        .ok()
-        .flatten()
-        .map(|u| u.name);
     let mut gids = vec![cred.gid()];
     if let Some(pid) = cred.pid() {
         gids.extend(proc_groups(&PathBuf::from(format!("/proc/{pid}/status"))));
     }
-    Ok(Peer { uid, name, gids })
+    Ok(Peer::named(cred.uid(), gids))
 }
 
 /// The `Groups:` line of a /proc/PID/status file.
@@ -168,9 +163,14 @@ async fn answer(stream: UnixStream, ctx: &Context, wake: &mpsc::Sender<()>) {
             }
         },
     };
-    let mut body = serde_json::to_vec(&reply).unwrap_or_default();
-    body.push(b'\n');
-    let _ = write.write_all(&body).await;
+    let _ = write.write_all(&json_line(&reply)).await;
+}
+
+/// One message of the protocol: its JSON and a newline.
+fn json_line(message: &impl serde::Serialize) -> Vec<u8> {
+    let mut line = serde_json::to_vec(message).unwrap_or_default();
+    line.push(b'\n');
+    line
 }
 
 /// Sends one request to the daemon at `path` and returns its reply.
@@ -200,9 +200,7 @@ pub async fn ask(path: &Path, req: &Request) -> Result<Reply, ControlError> {
         }
     };
     let (read, mut write) = stream.into_split();
-    let mut body = serde_json::to_vec(req).unwrap_or_default();
-    body.push(b'\n');
-    write.write_all(&body).await.map_err(talk)?;
+    write.write_all(&json_line(req)).await.map_err(talk)?;
     let mut line = String::new();
     tokio::time::timeout(ANSWER_WAIT, BufReader::new(read).read_line(&mut line))
         .await

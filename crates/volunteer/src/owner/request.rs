@@ -45,6 +45,7 @@ impl Reply {
         Reply { ok: false, message }
     }
 
+    /// Done as asked: `message` says what changed.
     fn done(message: String) -> Reply {
         Reply { ok: true, message }
     }
@@ -61,6 +62,15 @@ pub struct Peer {
 }
 
 impl Peer {
+    /// `uid` with `gids`, named as the user database names it.
+    pub(crate) fn named(uid: u32, gids: Vec<u32>) -> Peer {
+        let name = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+            .ok()
+            .flatten()
+            .map(|u| u.name);
+        Peer { uid, name, gids }
+    }
+
     pub(crate) fn label(&self) -> String {
         match &self.name {
             Some(n) => n.clone(),

@@ -67,6 +67,14 @@ impl Decision {
             cpu_cap: s.cpu_cap.clone(),
         }
     }
+
+    /// What it let run, said alike by `pilotd status` and the page: "2 worker(s) of 4 CPU,
+    /// 8192 MiB"; `None` when it let nothing start.
+    pub(crate) fn share(&self) -> Option<String> {
+        let (w, c, m) = (self.workers, self.cpus, self.memory_mib);
+        self.allowed
+            .then(|| format!("{w} worker(s) of {c} CPU, {m} MiB"))
+    }
 }
 
 /// A finished worker's outcome, newest last.

@@ -35,8 +35,6 @@ struct Series {
     /// After the number, as `contribution::lines` says it (`52.3 h open to the pool`).
     unit: &'static str,
     fill: &'static str,
-    /// The figure also stands over the bar (room for it: one bar a week).
-    labelled: bool,
     /// The figure in its panel's base unit: seconds (CPU-seconds for the CPU), or bytes.
     value: fn(&Tally) -> f64,
     /// The figure as a number, as `status` writes it (`52.3`, `1.5GiB`).
@@ -50,7 +48,6 @@ const HOURS: [Series; 3] = [
         legend: "open to the pool",
         unit: "h open to the pool",
         fill: "#56B4E9",
-        labelled: false,
         value: |t| t.open_s as f64,
         number: hours,
     },
@@ -59,7 +56,6 @@ const HOURS: [Series; 3] = [
         legend: "computing",
         unit: "h computing",
         fill: "#009E73",
-        labelled: false,
         value: |t| t.computing_s as f64,
         number: hours,
     },
@@ -68,7 +64,6 @@ const HOURS: [Series; 3] = [
         legend: "the owner there",
         unit: "h the owner was there",
         fill: "#E69F00",
-        labelled: false,
         value: |t| t.owner_present_s as f64,
         number: hours,
     },
@@ -80,7 +75,6 @@ const CPU: Series = Series {
     legend: "CPU-hours given",
     unit: "CPU-hours given",
     fill: "#CC79A7",
-    labelled: true,
     // A hand-edited file could hold a negative figure: no bar grows downwards.
     value: |t| t.cpu_seconds.max(0.0),
     number: hours,
@@ -92,7 +86,6 @@ const DATA: Series = Series {
     legend: "data used",
     unit: "of data used",
     fill: "#0072B2",
-    labelled: true,
     value: |t| t.network.total() as f64,
     number: |bytes| format_size(bytes as u64),
 };
@@ -112,19 +105,16 @@ const HOUR_GAP: f64 = 2.0;
 const CPU_BAR: f64 = 27.0;
 /// The hours' panel, under the legend; the CPU's below it, shorter (one bar a week).
 const UPPER: Place = Place {
-    header: 42.0,
     top: 52.0,
     height: 160.0,
 };
 const LOWER: Place = Place {
-    header: 270.0,
     top: 280.0,
     height: 90.0,
 };
 /// The data's, as tall as the CPU's (one bar a week), as far under the CPU's week labels as
 /// the CPU's header is under the hours'.
 const DATA_PLACE: Place = Place {
-    header: 428.0,
     top: 438.0,
     height: 90.0,
 };
@@ -164,67 +154,63 @@ pub(super) fn weekly(ledger: &Ledger, tz: &Zone, now: DateTime<Utc>) -> String {
     );
     legend(&mut b);
 
-    let upper = Panel {
-        place: UPPER,
-        scale: HOUR,
-        axis: Axis::over(
-            weeks
-                .iter()
-                .flat_map(|w| HOURS.iter().map(|s| (s.value)(&w.tally) / HOUR)),
-        ),
-    };
-    upper.frame(
-        &mut b,
-        &format!(
-            "Hours per week, {} (a week has 168)",
-            span(&first.week, &last.week)
-        ),
-        "h",
-        "hours",
+    let hours_title = format!(
+        "Hours per week, {} (a week has 168)",
+        span(&first.week, &last.week)
     );
-    for (i, (w, n)) in weeks.iter().zip(&named).enumerate() {
-        let x0 = LEFT + i as f64 * SLOT + (SLOT - 3.0 * HOUR_BAR - 2.0 * HOUR_GAP) / 2.0;
-        for (j, s) in HOURS.iter().enumerate() {
-            let x = x0 + j as f64 * (HOUR_BAR + HOUR_GAP);
-            upper.bar(&mut b, s, &w.tally, n, x, HOUR_BAR);
+    let (bytes, unit) = byte_unit(weeks.iter().map(|w| (DATA.value)(&w.tally)));
+    // Each panel: where, its bars, how wide, the figures' divisor, its header, unit and axis.
+    let panels = [
+        (
+            UPPER,
+            &HOURS[..],
+            HOUR_BAR,
+            HOUR,
+            hours_title.as_str(),
+            "h",
+            "hours",
+        ),
+        (
+            LOWER,
+            &[CPU],
+            CPU_BAR,
+            HOUR,
+            "CPU-hours given per week (2 CPUs busy for an hour give 2)",
+            "",
+            "CPU-hours",
+        ),
+        (
+            DATA_PLACE,
+            &[DATA],
+            CPU_BAR,
+            bytes,
+            "Data used per week (received, sent, and pulled for the worker image)",
+            unit,
+            "data",
+        ),
+    ];
+    for (place, series, width, scale, title, unit, name) in panels {
+        let figures = weeks
+            .iter()
+            .flat_map(|w| series.iter().map(move |s| (s.value)(&w.tally) / scale));
+        let panel = Panel {
+            place,
+            alone: series.len() == 1,
+            scale,
+            axis: Axis::over(figures),
+        };
+        panel.frame(&mut b, title, unit, name);
+        // The week's bars side by side, centred in its column.
+        let n = series.len() as f64;
+        for (i, (w, week)) in weeks.iter().zip(&named).enumerate() {
+            let x0 = LEFT + i as f64 * SLOT + (SLOT - n * width - (n - 1.0) * HOUR_GAP) / 2.0;
+            for (j, s) in series.iter().enumerate() {
+                let x = x0 + j as f64 * (width + HOUR_GAP);
+                panel.bar(&mut b, s, &w.tally, week, x, width);
+            }
         }
+        week_labels(&mut b, &named, place.bottom());
     }
-    week_labels(&mut b, &named, UPPER.bottom());
-
-    let lower = Panel {
-        place: LOWER,
-        scale: HOUR,
-        axis: Axis::over(weeks.iter().map(|w| (CPU.value)(&w.tally) / HOUR)),
-    };
-    lower.frame(
-        &mut b,
-        "CPU-hours given per week (2 CPUs busy for an hour give 2)",
-        "",
-        "CPU-hours",
-    );
-    for (i, (w, n)) in weeks.iter().zip(&named).enumerate() {
-        let x = LEFT + i as f64 * SLOT + (SLOT - CPU_BAR) / 2.0;
-        lower.bar(&mut b, &CPU, &w.tally, n, x, CPU_BAR);
-    }
-    week_labels(&mut b, &named, LOWER.bottom());
-
-    let (scale, unit) = byte_unit(weeks.iter().map(|w| (DATA.value)(&w.tally)));
-    let data = Panel {
-        place: DATA_PLACE,
-        scale,
-        axis: Axis::over(weeks.iter().map(|w| (DATA.value)(&w.tally) / scale)),
-    };
-    data.frame(
-        &mut b,
-        "Data used per week (received, sent, and pulled for the worker image)",
-        unit,
-        "data",
-    );
-    for (i, (w, n)) in weeks.iter().zip(&named).enumerate() {
-        let x = LEFT + i as f64 * SLOT + (SLOT - CPU_BAR) / 2.0;
-        data.bar(&mut b, &DATA, &w.tally, n, x, CPU_BAR);
-    }
-    week_labels(&mut b, &named, DATA_PLACE.bottom());
     let _ = write!(b, "</svg>");
     b
 }
@@ -288,20 +274,18 @@ impl Named {
 /// one of (`GiB` for 1.5GiB), from KiB up; MiB while nothing was counted.
 fn byte_unit(values: impl Iterator<Item = f64>) -> (f64, &'static str) {
     let max = values.fold(0.0_f64, f64::max);
-    let units = [
-        ("KiB", 1u64 << 10),
-        ("MiB", 1 << 20),
-        ("GiB", 1 << 30),
-        ("TiB", 1 << 40),
-    ];
-    if max <= 0.0 {
-        return ((1u64 << 20) as f64, "MiB");
+    let units = [(1u64 << 20, "MiB"), (1 << 30, "GiB"), (1 << 40, "TiB")];
+    let mut unit = if max <= 0.0 {
+        (1u64 << 20, "MiB")
+    } else {
+        (1 << 10, "KiB")
+    };
+    for (scale, name) in units {
+        if max >= scale as f64 {
+            unit = (scale, name);
+        }
     }
-    units
-        .iter()
-        .rev()
-        .find(|(_, scale)| max >= *scale as f64)
-        .map_or((1024.0, "KiB"), |(name, scale)| (*scale as f64, *name))
+    (unit.0 as f64, unit.1)
 }
 
 /// A figure as `status` says it: `52.3 h open to the pool`; the data with what it is made of
@@ -389,10 +373,9 @@ impl Axis {
     }
 }
 
-/// Where a panel stands: its header's baseline, its plot's top and height.
+/// Where a panel stands: its plot's top and height (its header's baseline 10 above the top).
 #[derive(Clone, Copy)]
 struct Place {
-    header: f64,
     top: f64,
     height: f64,
 }
@@ -407,6 +390,8 @@ impl Place {
 /// read on it (seconds in an hour, bytes in its unit).
 struct Panel {
     place: Place,
+    /// One bar a week: its figure stands over it.
+    alone: bool,
     scale: f64,
     axis: Axis,
 }
@@ -414,11 +399,8 @@ struct Panel {
 impl Panel {
     /// The header, grid lines with their values (`unit` after each), and the axis' name.
     fn frame(&self, b: &mut String, title: &str, unit: &str, name: &str) {
-        let Place {
-            header,
-            top,
-            height,
-        } = self.place;
+        let Place { top, height } = self.place;
+        let header = top - 10.0;
         let axis = &self.axis;
         let _ = write!(
             b,
@@ -453,7 +435,7 @@ impl Panel {
     }
 
     /// One bar of `s` for `week`, at `x`, with its figure as its tooltip (and over it, when
-    /// the series is `labelled`).
+    /// it stands alone in its week: room for the figure).
     fn bar(&self, b: &mut String, s: &Series, t: &Tally, week: &Named, x: f64, width: f64) {
         let v = (s.value)(t);
         let h = self.axis.height(v / self.scale, self.place.height);
@@ -467,7 +449,7 @@ impl Panel {
             esc(&week.long()),
             esc(&figure(s, t))
         );
-        if s.labelled && v > 0.0 {
+        if self.alone && v > 0.0 {
             let _ = write!(
                 b,
                 "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"10\">{}</text>",

@@ -104,6 +104,14 @@ fn html(status: &'static str, body: String) -> Response {
     Response::new(status, "text/html; charset=utf-8", body)
 }
 
+/// A short page that says `words` (escaped) and nothing else.
+fn said(status: &'static str, words: &str) -> Response {
+    html(
+        status,
+        page_shell("pilotd", &format!("<p>{}</p>", esc(words))),
+    )
+}
+
 fn redirect(to: &str) -> Response {
     let mut r = html("303 See Other", String::new());
     r.headers.push(("location".into(), to.into()));
@@ -118,22 +126,20 @@ struct Page {
     wake: mpsc::Sender<()>,
 }
 
+/// The names this listener answers to (`Host`): a foreign name resolving to 127.0.0.1 is
+/// not one of them (DNS rebinding).
+fn ours(host: &str, port: u16) -> bool {
+    host == format!("127.0.0.1:{port}") || host == format!("localhost:{port}")
+}
+
 /// Whether a request comes from this page (not another site): its Origin, when sent, is this
 /// listener, and Sec-Fetch-Site, when sent, says same-origin.
 fn same_origin(req: &HttpRequest, port: u16) -> bool {
-    let ours = [
-        format!("http://127.0.0.1:{port}"),
-        format!("http://localhost:{port}"),
-    ];
-    let origin_ok = req
-        .headers
-        .get("origin")
-        .is_none_or(|o| ours.iter().any(|x| x == o));
-    let site_ok = req
-        .headers
-        .get("sec-fetch-site")
-        .is_none_or(|s| s == "same-origin" || s == "none");
-    origin_ok && site_ok
+    let origin_ok = req.headers.get("origin").is_none_or(|o| {
+        o.strip_prefix("http://")
+            .is_some_and(|host| ours(host, port))
+    });
+    origin_ok && user_started(req)
 }
 
 /// Whether a navigation to `/open` may use an invitation: one the user started (an address
@@ -147,10 +153,7 @@ fn user_started(req: &HttpRequest) -> bool {
 
 /// A uid as the user database names it.
 fn user_name(uid: u32) -> String {
-    nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
-        .ok()
-        .flatten()
-        .map_or_else(|| format!("uid {uid}"), |u| u.name)
+    request::Peer::named(uid, vec![]).label()
 }
 
 impl Page {
@@ -165,14 +168,10 @@ impl Page {
         wall: DateTime<Utc>,
     ) -> Response {
         let port = self.port;
-        // DNS rebinding: a foreign name resolving to 127.0.0.1 does not get this page.
-        let host_ok = req.headers.get("host").is_some_and(|h| {
-            *h == format!("127.0.0.1:{port}") || *h == format!("localhost:{port}")
-        });
-        if !host_ok {
-            return html(
+        if !req.headers.get("host").is_some_and(|h| ours(h, port)) {
+            return said(
                 "421 Misdirected Request",
-                page_shell("pilotd", "<p>This page answers only at 127.0.0.1.</p>"),
+                "This page answers only at 127.0.0.1.",
             );
         }
         let session = self.doors.session_of(req, port, uid, now);
@@ -198,10 +197,7 @@ impl Page {
                 match self.doors.admit(uid, now) {
                     Err(e) => {
                         tracing::error!("{e}");
-                        html(
-                            "503 Service Unavailable",
-                            page_shell("pilotd", &format!("<p>{}</p>", esc(&e.to_string()))),
-                        )
+                        said("503 Service Unavailable", &e.to_string())
                     }
                     Ok(Some(sid)) => {
                         let mut r = redirect("/");
@@ -210,18 +206,15 @@ impl Page {
                         r
                     }
                     Ok(None) => {
+                        let (name, minutes) = (user_name(uid), INVITATION_LIFE.as_secs() / 60);
                         tracing::info!(
                             uid,
-                            "status page: a browser of {} came to /open uninvited",
-                            user_name(uid)
+                            "status page: a browser of {name} came to /open uninvited"
                         );
                         html(
                             "403 Forbidden",
                             locked(&format!(
-                                "This browser runs as {}, and pilotd open was not run as {} in the last {} minutes (or its browser came in already): it lets in a browser of the user who runs it, once.",
-                                user_name(uid),
-                                user_name(uid),
-                                INVITATION_LIFE.as_secs() / 60
+                                "This browser runs as {name}, and pilotd open was not run as {name} in the last {minutes} minutes (or its browser came in already): it lets in a browser of the user who runs it, once."
                             )),
                         )
                     }
@@ -238,13 +231,10 @@ impl Page {
                 // (Referrer-Policy is same-origin, not no-referrer: with no-referrer a browser
                 // sends `Origin: null` on its own form posts.)
                 if !same_origin(req, port) || req.form.get("csrf") != Some(&s.csrf) {
+                    let header = |k: &str| req.headers.get(k).map_or("-", String::as_str);
                     tracing::warn!(
-                        origin = req.headers.get("origin").map(String::as_str).unwrap_or("-"),
-                        sec_fetch_site = req
-                            .headers
-                            .get("sec-fetch-site")
-                            .map(String::as_str)
-                            .unwrap_or("-"),
+                        origin = header("origin"),
+                        sec_fetch_site = header("sec-fetch-site"),
                         csrf_ok = req.form.get("csrf") == Some(&s.csrf),
                         "status page: a {} refused as cross-site",
                         req.path
@@ -281,13 +271,10 @@ impl Page {
                     let _ = self.wake.try_send(());
                     redirect("/")
                 } else {
-                    html(
-                        "400 Bad Request",
-                        page_shell("pilotd", &format!("<p>{}</p>", esc(&reply.message))),
-                    )
+                    said("400 Bad Request", &reply.message)
                 }
             }
-            _ => html("404 Not Found", page_shell("pilotd", "<p>Not here.</p>")),
+            _ => said("404 Not Found", "Not here."),
         }
     }
 }

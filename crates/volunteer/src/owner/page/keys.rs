@@ -73,16 +73,18 @@ pub(super) struct Session {
     pub(super) until: Instant,
 }
 
-impl Doors {
+impl Invitations for Doors {
     /// Lets one browser connection of `uid` in, as `who`, within `INVITATION_LIFE`.
-    pub(crate) fn invite(&self, who: &str, uid: u32, now: Instant) {
+    fn invite(&self, who: &str, uid: u32, now: Instant) {
         if let Ok(mut d) = self.0.lock() {
             d.invited.retain(|_, (_, until)| *until > now);
             d.invited
                 .insert(uid, (who.to_string(), now + INVITATION_LIFE));
         }
     }
+}
 
+impl Doors {
     /// Lets a connection of `uid` in, once, if `uid` is invited: a new session for it (its
     /// id, for the cookie). Another uid's invitation is neither used nor used up.
     pub(super) fn admit(&self, uid: u32, now: Instant) -> Result<Option<String>, KeyError> {
@@ -140,12 +142,6 @@ impl Doors {
             return None;
         }
         Some(s)
-    }
-}
-
-impl Invitations for Doors {
-    fn invite(&self, who: &str, uid: u32, now: Instant) {
-        Doors::invite(self, who, uid, now);
     }
 }
 

@@ -66,49 +66,43 @@ type Local<'a> = &'a dyn Fn(DateTime<Utc>) -> String;
 
 /// The snooze in force, if any; one that cannot be read counts as in force, and says so.
 fn snoozed(b: &mut String, v: &StatusView, local: Local) {
-    if let Some(z) = &v.snooze {
-        let _ = write!(
-            b,
-            "<p class=\"snoozed\" id=\"snooze\">Snoozed by {} until {}.</p>",
-            esc(&z.by),
-            esc(&local(z.until))
-        );
-    }
-    if let Some(why) = &v.snooze_unreadable {
-        let _ = write!(
-            b,
-            "<p class=\"snoozed\" id=\"snooze\">Snoozed: {}; counted as snoozed until it can be read (Resume removes it).</p>",
+    let by = v.snooze.as_ref().map(|z| {
+        let until = local(z.until);
+        format!("Snoozed by {} until {}.", esc(&z.by), esc(&until))
+    });
+    let unreadable = v.snooze_unreadable.as_ref().map(|why| {
+        format!(
+            "Snoozed: {}; counted as snoozed until it can be read (Resume removes it).",
             esc(why)
-        );
+        )
+    });
+    for words in [by, unreadable].into_iter().flatten() {
+        let _ = write!(b, "<p class=\"snoozed\" id=\"snooze\">{words}</p>");
     }
+}
+
+/// A section's words in place of what it has nothing of yet: `<p id="{id}">{words}</p>`.
+fn plainly(b: &mut String, id: &str, words: &str) {
+    let _ = write!(b, "<p id=\"{id}\">{words}</p>");
 }
 
 /// The last decision and its reasons.
 fn decision(b: &mut String, st: &status::Status, local: Local) {
-    match &st.decision {
-        Some(d) => {
-            let verdict = if d.allowed {
-                format!(
-                    "Computing: {} worker(s) of {} CPU, {} MiB",
-                    d.workers, d.cpus, d.memory_mib
-                )
-            } else {
-                "Not computing now".to_string()
-            };
-            let _ = write!(
-                b,
-                "<p class=\"verdict\" id=\"decision\">{}</p><ul id=\"reasons\">",
-                esc(&verdict)
-            );
-            for r in d.reasons.iter().chain(&d.notes) {
-                let _ = write!(b, "<li>{}</li>", esc(r));
-            }
-            let _ = write!(b, "</ul><p>Decided {}.</p>", esc(&local(d.at)));
-        }
-        None => {
-            let _ = write!(b, "<p id=\"decision\">No decision yet.</p>");
-        }
+    let Some(d) = &st.decision else {
+        return plainly(b, "decision", "No decision yet.");
+    };
+    let verdict = d
+        .share()
+        .map_or("Not computing now".into(), |s| format!("Computing: {s}"));
+    let _ = write!(
+        b,
+        "<p class=\"verdict\" id=\"decision\">{}</p><ul id=\"reasons\">",
+        esc(&verdict)
+    );
+    for r in d.reasons.iter().chain(&d.notes) {
+        let _ = write!(b, "<li>{}</li>", esc(r));
     }
+    let _ = write!(b, "</ul><p>Decided {}.</p>", esc(&local(d.at)));
 }
 
 /// The machine's comfort, as `pilotd status` says it: its sensors, and the CPU cap in force
@@ -142,20 +136,10 @@ fn workers(b: &mut String, v: &StatusView, local: Local) {
     let _ = write!(b, "<h2>Workers</h2>");
     match &v.workers {
         None if v.updated_at.is_none() => {
-            let _ = write!(
-                b,
-                "<p id=\"workers\">None seen yet: pilotd has not run a cycle.</p>"
-            );
+            plainly(b, "workers", "None seen yet: pilotd has not run a cycle.")
         }
-        None => {
-            let _ = write!(
-                b,
-                "<p id=\"workers\">Unknown (the engine did not answer).</p>"
-            );
-        }
-        Some(list) if list.is_empty() => {
-            let _ = write!(b, "<p id=\"workers\">None.</p>");
-        }
+        None => plainly(b, "workers", "Unknown (the engine did not answer)."),
+        Some(list) if list.is_empty() => plainly(b, "workers", "None."),
         Some(list) => {
             let _ = write!(
                 b,
@@ -169,11 +153,7 @@ fn workers(b: &mut String, v: &StatusView, local: Local) {
                     w.state,
                     w.created.map(local).unwrap_or_default(),
                     w.die_at.map(local).unwrap_or_default(),
-                    v.status
-                        .scratch_use
-                        .get(&w.id)
-                        .map(|u| esc(&u.describe(w.disk_kib)))
-                        .unwrap_or_else(|| "not measured yet".into())
+                    v.scratch(w).map_or("not measured yet".into(), |u| esc(&u))
                 );
             }
             let _ = write!(b, "</table>");
@@ -261,21 +241,19 @@ fn learned(b: &mut String, v: &StatusView) {
     let _ = write!(b, "<h2>Learned availability</h2>");
     let watched_h = learned.buckets.iter().map(|k| k.observed_s).sum::<u64>() / 3600;
     match learned.overall() {
-        None => {
-            let _ = write!(
-                b,
-                "<p id=\"learned\">Nothing learned yet: pilotd has not watched this machine long enough.</p>"
-            );
-        }
+        None => plainly(
+            b,
+            "learned",
+            "Nothing learned yet: pilotd has not watched this machine long enough.",
+        ),
         Some(0.0) => {
+            let watched = match watched_h {
+                0 => "less than an hour".to_string(),
+                h => format!("{h} hour(s)"),
+            };
             let _ = write!(
                 b,
-                "<p id=\"learned\">Not free at any time yet (watched {} so far): nothing to show by hour yet.</p>",
-                if watched_h == 0 {
-                    "less than an hour".to_string()
-                } else {
-                    format!("{watched_h} hour(s)")
-                }
+                "<p id=\"learned\">Not free at any time yet (watched {watched} so far): nothing to show by hour yet.</p>"
             );
         }
         Some(all) => {
@@ -311,20 +289,14 @@ fn learned(b: &mut String, v: &StatusView) {
 fn outcomes(b: &mut String, st: &status::Status, local: Local) {
     let _ = write!(b, "<h2>Recent outcomes</h2>");
     if st.outcomes.is_empty() {
-        let _ = write!(b, "<p id=\"outcomes\">None yet.</p>");
-    } else {
-        let _ = write!(b, "<ul id=\"outcomes\">");
-        for o in st.outcomes.iter().rev().take(10) {
-            let _ = write!(
-                b,
-                "<li>{} {}: {}</li>",
-                esc(&local(o.at)),
-                esc(&o.name),
-                esc(&o.outcome.to_string())
-            );
-        }
-        let _ = write!(b, "</ul>");
+        return plainly(b, "outcomes", "None yet.");
     }
+    let _ = write!(b, "<ul id=\"outcomes\">");
+    for o in st.outcomes.iter().rev().take(10) {
+        let (at, name, outcome) = (local(o.at), &o.name, o.outcome.to_string());
+        let _ = write!(b, "<li>{} {}: {}</li>", esc(&at), esc(name), esc(&outcome));
+    }
+    let _ = write!(b, "</ul>");
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! its reasons, the workers (each with its scratch against its share), the back-off, the
 //! image, what was learned, what the machine gave and the last outcomes, the latest first.
 
-use super::view::StatusView;
+use super::view::{ManifestView, StatusView};
 use crate::outcome::Outcome;
 use crate::worker::WorkerState;
 use chrono::{DateTime, Duration, Utc};
@@ -44,58 +44,33 @@ impl StatusView {
         let (s, now) = (&self.status, self.now);
         let ago = |t: DateTime<Utc>| human(now - t);
         let mut out = String::new();
-        let _ = match (self.daemon_running, self.updated_at) {
-            (true, Some(t)) => writeln!(
-                out,
-                "pilotd: running (pid {}), last cycle {} ago; instance {}",
-                self.pid,
-                ago(t),
-                self.instance
-            ),
-            (false, Some(t)) => writeln!(
-                out,
-                "pilotd: NOT RUNNING (last cycle {} ago, pid {}); instance {}",
-                ago(t),
-                self.pid,
-                self.instance
-            ),
-            (_, None) => writeln!(
-                out,
-                "pilotd: no status yet ({} does not exist); instance {}",
-                self.status_file.display(),
-                self.instance
-            ),
+        let (pid, file) = (self.pid, self.status_file.display());
+        let daemon = match self.updated_at.map(ago) {
+            Some(t) if self.daemon_running => format!("running (pid {pid}), last cycle {t} ago"),
+            Some(t) => format!("NOT RUNNING (last cycle {t} ago, pid {pid})"),
+            None => format!("no status yet ({file} does not exist)"),
         };
+        let _ = writeln!(out, "pilotd: {daemon}; instance {}", self.instance);
         let _ = writeln!(out, "{}", self.config);
-        if let Some(z) = &self.snooze {
-            let _ = writeln!(
-                out,
-                "SNOOZED by {} until {} (`pilotd resume` ends it)",
-                z.by,
-                z.until.format("%Y-%m-%d %H:%M UTC")
-            );
-        }
-        if let Some(why) = &self.snooze_unreadable {
-            let _ = writeln!(
-                out,
+        // What is in force beside the decision, each line when there is something to say.
+        let manifest = |m: &ManifestView| match &m.version {
+            Some(v) => format!("pool manifest: version {v} from {}", m.url),
+            None => format!("pool manifest: none accepted yet from {}", m.url),
+        };
+        let beside = [
+            self.snooze.as_ref().map(|z| {
+                let until = z.until.format("%Y-%m-%d %H:%M UTC");
+                format!("SNOOZED by {} until {until} (`pilotd resume` ends it)", z.by)
+            }),
+            self.snooze_unreadable.as_ref().map(|why| format!(
                 "SNOOZED: {why}; counted as snoozed until it can be read (`pilotd resume` removes it)"
-            );
-        }
-        if let Some(m) = &self.manifest {
-            let _ = writeln!(
-                out,
-                "pool manifest: {} from {}",
-                m.version
-                    .as_deref()
-                    .map_or("none accepted yet".to_string(), |v| format!("version {v}")),
-                m.url
-            );
-        }
-        if let Some(e) = &s.engine {
-            let _ = writeln!(out, "engine: {e}");
-        }
-        if let Some(e) = &s.last_error {
-            let _ = writeln!(out, "last cycle's problem: {e}");
+            )),
+            self.manifest.as_ref().map(manifest),
+            s.engine.as_ref().map(|e| format!("engine: {e}")),
+            s.last_error.as_ref().map(|e| format!("last cycle's problem: {e}")),
+        ];
+        for line in beside.into_iter().flatten() {
+            let _ = writeln!(out, "{line}");
         }
         let live = self.workers.as_ref().map(|list| {
             list.iter()
@@ -103,14 +78,9 @@ impl StatusView {
                 .count()
         });
         if let Some(d) = &s.decision {
-            let verdict = if d.allowed {
-                format!(
-                    "COMPUTE: {} worker(s) of {} CPU, {} MiB",
-                    d.workers, d.cpus, d.memory_mib
-                )
-            } else {
-                "DO NOT START workers".into()
-            };
+            let verdict = d
+                .share()
+                .map_or("DO NOT START workers".into(), |s| format!("COMPUTE: {s}"));
             let _ = writeln!(
                 out,
                 "decision ({} ago): {verdict}; running workers: {}",
@@ -131,10 +101,9 @@ impl StatusView {
         }
         self.workers_text(&mut out);
         let b = &s.backoff;
-        let _ = match b.not_before.filter(|t| *t > now) {
-            Some(t) => writeln!(
-                out,
-                "back-off: {} failure(s); next start in {}{}",
+        let backoff = match b.not_before.filter(|t| *t > now) {
+            Some(t) => format!(
+                "{} failure(s); next start in {}{}",
                 b.failures,
                 human(t - now),
                 b.last_outcome
@@ -142,11 +111,10 @@ impl StatusView {
                     .map(|o| format!(" (last: {o})"))
                     .unwrap_or_default()
             ),
-            None if b.failures > 0 => {
-                writeln!(out, "back-off: {} failure(s), delay over", b.failures)
-            }
-            None => writeln!(out, "back-off: none"),
+            None if b.failures > 0 => format!("{} failure(s), delay over", b.failures),
+            None => "none".into(),
         };
+        let _ = writeln!(out, "back-off: {backoff}");
         let img = &s.image;
         if !img.reference.is_empty() {
             let _ = writeln!(
@@ -205,7 +173,6 @@ impl StatusView {
     /// the CPU cap in force with why (none of it where there is no sensor and no cap).
     pub(crate) fn comfort_lines(&self) -> Vec<String> {
         let s = &self.status;
-        let mut lines = Vec::new();
         let seen: Vec<String> = [
             s.temperature
                 .as_ref()
@@ -217,17 +184,13 @@ impl StatusView {
         .into_iter()
         .flatten()
         .collect();
-        if !seen.is_empty() {
-            lines.push(format!("sensors: {}", seen.join("; ")));
-        }
-        if let Some(cap) = s.decision.as_ref().and_then(|d| d.cpu_cap.as_ref()) {
-            lines.push(format!(
-                "CPU cap: {} CPU a worker: {}",
-                cpus(cap.per_worker_millicpus),
-                cap.reason
-            ));
-        }
-        lines
+        let sensors = (!seen.is_empty()).then(|| format!("sensors: {}", seen.join("; ")));
+        let cap = s.decision.as_ref().and_then(|d| d.cpu_cap.as_ref());
+        let cap = cap.map(|c| {
+            let cpus = cpus(c.per_worker_millicpus);
+            format!("CPU cap: {cpus} CPU a worker: {}", c.reason)
+        });
+        sensors.into_iter().chain(cap).collect()
     }
 
     /// The workers' table: where the list comes from, and each worker's line.
@@ -248,19 +211,12 @@ impl StatusView {
             "NAME", "STATE", "AGE", "EXPIRES", "IMAGE", "SCRATCH"
         );
         for w in list {
-            let exit = match (w.state, w.exit_code) {
-                (WorkerState::Exited | WorkerState::Dead, Some(c)) => {
-                    Outcome::from_exit(Some(c), w.oom_killed).to_string()
-                }
-                _ => "-".into(),
+            let exit = match w.exit_code.filter(|_| w.state.is_finished()) {
+                Some(c) => Outcome::from_exit(Some(c), w.oom_killed).to_string(),
+                None => "-".into(),
             };
             // Measured beside the loop, by worker id; "-" until the first measurement.
-            let scratch = self
-                .status
-                .scratch_use
-                .get(&w.id)
-                .map(|u| u.describe(w.disk_kib))
-                .unwrap_or_else(|| "-".into());
+            let scratch = self.scratch(w).unwrap_or_else(|| "-".into());
             let _ = writeln!(
                 out,
                 "  {:<40} {:<8} {:>7} {:>9} {:<12} {scratch:<20} {exit}",

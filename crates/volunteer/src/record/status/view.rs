@@ -107,18 +107,6 @@ pub struct NetworkView {
     pub metered: Option<Metered>,
 }
 
-impl NetworkView {
-    fn of(l: &Ledger, tz: &Zone, now: DateTime<Utc>, metered: Option<Metered>) -> NetworkView {
-        NetworkView {
-            today: l.today(tz, now),
-            this_week: l.this_week(tz, now).network,
-            this_month: l.this_month(tz, now),
-            all_time: l.all_time.network,
-            metered,
-        }
-    }
-}
-
 /// The status file's keys that the view does not already give: one JSON object must not name
 /// a key twice (parsers keep one of them, and `workers` is the live list here).
 fn rest_of<S: Serializer>(status: &Status, ser: S) -> Result<S::Ok, S::Error> {
@@ -169,7 +157,13 @@ impl StatusView {
             }),
             contribution: Summary::of(&given.ledger, tz, now),
             contribution_unreadable: given.warning,
-            network: NetworkView::of(&given.ledger, tz, now, status.metered),
+            network: NetworkView {
+                today: given.ledger.today(tz, now),
+                this_week: given.ledger.this_week(tz, now).network,
+                this_month: given.ledger.this_month(tz, now),
+                all_time: given.ledger.all_time.network,
+                metered: status.metered,
+            },
             snooze: snooze.as_ref().ok().cloned().flatten(),
             snooze_unreadable: snooze.as_ref().err().map(ToString::to_string),
             status,
@@ -180,6 +174,13 @@ impl StatusView {
             learned,
             ledger: given.ledger,
         }
+    }
+
+    /// Worker `w`'s scratch as last measured against its share ("300MiB of 1GiB"), as both
+    /// `status` and the page show it; `None` before the first measurement.
+    pub(crate) fn scratch(&self, w: &Worker) -> Option<String> {
+        let used = self.status.scratch_use.get(&w.id)?;
+        Some(used.describe(w.disk_kib))
     }
 
     /// The view the page draws: `of` the status file in `state_dir`, a damaged one shown as

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::owner::page::keys::SESSION_LIFE;
+use crate::owner::request::Invitations;
 use crate::record::snooze;
 
 fn req(method: &str, path: &str, headers: &[(&str, &str)]) -> HttpRequest {
