@@ -74,17 +74,12 @@ pub(crate) fn claim_name(engine: &EngineSettings) -> String {
 /// user, `$XDG_RUNTIME_DIR/pilotd`).
 pub fn claim(engine: &EngineSettings) -> Result<InstanceClaim, ClaimError> {
     let uid = nix::unistd::geteuid().as_raw();
-    let dir = if uid == 0 {
-        PathBuf::from(ROOT_DIR)
-    } else {
-        match std::env::var_os("XDG_RUNTIME_DIR") {
-            Some(d) if !d.is_empty() => PathBuf::from(d).join("pilotd"),
-            _ => {
-                return Err(ClaimError::NoDir {
-                    instance: engine.instance.clone(),
-                    uid,
-                });
-            }
+    let dir = match std::env::var_os("XDG_RUNTIME_DIR") {
+        _ if uid == 0 => PathBuf::from(ROOT_DIR),
+        Some(d) if !d.is_empty() => PathBuf::from(d).join("pilotd"),
+        _ => {
+            let instance = engine.instance.clone();
+            return Err(ClaimError::NoDir { instance, uid });
         }
     };
     claim_in(&dir, engine)

@@ -145,33 +145,27 @@ pub(crate) async fn state<B: Backend>(
 ) -> Result<ImageState, BackendError> {
     let reference = r.reference.as_str();
     if !is_fully_qualified(reference) || !image_allowed(reference, &s.allowed) {
-        return Ok(ImageState::Unavailable {
-            reason: format!(
-                "image {reference} is not a fully qualified reference in allowed_images"
-            ),
-        });
+        return unavailable(format!(
+            "image {reference} is not a fully qualified reference in allowed_images"
+        ));
     }
     let (repository, _, _) = split_reference(reference);
     let Some(digest) = r.digest.clone() else {
-        return Ok(ImageState::Unavailable {
-            reason: format!(
-                "the digest of {reference} is not known yet{}",
-                r.last_error
-                    .as_ref()
-                    .map(|e| format!(" ({e})"))
-                    .unwrap_or_default()
-            ),
-        });
+        return unavailable(format!(
+            "the digest of {reference} is not known yet{}",
+            r.last_error
+                .as_ref()
+                .map(|e| format!(" ({e})"))
+                .unwrap_or_default()
+        ));
     };
     if r.verified_at.is_none_or(|v| now - v >= chrono(s.max_age)) {
-        return Ok(ImageState::Unavailable {
-            reason: format!(
-                "{reference} was last confirmed by its registry {}, longer ago than max_image_age",
-                r.verified_at
-                    .map(|v| v.to_rfc3339_opts(SecondsFormat::Secs, true))
-                    .unwrap_or_else(|| "never".into())
-            ),
-        });
+        return unavailable(format!(
+            "{reference} was last confirmed by its registry {}, longer ago than max_image_age",
+            r.verified_at
+                .map(|v| v.to_rfc3339_opts(SecondsFormat::Secs, true))
+                .unwrap_or_else(|| "never".into())
+        ));
     }
     if pulling == Some(digest.as_str()) {
         return Ok(ImageState::Pulling { digest });
@@ -179,14 +173,16 @@ pub(crate) async fn state<B: Backend>(
     let pinned = format!("{repository}@{digest}");
     match backend.local_image(&pinned).await? {
         Some(_) => Ok(ImageState::Ready { digest, pinned }),
-        None if r.retry_at.is_some_and(|t| t > now) => Ok(ImageState::Unavailable {
-            reason: format!(
-                "{pinned} is not here and the registry is being retried ({})",
-                r.last_error.as_deref().unwrap_or("no detail")
-            ),
-        }),
+        None if r.retry_at.is_some_and(|t| t > now) => unavailable(format!(
+            "{pinned} is not here and the registry is being retried ({})",
+            r.last_error.as_deref().unwrap_or("no detail")
+        )),
         None => Ok(ImageState::NeedsPull { repository, digest }),
     }
+}
+
+fn unavailable(reason: String) -> Result<ImageState, BackendError> {
+    Ok(ImageState::Unavailable { reason })
 }
 
 #[cfg(test)]

@@ -76,11 +76,9 @@ fn ioctl(
 ) -> std::io::Result<i32> {
     // SAFETY: the loop ioctls used here take an integer or a pointer to a live repr(C) struct.
     let r = unsafe { nix::libc::ioctl(fd.as_raw_fd(), req as _, arg) };
-    if r < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(r)
-    }
+    (r >= 0)
+        .then_some(r)
+        .ok_or_else(std::io::Error::last_os_error)
 }
 
 /// Attaches `image` (open read-write as `file`) to a free loop device with autoclear.

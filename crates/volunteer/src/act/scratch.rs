@@ -120,7 +120,7 @@ pub(crate) fn prepare(
     let attached = match &spec.disk_image {
         Some(_) if !spec.read_only_rootfs => return Err(ScratchError::WritableRoot),
         Some(img) => {
-            create_root(&w.scratch_root)?;
+            create_dir(&w.scratch_root)?;
             Some(make_image(img, spec.owner)?)
         }
         None => {
@@ -132,9 +132,9 @@ pub(crate) fn prepare(
     Ok(attached)
 }
 
-fn create_root(root: &Path) -> Result<(), ScratchError> {
-    std::fs::create_dir_all(root).map_err(|source| ScratchError::Create {
-        dir: root.to_path_buf(),
+fn create_dir(dir: &Path) -> Result<(), ScratchError> {
+    std::fs::create_dir_all(dir).map_err(|source| ScratchError::Create {
+        dir: dir.to_path_buf(),
         source,
     })
 }
@@ -166,6 +166,10 @@ fn make_image(img: &DiskImage, owner: Option<(u32, u32)>) -> Result<Attached, Sc
     };
     allocate()?;
     let (uid, gid) = owner.unwrap_or((0, 0));
+    let mkfs = |message| ScratchError::Mkfs {
+        path: path.clone(),
+        message,
+    };
     let out = std::process::Command::new("mke2fs")
         .args(["-t", "ext4", "-q", "-F", "-m", "0", "-O", "^has_journal"])
         .args(["-i", &BYTES_PER_INODE.to_string()])
@@ -179,19 +183,10 @@ fn make_image(img: &DiskImage, owner: Option<(u32, u32)>) -> Result<Attached, Sc
         .arg(path)
         .env("PATH", "/usr/sbin:/sbin:/usr/bin:/bin")
         .output()
-        .map_err(|e| ScratchError::Mkfs {
-            path: path.clone(),
-            message: e.to_string(),
-        })?;
+        .map_err(|e| mkfs(e.to_string()))?;
     if !out.status.success() {
-        return Err(ScratchError::Mkfs {
-            path: path.clone(),
-            message: format!(
-                "{}: {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            ),
-        });
+        let said = String::from_utf8_lossy(&out.stderr);
+        return Err(mkfs(format!("{}: {}", out.status, said.trim())));
     }
     // Whatever mke2fs did, every block is allocated before the worker may write.
     allocate()?;
@@ -211,23 +206,9 @@ fn make_image(img: &DiskImage, owner: Option<(u32, u32)>) -> Result<Attached, Sc
 /// user is unknown.
 fn prepare_dir(dir: &Path, owner: Option<(u32, u32)>) -> Result<(), ScratchError> {
     use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(dir).map_err(|source| ScratchError::Create {
-        dir: dir.to_path_buf(),
-        source,
-    })?;
-    let mode = match owner {
-        Some((uid, gid)) => {
-            std::os::unix::fs::chown(dir, Some(uid), Some(gid)).map_err(|source| {
-                ScratchError::Chown {
-                    path: dir.to_path_buf(),
-                    uid,
-                    source,
-                }
-            })?;
-            0o700
-        }
-        None => 0o755,
-    };
+    create_dir(dir)?;
+    let chown = |uid, gid| std::os::unix::fs::chown(dir, uid, gid);
+    let mode = give(dir, owner, chown, (0o700, 0o755))?;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode)).map_err(|source| {
         ScratchError::Permissions {
             path: dir.to_path_buf(),
@@ -267,21 +248,29 @@ fn prepare_token(spec: &WorkerSpec) -> Result<(), ScratchError> {
         .map_err(fail)?;
     f.write_all(&token).map_err(fail)?;
     f.sync_all().map_err(fail)?;
-    let mode = match spec.owner {
-        Some((uid, gid)) => {
-            std::os::unix::fs::fchown(&f, Some(uid), Some(gid)).map_err(|source| {
-                ScratchError::Chown {
-                    path: to.clone(),
-                    uid,
-                    source,
-                }
-            })?;
-            0o400
-        }
-        None => 0o444,
-    };
+    let chown = |uid, gid| std::os::unix::fs::fchown(&f, uid, gid);
+    let mode = give(to, spec.owner, chown, (0o400, 0o444))?;
     f.set_permissions(std::fs::Permissions::from_mode(mode))
         .map_err(fail)
+}
+
+/// Gives `path` to `owner` with `chown` when the image's user is known: the mode it then
+/// gets is `owned`'s; `unowned`'s when root keeps it.
+fn give(
+    path: &Path,
+    owner: Option<(u32, u32)>,
+    chown: impl FnOnce(Option<u32>, Option<u32>) -> std::io::Result<()>,
+    (owned, unowned): (u32, u32),
+) -> Result<u32, ScratchError> {
+    let Some((uid, gid)) = owner else {
+        return Ok(unowned);
+    };
+    chown(Some(uid), Some(gid)).map_err(|source| ScratchError::Chown {
+        path: path.to_path_buf(),
+        uid,
+        source,
+    })?;
+    Ok(owned)
 }
 
 /// Removes a worker whose container has ended (exited, created, or stopped just now): the

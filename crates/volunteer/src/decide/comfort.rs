@@ -125,41 +125,32 @@ pub(crate) fn throttle(
     if !c.limits_set() {
         return Verdict::whole();
     }
-    let hot = sensors.and_then(Sensors::hottest);
-    let fan = sensors.and_then(Sensors::fastest);
     let mut over = Vec::new();
     let mut causes = Vec::new();
     let mut cool = true;
     let mut seen = Vec::new();
-    if let Some(max) = c.max_temperature {
-        match hot {
-            Some(t) if t.value > max => {
-                causes.push("temperature");
+    // Each limit set: what it limits, the highest reading, the maximum, the reading that
+    // counts as cool (the margin below it), and the unit its readings are said in.
+    let hot = sensors.and_then(Sensors::hottest);
+    let fan = sensors.and_then(Sensors::fastest);
+    let temperature = c
+        .max_temperature
+        .map(|m| ("temperature", hot, m, m - TEMPERATURE_MARGIN, "°C"));
+    let fan = c
+        .max_fan
+        .map(|m| ("fan", fan, m as f64, m as f64 * (1.0 - FAN_MARGIN), " rpm"));
+    for (what, reading, max, cool_at, unit) in [temperature, fan].into_iter().flatten() {
+        match reading {
+            Some(r) if r.value > max => {
+                causes.push(what);
                 over.push(format!(
-                    "temperature {:.0}°C ({}) over max_temperature {max:.0}°C",
-                    t.value, t.sensor
+                    "{what} {:.0}{unit} ({}) over max_{what} {max:.0}{unit}",
+                    r.value, r.sensor
                 ))
             }
-            Some(t) => {
-                cool &= t.value <= max - TEMPERATURE_MARGIN;
-                seen.push(format!("{:.0}°C", t.value));
-            }
-            None => cool = false,
-        }
-    }
-    if let Some(max) = c.max_fan {
-        let max = max as f64;
-        match fan {
-            Some(f) if f.value > max => {
-                causes.push("fan");
-                over.push(format!(
-                    "fan {:.0} rpm ({}) over max_fan {max:.0} rpm",
-                    f.value, f.sensor
-                ))
-            }
-            Some(f) => {
-                cool &= f.value <= max * (1.0 - FAN_MARGIN);
-                seen.push(format!("{:.0} rpm", f.value));
+            Some(r) => {
+                cool &= r.value <= cool_at;
+                seen.push(format!("{:.0}{unit}", r.value));
             }
             None => cool = false,
         }

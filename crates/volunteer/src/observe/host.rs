@@ -104,10 +104,7 @@ impl HostProbe {
         let (sessions, utmp_absent) = sessions::read_utmp(&self.cfg.utmp, &self.cfg.dev, now);
         // The processes are walked once, for the exclusive programs and the devices alike;
         // their descriptors are read only when a stream runs or a camera exists.
-        let streams = match (self.cfg.media, refresh_cpu) {
-            (true, true) => Some(media::streams(&self.cfg.asound)),
-            _ => None,
-        };
+        let streams = (self.cfg.media && refresh_cpu).then(|| media::streams(&self.cfg.asound));
         let devices = streams
             .as_ref()
             .is_some_and(|s| !s.is_empty() || media::has_video(&self.cfg.dev));

@@ -181,11 +181,7 @@ pub(crate) fn discover(sys_dir: &Path) -> Vec<Device> {
 /// `N` of a name `eventN`; other names under /dev/input (`mice`, `js0`, `by-id`) are not
 /// evdev devices of their own.
 fn event_number(name: &str) -> Option<u32> {
-    let digits = name.strip_prefix("event")?;
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse().ok()
+    crate::observe::media::digits(name.strip_prefix("event")?.as_bytes())
 }
 
 // Event types and codes (linux/input-event-codes.h).
@@ -312,10 +308,7 @@ pub(crate) async fn watch(
         let (result, watched) = watcher.watch_dir().await;
         watcher.first_look = false;
         watcher.last.set_devices(0);
-        let e = match result {
-            Ok(Stop) => return,
-            Err(e) => e,
-        };
+        let Err(e) = result else { return };
         failures = if watched {
             1
         } else {
@@ -390,13 +383,7 @@ impl Open {
     }
 
     fn drop_device(&mut self, name: &str) -> bool {
-        match self.handles.remove(name) {
-            Some(handle) => {
-                handle.abort();
-                true
-            }
-            None => false,
-        }
+        self.handles.remove(name).map(|h| h.abort()).is_some()
     }
 }
 
@@ -409,17 +396,16 @@ impl<W: FnMut() -> bool> Watcher<'_, W> {
             return (Err(WatchError::Missing { dir }), false);
         }
         // The watch is set before the listing so no device slips in between.
-        let inotify = match self.inotify() {
-            Ok(fd) => Some(fd),
-            Err(e) => {
+        let inotify = self
+            .inotify()
+            .inspect_err(|e| {
                 tracing::warn!(
                     "cannot watch {} with inotify ({e}); listing it every {}s instead",
                     self.dev_dir.display(),
                     RESCAN.as_secs()
-                );
-                None
-            }
-        };
+                )
+            })
+            .ok();
         let mut open = Open::default();
         let hotplug = !self.first_look;
         match self.rescan(&mut open, hotplug) {

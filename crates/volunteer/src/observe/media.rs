@@ -47,22 +47,17 @@ impl Device {
         }
         let rest = link.strip_prefix(b"/dev/snd/pcmC")?;
         let d = rest.iter().position(|&b| b == b'D')?;
-        let card = digits(&rest[..d])?;
-        let (dir, device) = rest[d + 1..].split_last()?;
+        let (device, capture) = device_side(&rest[d + 1..])?;
         Some(Device::Pcm {
-            card,
-            device: digits(device)?,
-            capture: match dir {
-                b'p' => false,
-                b'c' => true,
-                _ => return None,
-            },
+            card: digits(&rest[..d])?,
+            device,
+            capture,
         })
     }
 }
 
 /// A number written in ASCII digits only (no sign, no space), as device names carry them.
-fn digits(s: &[u8]) -> Option<u32> {
+pub(crate) fn digits(s: &[u8]) -> Option<u32> {
     if s.is_empty() || !s.iter().all(u8::is_ascii_digit) {
         return None;
     }
@@ -92,7 +87,11 @@ pub(crate) fn streams(asound: &Path) -> Vec<Stream> {
         };
         for pcm in pcms.flatten() {
             let name = pcm.file_name();
-            let Some((device, capture)) = pcm_dir(name.as_encoded_bytes()) else {
+            let Some((device, capture)) = name
+                .as_encoded_bytes()
+                .strip_prefix(b"pcm")
+                .and_then(device_side)
+            else {
                 continue;
             };
             for sub in numbered(&pcm.path(), "sub") {
@@ -131,9 +130,10 @@ fn numbered(dir: &Path, prefix: &str) -> Vec<u32> {
         .collect()
 }
 
-/// `pcm<D>p` or `pcm<D>c`: the device number and whether it is the capture side.
-fn pcm_dir(name: &[u8]) -> Option<(u32, bool)> {
-    let (dir, device) = name.strip_prefix(b"pcm")?.split_last()?;
+/// `<D>p` or `<D>c` (after `pcm` in a card's directory, after `D` in a device node): the
+/// device number and whether it is the capture side.
+fn device_side(name: &[u8]) -> Option<(u32, bool)> {
+    let (dir, device) = name.split_last()?;
     let capture = match dir {
         b'p' => false,
         b'c' => true,

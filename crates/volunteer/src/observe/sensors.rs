@@ -187,10 +187,8 @@ fn inputs(dir: &Path) -> Vec<(&'static str, u32)> {
             let name = e.file_name();
             let name = name.to_str()?.strip_suffix("_input")?;
             ["temp", "fan"].into_iter().find_map(|kind| {
-                let n = name.strip_prefix(kind)?;
-                (!n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-                    .then(|| n.parse().ok().map(|n| (kind, n)))
-                    .flatten()
+                crate::observe::media::digits(name.strip_prefix(kind)?.as_bytes())
+                    .map(|n| (kind, n))
             })
         })
         .collect();

@@ -57,11 +57,12 @@ pub enum SessionsError {
         first: String,
     },
     #[error(
-        "{} has more than {limit} records, which no utmp file has; check the utmp path in \
+        "{} has more than {} records, which no utmp file has; check the utmp path in \
          pilotd.toml",
-        path.display()
+        .0.display(),
+        MAX_RECORDS
     )]
-    TooLarge { path: PathBuf, limit: usize },
+    TooLarge(PathBuf),
     #[error(
         "{} is not a regular file ({kind}), so it is not a utmp file; check the utmp path in \
          pilotd.toml",
@@ -94,14 +95,10 @@ pub struct LiveHost<'a> {
 
 impl HostLookup for LiveHost<'_> {
     fn is_alive(&self, pid: i32) -> bool {
-        match kill(Pid::from_raw(pid), None) {
-            Ok(()) => true,
-            // ESRCH is the only answer that proves the process is gone. EPERM means it exists
-            // but belongs to someone else (pilotd need not be root); anything else is doubt,
-            // and doubt counts the session.
-            Err(Errno::ESRCH) => false,
-            Err(_) => true,
-        }
+        // ESRCH is the only answer that proves the process is gone. EPERM means it exists
+        // but belongs to someone else (pilotd need not be root); anything else is doubt,
+        // and doubt counts the session.
+        kill(Pid::from_raw(pid), None) != Err(Errno::ESRCH)
     }
 
     fn uid_of(&self, user: &str) -> Option<u32> {
@@ -168,17 +165,14 @@ fn read_bounded(path: &Path) -> Result<Vec<u8>, SessionsError> {
         .map_err(read_err)?;
     let ft = file.metadata().map_err(read_err)?.file_type();
     if !ft.is_file() {
-        let kind = if ft.is_fifo() {
-            "a FIFO"
-        } else if ft.is_dir() {
-            "a directory"
-        } else if ft.is_char_device() || ft.is_block_device() {
-            "a device"
-        } else if ft.is_socket() {
-            "a socket"
-        } else {
-            "not a file"
-        };
+        let kinds = [
+            (ft.is_fifo(), "a FIFO"),
+            (ft.is_dir(), "a directory"),
+            (ft.is_char_device() || ft.is_block_device(), "a device"),
+            (ft.is_socket(), "a socket"),
+        ];
+        let kind = kinds.into_iter().find_map(|(is, kind)| is.then_some(kind));
+        let kind = kind.unwrap_or("not a file");
         return Err(SessionsError::NotAFile {
             path: path.to_path_buf(),
             kind,
@@ -190,10 +184,7 @@ fn read_bounded(path: &Path) -> Result<Vec<u8>, SessionsError> {
         .read_to_end(&mut bytes)
         .map_err(read_err)?;
     if bytes.len() as u64 > limit {
-        return Err(SessionsError::TooLarge {
-            path: path.to_path_buf(),
-            limit: MAX_RECORDS,
-        });
+        return Err(SessionsError::TooLarge(path.to_path_buf()));
     }
     Ok(bytes)
 }
@@ -261,10 +252,7 @@ where
 
     for (index, (entry, raw)) in entries.into_iter().enumerate() {
         if index >= MAX_RECORDS {
-            return Err(SessionsError::TooLarge {
-                path: source.to_path_buf(),
-                limit: MAX_RECORDS,
-            });
+            return Err(SessionsError::TooLarge(source.to_path_buf()));
         }
         let entry = match entry {
             Ok(entry) => entry,
@@ -533,7 +521,7 @@ mod tests {
         let entries = std::iter::repeat_with(|| Ok(UtmpEntry::Empty)).take(MAX_RECORDS + 1);
         let err =
             sessions_from_entries(Path::new("/dev/zero"), entries, now(), &FakeHost).unwrap_err();
-        assert!(matches!(err, SessionsError::TooLarge { .. }), "{err}");
+        assert!(matches!(err, SessionsError::TooLarge(_)), "{err}");
     }
 
     #[test]

@@ -270,37 +270,30 @@ impl Claim {
         };
         let mut out = *r;
         let mut cut = Vec::new();
-        let mut cap_u = |v: &mut u64, max: u64, key: &'static str| {
-            if *v > max {
-                *v = max;
-                cut.push(key);
-            }
-        };
-        cap_u(
-            &mut out.jobs_started,
-            wall / SECONDS_PER_START,
-            "jobs_started",
-        );
-        cap_u(&mut out.jobs_completed, out.jobs_started, "jobs_completed");
-        cap_u(
-            &mut out.jobs_vacated,
-            out.jobs_started - out.jobs_completed,
-            "jobs_vacated",
-        );
-        cap_u(&mut out.job_seconds, wall, "job_seconds");
-        let mut cap_f = |v: &mut f64, max: f64, key: &'static str| {
-            if *v > max {
-                *v = max;
-                cut.push(key);
-            }
-        };
-        cap_f(&mut out.job_cpu_seconds, cpu, "job_cpu_seconds");
-        cap_f(
+        let starts = wall / SECONDS_PER_START;
+        cap(&mut out.jobs_started, starts, "jobs_started", &mut cut);
+        let started = out.jobs_started;
+        cap(&mut out.jobs_completed, started, "jobs_completed", &mut cut);
+        let unfinished = started - out.jobs_completed;
+        cap(&mut out.jobs_vacated, unfinished, "jobs_vacated", &mut cut);
+        cap(&mut out.job_seconds, wall, "job_seconds", &mut cut);
+        cap(&mut out.job_cpu_seconds, cpu, "job_cpu_seconds", &mut cut);
+        let all = out.job_cpu_seconds;
+        cap(
             &mut out.vacated_cpu_seconds,
-            out.job_cpu_seconds,
+            all,
             "vacated_cpu_seconds",
+            &mut cut,
         );
         (out, cut)
+    }
+}
+
+/// `v` held to `max`; `key` named in `cut` when that cut it.
+fn cap<T: PartialOrd>(v: &mut T, max: T, key: &'static str, cut: &mut Vec<&'static str>) {
+    if *v > max {
+        *v = max;
+        cut.push(key);
     }
 }
 
@@ -499,9 +492,14 @@ impl Contribution {
         if secs == 0 && o.cpu_seconds <= 0.0 {
             return;
         }
+        self.count(tz, now, |t| t.add(&o, secs));
+    }
+
+    /// Counts `f` into the week of `now` and into all time.
+    fn count(&mut self, tz: &Zone, now: DateTime<Utc>, f: impl Fn(&mut Tally)) {
         self.ledger.since.get_or_insert(now);
-        self.ledger.week_mut(tz, now).add(&o, secs);
-        self.ledger.all_time.add(&o, secs);
+        f(self.ledger.week_mut(tz, now));
+        f(&mut self.ledger.all_time);
     }
 
     /// Counts the workers' network counters read at `now` (`readings`) into the day, the week
@@ -544,28 +542,22 @@ impl Contribution {
         if d == Data::default() {
             return;
         }
-        self.ledger.since.get_or_insert(now);
         if let Some(day) = self.ledger.day_mut(tz, now) {
             day.add(d);
         }
-        self.ledger.week_mut(tz, now).network.add(d);
-        self.ledger.all_time.network.add(d);
+        self.count(tz, now, |t| t.network.add(d));
     }
 
     /// A worker's pilot reported its jobs at its end (`None`: it ended without a readable
     /// report), at `now`; the daemon calls this once per container, with the report already
     /// held to its `Claim`.
     pub(crate) fn reported(&mut self, tz: &Zone, now: DateTime<Utc>, report: Option<&JobReport>) {
-        self.ledger.since.get_or_insert(now);
-        self.ledger.week_mut(tz, now).jobs.add(report);
-        self.ledger.all_time.jobs.add(report);
+        self.count(tz, now, |t| t.jobs.add(report));
     }
 
     /// A worker ended with `outcome` at `now` (the daemon calls this once per container).
     pub(crate) fn ended(&mut self, tz: &Zone, now: DateTime<Utc>, outcome: &Outcome) {
-        self.ledger.since.get_or_insert(now);
-        self.ledger.week_mut(tz, now).ended.count(outcome);
-        self.ledger.all_time.ended.count(outcome);
+        self.count(tz, now, |t| t.ended.count(outcome));
     }
 }
 

@@ -91,18 +91,12 @@ impl History {
         now: DateTime<Utc>,
         threshold: f64,
     ) -> Duration {
-        let mut hours = 0i64;
-        while hours < HOURS_PER_WEEK as i64 {
-            let t = pilotd_core::horizon::after(
-                now,
-                std::time::Duration::from_secs(hours as u64 * 3600),
-            );
-            match self.free_fraction(Self::hour_of_week(tz, t)) {
-                Some(f) if f >= threshold => hours += 1,
-                _ => break,
-            }
-        }
-        Duration::hours(hours)
+        let hours = (0..HOURS_PER_WEEK as u64).take_while(|hours| {
+            let t = pilotd_core::horizon::after(now, std::time::Duration::from_secs(hours * 3600));
+            self.free_fraction(Self::hour_of_week(tz, t))
+                .is_some_and(|f| f >= threshold)
+        });
+        Duration::hours(hours.count() as i64)
     }
 }
 
@@ -255,10 +249,7 @@ pub fn render(h: &History, tz: &Zone) -> String {
             .unwrap_or_default(),
         overall * 100.0
     );
-    let _ = writeln!(
-        out,
-        "       00    03    06    09    12    15    18    21    24"
-    );
+    out.push_str("       00    03    06    09    12    15    18    21    24\n");
     for (d, name) in ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
         .iter()
         .enumerate()

@@ -24,7 +24,6 @@ use crate::record::contribution::Tally;
 use crate::snapshot::HostSnapshot;
 use crate::worker::ad;
 use chrono::{DateTime, Utc};
-use pilotd_core::config::Evict;
 use pilotd_core::config::Policy;
 use std::path::{Path, PathBuf};
 
@@ -65,11 +64,11 @@ pub(crate) fn render(
         ("PILOTD_COMPUTING", boolean(supply.allowed)),
         ("PILOTD_WINDOW_END", window_end),
         ("PILOTD_SNOOZED", boolean(snoozed)),
-        ("PILOTD_ON_RETURN", quoted(evict_name(policy.on_return))),
-        ("PILOTD_EVICTION", quoted(evict_name(supply.evict))),
+        ("PILOTD_ON_RETURN", quoted(policy.on_return.as_str())),
+        ("PILOTD_EVICTION", quoted(supply.evict.as_str())),
         ("PILOTD_CAUSES", quoted(&causes.join(","))),
     ];
-    lines.iter().map(|(k, v)| format!("{k} = {v}\n")).collect()
+    ad(&lines)
 }
 
 /// The week's contribution as attribute lines, for a site that turned it on: the ISO week
@@ -88,6 +87,11 @@ pub(crate) fn contribution(week: &str, t: &Tally) -> String {
             hours(t.jobs.vacated_cpu_seconds),
         ),
     ];
+    ad(&lines)
+}
+
+/// ClassAd lines, `KEY = value` each.
+fn ad(lines: &[(&str, String)]) -> String {
     lines.iter().map(|(k, v)| format!("{k} = {v}\n")).collect()
 }
 
@@ -123,10 +127,6 @@ fn published(c: Cause) -> &'static str {
 
 /// The one cause name that stands for all of the owner's.
 pub(crate) const OWNER: &str = "owner";
-
-fn evict_name(e: Evict) -> &'static str {
-    e.as_str()
-}
 
 fn boolean(b: bool) -> String {
     if b { "True" } else { "False" }.into()
@@ -176,6 +176,7 @@ mod tests {
     use super::*;
     use crate::decide::policy::{Cause, Limits, decide};
     use chrono::TimeZone;
+    use pilotd_core::config::Evict;
     use pilotd_core::config::policy::Window;
     use pilotd_core::config::units::{parse_days, parse_time_of_day};
 

@@ -126,12 +126,7 @@ impl Seen {
                             pilotd_core::horizon::before(now, std::time::Duration::from_secs(idle));
                         // Rounded up to the minute: a shade less idle, never more (the
                         // owner's side), and steady while the idle time grows.
-                        let minute = at.duration_trunc(Duration::minutes(1)).unwrap_or(at);
-                        Some(if minute < at {
-                            minute + Duration::minutes(1)
-                        } else {
-                            minute
-                        })
+                        Some(at.duration_round_up(Duration::minutes(1)).unwrap_or(at))
                     };
                     let idle: Option<Vec<_>> = counted.iter().map(idle_since).collect();
                     let locked: Option<Vec<_>> = counted.iter().map(|s| s.locked_since).collect();

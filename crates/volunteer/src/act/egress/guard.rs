@@ -22,7 +22,7 @@
 use super::link::{self, Link};
 use super::{EgressError, Ensured, Filter, Printed};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// Shared by the loop, the check beside it and the executor's starts.
 #[derive(Clone)]
@@ -60,22 +60,14 @@ impl Guard {
 
     /// Why the filter is down, as the last check or start left it.
     pub(crate) fn down(&self) -> Option<String> {
-        self.inner
-            .down
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        held(&self.inner.down).clone()
     }
 
     /// Once a cycle: starts a check of `filter` beside the loop when `protect` (this
     /// instance has workers) or the filter is down, unless one runs; returns why the filter
     /// is down. No filter (the site's own network) is never down.
     pub(crate) fn check(&self, filter: Option<&Filter>, protect: bool) -> Option<String> {
-        *self
-            .inner
-            .kept
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = (filter.cloned(), protect);
+        *held(&self.inner.kept) = (filter.cloned(), protect);
         let Some(f) = filter else {
             self.set_down(None);
             return None;
@@ -90,12 +82,7 @@ impl Guard {
     /// The firewall was reloaded (firewalld said so): a check at once of what the last cycle
     /// asked to keep, instead of at the next cycle.
     pub(crate) fn reloaded(&self) {
-        let (filter, protect) = self
-            .inner
-            .kept
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
+        let (filter, protect) = held(&self.inner.kept).clone();
         if let Some(f) = filter
             && (protect || self.down().is_some())
         {
@@ -146,11 +133,7 @@ impl Guard {
     }
 
     fn ensure_blocking(&self, f: &Filter) -> Result<(), EgressError> {
-        let mut printed = self
-            .inner
-            .printed
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut printed = held(&self.inner.printed);
         // The host's resolvers as of now: a changed one is a changed filter, rebuilt. Unless
         // the host's own addresses are known, none is opened: one of them might be the host.
         let servers = super::resolvers::host(std::path::Path::new("/"));
@@ -211,20 +194,12 @@ impl Guard {
 
     /// Whether the last cycle saw workers live behind the filter.
     fn protecting(&self) -> bool {
-        self.inner
-            .kept
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .1
+        held(&self.inner.kept).1
     }
 
     /// Records whether the filter is down; a change is logged and wakes the loop.
     fn set_down(&self, why: Option<String>) {
-        let mut down = self
-            .inner
-            .down
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut down = held(&self.inner.down);
         if down.is_some() == why.is_some() {
             *down = why;
             return;
@@ -239,6 +214,12 @@ impl Guard {
         drop(down);
         (self.inner.wake)();
     }
+}
+
+/// The value behind `m`, even if a thread panicked holding it: every value kept here is
+/// whole at each moment (set in one assignment), so a panic leaves nothing half-written.
+fn held<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Default for Guard {

@@ -156,8 +156,5 @@ fn rebuild(f: &Filter, listing: Listing) -> Result<u32, EgressError> {
 /// Removes the filter (the jumps into it, then its chains, of every generation), in one
 /// transaction; what is already gone is fine.
 pub fn remove(f: &Filter) -> Result<(), EgressError> {
-    match super::removal_script(f, &list()?) {
-        Some(script) => restore(&script),
-        None => Ok(()),
-    }
+    super::removal_script(f, &list()?).map_or(Ok(()), |script| restore(&script))
 }

@@ -51,11 +51,7 @@ pub(crate) fn set_up(interface: &str, up: bool) -> io::Result<Link> {
     // SAFETY: SIOCGIFFLAGS reads the NUL-terminated name and writes `ifru_flags` of the
     // `ifreq` it is given, which lives for the call.
     if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } < 0 {
-        let e = io::Error::last_os_error();
-        return match e.raw_os_error() {
-            Some(libc::ENODEV) => Ok(Link::Absent),
-            _ => Err(e),
-        };
+        return failed();
     }
     // SAFETY: SIOCGIFFLAGS filled `ifru_flags`.
     let flags = unsafe { req.ifr_ifru.ifru_flags };
@@ -70,13 +66,18 @@ pub(crate) fn set_up(interface: &str, up: bool) -> io::Result<Link> {
     };
     // SAFETY: SIOCSIFFLAGS reads the name and the flags of the `ifreq` it is given.
     if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) } < 0 {
-        let e = io::Error::last_os_error();
-        return match e.raw_os_error() {
-            Some(libc::ENODEV) => Ok(Link::Absent),
-            _ => Err(e),
-        };
+        return failed();
     }
     Ok(Link::Changed)
+}
+
+/// The ioctl that just failed: an interface gone meanwhile is absent, not an error.
+fn failed() -> io::Result<Link> {
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::ENODEV) => Ok(Link::Absent),
+        _ => Err(e),
+    }
 }
 
 #[cfg(test)]
