@@ -46,8 +46,16 @@ esac
 
 # Donated machines run volunteer mode only: the package's pilotd is built without the
 # `kubernetes` feature, so it neither links nor maps the Kubernetes client stack.
+# The optimized builds link through packaging/link-idle-first, which places the code an idle
+# daemon runs side by side, so less of the binary stays resident on the donor's machine. The
+# dev build (the tests' package) links as cargo does, sharing the tests' build cache.
+link=()
+if [ "$profile" != dev ]; then
+  triple=$(rustc -vV | sed -n 's/^host: //p' | tr 'a-z-' 'A-Z_')
+  link=("CARGO_TARGET_${triple}_LINKER=$PWD/packaging/link-idle-first")
+fi
 echo "build-deb: building pilotd (volunteer mode only) and pilot ($profile profile)" >&2
-cargo build --quiet --profile "$profile" -p pilotd -p pilot --bins --no-default-features >&2
+env "${link[@]}" cargo build --quiet --profile "$profile" -p pilotd -p pilot --bins --no-default-features >&2
 for b in pilotd pilot; do
   [ -x "$bin_dir/$b" ] || die "$bin_dir/$b was not built"
 done

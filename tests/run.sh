@@ -117,6 +117,9 @@ podman_env=$(sh tests/setup-podman.sh)
       docker::freshness docker::page docker::comfort 2>&1 | tee -a "${TMPDIR:-/tmp}/pilotd-test.log"
 )
 
+log "the package build's linker (idle code first)"
+bash tests/link-order.sh
+
 log "debian package"
 bash tests/package.sh
 

@@ -23,7 +23,8 @@ command -v boinc >/dev/null || {
 # The service must not run twice on this machine: use our own instance only.
 systemctl stop boinc-client 2>/dev/null || true
 bin=${PILOTD_BIN:-$here/target/volunteer/pilotd}
-[ -n "${PILOTD_BIN:-}" ] || (cd "$here" && cargo build --profile volunteer -q --no-default-features --bin pilotd)
+. "$here/tests/bench/idle-daemon.sh"
+[ -n "${PILOTD_BIN:-}" ] || volunteer_build
 
 d=$(mktemp -d); inst="footprint$$"
 cleanup() {
@@ -33,34 +34,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# pilotd: a real policy whose window never opens today, and the default interval.
-day=$(date -u -d tomorrow +%a | tr 'A-Z' 'a-z')
+# pilotd: idle, its schedule closed today.
 start_pilotd() { # BIN DIR INSTANCE: starts one idle daemon, prints its pid
     local bin=$1 dir=$2 instance=$3
-    mkdir -p "$dir/scratch" && : >"$dir/utmp"
-    cat >"$dir/policy.toml" <<P
-timezone = "UTC"
-[schedule]
-windows = [ { days = "$day", from = "03:00", to = "03:01" } ]
-[share]
-cpus = 1
-memory = "1GiB"
-disk = "1GiB"
-workers = 1
-P
-    cat >"$dir/pilotd.toml" <<C
-splay = "0s"
-policy = "$dir/policy.toml"
-state_dir = "$dir/state"
-[host]
-utmp = "$dir/utmp"
-scratch = "$dir/scratch"
-[docker]
-instance = "$instance"
-[worker]
-image = "127.0.0.1:5000/pilotd-test/never-pulled:1"
-allowed_images = ["127.0.0.1:5000/*"]
-C
+    idle_daemon_config "$dir" "$instance"
     "$bin" -c "$dir/pilotd.toml" check >/dev/null
     # Its stdout closed: the caller reads this function's output, the pid, to its end.
     "$bin" -c "$dir/pilotd.toml" run >/dev/null 2>"$dir/pilotd.log" &

@@ -45,7 +45,8 @@ inhibits=${INHIBITS:-30}
 interval=${INTERVAL:-5s}
 refresh=${REFRESH:-2s}
 bin=${PILOTD_BIN:-${CARGO_TARGET_DIR:-$here/target}/volunteer/pilotd}
-[ -n "${PILOTD_BIN:-}" ] || (cd "$here" && cargo build --profile volunteer -q --no-default-features --bin pilotd)
+. "$here/tests/bench/idle-daemon.sh"
+[ -n "${PILOTD_BIN:-}" ] || volunteer_build
 command -v utmpdump >/dev/null && command -v python3 >/dev/null || { echo "owner_return: needs utmpdump and python3" >&2; exit 1; }
 
 d=$(mktemp -d "${TMPDIR:-/var/tmp}/pilotd-owner-return.XXXXXX")

@@ -1,0 +1,151 @@
+#!/bin/bash
+# Writes packaging/idle-functions.txt: the functions the volunteer daemon runs while it idles,
+# which packaging/link-idle-first places side by side in the package's binary. Run it again
+# when the idle cycle changes (new signals, a dependency's upgrade); a function missing from
+# the list still runs, its page just stays resident beside code nothing runs.
+#
+# How: the package's build runs idle (tests/bench/idle-daemon.sh: schedule closed today, the
+# default interval) under valgrind's callgrind. Its counters are zeroed once the daemon says
+# it is ready, so start-up is left out; after DURATION seconds the functions that ran are
+# dumped, demangled without their hashes (so the list survives a rebuild). Two runs, as donated
+# machines differ: one with no system bus (a server), one asking a real systemd-logind and
+# NetworkManager (the Debian 13 container of tests/systemd/image.sh, its bus shared with the
+# host, where alice is logged in over ssh). The list is the union of both, sorted.
+#   DURATION=600 tests/bench/idle-functions.sh                 # about 2 x DURATION
+#   PILOTD_BIN=target/volunteer/pilotd OUT=/tmp/idle.txt DURATION=120 RUNS=host tests/bench/idle-functions.sh
+# Needs root (the Docker engine's socket; tests/setup-docker.sh) and valgrind (installed here
+# when missing). The registry need not run: a failing image check is part of what idles.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/../.." && pwd)
+duration=${DURATION:-600}
+out=${OUT:-$here/packaging/idle-functions.txt}
+command -v valgrind >/dev/null || {
+    echo "idle-functions: installing valgrind" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends valgrind >/dev/null
+}
+. "$here/tests/bench/idle-daemon.sh"
+bin=${PILOTD_BIN:-$here/target/volunteer/pilotd}
+[ -n "${PILOTD_BIN:-}" ] || volunteer_build
+
+runs=${RUNS:-host bus}
+d=$(mktemp -d); pid=; ctr=
+cleanup() {
+    [ -z "$pid" ] || kill "$pid" 2>/dev/null || true
+    [ -z "$ctr" ] || docker rm -f "$ctr" >/dev/null 2>&1 || true
+    wait 2>/dev/null || true
+    rm -rf "$d"
+}
+trap cleanup EXIT
+
+# A system bus with a real logind and NetworkManager, and a logged-in user: the container's
+# /run/dbus is a directory of the host's, so the daemon on the host asks them as on a desktop.
+start_bus() {
+    local image s session=
+    image=$(sh "$here/tests/systemd/image.sh")
+    ctr=pilotd-idle-functions-$$
+    mkdir -p "$d/dbus"
+    docker run -d --name "$ctr" --hostname pilotd-idle-functions \
+        --cap-add SYS_ADMIN --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
+        -v /sys/fs/cgroup:/sys/fs/cgroup:ro --tmpfs /run --tmpfs /run/lock -e container=docker \
+        -v "$d/dbus:/run/dbus" --entrypoint /lib/systemd/systemd "$image" >/dev/null
+    for _ in $(seq 300); do
+        s=$(docker exec "$ctr" systemctl is-system-running 2>/dev/null || true)
+        [ "$s" = running ] || [ "$s" = degraded ] && break
+        sleep 0.2
+    done
+    docker exec "$ctr" sh -c 'useradd -m -u 1000 alice &&
+        install -d -m 700 /root/.ssh && ssh-keygen -q -t ed25519 -N "" -f /root/.ssh/id_alice &&
+        install -d -m 700 -o alice -g alice /home/alice/.ssh &&
+        install -m 600 -o alice -g alice /root/.ssh/id_alice.pub /home/alice/.ssh/authorized_keys' >/dev/null
+    docker exec -d "$ctr" sh -c 'sleep infinity | exec ssh -tt -i /root/.ssh/id_alice \
+        -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes \
+        alice@127.0.0.1 "exec sleep infinity" >/root/ssh-alice.log 2>&1'
+    for _ in $(seq 100); do
+        session=$(docker exec "$ctr" loginctl list-sessions --no-legend | awk '$3 == "alice" { print $1; exit }' || true)
+        [ -n "$session" ] && break
+        sleep 0.1
+    done
+    [ -n "$session" ] || { echo "idle-functions: alice's ssh login made no logind session" >&2; exit 1; }
+}
+
+# record RUN: the daemon idles under callgrind; the dump of what ran after "ready" is $d/RUN.out.
+record() {
+    local run=$1 dir=$d/$1
+    idle_daemon_config "$dir" "idlefns$$$run"
+    "$bin" -c "$dir/pilotd.toml" check >/dev/null
+    env ${bus:+DBUS_SYSTEM_BUS_ADDRESS=$bus} \
+        valgrind --tool=callgrind --demangle=no --dump-instr=no --callgrind-out-file="$dir/cg.out" \
+        "$bin" -c "$dir/pilotd.toml" run >/dev/null 2>"$dir/log" &
+    pid=$!
+    for _ in $(seq 120); do
+        grep -q 'ready: ' "$dir/log" && break
+        kill -0 "$pid" 2>/dev/null || { cat "$dir/log" >&2; echo "idle-functions: the daemon exited" >&2; exit 1; }
+        sleep 1
+    done
+    grep -q 'ready: ' "$dir/log" || { cat "$dir/log" >&2; echo "idle-functions: the daemon never said it was ready" >&2; exit 1; }
+    callgrind_control -z "$pid" >/dev/null 2>&1
+    echo "idle-functions: $run: ready; recording the idle daemon for ${duration} s" >&2
+    sleep "$duration"
+    callgrind_control -d "$pid" >/dev/null 2>&1
+    kill "$pid"; wait "$pid" 2>/dev/null || true; pid=
+    cp "$(ls "$dir"/cg.out.* | tail -n 1)" "$d/$run.out"
+}
+
+dumps=()
+for run in $runs; do
+    bus=
+    case $run in
+        host) ;;
+        bus) start_bus; bus="unix:path=$d/dbus/system_bus_socket" ;;
+        *) echo "idle-functions: unknown run '$run' (host, bus)" >&2; exit 1 ;;
+    esac
+    record "$run"
+    dumps+=("$d/$run.out")
+done
+
+# The program's functions that ran since the counters were zeroed (callgrind names a function
+# once in full, as "(id) name", then by its id alone), then their demangled names from the
+# binary's own symbol table, paired line by line.
+python3 - "$(readlink -f "$bin")" "${dumps[@]}" >"$d/ran" <<'PY'
+import os, re, sys
+
+
+def lookup(table, s):
+    m = re.match(r'\((\d+)\)(?: (.*))?$', s)
+    if not m:
+        return s
+    if m.group(2) is not None:
+        table[m.group(1)] = m.group(2)
+    return table.get(m.group(1))
+
+
+def ran_in(dump, obj):
+    names, objs, ran = {}, {}, set()
+    cur = call = None
+    for line in open(dump, errors='replace'):
+        line = line.rstrip('\n')
+        if line.startswith('ob='):
+            cur = lookup(objs, line[3:])
+        elif line.startswith('cob='):
+            call = lookup(objs, line[4:])
+        elif line.startswith(('fn=', 'cfn=')):
+            key, _, rest = line.partition('=')
+            name = lookup(names, rest)
+            where = call if key == 'cfn' and call else cur
+            if where and os.path.realpath(where) == obj and name:
+                ran.add(name)
+            call = None
+    return ran
+
+
+obj = sys.argv[1]
+print('\n'.join(sorted(set().union(*(ran_in(d, obj) for d in sys.argv[2:])))))
+PY
+nm --defined-only --no-sort "$bin" | cut -d' ' -f3- >"$d/mangled"
+nm --defined-only --no-sort -C "$bin" | cut -d' ' -f3- >"$d/demangled"
+paste -d '\t' "$d/mangled" "$d/demangled" >"$d/pairs"
+awk -F '\t' 'NR == FNR { ran[$0] = 1; next } ($1 in ran) { print $2 }' "$d/ran" "$d/pairs" \
+    | LC_ALL=C sort -u >"$d/list"
+[ -s "$d/list" ] || { echo "idle-functions: no function of $bin was recorded" >&2; exit 1; }
+cp "$d/list" "$out"
+echo "idle-functions: $(wc -l <"$out") functions ($(wc -l <"$d/ran") symbols ran) written to $out" >&2
