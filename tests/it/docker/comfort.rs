@@ -149,16 +149,11 @@ fn a_hot_machine_lowers_the_workers_quota_live_pauses_it_at_the_floor_and_gives_
     );
     heat(&h, 50);
     std::fs::create_dir_all(h.path("sys/class/power_supply")).unwrap();
-    let site = h.path("pilotd.toml");
-    let text = std::fs::read_to_string(&site).unwrap().replacen(
-        "[host]\n",
-        &format!(
-            "[host]\npower_supply = \"{}\"\n",
-            h.path("sys/class/power_supply").display()
-        ),
-        1,
+    let host = format!(
+        "[host]\npower_supply = \"{}\"\n",
+        h.path("sys/class/power_supply").display()
     );
-    std::fs::write(&site, text).unwrap();
+    h.edit("pilotd.toml", &[("[host]\n", &host)]);
     h.start();
     let id = h.wait_for("a burning worker", Duration::from_secs(60), || {
         let status = h.status_file()?;

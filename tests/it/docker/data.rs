@@ -307,14 +307,13 @@ fn at_the_days_data_cap_the_worker_stops_and_none_starts_until_the_next_day() {
     });
     // The cap, in a zone whose day ends 45 s from now.
     let midnight = zone_with_midnight_in(&tzdir, 45);
-    let policy_path = h.path("policy.toml");
-    let p = std::fs::read_to_string(&policy_path).unwrap();
-    std::fs::write(
-        &policy_path,
-        p.replace("timezone = \"UTC\"", "timezone = \"Pilotd/Soon\"")
-            .replace("[share]\n", "[share]\ndata_per_day = \"20MiB\"\n"),
-    )
-    .unwrap();
+    h.edit(
+        "policy.toml",
+        &[
+            ("timezone = \"UTC\"", "timezone = \"Pilotd/Soon\""),
+            ("[share]\n", "[share]\ndata_per_day = \"20MiB\"\n"),
+        ],
+    );
     h.reload();
     let status = |h: &Harness| -> serde_json::Value {
         let out = h

@@ -62,31 +62,25 @@ fn a_key_after_a_quiet_spell_pauses_at_once_and_quiet_input_lets_workers_compute
         .unwrap();
 
     // A long interval: only the input trigger and the decision's own next change act fast.
-    let site = h.path("pilotd.toml");
-    let text = std::fs::read_to_string(&site).unwrap();
-    let text = text
-        .replace("interval = \"2s\"", "interval = \"60s\"")
-        .replacen(
-            "[host]\n",
-            &format!(
-                "[host]\ndev = \"{}\"\npower_supply = \"{}\"\n",
-                dev.display(),
-                h.path("sys/class/power_supply").display()
-            ),
-            1,
-        );
-    std::fs::write(&site, text).unwrap();
-    let policy_path = h.path("policy.toml");
-    let p = std::fs::read_to_string(&policy_path).unwrap();
-    std::fs::write(
-        &policy_path,
-        p.replacen(
+    let host = format!(
+        "[host]\ndev = \"{}\"\npower_supply = \"{}\"\n",
+        dev.display(),
+        h.path("sys/class/power_supply").display()
+    );
+    h.edit(
+        "pilotd.toml",
+        &[
+            ("interval = \"2s\"", "interval = \"60s\""),
+            ("[host]\n", &host),
+        ],
+    );
+    h.edit(
+        "policy.toml",
+        &[(
             "sessions = \"any\"\n",
             "sessions = \"active\"\nsession_idle = \"4s\"\n",
-            1,
-        ),
-    )
-    .unwrap();
+        )],
+    );
     // A local console login (no remote host, no terminal under our `dev` to read).
     h.login_local("tty9");
 

@@ -104,13 +104,10 @@ fn no_pull_and_no_start_on_a_metered_link_and_both_once_it_is_not() {
     assert_eq!(h.running().len(), 1, "the running worker was stopped");
 
     // pause: the worker is paused for the link, within a second of the signal.
-    let policy_path = h.path("policy.toml");
-    let p = std::fs::read_to_string(&policy_path).unwrap();
-    std::fs::write(
-        &policy_path,
-        p.replacen("[owner]\n", "[owner]\non_metered = \"pause\"\n", 1),
-    )
-    .unwrap();
+    h.edit(
+        "policy.toml",
+        &[("[owner]\n", "[owner]\non_metered = \"pause\"\n")],
+    );
     h.reload();
     rt.block_on(nm.set(2));
     h.wait_for("running, the link free", Duration::from_secs(10), || {

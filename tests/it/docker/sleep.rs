@@ -27,13 +27,10 @@ fn a_sleep_pauses_before_the_lock_goes_and_the_wake_up_looks_again() {
         "",
         &format!("{}\n[worker.env]\n", image("v1")),
     );
-    let policy_path = h.path("policy.toml");
-    let p = std::fs::read_to_string(&policy_path).unwrap();
-    std::fs::write(
-        &policy_path,
-        p.replacen("[owner]\n", "[owner]\nkeep_awake = true\n", 1),
-    )
-    .unwrap();
+    h.edit(
+        "policy.toml",
+        &[("[owner]\n", "[owner]\nkeep_awake = true\n")],
+    );
     let logind = rt.block_on(FakeLogind::start(&h.path("")));
     h.start_with(&[("DBUS_SYSTEM_BUS_ADDRESS", &logind.address)]);
     let worker = h.wait_for("1 worker", Duration::from_secs(30), || h.running().pop());

@@ -76,13 +76,10 @@ fn snooze_and_resume_by_uid_survive_a_restart() {
     // The owner names "nobody" (uid 65534) in the policy; the harness puts the socket in the
     // test's own dir, which must be reachable by other uids, as /run/pilotd is.
     let socket = h.path("control.sock");
-    let policy_path = h.path("policy.toml");
-    let p = std::fs::read_to_string(&policy_path).unwrap();
-    std::fs::write(
-        &policy_path,
-        p.replacen("[owner]\n", "[owner]\nusers = [\"nobody\"]\n", 1),
-    )
-    .unwrap();
+    h.edit(
+        "policy.toml",
+        &[("[owner]\n", "[owner]\nusers = [\"nobody\"]\n")],
+    );
     std::fs::set_permissions(h.path(""), std::fs::Permissions::from_mode(0o755)).unwrap();
     let group = pilotd_gid();
     let (stranger, member) = unknown_uids();

@@ -19,17 +19,13 @@ fn an_inhibitor_and_an_unlock_each_pause_at_once() {
         &format!("{}\n[worker.env]\n", image("v1")),
     );
     // Sessions from logind, judged as in use or not (the harness's "any" counts every login).
-    let policy_path = h.path("policy.toml");
-    let p = std::fs::read_to_string(&policy_path).unwrap();
-    std::fs::write(
-        &policy_path,
-        p.replacen(
+    h.edit(
+        "policy.toml",
+        &[(
             "sessions = \"any\"\n",
             "sessions = \"active\"\nlock_grace = \"0s\"\n",
-            1,
-        ),
-    )
-    .unwrap();
+        )],
+    );
     let logind = rt.block_on(FakeLogind::start(&h.path("")));
     // alice at the machine's seat, her screen locked: away.
     let desk = rt.block_on(logind.add("2", "alice", 1000, Kind::Desk));

@@ -93,6 +93,23 @@ impl Harness {
         self.dir.path().join(name)
     }
 
+    /// Rewrites a file of the test's directory: each `(from, to)` replaces the first `from`,
+    /// which must be there (an edit that matched nothing would leave the test proving the
+    /// defaults instead of what it names).
+    pub(super) fn edit(&self, name: &str, edits: &[(&str, &str)]) {
+        let path = self.path(name);
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        for (from, to) in edits {
+            assert!(
+                text.contains(from),
+                "{}: no {from:?} to edit",
+                path.display()
+            );
+            text = text.replacen(from, to, 1);
+        }
+        std::fs::write(&path, text).unwrap();
+    }
+
     pub(super) fn pilotd(&self) -> Command {
         let mut c = Command::new(harness::bin());
         c.arg("-c").arg(self.path("pilotd.toml"));
