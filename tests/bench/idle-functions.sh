@@ -5,12 +5,13 @@
 # the list still runs, its page just stays resident beside code nothing runs.
 #
 # How: the package's build runs idle (tests/bench/idle-daemon.sh: schedule closed today, the
-# default interval) under valgrind's callgrind. Its counters are zeroed once the daemon says
-# it is ready, so start-up is left out; after DURATION seconds the functions that ran are
-# dumped, demangled without their hashes (so the list survives a rebuild). Two runs, as donated
+# default interval) under valgrind's callgrind. Its counters are zeroed as it becomes ready
+# (as it lets go of start-up's pages), so start-up is left out; after DURATION seconds the
+# functions that ran are dumped, demangled without their hashes (so the list survives a
+# rebuild). Two runs, as donated
 # machines differ: one with no system bus (a server), one asking a real systemd-logind and
 # NetworkManager (the Debian 13 container of tests/systemd/image.sh, its bus shared with the
-# host, where alice is logged in over ssh). The list is the union of both, sorted.
+# host, where alice is logged in over ssh). The list is the union of both: what both ran first.
 #   DURATION=600 tests/bench/idle-functions.sh                 # about 2 x DURATION
 #   PILOTD_BIN=target/volunteer/pilotd OUT=/tmp/idle.txt DURATION=120 RUNS=host tests/bench/idle-functions.sh
 # Needs root (the Docker engine's socket; tests/setup-docker.sh) and valgrind (installed here
@@ -68,14 +69,16 @@ start_bus() {
     [ -n "$session" ] || { echo "idle-functions: alice's ssh login made no logind session" >&2; exit 1; }
 }
 
-# record RUN: the daemon idles under callgrind; the dump of what ran after "ready" is $d/RUN.out.
+# record RUN: the daemon idles under callgrind, its counters zeroed as it enters the function
+# that lets go of start-up's pages (the moment it is ready); the dump of what ran from then on,
+# for DURATION seconds, is $d/RUN.out.
 record() {
     local run=$1 dir=$d/$1
     idle_daemon_config "$dir" "idlefns$$$run"
     "$bin" -c "$dir/pilotd.toml" check >/dev/null
     env ${bus:+DBUS_SYSTEM_BUS_ADDRESS=$bus} \
-        valgrind --tool=callgrind --demangle=no --dump-instr=no --callgrind-out-file="$dir/cg.out" \
-        "$bin" -c "$dir/pilotd.toml" run >/dev/null 2>"$dir/log" &
+        valgrind --tool=callgrind --demangle=no --dump-instr=no --zero-before='*shed_startup_pages*' \
+        --callgrind-out-file="$dir/cg.out" "$bin" -c "$dir/pilotd.toml" run >/dev/null 2>"$dir/log" &
     pid=$!
     for _ in $(seq 120); do
         grep -q 'ready: ' "$dir/log" && break
@@ -83,7 +86,6 @@ record() {
         sleep 1
     done
     grep -q 'ready: ' "$dir/log" || { cat "$dir/log" >&2; echo "idle-functions: the daemon never said it was ready" >&2; exit 1; }
-    callgrind_control -z "$pid" >/dev/null 2>&1
     echo "idle-functions: $run: ready; recording the idle daemon for ${duration} s" >&2
     sleep "$duration"
     callgrind_control -d "$pid" >/dev/null 2>&1
@@ -103,10 +105,14 @@ for run in $runs; do
     dumps+=("$d/$run.out")
 done
 
-# The program's functions that ran since the counters were zeroed (callgrind names a function
-# once in full, as "(id) name", then by its id alone), then their demangled names from the
-# binary's own symbol table, paired line by line.
-python3 - "$(readlink -f "$bin")" "${dumps[@]}" >"$d/ran" <<'PY'
+# The program's functions that ran after the zeroing (callgrind names a function once in full,
+# as "(id) name", then by its id alone), by their demangled names from the binary's own symbol
+# table, paired line by line. Placed first, those every run ran; then those of some runs (on a
+# machine without the bus, its code then sits apart from what runs); by name within each.
+nm --defined-only --no-sort "$bin" | cut -d' ' -f3- >"$d/mangled"
+nm --defined-only --no-sort -C "$bin" | cut -d' ' -f3- >"$d/demangled"
+paste -d '\t' "$d/mangled" "$d/demangled" >"$d/pairs"
+python3 - "$(readlink -f "$bin")" "$d/pairs" "${dumps[@]}" >"$d/list" <<'PY'
 import os, re, sys
 
 
@@ -138,14 +144,15 @@ def ran_in(dump, obj):
     return ran
 
 
-obj = sys.argv[1]
-print('\n'.join(sorted(set().union(*(ran_in(d, obj) for d in sys.argv[2:])))))
+obj, pairs, dumps = sys.argv[1], sys.argv[2], sys.argv[3:]
+demangled = dict(line.rstrip('\n').split('\t', 1) for line in open(pairs) if '\t' in line)
+runs = {}
+for dump in dumps:
+    for name in {demangled[m] for m in ran_in(dump, obj) if m in demangled}:
+        runs[name] = runs.get(name, 0) + 1
+for name in sorted(runs, key=lambda n: (-runs[n], n)):
+    print(name)
 PY
-nm --defined-only --no-sort "$bin" | cut -d' ' -f3- >"$d/mangled"
-nm --defined-only --no-sort -C "$bin" | cut -d' ' -f3- >"$d/demangled"
-paste -d '\t' "$d/mangled" "$d/demangled" >"$d/pairs"
-awk -F '\t' 'NR == FNR { ran[$0] = 1; next } ($1 in ran) { print $2 }' "$d/ran" "$d/pairs" \
-    | LC_ALL=C sort -u >"$d/list"
 [ -s "$d/list" ] || { echo "idle-functions: no function of $bin was recorded" >&2; exit 1; }
 cp "$d/list" "$out"
-echo "idle-functions: $(wc -l <"$out") functions ($(wc -l <"$d/ran") symbols ran) written to $out" >&2
+echo "idle-functions: $(wc -l <"$out") functions written to $out" >&2

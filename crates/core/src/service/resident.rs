@@ -98,6 +98,10 @@ pub(crate) fn sheddable(smaps: &str) -> Vec<Mapping> {
 
 /// Lets go of the read-only file pages start-up mapped (see the module's doc). Returns how
 /// many bytes of mappings were advised; 0 where `/proc` cannot be read.
+///
+/// Never inlined: its entry is where idling starts, which `tests/bench/idle-functions.sh`
+/// finds by this name to count only what runs from then on.
+#[inline(never)]
 pub fn shed_startup_pages() -> usize {
     let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
         return 0;
