@@ -9,6 +9,9 @@
 #   PILOTD_BIN=target/volunteer/pilotd DURATION=600 tests/bench/footprint.sh   # no build
 #   BASELINE_BIN=/path/to/older/pilotd DURATION=600 tests/bench/footprint.sh
 #       # also runs an older build beside them, in the same run, on the same machine
+#   BUS=1 DURATION=600 tests/bench/footprint.sh
+#       # the pilotd daemons ask a real logind and NetworkManager, a user logged in, as on a
+#       # desktop (tests/bench/idle-daemon.sh's idle_bus_start; the systemd test image)
 # Needs root, the Docker engine (tests/setup-docker.sh) and Debian's boinc-client (installed
 # here when missing).
 set -euo pipefail
@@ -27,12 +30,15 @@ bin=${PILOTD_BIN:-$here/target/volunteer/pilotd}
 [ -n "${PILOTD_BIN:-}" ] || volunteer_build
 
 d=$(mktemp -d); inst="footprint$$"
+idle_bus=; idle_bus_container=
 cleanup() {
     for p in ${ppid:-} ${opid:-} ${bpid:-}; do kill "$p" 2>/dev/null || true; done
+    [ -z "$idle_bus_container" ] || docker rm -f "$idle_bus_container" >/dev/null 2>&1 || true
     wait 2>/dev/null || true
     rm -rf "$d"
 }
 trap cleanup EXIT
+[ -z "${BUS:-}" ] || idle_bus_start "$d"
 
 # pilotd: idle, its schedule closed today.
 start_pilotd() { # BIN DIR INSTANCE: starts one idle daemon, prints its pid
@@ -40,7 +46,7 @@ start_pilotd() { # BIN DIR INSTANCE: starts one idle daemon, prints its pid
     idle_daemon_config "$dir" "$instance"
     "$bin" -c "$dir/pilotd.toml" check >/dev/null
     # Its stdout closed: the caller reads this function's output, the pid, to its end.
-    "$bin" -c "$dir/pilotd.toml" run >/dev/null 2>"$dir/pilotd.log" &
+    env ${idle_bus:+DBUS_SYSTEM_BUS_ADDRESS=$idle_bus} "$bin" -c "$dir/pilotd.toml" run >/dev/null 2>"$dir/pilotd.log" &
     echo $!
 }
 ppid=$(start_pilotd "$bin" "$d/new" "$inst")
@@ -75,6 +81,7 @@ median() { sort -n "$1" | awk '{ a[NR] = $1 } END { printf "%.1f", a[int((NR + 1
 split() { echo "(anonymous $(median "$d/$1.anon") MiB, file-backed $(median "$d/$1.file") MiB)"; }
 size() { awk -v b="$(stat -c %s "$1")" 'BEGIN { printf "%.1f MB", b / 1e6 }'; }
 perh() { awk -v a="$1" -v b="$2" -v s="$t0" -v e="$t1" 'BEGIN { printf "%.2f", (b - a) * 3600 / (e - s) }'; }
+[ -z "$idle_bus" ] || echo "(the pilotd daemons asking logind and NetworkManager on a system bus, alice logged in)"
 echo "idle footprint over $(awk -v s="$t0" -v e="$t1" 'BEGIN { printf "%.0f", e - s }') s, sampled every ${step} s, on $(nproc) cores ($(uname -r)):"
 echo "  pilotd $("$bin" --version | awk '{ print $2 }') (volunteer profile, no kubernetes, $(size "$bin")): RSS $(stats "$d/p.rss") $(split p); CPU $(perh "$p0" "$p1") CPU-s/h"
 [ -z "$opid" ] || echo "  baseline $BASELINE_BIN ($(size "$BASELINE_BIN")): RSS $(stats "$d/o.rss") $(split o); CPU $(perh "$o0" "$o1") CPU-s/h"

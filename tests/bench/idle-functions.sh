@@ -10,8 +10,8 @@
 # functions that ran are dumped, demangled without their hashes (so the list survives a
 # rebuild). Two runs, as donated
 # machines differ: one with no system bus (a server), one asking a real systemd-logind and
-# NetworkManager (the Debian 13 container of tests/systemd/image.sh, its bus shared with the
-# host, where alice is logged in over ssh). The list is the union of both: what both ran first.
+# NetworkManager with alice logged in (tests/bench/idle-daemon.sh's idle_bus_start). The list
+# is the union of both: what both ran first.
 #   DURATION=600 tests/bench/idle-functions.sh                 # about 2 x DURATION
 #   PILOTD_BIN=target/volunteer/pilotd OUT=/tmp/idle.txt DURATION=120 RUNS=host tests/bench/idle-functions.sh
 # Needs root (the Docker engine's socket; tests/setup-docker.sh) and valgrind (installed here
@@ -29,45 +29,14 @@ bin=${PILOTD_BIN:-$here/target/volunteer/pilotd}
 [ -n "${PILOTD_BIN:-}" ] || volunteer_build
 
 runs=${RUNS:-host bus}
-d=$(mktemp -d); pid=; ctr=
+d=$(mktemp -d); pid=; idle_bus_container=
 cleanup() {
     [ -z "$pid" ] || kill "$pid" 2>/dev/null || true
-    [ -z "$ctr" ] || docker rm -f "$ctr" >/dev/null 2>&1 || true
+    [ -z "$idle_bus_container" ] || docker rm -f "$idle_bus_container" >/dev/null 2>&1 || true
     wait 2>/dev/null || true
     rm -rf "$d"
 }
 trap cleanup EXIT
-
-# A system bus with a real logind and NetworkManager, and a logged-in user: the container's
-# /run/dbus is a directory of the host's, so the daemon on the host asks them as on a desktop.
-start_bus() {
-    local image s session=
-    image=$(sh "$here/tests/systemd/image.sh")
-    ctr=pilotd-idle-functions-$$
-    mkdir -p "$d/dbus"
-    docker run -d --name "$ctr" --hostname pilotd-idle-functions \
-        --cap-add SYS_ADMIN --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
-        -v /sys/fs/cgroup:/sys/fs/cgroup:ro --tmpfs /run --tmpfs /run/lock -e container=docker \
-        -v "$d/dbus:/run/dbus" --entrypoint /lib/systemd/systemd "$image" >/dev/null
-    for _ in $(seq 300); do
-        s=$(docker exec "$ctr" systemctl is-system-running 2>/dev/null || true)
-        [ "$s" = running ] || [ "$s" = degraded ] && break
-        sleep 0.2
-    done
-    docker exec "$ctr" sh -c 'useradd -m -u 1000 alice &&
-        install -d -m 700 /root/.ssh && ssh-keygen -q -t ed25519 -N "" -f /root/.ssh/id_alice &&
-        install -d -m 700 -o alice -g alice /home/alice/.ssh &&
-        install -m 600 -o alice -g alice /root/.ssh/id_alice.pub /home/alice/.ssh/authorized_keys' >/dev/null
-    docker exec -d "$ctr" sh -c 'sleep infinity | exec ssh -tt -i /root/.ssh/id_alice \
-        -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes \
-        alice@127.0.0.1 "exec sleep infinity" >/root/ssh-alice.log 2>&1'
-    for _ in $(seq 100); do
-        session=$(docker exec "$ctr" loginctl list-sessions --no-legend | awk '$3 == "alice" { print $1; exit }' || true)
-        [ -n "$session" ] && break
-        sleep 0.1
-    done
-    [ -n "$session" ] || { echo "idle-functions: alice's ssh login made no logind session" >&2; exit 1; }
-}
 
 # record RUN: the daemon idles under callgrind, its counters zeroed as it enters the function
 # that lets go of start-up's pages (the moment it is ready); the dump of what ran from then on,
@@ -98,7 +67,7 @@ for run in $runs; do
     bus=
     case $run in
         host) ;;
-        bus) start_bus; bus="unix:path=$d/dbus/system_bus_socket" ;;
+        bus) idle_bus_start "$d"; bus=$idle_bus ;;
         *) echo "idle-functions: unknown run '$run' (host, bus)" >&2; exit 1 ;;
     esac
     record "$run"
