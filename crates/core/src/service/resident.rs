@@ -1,14 +1,19 @@
 //! What of the program stays in memory while the daemon idles: once ready, the read-only file
-//! pages that start-up mapped are let go, and later faults map a page at a time.
+//! pages that start-up mapped are let go, and later faults map back only what the loop runs
+//! and its neighbours.
 //!
 //! Start-up runs code that an idle daemon never runs again (argument parsing, the files'
 //! diagnostics, the first cycle's setup), and the kernel maps more than it ran: each fault on
 //! a file page maps the pages around it too (fault-around, 64 KiB by default). Those pages
 //! stay counted in the daemon's resident memory for good, though nothing touches them. So,
 //! once the service is ready, each read-only, unmodified file mapping (the binary's code and
-//! constants, the C library's) is advised `MADV_RANDOM` (no fault-around, no read-ahead for
-//! it) and `MADV_DONTNEED` (its page table entries dropped). The pages stay in the page cache,
-//! shared, so a page the loop needs again comes back with a minor fault, a microsecond or so.
+//! constants, the C library's) is advised `MADV_RANDOM` (no read-ahead for it) and
+//! `MADV_DONTNEED` (its page table entries dropped). The pages stay in the page cache, shared,
+//! so a page the loop needs again comes back with a minor fault, a microsecond or so. It comes
+//! back with its neighbours still: on kernel 6.18 the idle loop's faults mapped runs of 128 and
+//! 256 KiB (the page cache's large folios; `MADV_RANDOM` does not stop that), which is why the
+//! package's build also places the idle loop's functions side by side
+//! (`packaging/link-idle-first`).
 //!
 //! Only mappings that hold no private copy are touched: not writable, and with no anonymous
 //! pages in `/proc/self/smaps` (a RELRO segment, written by the loader before it was made
